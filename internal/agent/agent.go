@@ -1,0 +1,480 @@
+// Package agent runs on every machine: it keeps one stream to the engine
+// leader, drives its units to the state the leader assigns through a driver,
+// and reports every unit's state back.
+//
+// The protocol, from the agent's side:
+//
+//  1. Find the leader (its gRPC address and term revision) through etcd.
+//  2. Open the stream; send Hello with the machine and every loaded unit's
+//     status. The leader answers with the machine's full desired set; any
+//     loaded unit not in it is unloaded, and the rest are loaded, started or
+//     stopped as needed. Units already in their desired state are left
+//     alone, so a change of leader restarts nothing.
+//  3. Apply each later delta; send status changes (coalesced) and a
+//     heartbeat when idle.
+//  4. When the stream breaks or the leader changes, go back to 1. Units keep
+//     running meanwhile.
+//  5. If no message has come from any leader for the agent TTL, the machine
+//     may have been cut off and its units moved elsewhere: stop every
+//     non-global unit (they are started again when a leader assigns them).
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/flotilla/flotilla/internal/driver"
+	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// Machine is what the agent tells the leader about its machine.
+type Machine struct {
+	ID       string
+	IP       string
+	Metadata map[string]string
+	APIAddr  string
+	Version  string
+}
+
+// Config configures an Agent.
+type Config struct {
+	Machine Machine
+	// Leaders returns a channel of the current leader, sent again each time
+	// it changes (the zero Info while there is none). Required.
+	Leaders func(ctx context.Context) <-chan election.Info
+	// Driver runs the units. Required.
+	Driver driver.Driver
+	// TTL is how long the agent keeps its units running without hearing from
+	// any leader (default 20s); it must match the engines' agent TTL.
+	TTL time.Duration
+	// HeartbeatInterval is how often an idle stream carries a heartbeat
+	// (default TTL/10, at most 1s).
+	HeartbeatInterval time.Duration
+	// DialOptions for the leader's gRPC server; default plaintext.
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
+	Now         func() time.Time
+}
+
+// Agent is one machine's agent. Make it with New; Notify must be wired to
+// the driver's notifications (see New).
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+
+	mu        sync.Mutex
+	wants     map[string]want
+	files     map[string]*unit.File
+	haves     map[string]have
+	statuses  map[string]unit.Status // the driver's latest report per unit
+	dirty     map[string]bool        // units whose status is to be sent
+	removed   map[string]bool        // units unloaded since the last send
+	lastHeard time.Time
+	fenced    bool
+
+	kick  chan struct{}
+	flush chan struct{}
+}
+
+// New returns an agent. The driver must deliver its notifications to the
+// returned agent's Notify method.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Machine.ID == "" {
+		return nil, errors.New("agent: machine ID is required")
+	}
+	if cfg.Leaders == nil {
+		return nil, errors.New("agent: a leader source is required")
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 20 * time.Second
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = min(cfg.TTL/10, time.Second)
+	}
+	if cfg.DialOptions == nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Agent{
+		cfg: cfg, log: cfg.Logger.With("component", "agent", "machine", cfg.Machine.ID),
+		wants: map[string]want{}, files: map[string]*unit.File{}, haves: map[string]have{},
+		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{},
+		kick: make(chan struct{}, 1), flush: make(chan struct{}, 1),
+	}, nil
+}
+
+// SetDriver sets the driver when it has to be made after the agent (its
+// notifications go to the agent). It must be called before Run.
+func (a *Agent) SetDriver(d driver.Driver) { a.cfg.Driver = d }
+
+// Notify is the driver's notification sink.
+func (a *Agent) Notify(s unit.Status) {
+	a.mu.Lock()
+	if _, ok := a.haves[s.Name]; !ok {
+		a.mu.Unlock()
+		return // a late report about a unit already unloaded
+	}
+	a.statuses[s.Name] = s
+	a.dirty[s.Name] = true
+	a.mu.Unlock()
+	signal(a.flush)
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps the agent connected and its units reconciled until ctx is done.
+// It does not stop the units: the caller closes the driver.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.cfg.Driver == nil {
+		return errors.New("agent: no driver")
+	}
+	a.mu.Lock()
+	a.lastHeard = a.cfg.Now()
+	a.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a.reconcileLoop(ctx) }()
+	go func() { defer wg.Done(); a.watchdog(ctx) }()
+	defer wg.Wait()
+
+	var (
+		lmu     sync.Mutex
+		leader  election.Info
+		changed = make(chan struct{}, 1)
+	)
+	go func() {
+		for in := range a.cfg.Leaders(ctx) {
+			lmu.Lock()
+			leader = in
+			lmu.Unlock()
+			signal(changed)
+		}
+	}()
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		lmu.Lock()
+		cur := leader
+		lmu.Unlock()
+		if cur.GRPCAddr == "" {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		start := a.cfg.Now()
+		err := a.session(ctx, cur, changed)
+		if ctx.Err() != nil {
+			break
+		}
+		if a.cfg.Now().Sub(start) > 5*time.Second {
+			backoff = 50 * time.Millisecond
+		}
+		a.log.Debug("leader stream ended; reconnecting", "leader", cur.Machine, "err", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-changed:
+			signal(changed) // let the next session see it too
+		case <-ctx.Done():
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+	return nil
+}
+
+// session runs one stream to leader until it breaks, the leader changes, or
+// ctx ends.
+func (a *Agent) session(ctx context.Context, leader election.Info, changed chan struct{}) error {
+	conn, err := grpc.NewClient(leader.GRPCAddr, a.cfg.DialOptions...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := agentpb.NewEngineClient(conn).Connect(sctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Hello{Hello: a.hello(leader.Rev)}}); err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- a.sendLoop(sctx, stream) }()
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			a.received(msg)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-changed:
+		signal(changed)
+		return errors.New("leader changed")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a *Agent) hello(rev int64) *agentpb.Hello {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := &agentpb.Hello{LeaderRev: rev, Machine: &agentpb.Machine{
+		Id: a.cfg.Machine.ID, Ip: a.cfg.Machine.IP, Metadata: a.cfg.Machine.Metadata,
+		ApiAddr: a.cfg.Machine.APIAddr, Version: a.cfg.Machine.Version,
+	}}
+	for name := range a.haves {
+		h.Units = append(h.Units, a.statusLocked(name))
+	}
+	sort.Slice(h.Units, func(i, j int) bool { return h.Units[i].Name < h.Units[j].Name })
+	clear(a.dirty)
+	clear(a.removed)
+	return h
+}
+
+// statusLocked renders a unit's status for the leader; callers hold mu.
+func (a *Agent) statusLocked(name string) *agentpb.UnitStatus {
+	s, ok := a.statuses[name]
+	h := a.haves[name]
+	if !ok {
+		s = unit.Status{Name: name, Hash: h.Hash, Load: "loaded", Active: "inactive", Sub: "dead"}
+	}
+	us := &agentpb.UnitStatus{Name: name, Hash: s.Hash, Load: s.Load, Active: s.Active, Sub: s.Sub,
+		Pid: int32(s.PID), Result: s.Result, Message: s.Message, Applied: string(h.Applied)}
+	if !s.Since.IsZero() {
+		us.SinceUnixNano = s.Since.UnixNano()
+	}
+	return us
+}
+
+// sendLoop sends coalesced status updates, and heartbeats when idle.
+func (a *Agent) sendLoop(ctx context.Context, stream agentpb.Engine_ConnectClient) error {
+	hb := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.flush:
+			// Give a burst of changes a moment to gather into one message.
+			time.Sleep(5 * time.Millisecond)
+		case <-hb.C:
+		}
+		msg := a.takeUpdate()
+		if msg == nil {
+			msg = &agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{UnixNano: a.cfg.Now().UnixNano()}}}
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		hb.Reset(a.cfg.HeartbeatInterval)
+	}
+}
+
+func (a *Agent) takeUpdate() *agentpb.AgentMessage {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.dirty) == 0 && len(a.removed) == 0 {
+		return nil
+	}
+	u := &agentpb.StatusUpdate{}
+	for name := range a.dirty {
+		if _, ok := a.haves[name]; ok {
+			u.Units = append(u.Units, a.statusLocked(name))
+		}
+	}
+	for name := range a.removed {
+		if _, ok := a.haves[name]; !ok {
+			u.Removed = append(u.Removed, name)
+		}
+	}
+	clear(a.dirty)
+	clear(a.removed)
+	return &agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Update{Update: u}}
+}
+
+// received handles one message from the leader.
+func (a *Agent) received(msg *agentpb.EngineMessage) {
+	as := msg.GetAssignments()
+	a.mu.Lock()
+	a.lastHeard = a.cfg.Now()
+	if as == nil {
+		a.mu.Unlock()
+		return
+	}
+	if as.Full {
+		if a.fenced {
+			a.log.Info("leader reached again; resuming units")
+		}
+		a.fenced = false
+		clear(a.wants)
+		clear(a.files)
+	}
+	for _, name := range as.Removed {
+		delete(a.wants, name)
+		delete(a.files, name)
+	}
+	for _, as := range as.Units {
+		f, err := unit.ParseStored(as.Name, as.File)
+		if err != nil {
+			a.log.Error("assigned unit does not parse; not running it", "unit", as.Name, "err", err)
+			continue
+		}
+		ds := unit.DesiredState(as.DesiredState)
+		if ds != unit.Loaded && ds != unit.Launched {
+			delete(a.wants, as.Name)
+			continue
+		}
+		a.wants[as.Name] = want{Hash: f.Hash, State: ds, Global: as.Global}
+		a.files[as.Name] = f
+	}
+	a.mu.Unlock()
+	signal(a.kick)
+}
+
+// watchdog stops non-global units once no leader has been heard for the TTL.
+func (a *Agent) watchdog(ctx context.Context) {
+	tick := time.NewTicker(max(a.cfg.HeartbeatInterval/2, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		a.mu.Lock()
+		if !a.fenced && a.cfg.Now().Sub(a.lastHeard) > a.cfg.TTL {
+			a.fenced = true
+			n := 0
+			for name, w := range a.wants {
+				if !w.Global {
+					delete(a.wants, name)
+					n++
+				}
+			}
+			a.log.Warn("no leader heard within the agent TTL; stopping non-global units", "ttl", a.cfg.TTL, "units", n)
+			a.mu.Unlock()
+			signal(a.kick)
+			continue
+		}
+		a.mu.Unlock()
+	}
+}
+
+// reconcileLoop applies the plan each time wants or haves change.
+func (a *Agent) reconcileLoop(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.kick:
+		}
+		a.mu.Lock()
+		acts := plan(a.wants, a.haves)
+		a.mu.Unlock()
+		for _, act := range acts {
+			a.do(ctx, act, &wg)
+		}
+	}
+}
+
+func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
+	d := a.cfg.Driver
+	log := a.log.With("unit", act.Name)
+	switch act.Kind {
+	case actLoad:
+		a.mu.Lock()
+		f := a.files[act.Name]
+		if f == nil {
+			a.mu.Unlock()
+			return
+		}
+		a.haves[act.Name] = have{Hash: f.Hash, Applied: unit.Loaded}
+		a.dirty[act.Name] = true
+		a.mu.Unlock()
+		if err := d.Load(f); err != nil {
+			log.Error("load failed", "err", err)
+			a.setStatus(unit.Status{Name: act.Name, Hash: f.Hash, Load: "error", Active: "inactive", Sub: "dead", Message: err.Error()})
+		}
+	case actStart:
+		a.setApplied(act.Name, unit.Launched)
+		if err := d.Start(act.Name); err != nil {
+			log.Error("start failed", "err", err)
+		}
+	case actStop:
+		a.setApplied(act.Name, unit.Loaded)
+		if err := d.Stop(act.Name); err != nil {
+			log.Error("stop failed", "err", err)
+		}
+	case actUnload:
+		a.mu.Lock()
+		h := a.haves[act.Name]
+		h.Busy = true
+		a.haves[act.Name] = h
+		a.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Unload(context.WithoutCancel(ctx), act.Name); err != nil && !errors.Is(err, driver.ErrUnknownUnit) {
+				log.Error("unload failed", "err", err)
+			}
+			a.mu.Lock()
+			delete(a.haves, act.Name)
+			delete(a.statuses, act.Name)
+			delete(a.dirty, act.Name)
+			a.removed[act.Name] = true
+			a.mu.Unlock()
+			signal(a.flush)
+			signal(a.kick)
+		}()
+	}
+	signal(a.flush)
+}
+
+func (a *Agent) setApplied(name string, s unit.DesiredState) {
+	a.mu.Lock()
+	if h, ok := a.haves[name]; ok {
+		h.Applied = s
+		a.haves[name] = h
+		a.dirty[name] = true
+	}
+	a.mu.Unlock()
+}
+
+func (a *Agent) setStatus(s unit.Status) {
+	a.mu.Lock()
+	if _, ok := a.haves[s.Name]; ok {
+		a.statuses[s.Name] = s
+		a.dirty[s.Name] = true
+	}
+	a.mu.Unlock()
+}

@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"sort"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// want is what the leader asked of a unit.
+type want struct {
+	Hash   string
+	State  unit.DesiredState // loaded or launched
+	Global bool
+}
+
+// have is what the agent has done with a unit.
+type have struct {
+	Hash    string
+	Applied unit.DesiredState // loaded or launched
+	Busy    bool              // an unload is in progress
+}
+
+type actionKind int
+
+const (
+	actLoad   actionKind = iota + 1 // load (or reload a changed hash) the unit
+	actStart                        // start it
+	actStop                         // stop it, keeping it loaded
+	actUnload                       // stop and forget it (in the background)
+)
+
+func (k actionKind) String() string {
+	return [...]string{"", "load", "start", "stop", "unload"}[k]
+}
+
+type action struct {
+	Kind actionKind
+	Name string
+}
+
+// plan is the agent's reconciler: a pure diff of what the leader wants
+// against what the agent has, in a stable order (by unit). A unit whose hash changed is unloaded first; it is
+// loaded again on the next pass, once the unload is done.
+func plan(wants map[string]want, haves map[string]have) []action {
+	var acts []action
+	for name, h := range haves {
+		w, ok := wants[name]
+		if h.Busy {
+			continue
+		}
+		if !ok || w.Hash != h.Hash {
+			acts = append(acts, action{actUnload, name})
+		}
+	}
+	for name, w := range wants {
+		h, ok := haves[name]
+		switch {
+		case ok && (h.Busy || h.Hash != w.Hash):
+			continue // wait for the unload to finish
+		case !ok:
+			acts = append(acts, action{actLoad, name})
+			if w.State == unit.Launched {
+				acts = append(acts, action{actStart, name})
+			}
+		case w.State == unit.Launched && h.Applied != unit.Launched:
+			acts = append(acts, action{actStart, name})
+		case w.State == unit.Loaded && h.Applied == unit.Launched:
+			acts = append(acts, action{actStop, name})
+		}
+	}
+	// One unit gets either an unload, or a load then a start, or one of
+	// start or stop: a stable sort by name keeps load before start.
+	sort.SliceStable(acts, func(i, j int) bool { return acts[i].Name < acts[j].Name })
+	return acts
+}

@@ -1,0 +1,428 @@
+// Package api serves Flotilla's HTTP+JSON API under /v1 (see docs/api.md).
+//
+// Every daemon serves it. The engine leader answers from memory; any other
+// daemon forwards the request to the leader's API address, found through
+// the election. Journals are read on the machine that runs the unit: the
+// leader forwards /v1/units/{name}/journal to that machine's
+// /v1/local/journal/{name}.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/driver"
+	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// forwardedHeader marks a request one daemon forwarded to another, so a
+// request is forwarded at most once.
+const forwardedHeader = "X-Flotilla-Forwarded"
+
+// DefaultMaxBodyBytes bounds a request body (a batch of units).
+const DefaultMaxBodyBytes = 64 << 20
+
+// Config configures the API handler.
+type Config struct {
+	// Machine is this daemon's machine ID.
+	Machine string
+	// Engine is this daemon's engine, nil when it runs none.
+	Engine *engine.Engine
+	// Leader returns the current leader, ok=false while there is none.
+	Leader func() (election.Info, bool)
+	// Driver is this machine's driver (for local journals), nil without agent.
+	Driver driver.Driver
+	// Version and Registry are reported by /v1/status.
+	Version  string
+	Registry string
+	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+}
+
+type server struct {
+	cfg   Config
+	log   *slog.Logger
+	proxy *httputil.ReverseProxy
+}
+
+// New returns the API handler.
+func New(cfg Config) http.Handler {
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Leader == nil {
+		cfg.Leader = func() (election.Info, bool) { return election.Info{}, false }
+	}
+	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api")}
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite:       func(*httputil.ProxyRequest) {}, // set per request in forward
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, http.StatusBadGateway, "unavailable", fmt.Sprintf("forwarding to %s: %v", r.URL.Host, err))
+		},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.status)
+	mux.HandleFunc("GET /v1/units", s.leaderOnly(s.listUnits))
+	mux.HandleFunc("GET /v1/units/{name}", s.leaderOnly(s.getUnit))
+	mux.HandleFunc("PUT /v1/units/{name}", s.leaderOnly(s.putUnit))
+	mux.HandleFunc("DELETE /v1/units/{name}", s.leaderOnly(s.deleteUnit))
+	mux.HandleFunc("POST /v1/batch", s.leaderOnly(s.batch))
+	mux.HandleFunc("GET /v1/unit-states", s.leaderOnly(s.unitStates))
+	mux.HandleFunc("GET /v1/machines", s.leaderOnly(s.machines))
+	mux.HandleFunc("GET /v1/units/{name}/journal", s.leaderOnly(s.journal))
+	mux.HandleFunc("GET /v1/local/journal/{name}", s.localJournal)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// leaderOnly serves h on the leader and forwards the request elsewhere.
+func (s *server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Engine != nil {
+			if ok, _ := s.cfg.Engine.IsLeader(); ok {
+				h(w, r)
+				return
+			}
+		}
+		if r.Header.Get(forwardedHeader) != "" {
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "leadership is changing; retry")
+			return
+		}
+		in, ok := s.cfg.Leader()
+		if !ok || in.APIAddr == "" {
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "no engine leader is elected yet; retry shortly")
+			return
+		}
+		s.forward(w, r, in.APIAddr, r.URL.Path)
+	}
+}
+
+func (s *server) forward(w http.ResponseWriter, r *http.Request, addr, path string) {
+	target := &url.URL{Scheme: "http", Host: addr}
+	p := *s.proxy
+	p.Rewrite = func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.Out.URL.Path = path
+		pr.Out.URL.RawPath = ""
+		pr.Out.Header.Set(forwardedHeader, s.cfg.Machine)
+	}
+	p.ServeHTTP(w, r)
+}
+
+func (s *server) status(w http.ResponseWriter, r *http.Request) {
+	st := apiv1.Status{Machine: s.cfg.Machine, Version: s.cfg.Version, Registry: s.cfg.Registry}
+	if in, ok := s.cfg.Leader(); ok {
+		st.Leader, st.LeaderAPI, st.ElectionRev = in.Machine, in.APIAddr, in.Rev
+	}
+	if s.cfg.Engine != nil {
+		if ok, rev := s.cfg.Engine.IsLeader(); ok {
+			st.IsLeader, st.Leader, st.ElectionRev = true, s.cfg.Machine, rev
+		}
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *server) listUnits(w http.ResponseWriter, r *http.Request) {
+	names := r.URL.Query()["name"]
+	us, err := s.cfg.Engine.Units(names)
+	if err != nil {
+		s.engineError(w, err)
+		return
+	}
+	if us == nil {
+		us = []apiv1.Unit{}
+	}
+	writeJSON(w, http.StatusOK, apiv1.UnitList{Units: us})
+}
+
+func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	u, err := s.cfg.Engine.Unit(name)
+	if errors.Is(err, engine.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "not_found", "unit "+name+" not found")
+		return
+	}
+	if err != nil {
+		s.engineError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, u)
+}
+
+func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
+	var c apiv1.UnitChange
+	if !s.decode(w, r, &c) {
+		return
+	}
+	name := r.PathValue("name")
+	if c.Name != "" && c.Name != name {
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("body names unit %q but the path names %q", c.Name, name))
+		return
+	}
+	c.Name = name
+	res, ok := s.apply(w, r, apiv1.Batch{Units: []apiv1.UnitChange{c}})
+	if !ok {
+		return
+	}
+	if len(res.Units) == 0 {
+		writeError(w, http.StatusInternalServerError, "internal", "unit "+name+" vanished after it was written")
+		return
+	}
+	writeJSON(w, http.StatusOK, res.Units[0])
+}
+
+func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := s.cfg.Engine.Unit(name); errors.Is(err, engine.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "not_found", "unit "+name+" not found")
+		return
+	}
+	if _, ok := s.apply(w, r, apiv1.Batch{Destroy: []string{name}}); ok {
+		writeJSON(w, http.StatusOK, struct{}{})
+	}
+}
+
+func (s *server) batch(w http.ResponseWriter, r *http.Request) {
+	var b apiv1.Batch
+	if !s.decode(w, r, &b) {
+		return
+	}
+	if res, ok := s.apply(w, r, b); ok {
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// apply validates a batch, commits it through the engine and returns the
+// units it touched. On failure it has written the error answer.
+func (s *server) apply(w http.ResponseWriter, r *http.Request, b apiv1.Batch) (apiv1.BatchResult, bool) {
+	changes, warnings, err := toChanges(b)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return apiv1.BatchResult{}, false
+	}
+	if len(changes) == 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", "the batch is empty: name at least one unit")
+		return apiv1.BatchResult{}, false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	if err := s.cfg.Engine.Apply(ctx, changes); err != nil {
+		s.engineError(w, err)
+		return apiv1.BatchResult{}, false
+	}
+	var names []string
+	for _, c := range changes {
+		if !c.Destroy {
+			names = append(names, c.Name)
+		}
+	}
+	res := apiv1.BatchResult{Units: []apiv1.Unit{}, Warnings: warnings}
+	if len(names) > 0 {
+		us, err := s.cfg.Engine.Units(names)
+		if err != nil {
+			s.engineError(w, err)
+			return apiv1.BatchResult{}, false
+		}
+		res.Units = us
+	}
+	return res, true
+}
+
+// toChanges validates a batch: names, unit files, desired states. Nothing
+// is applied when any part is wrong.
+func toChanges(b apiv1.Batch) ([]engine.Change, []string, error) {
+	var (
+		out      []engine.Change
+		warnings []string
+		seen     = map[string]bool{}
+	)
+	for i, c := range b.Units {
+		if err := unit.ValidateName(c.Name); err != nil {
+			return nil, nil, fmt.Errorf("units[%d]: %w", i, err)
+		}
+		if seen[c.Name] {
+			return nil, nil, fmt.Errorf("units[%d]: unit %s appears twice in the batch", i, c.Name)
+		}
+		seen[c.Name] = true
+		ch := engine.Change{Name: c.Name}
+		if c.File != "" {
+			f, err := unit.Parse(c.Name, []byte(c.File))
+			if err != nil {
+				return nil, nil, err
+			}
+			ch.File = f
+			warnings = append(warnings, f.Warnings...)
+		}
+		if c.DesiredState != "" {
+			ds, err := unit.ParseDesiredState(c.DesiredState)
+			if err != nil {
+				return nil, nil, fmt.Errorf("unit %s: %w", c.Name, err)
+			}
+			ch.DesiredState = ds
+		}
+		if ch.File == nil && ch.DesiredState == "" {
+			return nil, nil, fmt.Errorf("unit %s: the change sets neither file nor desiredState", c.Name)
+		}
+		out = append(out, ch)
+	}
+	for i, name := range b.Destroy {
+		if err := unit.ValidateName(name); err != nil {
+			return nil, nil, fmt.Errorf("destroy[%d]: %w", i, err)
+		}
+		if seen[name] {
+			return nil, nil, fmt.Errorf("destroy[%d]: unit %s is both changed and destroyed in the batch", i, name)
+		}
+		seen[name] = true
+		out = append(out, engine.Change{Name: name, Destroy: true})
+	}
+	return out, warnings, nil
+}
+
+func (s *server) unitStates(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	st, err := s.cfg.Engine.UnitStates(q.Get("machine"), q["name"])
+	if err != nil {
+		s.engineError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.UnitStateList{States: st})
+}
+
+func (s *server) machines(w http.ResponseWriter, r *http.Request) {
+	ms, err := s.cfg.Engine.Machines()
+	if err != nil {
+		s.engineError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.MachineList{Machines: ms})
+}
+
+func (s *server) journal(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	id, addr, err := s.cfg.Engine.UnitMachine(name)
+	if errors.Is(err, engine.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "not_found", "unit "+name+" is not running on any machine, so it has no journal to show")
+		return
+	}
+	if err != nil {
+		s.engineError(w, err)
+		return
+	}
+	if id == s.cfg.Machine {
+		s.localJournal(w, r)
+		return
+	}
+	s.forward(w, r, addr, "/v1/local/journal/"+url.PathEscape(name))
+}
+
+func (s *server) localJournal(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if s.cfg.Driver == nil {
+		writeError(w, http.StatusNotFound, "not_found", "machine "+s.cfg.Machine+" runs no agent")
+		return
+	}
+	lines := 10
+	if v := r.URL.Query().Get("lines"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("lines=%q is not a number", v))
+			return
+		}
+		lines = n
+	}
+	follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fw := &flushWriter{w: w}
+	if f, ok := w.(http.Flusher); ok {
+		fw.f = f
+	}
+	err := s.cfg.Driver.Journal(r.Context(), name, lines, follow, fw)
+	if errors.Is(err, driver.ErrUnknownUnit) && !fw.wrote {
+		writeError(w, http.StatusNotFound, "not_found", "unit "+name+" has no journal on machine "+s.cfg.Machine)
+		return
+	}
+	if err != nil && r.Context().Err() == nil {
+		s.log.Warn("journal", "unit", name, "err", err)
+	}
+}
+
+type flushWriter struct {
+	w     io.Writer
+	f     http.Flusher
+	wrote bool
+}
+
+func (fw *flushWriter) Write(p []byte) (int, error) {
+	fw.wrote = true
+	n, err := fw.w.Write(p)
+	if fw.f != nil {
+		fw.f.Flush()
+	}
+	return n, err
+}
+
+func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (s *server) engineError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, engine.ErrConflict):
+		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, engine.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, engine.ErrNotLeader):
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "this daemon lost leadership while answering; retry")
+	case errors.Is(err, engine.ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	default:
+		s.log.Error("internal error", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, kind, msg string) {
+	writeJSON(w, code, apiv1.Error{Error: msg, Code: kind})
+}

@@ -1,0 +1,100 @@
+// Package apiv1 holds the JSON shapes of Flotilla's HTTP API under /v1.
+// The server (internal/api) and the client (internal/client) share them; the
+// API is documented for curl users in docs/api.md.
+package apiv1
+
+// Unit is one unit as the cluster knows it.
+type Unit struct {
+	Name         string     `json:"name"`
+	Hash         string     `json:"hash"`
+	Description  string     `json:"description,omitempty"`
+	DesiredState string     `json:"desiredState"`      // inactive, loaded, launched
+	Machine      string     `json:"machine,omitempty"` // target machine ID, "" when not scheduled
+	Reason       string     `json:"reason,omitempty"`  // why a wanted unit is not scheduled
+	Global       bool       `json:"global,omitempty"`  // [X-Fleet] Global=true: runs on every matching machine
+	File         string     `json:"file,omitempty"`    // the unit file; only in single-unit answers
+	CurrentState string     `json:"currentState"`      // inactive, loaded, launched: as reported by the target machine
+	State        *UnitState `json:"state,omitempty"`   // the target machine's report, if any
+}
+
+// UnitState is what an agent reported about a unit (systemd's load/active/sub).
+type UnitState struct {
+	Name    string `json:"name"`
+	Machine string `json:"machine"`
+	Hash    string `json:"hash"`
+	Load    string `json:"load"`
+	Active  string `json:"active"`
+	Sub     string `json:"sub"`
+	PID     int    `json:"pid,omitempty"`
+	Since   string `json:"since,omitempty"` // RFC 3339
+	Result  string `json:"result,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Machine is one machine of the cluster.
+type Machine struct {
+	ID       string            `json:"id"`
+	IP       string            `json:"ip"`
+	Metadata map[string]string `json:"metadata"`
+	Leader   bool              `json:"leader"`
+	APIAddr  string            `json:"apiAddr,omitempty"`
+	Version  string            `json:"version,omitempty"`
+	Units    int               `json:"units"`
+}
+
+// UnitList is the answer of GET /v1/units.
+type UnitList struct {
+	Units []Unit `json:"units"`
+}
+
+// UnitStateList is the answer of GET /v1/unit-states.
+type UnitStateList struct {
+	States []UnitState `json:"states"`
+}
+
+// MachineList is the answer of GET /v1/machines.
+type MachineList struct {
+	Machines []Machine `json:"machines"`
+}
+
+// UnitChange is one change in a batch: create a unit (File set), change its
+// desired state (DesiredState set), or both. A unit that does not exist needs
+// a File.
+type UnitChange struct {
+	Name         string `json:"name"`
+	File         string `json:"file,omitempty"`
+	DesiredState string `json:"desiredState,omitempty"`
+}
+
+// Batch is the body of POST /v1/batch: all changes are validated first and
+// then written in as few etcd transactions as possible; on a validation error
+// nothing is written.
+type Batch struct {
+	Units   []UnitChange `json:"units,omitempty"`
+	Destroy []string     `json:"destroy,omitempty"`
+}
+
+// BatchResult is the answer of POST /v1/batch.
+type BatchResult struct {
+	Units    []Unit   `json:"units"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Status is the answer of GET /v1/status: who answered and who leads.
+type Status struct {
+	Machine     string `json:"machine"`
+	Leader      string `json:"leader"`
+	LeaderAPI   string `json:"leaderApi,omitempty"`
+	IsLeader    bool   `json:"isLeader"`
+	ElectionRev int64  `json:"electionRev,omitempty"`
+	Version     string `json:"version"`
+	Registry    string `json:"registry"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+	// Code is a stable machine-readable kind: bad_request, not_found,
+	// conflict, too_large, unavailable, internal.
+	Code string `json:"code"`
+}

@@ -1,0 +1,161 @@
+// Package cli implements flotilla's fleetctl-style commands: submit, load,
+// start, stop, unload, destroy, list-units, list-unit-files, list-machines,
+// status, journal and cat. They talk to a cluster through package client.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/flotilla/flotilla/internal/client"
+)
+
+// DefaultEndpoint is where the commands look for the API when neither
+// --endpoint nor $FLOTILLA_ENDPOINT say otherwise.
+const DefaultEndpoint = "http://127.0.0.1:7480"
+
+// EndpointEnv names the environment variable holding the default endpoint.
+const EndpointEnv = "FLOTILLA_ENDPOINT"
+
+// Output formats of --output.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+// Globals holds the flags shared by all commands.
+type Globals struct {
+	Endpoint       string
+	Output         string
+	RequestTimeout time.Duration
+
+	// pollMin and pollMax bound the interval between polls while waiting
+	// for units; zero means 100ms and 1s.
+	pollMin, pollMax time.Duration
+	// now returns the current time; nil means time.Now.
+	now func() time.Time
+}
+
+// AddCommands registers the global flags (--endpoint, --output/-o,
+// --request-timeout) as persistent flags of root and adds the commands.
+func AddCommands(root *cobra.Command) {
+	g := &Globals{}
+	g.AddFlags(root.PersistentFlags())
+	root.AddCommand(Commands(g)...)
+}
+
+// AddFlags registers the global flags in fs, bound to g.
+func (g *Globals) AddFlags(fs *pflag.FlagSet) {
+	endpoint := os.Getenv(EndpointEnv)
+	if endpoint == "" {
+		endpoint = DefaultEndpoint
+	}
+	fs.StringVar(&g.Endpoint, "endpoint", endpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
+	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, status and cat commands: table or json")
+	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
+}
+
+// Commands returns the commands, bound to the flags in g.
+func Commands(g *Globals) []*cobra.Command {
+	return []*cobra.Command{
+		newSubmitCommand(g),
+		newStateCommand(g, loadVerb()),
+		newStateCommand(g, startVerb()),
+		newStateCommand(g, stopVerb()),
+		newStateCommand(g, unloadVerb()),
+		newDestroyCommand(g),
+		newListUnitsCommand(g),
+		newListUnitFilesCommand(g),
+		newListMachinesCommand(g),
+		newStatusCommand(g),
+		newJournalCommand(g),
+		newCatCommand(g),
+	}
+}
+
+// env is what a running command works with.
+type env struct {
+	c      *client.Client
+	out    io.Writer
+	errOut io.Writer
+	json   bool
+	g      *Globals
+}
+
+// setup validates the global flags and returns the command's environment
+// and a context that ends on SIGINT or SIGTERM; the caller must call stop.
+func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop context.CancelFunc, err error) {
+	switch g.Output {
+	case outputTable, outputJSON:
+	default:
+		return nil, nil, nil, fmt.Errorf("invalid --output %q: want %s or %s", g.Output, outputTable, outputJSON)
+	}
+	if g.RequestTimeout < 0 {
+		return nil, nil, nil, fmt.Errorf("invalid --request-timeout %s: must not be negative", g.RequestTimeout)
+	}
+	c, err := client.New(g.Endpoint, client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli"))
+	if err != nil {
+		return nil, nil, nil, err // it names the endpoint
+	}
+	ctx, stop = signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	return &env{
+		c:      c,
+		out:    cmd.OutOrStdout(),
+		errOut: cmd.ErrOrStderr(),
+		json:   g.Output == outputJSON,
+		g:      g,
+	}, ctx, stop, nil
+}
+
+// runE returns a cobra RunE that sets the command's environment up and
+// runs fn in it.
+func (g *Globals) runE(fn func(ctx context.Context, e *env, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		e, ctx, stop, err := g.setup(cmd)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		return fn(ctx, e, args)
+	}
+}
+
+func (g *Globals) clock() time.Time {
+	if g.now != nil {
+		return g.now()
+	}
+	return time.Now()
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// unitArgs requires at least one UNIT argument.
+func unitArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("no units given (usage: %s)", cmd.UseLine())
+	}
+	return nil
+}
+
+// oneUnitArg requires exactly one UNIT argument.
+func oneUnitArg(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%s takes exactly one unit, got %d (usage: %s)", cmd.Name(), len(args), cmd.UseLine())
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/client"
+)
+
+// listFlags are the flags of the list commands.
+type listFlags struct {
+	full     bool
+	noLegend bool
+	fields   string
+}
+
+func (f *listFlags) register(cmd *cobra.Command, defaults, valid string) {
+	cmd.Flags().BoolVarP(&f.full, "full", "l", false, "do not ellipsize machine IDs and hashes")
+	cmd.Flags().BoolVar(&f.noLegend, "no-legend", false, "do not print a legend (column headers)")
+	cmd.Flags().StringVar(&f.fields, "fields", defaults, "columns to print, comma-separated; valid fields: "+valid)
+}
+
+// unitRow is one line of list-units: a unit as one machine reports it.
+type unitRow struct {
+	Unit      string `json:"unit"`
+	Machine   string `json:"machine"`
+	Load      string `json:"load"`
+	Active    string `json:"active"`
+	Sub       string `json:"sub"`
+	Hash      string `json:"hash"`
+	machineIP string
+}
+
+func unitFields() []field[unitRow] {
+	return []field[unitRow]{
+		{"unit", func(r unitRow, _ bool) string { return r.Unit }},
+		{"machine", func(r unitRow, full bool) string { return machineLegend(r.Machine, r.machineIP, full) }},
+		{"load", func(r unitRow, _ bool) string { return dash(r.Load) }},
+		{"active", func(r unitRow, _ bool) string { return dash(r.Active) }},
+		{"sub", func(r unitRow, _ bool) string { return dash(r.Sub) }},
+		{"hash", func(r unitRow, full bool) string { return shortHash(r.Hash, full) }},
+	}
+}
+
+const defaultUnitFields = "unit,machine,active,sub"
+
+// unitRows joins what the machines report (one row per unit and machine,
+// so a global unit has a row per machine) with the units that no machine
+// reports (a row with no state).
+func unitRows(units []apiv1.Unit, states []apiv1.UnitState, machines []apiv1.Machine) []unitRow {
+	ips := machineIPs(machines)
+	rows := make([]unitRow, 0, len(states)+len(units))
+	reported := map[string]bool{}
+	for _, s := range states {
+		reported[s.Name] = true
+		rows = append(rows, unitRow{
+			Unit: s.Name, Machine: s.Machine, machineIP: ips[s.Machine],
+			Load: s.Load, Active: s.Active, Sub: s.Sub, Hash: s.Hash,
+		})
+	}
+	for _, u := range units {
+		if !reported[u.Name] {
+			rows = append(rows, unitRow{Unit: u.Name})
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Unit != rows[j].Unit {
+			return rows[i].Unit < rows[j].Unit
+		}
+		return rows[i].Machine < rows[j].Machine
+	})
+	return rows
+}
+
+func machineIPs(machines []apiv1.Machine) map[string]string {
+	ips := make(map[string]string, len(machines))
+	for _, m := range machines {
+		ips[m.ID] = m.IP
+	}
+	return ips
+}
+
+func newListUnitsCommand(g *Globals) *cobra.Command {
+	var lf listFlags
+	cmd := &cobra.Command{
+		Use:   "list-units [flags]",
+		Short: "List the current state of units in the cluster",
+		Long: `List the state of the units of the cluster as their machines report it, one
+line per unit and machine; units no machine reports show "-".
+
+With --output json, print an array of objects with every field, full
+machine IDs and hashes, and "" for what is not known.`,
+		Example: `  flotilla list-units
+  flotilla list-units --no-legend --fields unit,machine`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: g.runE(func(ctx context.Context, e *env, _ []string) error {
+			fields, err := parseFields(lf.fields, unitFields())
+			if err != nil {
+				return err
+			}
+			rows, err := e.listUnits(ctx)
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return writeJSON(e.out, rows)
+			}
+			return writeTable(e.out, fields, rows, lf.full, lf.noLegend)
+		}),
+	}
+	lf.register(cmd, defaultUnitFields, fieldNames(unitFields()))
+	return cmd
+}
+
+func (e *env) listUnits(ctx context.Context) ([]unitRow, error) {
+	units, err := e.c.Units(ctx)
+	if err != nil {
+		return nil, err
+	}
+	states, err := e.c.UnitStates(ctx, client.UnitStateFilter{})
+	if err != nil {
+		return nil, err
+	}
+	machines, err := e.c.Machines(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return unitRows(units.Units, states.States, machines.Machines), nil
+}
+
+// unitFileRow is one line of list-unit-files.
+type unitFileRow struct {
+	Unit     string `json:"unit"`
+	Hash     string `json:"hash"`
+	DState   string `json:"dstate"`
+	State    string `json:"state"`
+	Target   string `json:"tmachine"`
+	Desc     string `json:"desc"`
+	Reason   string `json:"reason"`
+	targetIP string
+}
+
+func unitFileFields() []field[unitFileRow] {
+	target := func(r unitFileRow, full bool) string { return machineLegend(r.Target, r.targetIP, full) }
+	return []field[unitFileRow]{
+		{"unit", func(r unitFileRow, _ bool) string { return r.Unit }},
+		{"hash", func(r unitFileRow, full bool) string { return shortHash(r.Hash, full) }},
+		{"dstate", func(r unitFileRow, _ bool) string { return dash(r.DState) }},
+		{"state", func(r unitFileRow, _ bool) string { return dash(r.State) }},
+		{"target", target},
+		{"tmachine", target},
+		{"desc", func(r unitFileRow, _ bool) string { return dash(r.Desc) }},
+		{"reason", func(r unitFileRow, _ bool) string { return dash(r.Reason) }},
+	}
+}
+
+const defaultUnitFileFields = "unit,hash,dstate,state,target"
+
+func unitFileRows(units []apiv1.Unit, machines []apiv1.Machine) []unitFileRow {
+	ips := machineIPs(machines)
+	rows := make([]unitFileRow, 0, len(units))
+	for _, u := range units {
+		rows = append(rows, unitFileRow{
+			Unit: u.Name, Hash: u.Hash, DState: u.DesiredState, State: u.CurrentState,
+			Target: u.Machine, targetIP: ips[u.Machine], Desc: u.Description, Reason: u.Reason,
+		})
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Unit < rows[j].Unit })
+	return rows
+}
+
+func newListUnitFilesCommand(g *Globals) *cobra.Command {
+	var lf listFlags
+	cmd := &cobra.Command{
+		Use:   "list-unit-files [flags]",
+		Short: "List the units that exist in the cluster",
+		Long: `List every unit of the cluster, whether or not it is scheduled: its hash,
+desired state (DSTATE), the state its machine reports (STATE) and the
+machine it is scheduled to (TARGET).
+
+A unit that is wanted but cannot be placed on any machine is reported below
+the table, on standard error, unless the reason field is printed.
+
+With --output json, print an array of objects with every field (the target
+machine under "tmachine"), full machine IDs and hashes.`,
+		Example: `  flotilla list-unit-files
+  flotilla list-unit-files --fields unit,dstate,state,reason`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: g.runE(func(ctx context.Context, e *env, _ []string) error {
+			fields, err := parseFields(lf.fields, unitFileFields())
+			if err != nil {
+				return err
+			}
+			units, err := e.c.Units(ctx)
+			if err != nil {
+				return err
+			}
+			machines, err := e.c.Machines(ctx)
+			if err != nil {
+				return err
+			}
+			rows := unitFileRows(units.Units, machines.Machines)
+			if e.json {
+				return writeJSON(e.out, rows)
+			}
+			if err := writeTable(e.out, fields, rows, lf.full, lf.noLegend); err != nil {
+				return err
+			}
+			if !hasField(fields, "reason") {
+				writeReasons(e.errOut, rows)
+			}
+			return nil
+		}),
+	}
+	lf.register(cmd, defaultUnitFileFields, fieldNames(unitFileFields()))
+	return cmd
+}
+
+func hasField[T any](fields []field[T], name string) bool {
+	for _, f := range fields {
+		if f.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// writeReasons reports the units that cannot be placed.
+func writeReasons(w io.Writer, rows []unitFileRow) {
+	for _, r := range rows {
+		if r.Reason != "" {
+			fmt.Fprintf(w, "Unit %s cannot be placed: %s\n", r.Unit, r.Reason)
+		}
+	}
+}
+
+// machineRow is one line of list-machines.
+type machineRow struct {
+	Machine  string            `json:"machine"`
+	IP       string            `json:"ip"`
+	Metadata map[string]string `json:"metadata"`
+	Leader   bool              `json:"leader"`
+	Units    int               `json:"units"`
+}
+
+func machineFields() []field[machineRow] {
+	return []field[machineRow]{
+		{"machine", func(r machineRow, full bool) string { return machineID(r.Machine, full) }},
+		{"ip", func(r machineRow, _ bool) string { return dash(r.IP) }},
+		{"metadata", func(r machineRow, _ bool) string { return formatMetadata(r.Metadata) }},
+		{"leader", func(r machineRow, _ bool) string { return strconv.FormatBool(r.Leader) }},
+		{"units", func(r machineRow, _ bool) string { return strconv.Itoa(r.Units) }},
+	}
+}
+
+const defaultMachineFields = "machine,ip,metadata"
+
+func machineRows(machines []apiv1.Machine) []machineRow {
+	rows := make([]machineRow, 0, len(machines))
+	for _, m := range machines {
+		md := m.Metadata
+		if md == nil {
+			md = map[string]string{}
+		}
+		rows = append(rows, machineRow{Machine: m.ID, IP: m.IP, Metadata: md, Leader: m.Leader, Units: m.Units})
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Machine < rows[j].Machine })
+	return rows
+}
+
+// formatMetadata shows metadata as fleetctl did: "k=v,k2=v2", sorted by key.
+func formatMetadata(md map[string]string) string {
+	if len(md) == 0 {
+		return "-"
+	}
+	pairs := make([]string, 0, len(md))
+	for k, v := range md {
+		pairs = append(pairs, k+"="+v)
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
+}
+
+func newListMachinesCommand(g *Globals) *cobra.Command {
+	var lf listFlags
+	cmd := &cobra.Command{
+		Use:   "list-machines [flags]",
+		Short: "List the machines of the cluster",
+		Long: `List the machines of the cluster: ID, IP and metadata by default; the
+leader field tells which machine leads, units how many units it is
+target of.
+
+With --output json, print an array of objects with every field, full
+machine IDs and metadata as an object.`,
+		Example: `  flotilla list-machines
+  flotilla list-machines --full --fields machine,ip,leader`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: g.runE(func(ctx context.Context, e *env, _ []string) error {
+			fields, err := parseFields(lf.fields, machineFields())
+			if err != nil {
+				return err
+			}
+			l, err := e.c.Machines(ctx)
+			if err != nil {
+				return err
+			}
+			rows := machineRows(l.Machines)
+			if e.json {
+				return writeJSON(e.out, rows)
+			}
+			return writeTable(e.out, fields, rows, lf.full, lf.noLegend)
+		}),
+	}
+	lf.register(cmd, defaultMachineFields, fieldNames(machineFields()))
+	return cmd
+}

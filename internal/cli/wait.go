@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/client"
+)
+
+// Desired and current states of units, in fleet's vocabulary.
+const (
+	stateInactive = "inactive"
+	stateLoaded   = "loaded"
+	stateLaunched = "launched"
+)
+
+// waitTarget is a unit a command waits for.
+type waitTarget struct {
+	name string
+	// changed tells that the command changed the unit's desired state;
+	// then a failure report older than the change (equal to snapshot)
+	// tells nothing about the outcome.
+	changed  bool
+	snapshot *apiv1.UnitState
+}
+
+// verdict is where a unit stands on its way to a state.
+type verdict int
+
+const (
+	pending verdict = iota
+	reached
+	unplaceable
+	failed
+	vanished
+)
+
+// judge tells where unit u (nil if it no longer exists) stands on its way to
+// the state want.
+func judge(t waitTarget, want string, u *apiv1.Unit) verdict {
+	if u == nil {
+		return vanished
+	}
+	if want == stateLaunched && u.State != nil && u.State.Active == "failed" {
+		if t.changed && sameReport(t.snapshot, u.State) {
+			return pending // the failure predates the change
+		}
+		return failed
+	}
+	if u.CurrentState == want {
+		return reached
+	}
+	if want != stateInactive && u.Reason != "" {
+		return unplaceable
+	}
+	return pending
+}
+
+// sameReport reports whether a and b are the same agent report.
+func sameReport(a, b *apiv1.UnitState) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// defaultPollMin and defaultPollMax bound the interval between polls.
+const (
+	defaultPollMin = 100 * time.Millisecond
+	defaultPollMax = time.Second
+	// maxPollErrors is how many polls in a row may fail because the
+	// cluster is unavailable (e.g. electing a leader) before giving up.
+	maxPollErrors = 10
+)
+
+// waitUnits polls the units of targets until each reaches the state want,
+// cannot be placed, failed or vanished, printing fleetctl's line for each.
+// timeout > 0 bounds the wait. It fails if any unit did not reach want.
+func (e *env) waitUnits(ctx context.Context, targets []waitTarget, want string, timeout time.Duration) error {
+	parent := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	interval, maxInterval := e.g.pollMin, e.g.pollMax
+	if interval <= 0 {
+		interval = defaultPollMin
+	}
+	if maxInterval <= 0 {
+		maxInterval = defaultPollMax
+	}
+	machines := newMachineCache(e.c)
+	pendingTargets := targets
+	problems, pollErrors := 0, 0
+	for {
+		units, err := e.fetchUnits(ctx, targetNames(pendingTargets))
+		switch {
+		case err == nil:
+			pollErrors = 0
+			var still []waitTarget
+			for _, t := range pendingTargets {
+				var u *apiv1.Unit
+				if found, ok := units[t.name]; ok {
+					u = &found
+				}
+				switch judge(t, want, u) {
+				case reached:
+					fmt.Fprintln(e.out, reachedLine(u, machines.legend(ctx, u.Machine, false)))
+				case unplaceable:
+					problems++
+					fmt.Fprintf(e.errOut, "Unit %s cannot be placed: %s\n", u.Name, u.Reason)
+				case failed:
+					problems++
+					fmt.Fprintln(e.errOut, failedLine(u, machines.legend(ctx, u.State.Machine, false)))
+				case vanished:
+					problems++
+					fmt.Fprintf(e.errOut, "Unit %s was destroyed while waiting for it to become %s\n", t.name, want)
+				default:
+					still = append(still, t)
+				}
+			}
+			pendingTargets = still
+		case ctx.Err() == nil && client.IsUnavailable(err) && pollErrors < maxPollErrors:
+			pollErrors++
+		case ctx.Err() == nil:
+			return fmt.Errorf("wait for units: %w", err)
+		}
+		if len(pendingTargets) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			names := strings.Join(targetNames(pendingTargets), ", ")
+			if parent.Err() != nil {
+				return fmt.Errorf("interrupted while waiting for units to become %s: %s (their desired state is set)", want, names)
+			}
+			return fmt.Errorf("timed out after %s waiting for units to become %s: %s", timeout, want, names)
+		case <-time.After(interval):
+		}
+		interval = min(2*interval, maxInterval)
+	}
+	if problems > 0 {
+		return fmt.Errorf("%d of %d units did not become %s", problems, len(targets), want)
+	}
+	return nil
+}
+
+func targetNames(ts []waitTarget) []string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.name
+	}
+	return names
+}
+
+// reachedLine is fleetctl's report of a unit that reached its state:
+// "Unit hello.service launched on 113f16a7.../172.17.8.103".
+func reachedLine(u *apiv1.Unit, machine string) string {
+	if u.CurrentState == stateInactive || u.Machine == "" {
+		return fmt.Sprintf("Unit %s %s", u.Name, u.CurrentState)
+	}
+	return fmt.Sprintf("Unit %s %s on %s", u.Name, u.CurrentState, machine)
+}
+
+// failedLine reports a unit that failed to start.
+func failedLine(u *apiv1.Unit, machine string) string {
+	s := fmt.Sprintf("Unit %s failed on %s", u.Name, machine)
+	if u.State.Result != "" {
+		s += " (Result: " + u.State.Result + ")"
+	}
+	if u.State.Message != "" {
+		s += ": " + u.State.Message
+	}
+	return s
+}
+
+// machineCache looks up the IPs of machines for their legends, fetching
+// the machine list when first needed and once more for a machine it does
+// not know. Errors only make legends shorter.
+type machineCache struct {
+	c       *client.Client
+	byID    map[string]apiv1.Machine
+	fetches int
+}
+
+func newMachineCache(c *client.Client) *machineCache {
+	return &machineCache{c: c, byID: map[string]apiv1.Machine{}}
+}
+
+func (m *machineCache) legend(ctx context.Context, id string, full bool) string {
+	if id == "" {
+		return "-"
+	}
+	if _, ok := m.byID[id]; !ok && m.fetches < 2 {
+		m.fetches++
+		if l, err := m.c.Machines(ctx); err == nil {
+			for _, ms := range l.Machines {
+				m.byID[ms.ID] = ms
+			}
+		}
+	}
+	return machineLegend(id, m.byID[id].IP, full)
+}
+
+// machineLegend is fleetctl's way to show a machine: the first 8 characters
+// of its ID and "..." unless full, then "/" and the IP when known.
+func machineLegend(id, ip string, full bool) string {
+	if id == "" {
+		return "-"
+	}
+	s := machineID(id, full)
+	if ip != "" {
+		s += "/" + ip
+	}
+	return s
+}
+
+func machineID(id string, full bool) string {
+	if full || len(id) <= 8 {
+		return id
+	}
+	return id[:8] + "..."
+}

@@ -1,0 +1,370 @@
+// Package client is a Go client of Flotilla's HTTP API (/v1). It speaks the
+// JSON shapes of package apiv1 and turns every non-2xx answer into an
+// *APIError carrying the server's message and code.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+)
+
+// DefaultTimeout bounds one request when New is not given WithTimeout.
+const DefaultTimeout = 10 * time.Second
+
+// Client talks to one Flotilla endpoint. It is safe for concurrent use.
+type Client struct {
+	base      *url.URL
+	hc        *http.Client
+	timeout   time.Duration
+	userAgent string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout bounds every request: for ordinary calls the whole exchange,
+// for Journal the wait for the response headers (a followed journal may stay
+// open indefinitely). Zero or less means no limit.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) { c.timeout = d }
+}
+
+// WithHTTPClient makes the Client send its requests through hc. Its Timeout
+// should be zero: a Timeout there would also cut followed journals.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) { c.hc = hc }
+}
+
+// WithUserAgent sets the User-Agent header of every request.
+func WithUserAgent(ua string) Option {
+	return func(c *Client) { c.userAgent = ua }
+}
+
+// New returns a Client of the API at endpoint, an http or https URL such as
+// http://127.0.0.1:7480; a path in it is a prefix of every API path.
+func New(endpoint string, opts ...Option) (*Client, error) {
+	base, err := parseEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		base:      base,
+		hc:        &http.Client{},
+		timeout:   DefaultTimeout,
+		userAgent: "flotilla-client",
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+func parseEndpoint(endpoint string) (*url.URL, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("invalid endpoint %q: want a URL such as http://127.0.0.1:7480: %w", endpoint, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("invalid endpoint %q: scheme must be http or https, as in http://127.0.0.1:7480", endpoint)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("invalid endpoint %q: no host, want a URL such as http://127.0.0.1:7480", endpoint)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("invalid endpoint %q: want scheme, host and optional path only", endpoint)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = strings.TrimSuffix(u.RawPath, "/")
+	return u, nil
+}
+
+// Endpoint returns the endpoint the Client talks to.
+func (c *Client) Endpoint() string { return c.base.String() }
+
+// Status returns who answered and who leads the cluster.
+func (c *Client) Status(ctx context.Context) (*apiv1.Status, error) {
+	var s apiv1.Status
+	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "status"), nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Units lists the units named, or all units when no name is given. Names
+// the cluster does not know are left out of the answer, without error. The
+// units come without their File.
+func (c *Client) Units(ctx context.Context, names ...string) (*apiv1.UnitList, error) {
+	q := url.Values{}
+	for _, n := range names {
+		q.Add("name", n)
+	}
+	var l apiv1.UnitList
+	if err := c.call(ctx, http.MethodGet, c.url(q, "v1", "units"), nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Unit returns one unit with its File. A unit that does not exist gives an
+// *APIError for which IsNotFound is true.
+func (c *Client) Unit(ctx context.Context, name string) (*apiv1.Unit, error) {
+	var u apiv1.Unit
+	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "units", name), nil, &u); err != nil {
+		return nil, err
+	}
+	return &u, nil
+}
+
+// PutUnit creates the unit ch.Name, changes its desired state, or both.
+func (c *Client) PutUnit(ctx context.Context, ch apiv1.UnitChange) (*apiv1.Unit, error) {
+	var u apiv1.Unit
+	if err := c.call(ctx, http.MethodPut, c.url(nil, "v1", "units", ch.Name), ch, &u); err != nil {
+		return nil, err
+	}
+	return &u, nil
+}
+
+// DestroyUnit removes a unit from the cluster; its machine stops and unloads it.
+func (c *Client) DestroyUnit(ctx context.Context, name string) error {
+	return c.call(ctx, http.MethodDelete, c.url(nil, "v1", "units", name), nil, nil)
+}
+
+// Batch applies b at once: the server validates every change before writing
+// any, so on error nothing was changed.
+func (c *Client) Batch(ctx context.Context, b apiv1.Batch) (*apiv1.BatchResult, error) {
+	var r apiv1.BatchResult
+	if err := c.call(ctx, http.MethodPost, c.url(nil, "v1", "batch"), b, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// UnitStateFilter narrows UnitStates; zero fields do not filter.
+type UnitStateFilter struct {
+	Machine string
+	Names   []string
+}
+
+// UnitStates returns what the agents report about their units.
+func (c *Client) UnitStates(ctx context.Context, f UnitStateFilter) (*apiv1.UnitStateList, error) {
+	q := url.Values{}
+	if f.Machine != "" {
+		q.Set("machine", f.Machine)
+	}
+	for _, n := range f.Names {
+		q.Add("name", n)
+	}
+	var l apiv1.UnitStateList
+	if err := c.call(ctx, http.MethodGet, c.url(q, "v1", "unit-states"), nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Machines lists the machines of the cluster.
+func (c *Client) Machines(ctx context.Context) (*apiv1.MachineList, error) {
+	var l apiv1.MachineList
+	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "machines"), nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// JournalOptions selects what Journal returns.
+type JournalOptions struct {
+	// Lines is how many of the last lines to send; 0 sends none, so that
+	// with Follow only new lines come.
+	Lines int
+	// Follow keeps the stream open and sends new lines as they are written.
+	Follow bool
+}
+
+// Journal returns the log of a unit as a stream of text lines. The caller
+// must close it; with Follow it ends when ctx is done or the server ends it.
+func (c *Client) Journal(ctx context.Context, name string, o JournalOptions) (io.ReadCloser, error) {
+	if o.Lines < 0 {
+		return nil, fmt.Errorf("journal of %s: invalid line count %d", name, o.Lines)
+	}
+	q := url.Values{"lines": {strconv.Itoa(o.Lines)}}
+	if o.Follow {
+		q.Set("follow", "true")
+	}
+	u := c.url(q, "v1", "units", name, "journal")
+
+	// The timeout covers the wait for the headers only: a followed journal
+	// stays open as long as the caller reads it.
+	reqCtx, cancel := context.WithCancel(ctx)
+	var timer *time.Timer
+	if c.timeout > 0 {
+		timer = time.AfterFunc(c.timeout, cancel)
+	}
+	req, err := c.newRequest(reqCtx, http.MethodGet, u, nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/plain")
+	resp, err := c.hc.Do(req)
+	if timer != nil && !timer.Stop() && ctx.Err() == nil {
+		// The timer fired: whatever came back is cut off.
+		if err == nil {
+			resp.Body.Close()
+		}
+		cancel()
+		return nil, c.timeoutError(req)
+	}
+	if err != nil {
+		cancel()
+		return nil, c.requestError(ctx, req, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, readAPIError(resp)
+	}
+	return &streamBody{ReadCloser: resp.Body, cancel: cancel}, nil
+}
+
+type streamBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *streamBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// url returns the URL of the API path made of segs (each escaped) and query q.
+func (c *Client) url(q url.Values, segs ...string) *url.URL {
+	u := *c.base
+	var raw strings.Builder
+	raw.WriteString(c.base.EscapedPath())
+	var plain strings.Builder
+	plain.WriteString(c.base.Path)
+	for _, s := range segs {
+		raw.WriteString("/" + url.PathEscape(s))
+		plain.WriteString("/" + s)
+	}
+	u.Path = plain.String()
+	u.RawPath = raw.String()
+	if len(q) > 0 {
+		u.RawQuery = q.Encode()
+	}
+	return &u
+}
+
+func (c *Client) newRequest(ctx context.Context, method string, u *url.URL, body any) (*http.Request, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s %s: %w", method, u.Path, err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), r)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, u.Path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.userAgent != "" {
+		req.Header.Set("User-Agent", c.userAgent)
+	}
+	return req, nil
+}
+
+// call sends one request and decodes a 2xx answer into out (when not nil).
+func (c *Client) call(ctx context.Context, method string, u *url.URL, body, out any) error {
+	reqCtx := ctx
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		reqCtx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	req, err := c.newRequest(reqCtx, method, u, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return c.requestError(ctx, req, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return readAPIError(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if reqCtx.Err() != nil {
+			return c.requestError(ctx, req, err)
+		}
+		return fmt.Errorf("%s %s: decode answer of %s: %w", req.Method, req.URL.Path, c.Endpoint(), err)
+	}
+	return nil
+}
+
+// requestError explains a failure to exchange req with the server; parent is
+// the caller's context, req's context may add the request timeout.
+func (c *Client) requestError(parent context.Context, req *http.Request, err error) error {
+	// *url.Error repeats method and URL; keep what went wrong.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	switch {
+	case parent.Err() != nil:
+		return fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, parent.Err())
+	case errors.Is(req.Context().Err(), context.DeadlineExceeded):
+		return c.timeoutError(req)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return &UnreachableError{Endpoint: c.Endpoint(), Err: err}
+	}
+	return fmt.Errorf("%s %s at %s: %w", req.Method, req.URL.Path, c.Endpoint(), err)
+}
+
+func (c *Client) timeoutError(req *http.Request) error {
+	return fmt.Errorf("%s %s: no answer from %s within %s: %w", req.Method, req.URL.Path, c.Endpoint(), c.timeout, context.DeadlineExceeded)
+}
+
+// maxErrorBody bounds how much of a non-JSON error answer is quoted.
+const maxErrorBody = 512
+
+func readAPIError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &APIError{Status: resp.StatusCode}
+	var ae apiv1.Error
+	if err := json.Unmarshal(body, &ae); err == nil && ae.Error != "" {
+		e.Code = ae.Code
+		e.Message = ae.Error
+		return e
+	}
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > maxErrorBody {
+		msg = msg[:maxErrorBody] + "..."
+	}
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	e.Message = fmt.Sprintf("server answered %s: %s", resp.Status, msg)
+	return e
+}

@@ -1,0 +1,317 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/client"
+	"github.com/flotilla/flotilla/internal/client/clienttest"
+)
+
+var machines = []apiv1.Machine{
+	{ID: "113f16a7c1a44b8f9d0e1a2b3c4d5e6f", IP: "172.17.8.101", Metadata: map[string]string{"role": "web"}, Leader: true},
+	{ID: "2c0ffee0aa44b8f9d0e1a2b3c4d5e6f7", IP: "172.17.8.102"},
+}
+
+func newClient(t *testing.T, endpoint string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(endpoint, opts...)
+	if err != nil {
+		t.Fatalf("New(%q): %v", endpoint, err)
+	}
+	return c
+}
+
+func TestNewValidatesEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		endpoint string
+		wantErr  string // "" for a valid endpoint
+	}{
+		{"http://127.0.0.1:7480", ""},
+		{"https://flotilla.example.com", ""},
+		{"http://h:7480/prefix/", ""},
+		{"", "scheme must be http or https"},
+		{"127.0.0.1:7480", "want a URL"},
+		{"localhost:7480", "scheme must be http or https"},
+		{"ftp://h", "scheme must be http or https"},
+		{"http://", "no host"},
+		{"http:///v1", "no host"},
+		{"http://h?x=1", "scheme, host and optional path only"},
+		{"http://user:pw@h", "scheme, host and optional path only"},
+	} {
+		t.Run(tc.endpoint, func(t *testing.T) {
+			_, err := client.New(tc.endpoint)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("New(%q): %v", tc.endpoint, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("New(%q) = nil error, want %q", tc.endpoint, tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), fmt.Sprintf("%q", tc.endpoint)) {
+				t.Errorf("New(%q) = %q, want it to name the endpoint and say %q", tc.endpoint, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	srv := clienttest.NewServer(t, machines...)
+	c := newClient(t, srv.URL)
+	ctx := context.Background()
+
+	st, err := c.Status(ctx)
+	if err != nil || st.Leader != machines[0].ID {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+
+	file := "[Unit]\nDescription=Hello\n[Service]\nExecStart=/bin/sleep 1000\n"
+	res, err := c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{
+		{Name: "hello.service", File: file, DesiredState: "launched"},
+		{Name: "other.service", File: "[Service]\nExecStart=/bin/true\n"},
+	}})
+	if err != nil {
+		t.Fatalf("Batch: %v", err)
+	}
+	if len(res.Units) != 2 || res.Units[0].DesiredState != "launched" || res.Units[0].Machine != machines[0].ID {
+		t.Fatalf("Batch = %+v", res)
+	}
+
+	l, err := c.Units(ctx, "hello.service", "nope.service")
+	if err != nil {
+		t.Fatalf("Units: %v", err)
+	}
+	if len(l.Units) != 1 || l.Units[0].Name != "hello.service" || l.Units[0].File != "" || l.Units[0].CurrentState != "launched" {
+		t.Fatalf("Units(hello, nope) = %+v", l.Units)
+	}
+	all, err := c.Units(ctx)
+	if err != nil || len(all.Units) != 2 {
+		t.Fatalf("Units() = %+v, %v", all, err)
+	}
+
+	u, err := c.Unit(ctx, "hello.service")
+	if err != nil || u.File != file || u.Description != "Hello" {
+		t.Fatalf("Unit = %+v, %v", u, err)
+	}
+
+	states, err := c.UnitStates(ctx, client.UnitStateFilter{Machine: machines[0].ID})
+	if err != nil || len(states.States) != 1 || states.States[0].Sub != "running" {
+		t.Fatalf("UnitStates = %+v, %v", states, err)
+	}
+	states, err = c.UnitStates(ctx, client.UnitStateFilter{Machine: machines[1].ID})
+	if err != nil || len(states.States) != 0 {
+		t.Fatalf("UnitStates(other machine) = %+v, %v", states, err)
+	}
+
+	ms, err := c.Machines(ctx)
+	if err != nil || len(ms.Machines) != 2 || ms.Machines[0].Units != 1 {
+		t.Fatalf("Machines = %+v, %v", ms, err)
+	}
+
+	pu, err := c.PutUnit(ctx, apiv1.UnitChange{Name: "other.service", DesiredState: "loaded"})
+	if err != nil || pu.DesiredState != "loaded" {
+		t.Fatalf("PutUnit = %+v, %v", pu, err)
+	}
+	if err := c.DestroyUnit(ctx, "other.service"); err != nil {
+		t.Fatalf("DestroyUnit: %v", err)
+	}
+	if _, ok := srv.Unit("other.service"); ok {
+		t.Fatal("other.service still exists after DestroyUnit")
+	}
+}
+
+func TestAPIErrors(t *testing.T) {
+	srv := clienttest.NewServer(t, machines...)
+	c := newClient(t, srv.URL)
+	ctx := context.Background()
+
+	_, err := c.Unit(ctx, "nope.service")
+	var ae *client.APIError
+	if !errors.As(err, &ae) {
+		t.Fatalf("Unit(nope) error = %T %v, want *APIError", err, err)
+	}
+	if ae.Status != http.StatusNotFound || ae.Code != "not_found" || err.Error() != "unit nope.service does not exist" {
+		t.Errorf("Unit(nope) = %#v, want 404 not_found with the server's message", ae)
+	}
+	if !client.IsNotFound(err) || client.IsConflict(err) {
+		t.Errorf("IsNotFound/IsConflict wrong for %v", err)
+	}
+
+	if _, err := c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: "a.service", File: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: "a.service", File: "y"}}})
+	if !client.IsConflict(err) {
+		t.Errorf("different file: error = %v, want a conflict", err)
+	}
+}
+
+func TestNonJSONError(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "upstream is down", http.StatusBadGateway)
+	}))
+	defer ts.Close()
+	_, err := newClient(t, ts.URL).Machines(context.Background())
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || ae.Code != "" {
+		t.Fatalf("error = %#v, want *APIError 502 without code", err)
+	}
+	if !strings.Contains(err.Error(), "upstream is down") || !strings.Contains(err.Error(), "502") {
+		t.Errorf("error = %q, want the status and the body", err)
+	}
+	if !client.IsUnavailable(err) {
+		t.Errorf("IsUnavailable(%v) = false", err)
+	}
+}
+
+func TestConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + ln.Addr().String()
+	ln.Close()
+
+	_, err = newClient(t, endpoint).Units(context.Background())
+	if err == nil {
+		t.Fatal("no error from a closed port")
+	}
+	var ue *client.UnreachableError
+	if !errors.As(err, &ue) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("error = %T %v, want *UnreachableError wrapping ECONNREFUSED", err, err)
+	}
+	for _, want := range []string{endpoint, "flotilla dev"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if !client.IsUnavailable(err) {
+		t.Errorf("IsUnavailable(%v) = false", err)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer ts.Close()
+	c := newClient(t, ts.URL, client.WithTimeout(50*time.Millisecond))
+	start := time.Now()
+	_, err := c.Status(context.Background())
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "within 50ms") {
+		t.Fatalf("error = %v, want a timeout naming 50ms", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("timed out after %s", d)
+	}
+
+	// A canceled context says so, not "timeout".
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Status(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled: error = %v, want context.Canceled", err)
+	}
+}
+
+func TestPaths(t *testing.T) {
+	var got []string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Method+" "+r.URL.RequestURI())
+		w.Write([]byte("{}"))
+	}))
+	defer ts.Close()
+	c := newClient(t, ts.URL+"/prefix/")
+	ctx := context.Background()
+	c.Unit(ctx, "web@1.service")
+	c.Units(ctx, "a.service", "b.service")
+	c.UnitStates(ctx, client.UnitStateFilter{Machine: "m1", Names: []string{"a.service"}})
+	c.DestroyUnit(ctx, "a b.service")
+	want := []string{
+		"GET /prefix/v1/units/web@1.service",
+		"GET /prefix/v1/units?name=a.service&name=b.service",
+		"GET /prefix/v1/unit-states?machine=m1&name=a.service",
+		"DELETE /prefix/v1/units/a%20b.service",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestJournal(t *testing.T) {
+	srv := clienttest.NewServer(t, machines...)
+	srv.AddUnit(apiv1.Unit{Name: "hello.service", File: "x", DesiredState: "launched"})
+	srv.SetJournal("hello.service", []string{"l1", "l2", "l3"}, []string{"new1"})
+	c := newClient(t, srv.URL)
+
+	rc, err := c.Journal(context.Background(), "hello.service", client.JournalOptions{Lines: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(b) != "l2\nl3\n" {
+		t.Fatalf("journal = %q, %v", b, err)
+	}
+
+	_, err = c.Journal(context.Background(), "nope.service", client.JournalOptions{})
+	if !client.IsNotFound(err) {
+		t.Fatalf("journal of missing unit: %v, want not found", err)
+	}
+}
+
+// A followed journal outlives the request timeout and ends with its context.
+func TestJournalFollowOutlivesTimeout(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("follow") != "true" || r.URL.Query().Get("lines") != "0" {
+			http.Error(w, "bad query "+r.URL.RawQuery, http.StatusBadRequest)
+			return
+		}
+		w.Write([]byte("first\n"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-time.After(150 * time.Millisecond):
+			w.Write([]byte("late\n"))
+			w.(http.Flusher).Flush()
+		case <-r.Context().Done():
+			return
+		}
+		<-r.Context().Done()
+	}))
+	defer ts.Close()
+	c := newClient(t, ts.URL, client.WithTimeout(50*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rc, err := c.Journal(ctx, "hello.service", client.JournalOptions{Lines: 0, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var got strings.Builder
+	buf := make([]byte, 64)
+	for !strings.Contains(got.String(), "late\n") {
+		n, err := rc.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("read after %q: %v", got.String(), err)
+		}
+	}
+	cancel()
+	if _, err := io.ReadAll(rc); err == nil {
+		t.Error("stream did not end with its context")
+	}
+}

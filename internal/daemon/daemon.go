@@ -1,0 +1,326 @@
+// Package daemon wires one Flotilla daemon: an embedded etcd member (or a
+// client of an external etcd), an engine candidate, an agent with its
+// driver, and the HTTP API. Only cmd/flotilla imports it.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/flotilla/flotilla/internal/agent"
+	"github.com/flotilla/flotilla/internal/api"
+	"github.com/flotilla/flotilla/internal/driver"
+	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// Version is Flotilla's version, reported to the leader and by /v1/status.
+var Version = "0.1.0-dev"
+
+// Config is one daemon's configuration. Addresses are host:port; a port of 0
+// picks a free one.
+type Config struct {
+	// Name is the machine ID: letters, digits, '.', '_', '-' (default: the host name).
+	Name string
+	// DataDir holds the embedded etcd member and the units' logs and state. Required.
+	DataDir string
+	// APIAddr is where the HTTP API listens (default 127.0.0.1:7480).
+	APIAddr string
+	// GRPCAddr is where the engine serves agents (default 127.0.0.1:0).
+	GRPCAddr string
+	// PublicIP is the machine's IP shown by list-machines and used to
+	// advertise listeners bound to a wildcard address (default 127.0.0.1).
+	PublicIP string
+	// Metadata is the machine's metadata for MachineMetadata= constraints.
+	Metadata map[string]string
+
+	// EtcdEndpoints are the client URLs of an external etcd cluster.
+	EtcdEndpoints []string
+	// EtcdEmbed runs an etcd member in this process (exclusive with EtcdEndpoints).
+	EtcdEmbed          bool
+	EtcdClientAddr     string // default 127.0.0.1:2379
+	EtcdPeerAddr       string // default 127.0.0.1:2380
+	EtcdInitialCluster string // name=http://peer,...; default: this member alone
+	// Prefix is the cluster's etcd key prefix (default /flotilla/).
+	Prefix string
+
+	NoEngine bool
+	NoAgent  bool
+	// AgentTTL: see engine.Config.AgentTTL (default 20s).
+	AgentTTL time.Duration
+	// ElectionTTL: see engine.Config.ElectionTTL (default 5s).
+	ElectionTTL time.Duration
+	// MaxTxnOps bounds one etcd transaction (default 128).
+	MaxTxnOps int
+
+	Logger *slog.Logger
+	// Ready, if set, is called once every listener is up with their addresses.
+	Ready func(Addrs)
+}
+
+// Addrs are the addresses a running daemon listens on.
+type Addrs struct {
+	API, GRPC, EtcdClient string
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func (c *Config) validate() error {
+	if c.Name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--name is not set and the host name is unknown: %w", err)
+		}
+		c.Name = h
+	}
+	if !nameRE.MatchString(c.Name) {
+		return fmt.Errorf("--name %q: a machine name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", c.Name)
+	}
+	if c.DataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	if c.APIAddr == "" {
+		c.APIAddr = "127.0.0.1:7480"
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = "127.0.0.1:0"
+	}
+	if c.PublicIP == "" {
+		c.PublicIP = "127.0.0.1"
+	}
+	if net.ParseIP(c.PublicIP) == nil {
+		return fmt.Errorf("--public-ip %q is not an IP address", c.PublicIP)
+	}
+	for flag, a := range map[string]string{"--api-addr": c.APIAddr, "--grpc-addr": c.GRPCAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("%s %q: %w", flag, a, err)
+		}
+	}
+	if c.EtcdEmbed && len(c.EtcdEndpoints) > 0 {
+		return errors.New("--etcd-embed and --etcd-endpoints exclude each other: run an etcd member here, or use an external cluster")
+	}
+	if !c.EtcdEmbed && len(c.EtcdEndpoints) == 0 {
+		return errors.New("no etcd: give --etcd-endpoints URL,... or --etcd-embed")
+	}
+	if c.EtcdEmbed {
+		if c.EtcdClientAddr == "" {
+			c.EtcdClientAddr = "127.0.0.1:2379"
+		}
+		if c.EtcdPeerAddr == "" {
+			c.EtcdPeerAddr = "127.0.0.1:2380"
+		}
+		if c.EtcdInitialCluster != "" {
+			if err := parseInitialCluster(c.EtcdInitialCluster, c.Name); err != nil {
+				return err
+			}
+		}
+	}
+	if c.NoEngine && c.NoAgent {
+		c.Logger.Warn("--no-engine and --no-agent: this daemon only serves the API")
+	}
+	if c.Prefix == "" {
+		c.Prefix = registry.DefaultPrefix
+	}
+	return nil
+}
+
+// Run runs the daemon until ctx is done, then shuts down in order: API,
+// engine (resigning leadership at once), agent and its units, etcd.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log := cfg.Logger.With("machine", cfg.Name)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+
+	endpoints := cfg.EtcdEndpoints
+	var etcdClientAddr string
+	if cfg.EtcdEmbed {
+		e, err := startEtcd(etcdMember{Name: cfg.Name, Dir: cfg.DataDir, ClientAddr: cfg.EtcdClientAddr,
+			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster}, 60*time.Second)
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() { closeEtcd(e) })
+		etcdClientAddr = e.Clients[0].Addr().String()
+		endpoints = []string{"http://" + etcdClientAddr}
+		log.Info("embedded etcd member ready", "client", etcdClientAddr, "peer", cfg.EtcdPeerAddr)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+		Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+	}
+	cleanups = append(cleanups, func() { cli.Close() })
+
+	apiLn, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		return fmt.Errorf("--api-addr: %w", err)
+	}
+	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		apiLn.Close()
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	addrs := Addrs{API: advertise(apiLn.Addr(), cfg.PublicIP), GRPC: advertise(grpcLn.Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
+	keys := registry.Keys{Prefix: cfg.Prefix}
+
+	var (
+		wg  sync.WaitGroup
+		eng *engine.Engine
+	)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+
+	gsrv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(64<<20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
+	)
+	if !cfg.NoEngine {
+		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
+			AgentTTL: cfg.AgentTTL, GRPCAddr: addrs.GRPC, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger})
+		if err != nil {
+			apiLn.Close()
+			grpcLn.Close()
+			return err
+		}
+		agentpb.RegisterEngineServer(gsrv, eng)
+	}
+	go gsrv.Serve(grpcLn)
+	cleanups = append(cleanups, gsrv.Stop)
+
+	// The current leader, for forwarding API requests.
+	var (
+		lmu    sync.Mutex
+		leader election.Info
+	)
+	leaders := func(ctx context.Context) <-chan election.Info { return election.Observe(ctx, cli, keys.Election()) }
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for in := range leaders(runCtx) {
+			lmu.Lock()
+			leader = in
+			lmu.Unlock()
+			if in.Machine != "" {
+				log.Info("engine leader", "leader", in.Machine, "leader_rev", in.Rev)
+			}
+		}
+	}()
+	currentLeader := func() (election.Info, bool) {
+		lmu.Lock()
+		defer lmu.Unlock()
+		return leader, leader.Machine != ""
+	}
+
+	var drv driver.Driver
+	var ag *agent.Agent
+	if !cfg.NoAgent {
+		ag, err = agent.New(agent.Config{
+			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version},
+			Leaders: leaders, TTL: agentTTL(cfg), Logger: cfg.Logger,
+		})
+		if err != nil {
+			return err
+		}
+		ed, err := execdriver.New(execdriver.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify, Logger: cfg.Logger})
+		if err != nil {
+			return fmt.Errorf("exec driver: %w", err)
+		}
+		drv = ed
+		ag.SetDriver(ed)
+	}
+
+	srv := &http.Server{Handler: api.New(api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv,
+		Version: Version, Registry: "grpc", Logger: cfg.Logger}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(apiLn)
+
+	if eng != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); eng.Run(runCtx) }()
+	}
+	agentDone := make(chan struct{})
+	if ag != nil {
+		go func() { defer close(agentDone); ag.Run(runCtx) }()
+	} else {
+		close(agentDone)
+	}
+	log.Info("daemon running", "api", addrs.API, "grpc", addrs.GRPC, "engine", eng != nil, "agent", ag != nil)
+	if cfg.Ready != nil {
+		cfg.Ready(addrs)
+	}
+
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	srv.Shutdown(sctx)
+	cancel()
+	stop()
+	wg.Wait() // the engine has resigned
+	<-agentDone
+	if drv != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		drv.Close(cctx)
+		cancel()
+	}
+	return nil
+}
+
+func agentTTL(cfg Config) time.Duration {
+	if cfg.AgentTTL != 0 {
+		return cfg.AgentTTL
+	}
+	return 20 * time.Second
+}
+
+// advertise turns a listener address into one others can dial.
+func advertise(a net.Addr, publicIP string) string {
+	host, port, _ := net.SplitHostPort(a.String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = publicIP
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func closeEtcd(e *embed.Etcd) {
+	done := make(chan struct{})
+	go func() { e.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+}

@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// DevConfig configures `flotilla dev`: one process holding a single-member
+// embedded etcd, an engine, an agent with the exec driver, and the API.
+type DevConfig struct {
+	Config
+}
+
+// devState is what dev keeps in its data dir so that a restart finds its
+// etcd member on the same ports under the same name.
+type devState struct {
+	Name       string `json:"name"`
+	EtcdClient string `json:"etcdClient"`
+	EtcdPeer   string `json:"etcdPeer"`
+}
+
+// Dev runs a one-machine cluster until ctx is done.
+func Dev(ctx context.Context, dc DevConfig) error {
+	cfg := dc.Config
+	if cfg.DataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	path := filepath.Join(cfg.DataDir, "dev.json")
+	var st devState
+	switch b, err := os.ReadFile(path); {
+	case err == nil:
+		if err := json.Unmarshal(b, &st); err != nil {
+			return fmt.Errorf("%s: %w (remove the data dir to start afresh)", path, err)
+		}
+	case errors.Is(err, os.ErrNotExist):
+		st.Name = cfg.Name
+		if st.Name == "" {
+			st.Name = "dev"
+		}
+		if st.EtcdClient, err = freeLoopbackAddr(); err != nil {
+			return err
+		}
+		if st.EtcdPeer, err = freeLoopbackAddr(); err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(st, "", "  ")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return err
+		}
+	default:
+		return err
+	}
+	if cfg.Name != "" && cfg.Name != st.Name {
+		return fmt.Errorf("--name %q: data dir %s belongs to machine %q", cfg.Name, cfg.DataDir, st.Name)
+	}
+	cfg.Name = st.Name
+	cfg.EtcdEmbed = true
+	cfg.EtcdClientAddr, cfg.EtcdPeerAddr = st.EtcdClient, st.EtcdPeer
+	if cfg.EtcdClientAddr == "" || cfg.EtcdPeerAddr == "" {
+		return fmt.Errorf("%s lacks etcd addresses (remove the data dir to start afresh)", path)
+	}
+	// One machine: a short election TTL makes restarts snappy.
+	if cfg.ElectionTTL == 0 {
+		cfg.ElectionTTL = 2 * time.Second
+	}
+	return Run(ctx, cfg)
+}
+
+// freeLoopbackAddr returns a loopback address with a port free right now.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}

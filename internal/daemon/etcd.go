@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// etcdMember is the configuration of an embedded etcd member.
+type etcdMember struct {
+	Name           string
+	Dir            string
+	ClientAddr     string // host:port
+	PeerAddr       string // host:port
+	InitialCluster string // name=http://peer,...; "" for a single member
+	MaxTxnOps      uint
+}
+
+// startEtcd starts an embedded etcd member and waits until it serves
+// (which, for a member of a multi-member cluster, needs a quorum).
+func startEtcd(m etcdMember, timeout time.Duration) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = m.Name
+	cfg.Dir = filepath.Join(m.Dir, "etcd")
+	cu, err := url.Parse("http://" + m.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client address %q: %w", m.ClientAddr, err)
+	}
+	pu, err := url.Parse("http://" + m.PeerAddr)
+	if err != nil {
+		return nil, fmt.Errorf("etcd peer address %q: %w", m.PeerAddr, err)
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = m.InitialCluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = m.Name + "=" + pu.String()
+	}
+	cfg.InitialClusterToken = "flotilla"
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	cfg.LogLevel = "error"
+	cfg.Logger = "zap"
+	cfg.LogOutputs = []string{filepath.Join(m.Dir, "etcd.log")}
+	cfg.AutoCompactionMode = "revision"
+	cfg.AutoCompactionRetention = "10000"
+	if m.MaxTxnOps > 0 {
+		cfg.MaxTxnOps = m.MaxTxnOps
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd member %s: %w", m.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd member %s: %w", m.Name, err)
+	case <-time.After(timeout):
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd member %s did not become ready within %v (is a quorum of --etcd-initial-cluster up?)", m.Name, timeout)
+	}
+}
+
+// parseInitialCluster checks name=url,... and that name is in it.
+func parseInitialCluster(s, name string) error {
+	found := false
+	for _, part := range strings.Split(s, ",") {
+		n, u, ok := strings.Cut(part, "=")
+		if !ok || n == "" || u == "" {
+			return fmt.Errorf("--etcd-initial-cluster: %q is not name=URL", part)
+		}
+		if _, err := url.Parse(u); err != nil || !strings.HasPrefix(u, "http") {
+			return fmt.Errorf("--etcd-initial-cluster: %q has a bad URL %q (want http://host:port)", part, u)
+		}
+		if n == name {
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("--etcd-initial-cluster %q does not include this member %q", s, name)
+	}
+	return nil
+}

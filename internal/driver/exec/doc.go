@@ -1,0 +1,140 @@
+// Package execdriver runs units as supervised processes on the local machine,
+// the way systemd runs services, without systemd. It implements
+// driver.Driver.
+//
+// # Using it
+//
+//  1. Make one Driver per state directory with New. New takes a lock on the
+//     directory and SIGKILLs whatever an earlier driver on it left running
+//     (see "Crash safety").
+//  2. Load each unit file (parsed, with systemd's defaults applied), then
+//     Start and Stop it. Start and Stop return once the action is under way;
+//     every change of the unit's status is handed to Config.Notify, in order
+//     for each unit, from the unit's own goroutine.
+//  3. Unload a unit to stop it and forget it; Journal reads its log.
+//  4. Close stops everything and releases the directory.
+//
+// # The supervisor
+//
+// Each loaded unit has one goroutine, its supervisor, which owns the unit's
+// state. Driver methods send it requests; a goroutine per process reaps the
+// process and sends it the exit; timers bound each phase. The supervisor
+// never blocks on a process, so it always answers. The phases, with the
+// status each shows as Active/Sub, are:
+//
+//	dead (inactive/dead, or failed/failed after a failure)
+//	  │ Start (refused with ErrStartLimitHit: more than StartLimitBurst
+//	  │ starts within StartLimitInterval, which ends failed/start-limit-hit)
+//	  ▼
+//	start-pre (activating/start-pre)      ExecStartPre=, one after another
+//	  ▼
+//	start (activating/start)              Type=oneshot: ExecStart=, one after another
+//	  ▼
+//	start-post (activating/start-post)    simple: main process started; ExecStartPost=
+//	  ▼
+//	running (active/running, PID)         or, Type=oneshot with RemainAfterExit=,
+//	  │                                   exited (active/exited)
+//	  │ Stop                  │ the main process exits on its own
+//	  ▼                       │
+//	stop (deactivating/stop)  │           ExecStop=, with $MAINPID
+//	  ▼                       ▼
+//	stop-sigterm (deactivating/stop-sigterm)   KillSignal= (then SIGCONT)
+//	  ▼ TimeoutStopSec= passes
+//	stop-sigkill (deactivating/stop-sigkill)   SIGKILL
+//	  ▼
+//	stop-post (deactivating/stop-post)    ExecStopPost=
+//	  ▼
+//	dead, or auto-restart (activating/auto-restart) for RestartSec=, then start-pre
+//
+// A command that fails during start-pre, start or start-post (a non-zero
+// exit or a signal, unless its line has the "-" prefix, or a command that
+// cannot be started), a main process that fails during start-post, or
+// TimeoutStartSec= passing, fails the run: it goes to stop-sigterm with the
+// run's result set. Phases with nothing to do are passed through at once:
+// a main process that exits leaving nothing behind goes from running
+// straight to dead or auto-restart. A Stop during start-pre, start or
+// start-post goes straight to stop-sigterm; a Stop during auto-restart ends
+// it; a Start while stopping starts again once dead.
+//
+// When the run ends, its result is the first failure: exit-code, signal,
+// core-dump or timeout (as systemd's Result=), or success. A main process
+// killed by SIGHUP, SIGINT, SIGTERM or SIGPIPE exited cleanly, as in systemd.
+// The Restart= policy decides from the result whether to restart, following
+// the table in systemd.service(5); Restart=on-watchdog never restarts, as
+// there are no watchdogs. Without a restart the unit ends inactive/dead after
+// success and failed/failed otherwise. A stop that was asked for (Stop,
+// Unload, Close) always ends inactive/dead, even when SIGKILL was needed;
+// Status.Message then says so.
+//
+// Status.Since is when Active last changed. Status.Hash is the hash of the
+// definition the current run uses: a unit loaded anew while it runs keeps the
+// old definition, and its hash, until the run ends; the next start, including
+// an automatic restart, uses the newest definition.
+//
+// Differences from systemd: ExecStop= runs only on a stop that was asked
+// for, not after the main process exited on its own (its commands usually
+// address $MAINPID). Type=forking is refused at Load (run the daemon in the
+// foreground); notify, dbus, idle and exec are run as simple. A stop timeout
+// ends inactive, not failed. KillMode=none is treated as KillMode=process.
+//
+// # Processes
+//
+// Each process is started in its own process group, with SIGKILL as its
+// parent-death signal, so that the processes a SIGKILLed daemon started
+// directly die with it. (The signal is tied to the OS thread that started the
+// process; the Go runtime does not end its threads unless a goroutine exits
+// while locked to one.) Stopping with KillMode=control-group (the default)
+// signals every process group the run started; KillMode=process signals only
+// the main and control processes and leaves the rest running; KillMode=mixed
+// sends KillSignal= to those two and SIGKILL to the rest. A process that left
+// its process group (setsid) escapes all of this unless the unit has a
+// cgroup.
+//
+// The environment is PATH (systemd's default), HOME (the User='s home, or
+// the driver's), USER and LOGNAME when User= is set, then Environment=, then
+// each EnvironmentFile= (read anew for every process, so an ExecStartPre=
+// can write one), the later assignment winning; ExecStop= and ExecStopPost=
+// get $MAINPID while the main process runs. References in the arguments are
+// expanded as systemd does: "${VAR}" within a word, "$VAR" as a whole word
+// split at whitespace, "$$" for "$". The program is looked up in that PATH
+// when it has no slash. The working directory is WorkingDirectory=, or "/"
+// as for systemd's system services ("~" is the home directory; a "-" prefix
+// makes a missing directory fall back to "/"). User= and Group= need the
+// driver to run as root, unless they name its own user and group.
+//
+// # Logs and the journal
+//
+// The stdout and stderr of every process of a unit go, line by line, to
+// <Dir>/logs/<unit>.log as
+//
+//	2006-01-02T15:04:05.000000Z <unit>[<pid>]: <line>
+//
+// in UTC, together with the driver's own messages about the unit
+// ("flotilla[<pid>]: Started web."), worded as systemd's. At MaxLogBytes the
+// log is renamed to <unit>.log.1 (one older file is kept). Journal reads the
+// last lines across both files and then follows the log by polling, across
+// rotations. Logs outlive their unit: Journal reads the log of a unit that
+// was unloaded, so an operator can see why it stopped.
+//
+// # Crash safety
+//
+// While a unit has processes, <Dir>/run/<unit>.pid lists its process groups,
+// one "<pgid> <start time>" line each (the start time of the group's first
+// process, /proc/<pid>/stat field 22). New kills the groups listed in the pid
+// files left by a driver that did not stop its units, unless the pid now
+// belongs to another process: so a daemon that crashed and was restarted
+// never runs a unit twice. New also empties and removes unit cgroups left
+// behind.
+//
+// # Resource limits
+//
+// A unit with CPUQuota= or MemoryMax= gets a cgroup v2 of its own,
+// <CgroupParent>/<unit>, with cpu.max and memory.max set, for each run; its
+// processes are started straight into it (clone3 with CLONE_INTO_CGROUP)
+// and a stop also signals everything in it. This needs a cgroup v2 hierarchy
+// where the driver may create CgroupParent and enable the cpu and memory
+// controllers down to it: the host's /sys/fs/cgroup as root, or a subtree
+// delegated to flotilla. Where that is not so (cgroup v1 or hybrid hosts,
+// containers whose cgroup root holds processes), the unit runs without limits
+// and its Status.Message says why; cgroups never stop a unit from starting.
+package execdriver

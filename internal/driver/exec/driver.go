@@ -1,0 +1,398 @@
+package execdriver
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/driver"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+var (
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("execdriver: driver closed")
+	// ErrStartLimitHit is returned by Start when the unit was started more
+	// than StartLimitBurst times within StartLimitInterval; the unit is then
+	// failed with result start-limit-hit.
+	ErrStartLimitHit = errors.New("execdriver: start request repeated too quickly")
+)
+
+// errUnloading is returned for a unit that Unload or Close is stopping.
+var errUnloading = errors.New("unit is being unloaded")
+
+// DefaultMaxLogBytes is the default Config.MaxLogBytes.
+const DefaultMaxLogBytes = 16 << 20
+
+// minMaxLogBytes is the smallest Config.MaxLogBytes accepted.
+const minMaxLogBytes = 1 << 10
+
+// abortGrace bounds how long Close waits for units it SIGKILLed once its
+// context is done.
+const abortGrace = 2 * time.Second
+
+// Config configures a Driver.
+type Config struct {
+	// Dir is the driver's state directory (required). It holds logs/, with
+	// each unit's log <unit>.log and the older <unit>.log.1, and run/, with a
+	// <unit>.pid file for each unit that has processes. It is created if
+	// missing; one driver at a time may use it.
+	Dir string
+	// Machine is the machine ID reported in every unit.Status.
+	Machine string
+	// Notify receives every change of a unit's status; nil drops them.
+	Notify driver.Notify
+	// Logger receives the driver's own log; nil discards it.
+	Logger *slog.Logger
+	// MaxLogBytes is the size, in bytes, at which a unit's log is rotated:
+	// the file becomes <unit>.log.1 (replacing the older one) and a new file
+	// is begun. 0 means DefaultMaxLogBytes (16 MiB); the minimum is 1 KiB.
+	MaxLogBytes int64
+	// CgroupParent is the cgroup v2 directory under which units with
+	// CPUQuota= or MemoryMax= get a cgroup of their own. Empty means
+	// /sys/fs/cgroup/flotilla.slice/exec-<hash of Dir>. Where cgroups cannot
+	// be used, such units run without limits and say so in Status.Message.
+	CgroupParent string
+}
+
+// validate checks c and fills in defaults.
+func (c *Config) validate() error {
+	if c.Dir == "" {
+		return errors.New("execdriver: config: Dir is required")
+	}
+	dir, err := filepath.Abs(c.Dir)
+	if err != nil {
+		return fmt.Errorf("execdriver: config: Dir %q: %w", c.Dir, err)
+	}
+	c.Dir = dir
+	switch {
+	case c.MaxLogBytes == 0:
+		c.MaxLogBytes = DefaultMaxLogBytes
+	case c.MaxLogBytes < minMaxLogBytes:
+		return fmt.Errorf("execdriver: config: MaxLogBytes %d is below the minimum of %d", c.MaxLogBytes, minMaxLogBytes)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Notify == nil {
+		c.Notify = func(unit.Status) {}
+	}
+	if c.CgroupParent == "" {
+		sum := sha256.Sum256([]byte(c.Dir))
+		c.CgroupParent = "/sys/fs/cgroup/flotilla.slice/exec-" + hex.EncodeToString(sum[:6])
+	} else if !filepath.IsAbs(c.CgroupParent) {
+		return fmt.Errorf("execdriver: config: CgroupParent %q is not an absolute path", c.CgroupParent)
+	}
+	return nil
+}
+
+// Driver runs units as supervised processes on this machine. It implements
+// driver.Driver; see the package documentation for how a unit is run.
+type Driver struct {
+	cfg  Config
+	log  *slog.Logger
+	lock *os.File // flock on run/lock: one driver per Dir
+	euid int
+	home string // HOME for units without User=
+
+	mu     sync.Mutex
+	units  map[string]*supervisor
+	closed bool
+	wg     sync.WaitGroup // one per supervisor goroutine
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// New makes a driver with the state directory cfg.Dir. Process groups that
+// a previous driver on the same directory left running (it crashed or was
+// killed before stopping its units) are SIGKILLed first, found through their
+// pid files.
+func New(cfg Config) (*Driver, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"logs", "run"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, sub), 0o750); err != nil {
+			return nil, fmt.Errorf("execdriver: %w", err)
+		}
+	}
+	lockPath := filepath.Join(cfg.Dir, "run", "lock")
+	lock, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("execdriver: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("execdriver: state directory %s is in use by another driver", cfg.Dir)
+		}
+		return nil, fmt.Errorf("execdriver: lock %s: %w", lockPath, err)
+	}
+	log := cfg.Logger.With("machine", cfg.Machine)
+	killStale(filepath.Join(cfg.Dir, "run"), log)
+	removeStaleCgroups(cfg.CgroupParent, log)
+
+	d := &Driver{
+		cfg:   cfg,
+		log:   log,
+		lock:  lock,
+		euid:  os.Geteuid(),
+		home:  "/",
+		units: make(map[string]*supervisor),
+	}
+	if u, err := user.Current(); err == nil && u.HomeDir != "" {
+		d.home = u.HomeDir
+	}
+	return d, nil
+}
+
+func (d *Driver) logPath(name string) string {
+	return filepath.Join(d.cfg.Dir, "logs", name+".log")
+}
+
+func (d *Driver) pidPath(name string) string {
+	return filepath.Join(d.cfg.Dir, "run", name+".pid")
+}
+
+// Load makes the unit known, in state inactive/dead, or replaces the
+// definition of a loaded unit. A unit that is running keeps running with the
+// definition it was started with, and keeps reporting that definition's
+// hash, until it next stops or restarts: a restart (by Start or by Restart=)
+// uses the newest definition.
+func (d *Driver) Load(f *unit.File) error {
+	if f == nil {
+		return errors.New("execdriver: load: nil unit file")
+	}
+	if err := checkFile(f); err != nil {
+		return fmt.Errorf("load %s: %w", f.Name, err)
+	}
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return fmt.Errorf("load %s: %w", f.Name, ErrClosed)
+		}
+		s := d.units[f.Name]
+		if s == nil {
+			s = newSupervisor(d, f)
+			d.units[f.Name] = s
+			d.wg.Add(1)
+			go s.run()
+			d.mu.Unlock()
+			return nil
+		}
+		d.mu.Unlock()
+		err := s.call(request{kind: reqLoad, file: f})
+		if errors.Is(err, errGone) {
+			continue // unloaded meanwhile: load afresh
+		}
+		if err != nil {
+			return fmt.Errorf("load %s: %w", f.Name, err)
+		}
+		return nil
+	}
+}
+
+// checkFile rejects what the driver cannot run. The unit name becomes a file
+// name, so it must be one.
+func checkFile(f *unit.File) error {
+	if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") || len(f.Name) > 240 {
+		return fmt.Errorf("unit name %q cannot be used as a file name", f.Name)
+	}
+	svc := &f.Service
+	switch svc.Type {
+	case "", "simple", "exec", "notify", "idle", "dbus":
+		if len(svc.ExecStart) != 1 {
+			return fmt.Errorf("Type=%s needs exactly one ExecStart=, got %d", cmp.Or(svc.Type, "simple"), len(svc.ExecStart))
+		}
+	case "oneshot":
+	case "forking":
+		return errors.New("Type=forking is not supported by the exec driver: run the daemon in the foreground with Type=simple")
+	default:
+		return fmt.Errorf("unknown Type=%s", svc.Type)
+	}
+	for _, cmds := range [][]unit.Command{svc.ExecStartPre, svc.ExecStart, svc.ExecStartPost, svc.ExecStop, svc.ExecStopPost} {
+		for _, c := range cmds {
+			if len(c.Argv) == 0 || c.Argv[0] == "" {
+				return errors.New("empty command line")
+			}
+		}
+	}
+	switch svc.Restart {
+	case "", "no", "always", "on-success", "on-failure", "on-abnormal", "on-abort", "on-watchdog":
+	default:
+		return fmt.Errorf("unknown Restart=%s", svc.Restart)
+	}
+	switch svc.KillMode {
+	case "", "control-group", "mixed", "process", "none":
+	default:
+		return fmt.Errorf("unknown KillMode=%s", svc.KillMode)
+	}
+	if _, err := parseSignal(svc.KillSignal); err != nil {
+		return fmt.Errorf("KillSignal=: %w", err)
+	}
+	return nil
+}
+
+// lookup returns the unit's supervisor, or nil.
+func (d *Driver) lookup(name string) (*supervisor, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	if s := d.units[name]; s != nil {
+		return s, nil
+	}
+	return nil, driver.ErrUnknownUnit
+}
+
+// Start begins starting the unit: it returns once the start is under way (or
+// refused) and the outcome arrives through Notify. A unit that is active or
+// activating is left alone; one that is stopping starts again once stopped.
+// It fails with ErrStartLimitHit when the unit started too often (see
+// unit.Service.StartLimitBurst).
+func (d *Driver) Start(name string) error {
+	return d.request("start", name, reqStart)
+}
+
+// Stop begins stopping the unit; a unit that is not running is left alone.
+// The outcome arrives through Notify.
+func (d *Driver) Stop(name string) error {
+	return d.request("stop", name, reqStop)
+}
+
+func (d *Driver) request(op, name string, kind reqKind) error {
+	s, err := d.lookup(name)
+	if err == nil {
+		err = s.call(request{kind: kind})
+	}
+	if errors.Is(err, errGone) {
+		err = driver.ErrUnknownUnit
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	return nil
+}
+
+// Unload stops the unit if it runs, waits until it has stopped, and forgets
+// it. Its log stays and Journal still reads it. When ctx is done first,
+// Unload returns ctx's error and the unit goes on stopping and is forgotten
+// when stopped.
+func (d *Driver) Unload(ctx context.Context, name string) error {
+	s, err := d.lookup(name)
+	if err == nil {
+		err = s.call(request{kind: reqQuit})
+	}
+	if errors.Is(err, errGone) {
+		return nil // forgotten meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("unload %s: %w", name, err)
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("unload %s: %w", name, ctx.Err())
+	}
+}
+
+// States returns the status of every loaded unit, sorted by name.
+func (d *Driver) States() []unit.Status {
+	d.mu.Lock()
+	sups := make([]*supervisor, 0, len(d.units))
+	for _, s := range d.units {
+		sups = append(sups, s)
+	}
+	d.mu.Unlock()
+	out := make([]unit.Status, 0, len(sups))
+	for _, s := range sups {
+		out = append(out, s.snapshot())
+	}
+	slices.SortFunc(out, func(a, b unit.Status) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Journal writes the last lines of the unit's log to w (all when lines < 0),
+// reading into the rotated file when needed, and with follow keeps writing
+// lines as they are appended until ctx is done, when it returns nil. A
+// unit's log outlives the unit: the journal of an unloaded unit is its
+// history. A name that was never loaded and has no log is
+// driver.ErrUnknownUnit.
+func (d *Driver) Journal(ctx context.Context, name string, lines int, follow bool, w io.Writer) error {
+	if err := checkFile(&unit.File{Name: name, Service: unit.Service{Type: "oneshot"}}); err != nil {
+		return fmt.Errorf("journal %s: %w", name, err)
+	}
+	path := d.logPath(name)
+	if _, err := d.lookup(name); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return fmt.Errorf("journal %s: %w", name, err)
+		}
+		_, err1 := os.Stat(path)
+		_, err2 := os.Stat(path + ".1")
+		if errors.Is(err1, fs.ErrNotExist) && errors.Is(err2, fs.ErrNotExist) {
+			return fmt.Errorf("journal %s: %w", name, driver.ErrUnknownUnit)
+		}
+	}
+	if err := writeJournal(ctx, path, lines, follow, w); err != nil {
+		return fmt.Errorf("journal %s: %w", name, err)
+	}
+	return nil
+}
+
+// Close stops every unit, all at once, each as Stop does (ExecStop=, the
+// kill signal, TimeoutStopSec=, ExecStopPost=), waits for them, and releases
+// the state directory. When ctx is done first, what still runs is SIGKILLed
+// without further ExecStopPost= and Close returns ctx's error.
+func (d *Driver) Close(ctx context.Context) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	sups := make([]*supervisor, 0, len(d.units))
+	for _, s := range d.units {
+		sups = append(sups, s)
+	}
+	d.mu.Unlock()
+
+	for _, s := range sups {
+		s.call(request{kind: reqQuit})
+	}
+	all := make(chan struct{})
+	go func() { d.wg.Wait(); close(all) }()
+	var err error
+	select {
+	case <-all:
+	case <-ctx.Done():
+		err = fmt.Errorf("execdriver: close: %w", ctx.Err())
+		for _, s := range sups {
+			s.call(request{kind: reqAbort})
+		}
+		select {
+		case <-all:
+		case <-time.After(abortGrace + time.Second):
+			d.log.Error("units still running after SIGKILL; giving up on them")
+		}
+	}
+	os.Remove(d.cfg.CgroupParent)
+	d.lock.Close()
+	return err
+}

@@ -1,0 +1,342 @@
+package execdriver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// defaultPath is the PATH systemd gives to services.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// environ is an ordered environment in which a later assignment of a name
+// replaces an earlier one in place.
+type environ struct {
+	names []string
+	vals  map[string]string
+}
+
+func newEnviron() *environ { return &environ{vals: make(map[string]string)} }
+
+// set assigns name=value.
+func (e *environ) set(name, value string) {
+	if _, ok := e.vals[name]; !ok {
+		e.names = append(e.names, name)
+	}
+	e.vals[name] = value
+}
+
+// add assigns each "NAME=value" entry in order; entries without "=" or with
+// an empty name are skipped.
+func (e *environ) add(assignments []string) {
+	for _, kv := range assignments {
+		name, value, ok := strings.Cut(kv, "=")
+		if ok && name != "" {
+			e.set(name, value)
+		}
+	}
+}
+
+func (e *environ) get(name string) (string, bool) {
+	v, ok := e.vals[name]
+	return v, ok
+}
+
+// list is the environment as "NAME=value" entries for exec.
+func (e *environ) list() []string {
+	out := make([]string, 0, len(e.names))
+	for _, n := range e.names {
+		out = append(out, n+"="+e.vals[n])
+	}
+	return out
+}
+
+// unitEnviron builds a process's environment as systemd does: the base
+// (PATH, HOME, and USER/LOGNAME when User= is set), then Environment= in file
+// order, then each EnvironmentFile= in order; a later assignment wins. A
+// missing EnvironmentFile= is an error unless it was marked optional ("-").
+func unitEnviron(base []string, svc *unit.Service) (*environ, error) {
+	env := newEnviron()
+	env.add(base)
+	env.add(svc.Environment)
+	for _, ef := range svc.EnvironmentFiles {
+		data, err := os.ReadFile(ef.Path)
+		if err != nil {
+			if ef.Optional && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("environment file: %w", err)
+		}
+		env.add(parseEnvFile(data))
+	}
+	return env, nil
+}
+
+// expandArgv substitutes environment references in a command line as
+// systemd does (systemd.service(5), "Command lines"):
+//
+//   - a word that is exactly "$NAME" is replaced by the value of NAME split
+//     at whitespace (quotes group words), which gives zero or more words;
+//   - "${NAME}" anywhere in a word is replaced by the exact value (empty if
+//     unset), and never splits the word;
+//   - "$$" is a literal "$"; "$NAME" inside a longer word is left alone.
+//
+// The program (argv[0]) is not expanded, as systemd does not allow it to be
+// a variable.
+func expandArgv(argv []string, env *environ) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	out := []string{argv[0]}
+	for _, w := range argv[1:] {
+		if len(w) > 1 && w[0] == '$' && w[1] != '{' && w[1] != '$' {
+			if v, ok := env.get(w[1:]); ok {
+				out = append(out, splitWords(v)...)
+			}
+			continue
+		}
+		out = append(out, expandWord(w, env))
+	}
+	return out
+}
+
+// expandWord replaces "${NAME}" by NAME's value and "$$" by "$". An
+// unterminated "${" is kept as it is.
+func expandWord(w string, env *environ) string {
+	if !strings.Contains(w, "$") {
+		return w
+	}
+	var b strings.Builder
+	for i := 0; i < len(w); {
+		switch {
+		case w[i] != '$' || i+1 == len(w):
+			b.WriteByte(w[i])
+			i++
+		case w[i+1] == '$':
+			b.WriteByte('$')
+			i += 2
+		case w[i+1] == '{':
+			end := strings.IndexByte(w[i+2:], '}')
+			if end < 0 {
+				b.WriteString(w[i:])
+				return b.String()
+			}
+			v, _ := env.get(w[i+2 : i+2+end])
+			b.WriteString(v)
+			i += end + 3
+		default:
+			b.WriteByte('$')
+			i++
+		}
+	}
+	return b.String()
+}
+
+// splitWords splits s at whitespace; single and double quotes group words
+// (and are removed), and a backslash outside single quotes takes the next
+// character literally. An unterminated quote runs to the end of s.
+func splitWords(s string) []string {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote == '\'':
+			if c == '\'' {
+				quote = 0
+			} else {
+				cur.WriteByte(c)
+			}
+		case c == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+			inWord = true
+		case quote == '"':
+			if c == '"' {
+				quote = 0
+			} else {
+				cur.WriteByte(c)
+			}
+		case c == '\'' || c == '"':
+			quote = c
+			inWord = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words
+}
+
+// parseEnvFile reads an EnvironmentFile= as systemd does: "NAME=value"
+// assignments, one per line; lines starting with "#" or ";" are comments;
+// whitespace around the name and before the value is dropped, and after an
+// unquoted value too; values may be quoted with '...' (literal) or "..."
+// (where \", \\, \`, \$ and backslash-newline are escapes); outside quotes a
+// backslash takes the next character literally and a trailing backslash
+// continues the line. Lines without a valid name are ignored.
+func parseEnvFile(data []byte) []string {
+	const (
+		preKey = iota
+		key
+		preValue
+		value
+		valueEscape
+		singleQuote
+		doubleQuote
+		doubleQuoteEscape
+		comment
+		commentEscape
+	)
+	var out []string
+	var k, v []byte
+	keep := 0 // length of v that trailing-whitespace trimming must not cut
+	emit := func() {
+		name := string(bytes.TrimRight(k, " \t"))
+		if validEnvName(name) {
+			out = append(out, name+"="+string(v[:keep]))
+		}
+		k, v, keep = k[:0], v[:0], 0
+	}
+	state := preKey
+	for _, c := range data {
+		switch state {
+		case preKey:
+			switch {
+			case c == '#' || c == ';':
+				state = comment
+			case !isSpace(c) && c != '\n' && c != '\r':
+				state = key
+				k = append(k[:0], c)
+			}
+		case key:
+			switch c {
+			case '\n', '\r':
+				state, k = preKey, k[:0]
+			case '=':
+				state, v, keep = preValue, v[:0], 0
+			default:
+				k = append(k, c)
+			}
+		case preValue, value:
+			switch {
+			case c == '\n' || c == '\r':
+				emit()
+				state = preKey
+			case c == '\\':
+				state = valueEscape
+			case state == preValue && c == '\'':
+				state = singleQuote
+			case state == preValue && c == '"':
+				state = doubleQuote
+			case state == preValue && isSpace(c):
+			default:
+				v = append(v, c)
+				if !isSpace(c) {
+					keep = len(v)
+				}
+				state = value
+			}
+		case valueEscape:
+			state = value
+			if c != '\n' {
+				v = append(v, c)
+				keep = len(v)
+			}
+		case singleQuote:
+			if c == '\'' {
+				state = preValue
+			} else {
+				v = append(v, c)
+				keep = len(v)
+			}
+		case doubleQuote:
+			switch c {
+			case '"':
+				state = preValue
+			case '\\':
+				state = doubleQuoteEscape
+			default:
+				v = append(v, c)
+				keep = len(v)
+			}
+		case doubleQuoteEscape:
+			state = doubleQuote
+			switch c {
+			case '"', '\\', '`', '$':
+				v = append(v, c)
+			case '\n':
+			default:
+				v = append(v, '\\', c)
+			}
+			keep = len(v)
+		case comment:
+			switch c {
+			case '\\':
+				state = commentEscape
+			case '\n', '\r':
+				state = preKey
+			}
+		case commentEscape:
+			state = comment
+		}
+	}
+	switch state {
+	case preValue, value, valueEscape, singleQuote, doubleQuote, doubleQuoteEscape:
+		emit()
+	}
+	return out
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' }
+
+// validEnvName reports whether s is a shell variable name, as systemd
+// requires of names in environment files.
+func validEnvName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// lookPath resolves a program name as systemd does: a name with a slash is
+// used as it is (relative to the working directory); otherwise it is searched
+// for in the unit's PATH.
+func lookPath(file, path string) (string, error) {
+	if strings.Contains(file, "/") {
+		return file, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %q not found in PATH %s", file, path)
+}

@@ -1,0 +1,192 @@
+package execdriver
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+func TestExpandArgv(t *testing.T) {
+	env := newEnviron()
+	env.add([]string{"ONE=1", "WORDS=a  b\t'c d'", "SPACED=x y", "EMPTY="})
+	tests := []struct {
+		argv []string
+		want []string
+	}{
+		{[]string{"/bin/echo", "plain"}, []string{"/bin/echo", "plain"}},
+		{[]string{"/bin/echo", "$ONE"}, []string{"/bin/echo", "1"}},
+		{[]string{"/bin/echo", "$WORDS"}, []string{"/bin/echo", "a", "b", "c d"}},
+		{[]string{"/bin/echo", "${WORDS}"}, []string{"/bin/echo", "a  b\t'c d'"}},
+		{[]string{"/bin/echo", "--x=${SPACED}!"}, []string{"/bin/echo", "--x=x y!"}},
+		{[]string{"/bin/echo", "$UNSET", "z"}, []string{"/bin/echo", "z"}},
+		{[]string{"/bin/echo", "$EMPTY", "z"}, []string{"/bin/echo", "z"}},
+		{[]string{"/bin/echo", "${UNSET}"}, []string{"/bin/echo", ""}},
+		{[]string{"/bin/echo", "$$ONE"}, []string{"/bin/echo", "$ONE"}},
+		{[]string{"/bin/echo", "cost: $$5"}, []string{"/bin/echo", "cost: $5"}},
+		{[]string{"/bin/echo", "a$ONE"}, []string{"/bin/echo", "a$ONE"}},
+		{[]string{"/bin/echo", "${ONE"}, []string{"/bin/echo", "${ONE"}},
+		{[]string{"/bin/echo", "x$"}, []string{"/bin/echo", "x$"}},
+		{[]string{"$ONE", "${ONE}"}, []string{"$ONE", "1"}}, // the program is never expanded
+	}
+	for _, tt := range tests {
+		if got := expandArgv(tt.argv, env); !slices.Equal(got, tt.want) {
+			t.Errorf("expandArgv(%q) = %q, want %q", tt.argv, got, tt.want)
+		}
+	}
+}
+
+func TestSplitWords(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"  ", nil},
+		{"a b", []string{"a", "b"}},
+		{" a\t b\n", []string{"a", "b"}},
+		{`"a b" c`, []string{"a b", "c"}},
+		{`'a "b"' c`, []string{`a "b"`, "c"}},
+		{`a\ b`, []string{"a b"}},
+		{`x"y z"w`, []string{"xy zw"}},
+		{`''`, []string{""}},
+		{`"unterminated x`, []string{"unterminated x"}},
+	}
+	for _, tt := range tests {
+		if got := splitWords(tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("splitWords(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestParseEnvFile(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{"simple", "A=1\nB=2\n", []string{"A=1", "B=2"}},
+		{"no final newline", "A=1", []string{"A=1"}},
+		{"crlf", "A=1\r\nB=2\r\n", []string{"A=1", "B=2"}},
+		{"comments and blanks", "# c\n; c\n\n  \nA=1\n", []string{"A=1"}},
+		{"spaces", "  A = 1 2  \n", []string{"A=1 2"}},
+		{"empty value", "A=\n", []string{"A="}},
+		{"double quotes", `A="x  y "` + "\n", []string{"A=x  y "}},
+		{"double quote escapes", `A="q\"b\\s\$d\n"` + "\n", []string{`A=q"b\s$d\n`}},
+		{"single quotes", `A='$x "y" \z'` + "\n", []string{`A=$x "y" \z`}},
+		{"quotes glued", `A="a"'b'c` + "\n", []string{"A=abc"}},
+		{"multi-line quoted", "A=\"one\ntwo\"\nB=3\n", []string{"A=one\ntwo", "B=3"}},
+		{"continuation", "A=one\\\ntwo\nB=3\n", []string{"A=onetwo", "B=3"}},
+		{"escaped space kept", "A=x\\ \n", []string{"A=x "}},
+		{"invalid names skipped", "1A=x\nA-B=y\nexport C=z\nnoequals\nD=ok\n", []string{"D=ok"}},
+		{"equals in value", "A=b=c\n", []string{"A=b=c"}},
+	}
+	for _, tt := range tests {
+		if got := parseEnvFile([]byte(tt.in)); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: parseEnvFile(%q) = %q, want %q", tt.name, tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestUnitEnviron(t *testing.T) {
+	dir := t.TempDir()
+	f1 := filepath.Join(dir, "one.env")
+	f2 := filepath.Join(dir, "two.env")
+	os.WriteFile(f1, []byte("B=file1\nC=file1\n"), 0o644)
+	os.WriteFile(f2, []byte("C=file2\n"), 0o644)
+	svc := &unit.Service{
+		Environment: []string{"A=env", "B=env", "PATH=/opt/bin"},
+		EnvironmentFiles: []unit.EnvFile{
+			{Path: f1},
+			{Path: filepath.Join(dir, "missing.env"), Optional: true},
+			{Path: f2},
+		},
+	}
+	env, err := unitEnviron([]string{"PATH=" + defaultPath, "HOME=/root"}, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"PATH=/opt/bin", "HOME=/root", "A=env", "B=file1", "C=file2"}
+	if got := env.list(); !slices.Equal(got, want) {
+		t.Errorf("environment = %q, want %q", got, want)
+	}
+
+	svc.EnvironmentFiles = append(svc.EnvironmentFiles, unit.EnvFile{Path: filepath.Join(dir, "required.env")})
+	if _, err := unitEnviron(nil, svc); err == nil || !strings.Contains(err.Error(), "required.env") {
+		t.Errorf("unitEnviron with a missing required file: error %v, want one naming required.env", err)
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "tool")
+	os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "data"), nil, 0o644)
+	if got, err := lookPath("tool", "/nonexistent:"+dir); err != nil || got != exe {
+		t.Errorf("lookPath(tool) = %q, %v; want %q", got, err, exe)
+	}
+	if got, err := lookPath("./rel/x", dir); err != nil || got != "./rel/x" {
+		t.Errorf("lookPath(./rel/x) = %q, %v; want it unchanged", got, err)
+	}
+	if _, err := lookPath("data", dir); err == nil {
+		t.Error("lookPath found a file that is not executable")
+	}
+	if _, err := lookPath("tool", "relative:"+filepath.Join(dir, "nope")); err == nil || !strings.Contains(err.Error(), `"tool"`) {
+		t.Errorf("lookPath(tool) in the wrong PATH: error %v, want one naming the program", err)
+	}
+}
+
+func TestWorkingDir(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	os.WriteFile(file, nil, 0o644)
+	tests := []struct {
+		wd, want string
+		err      bool
+	}{
+		{"", "/", false},
+		{"~", dir, false},
+		{dir, dir, false},
+		{"-" + filepath.Join(dir, "missing"), "/", false},
+		{filepath.Join(dir, "missing"), "", true},
+		{file, "", true},
+		{"relative", "", true},
+	}
+	for _, tt := range tests {
+		got, err := workingDir(tt.wd, dir)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("workingDir(%q) = %q, %v; want %q, error %v", tt.wd, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestLookupIdentity(t *testing.T) {
+	if id, err := lookupIdentity("", "", 1000, 1000); err != nil || id.cred != nil {
+		t.Errorf("no User=/Group=: %+v, %v; want no credential", id, err)
+	}
+	if _, err := lookupIdentity("no-such-user-xyz", "", 0, 0); err == nil || !strings.Contains(err.Error(), "no-such-user-xyz") {
+		t.Errorf("unknown user: error %v, want one naming the user", err)
+	}
+	if _, err := lookupIdentity("", "no-such-group-xyz", 0, 0); err == nil || !strings.Contains(err.Error(), "no-such-group-xyz") {
+		t.Errorf("unknown group: error %v, want one naming the group", err)
+	}
+	// Not root: another user cannot be had.
+	if _, err := lookupIdentity("root", "", 1000, 1000); err == nil || !strings.Contains(err.Error(), "root") {
+		t.Errorf("User=root as uid 1000: error %v, want one saying root is needed", err)
+	}
+	// Not root: one's own user is fine, and needs no credential.
+	if id, err := lookupIdentity("nobody", "", 65534, 65534); err != nil || id.cred != nil || id.name != "nobody" {
+		t.Errorf("User=nobody as nobody: %+v, %v; want no credential", id, err)
+	}
+	// Root becomes the user, with its primary group.
+	if id, err := lookupIdentity("nobody", "", 0, 0); err != nil || id.cred == nil || id.cred.Uid != 65534 || id.cred.Gid != 65534 {
+		t.Errorf("User=nobody as root: %+v, %v; want uid and gid 65534", id, err)
+	}
+	id, err := lookupIdentity("0", "", 0, 0)
+	if err != nil || id.name != "root" {
+		t.Errorf("User=0: %+v, %v; want user root", id, err)
+	}
+}

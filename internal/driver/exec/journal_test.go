@@ -1,0 +1,251 @@
+package execdriver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestLastLines(t *testing.T) {
+	tests := []struct {
+		data  string
+		n     int
+		want  string
+		found int
+	}{
+		{"", 3, "", 0},
+		{"partial", 3, "", 0},
+		{"a\nb\nc\n", 2, "b\nc\n", 2},
+		{"a\nb\nc\n", 3, "a\nb\nc\n", 3},
+		{"a\nb\nc\n", 5, "a\nb\nc\n", 3},
+		{"a\nb\nc\npart", 2, "b\nc\n", 2},
+		{"a\nb\nc\n", 0, "", 0},
+		{"a\nb\nc\npart", -1, "a\nb\nc\n", -1},
+		{"\n\n", 1, "\n", 1},
+	}
+	for _, tt := range tests {
+		start, end, found, err := lastLines(strings.NewReader(tt.data), int64(len(tt.data)), tt.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tt.data[start:end]; got != tt.want || found != tt.found {
+			t.Errorf("lastLines(%q, %d) = %q, %d lines; want %q, %d", tt.data, tt.n, got, found, tt.want, tt.found)
+		}
+	}
+
+	// Across chunk boundaries.
+	var b strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	data := b.String()
+	start, end, found, err := lastLines(strings.NewReader(data), int64(len(data)), 10001)
+	if err != nil || found != 10001 || !strings.HasPrefix(data[start:end], "line 9999\n") || end != int64(len(data)) {
+		t.Errorf("lastLines(20000 lines, 10001) = [%d:%d] %d lines, %v; want from line 9999", start, end, found, err)
+	}
+}
+
+func TestWriteJournal(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "u.log")
+	os.WriteFile(path+".1", []byte("r1\nr2\nr3\n"), 0o644)
+	os.WriteFile(path, []byte("c1\nc2\npartial"), 0o644)
+	tests := []struct {
+		n    int
+		want string
+	}{
+		{0, ""},
+		{1, "c2\n"},
+		{2, "c1\nc2\n"},
+		{4, "r2\nr3\nc1\nc2\n"},
+		{100, "r1\nr2\nr3\nc1\nc2\n"},
+		{-1, "r1\nr2\nr3\nc1\nc2\n"},
+	}
+	for _, tt := range tests {
+		var b bytes.Buffer
+		if err := writeJournal(context.Background(), path, tt.n, false, &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != tt.want {
+			t.Errorf("writeJournal(%d) = %q, want %q", tt.n, b.String(), tt.want)
+		}
+	}
+
+	// Only the rotated file left.
+	os.Remove(path)
+	var b bytes.Buffer
+	if err := writeJournal(context.Background(), path, 2, false, &b); err != nil || b.String() != "r2\nr3\n" {
+		t.Errorf("writeJournal(2) without a current file = %q, %v; want the rotated file's tail", b.String(), err)
+	}
+}
+
+func TestUnitLogRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "u.log")
+	l := newUnitLog(path, 1024, slog.New(slog.DiscardHandler))
+	defer l.close()
+	for i := range 100 {
+		l.line("u.service", 42, fmt.Appendf(nil, "message %03d", i))
+	}
+	cur, _ := os.ReadFile(path)
+	old, err := os.ReadFile(path + ".1")
+	if err != nil {
+		t.Fatalf("no rotated log: %v", err)
+	}
+	if len(cur) > 1024 || len(old) > 1024 {
+		t.Errorf("log sizes %d and %d, want at most 1024 each", len(cur), len(old))
+	}
+	re := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z u\.service\[42\]: message (\d{3})$`)
+	lines := strings.Split(strings.TrimSuffix(string(old)+string(cur), "\n"), "\n")
+	last := -1
+	for i, line := range lines {
+		m := re.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("line %q does not have the log format", line)
+		}
+		var n int
+		fmt.Sscan(m[1], &n)
+		if i > 0 && n != last+1 {
+			t.Fatalf("line %q follows message %03d", line, last)
+		}
+		last = n
+	}
+	if last != 99 {
+		t.Errorf("last message %d, want 99", last)
+	}
+
+	// A reopened log appends, and rotates by its size on disk.
+	l.close()
+	l2 := newUnitLog(path, 1024, slog.New(slog.DiscardHandler))
+	defer l2.close()
+	for range 20 {
+		l2.line("u.service", 1, []byte("more"))
+	}
+	if fi, _ := os.Stat(path); fi.Size() > 1024 {
+		t.Errorf("reopened log grew to %d bytes, want at most 1024", fi.Size())
+	}
+}
+
+func TestCopyLinesCutsLongLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "u.log")
+	l := newUnitLog(path, DefaultMaxLogBytes, slog.New(slog.DiscardHandler))
+	defer l.close()
+	long := strings.Repeat("x", maxLineBytes+10)
+	l.copyLines(strings.NewReader("a\n"+long+"\nlast without newline"), "u", 7)
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(lines) != 4 || !strings.HasSuffix(lines[0], "u[7]: a") || !strings.HasSuffix(lines[2], "u[7]: xxxxxxxxxx") || !strings.HasSuffix(lines[3], "u[7]: last without newline") {
+		t.Errorf("copied lines = %d: %.80q...", len(lines), lines)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestWriteJournalFollowAcrossRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "u.log")
+	l := newUnitLog(path, 1024, slog.New(slog.DiscardHandler))
+	defer l.close()
+	l.line("u", 1, []byte("before 1"))
+	l.line("u", 1, []byte("before 2"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- writeJournal(ctx, path, 1, true, &out) }()
+
+	// Written in bursts between polls: each burst rotates the log at most once,
+	// and only one older file is kept.
+	for burst := range 6 {
+		for i := range 8 {
+			l.line("u", 1, fmt.Appendf(nil, "after %02d", burst*8+i))
+		}
+		time.Sleep(journalPoll + 50*time.Millisecond)
+	}
+	waitUntil(t, func() bool { return strings.Contains(out.String(), "after 47\n") }, "the followed journal to show the last line")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("writeJournal: %v", err)
+	}
+	got := out.String()
+	var want []string
+	want = append(want, "before 2")
+	for i := range 48 {
+		want = append(want, fmt.Sprintf("after %02d", i))
+	}
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("followed %d lines, want %d:\n%s", len(lines), len(want), got)
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], "]: "+w) {
+			t.Fatalf("line %d = %q, want one ending in %q", i, lines[i], w)
+		}
+	}
+}
+
+func TestWriteJournalFollowWaitsForFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "u.log")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- writeJournal(ctx, path, 10, true, &out) }()
+	time.Sleep(journalPoll)
+	os.WriteFile(path, []byte("hello\nhalf"), 0o644)
+	waitUntil(t, func() bool { return out.String() == "hello\n" }, "the journal to show the new file's complete line")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// errWriter fails every write.
+type errWriter struct{}
+
+func (errWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+func TestWriteJournalWriterError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "u.log")
+	os.WriteFile(path, []byte("a\n"), 0o644)
+	if err := writeJournal(context.Background(), path, -1, true, errWriter{}); err == nil {
+		t.Error("writeJournal into a failing writer returned nil")
+	}
+}
+
+// waitUntil polls cond for up to 10 seconds.
+func waitUntil(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

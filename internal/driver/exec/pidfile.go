@@ -1,0 +1,167 @@
+package execdriver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// pgroup is a process group a unit started: the group's ID (the pid of its
+// first process) and that process's start time in clock ticks since boot
+// (/proc/<pid>/stat field 22), which tells it apart from a later process
+// that reuses the pid.
+type pgroup struct {
+	pgid  int
+	start uint64
+}
+
+// writePidFile records the unit's live process groups in path, one
+// "<pgid> <start time>" line each; the first is the main process's group when
+// there is one. With no groups the file is removed. The file is replaced
+// atomically, so a crash leaves either the old or the new content.
+func writePidFile(path string, groups []pgroup) error {
+	if len(groups) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	var b bytes.Buffer
+	for _, g := range groups {
+		fmt.Fprintf(&b, "%d %d\n", g.pgid, g.start)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readPidFile parses a file written by writePidFile.
+func readPidFile(path string) ([]pgroup, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var groups []pgroup
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("%s:%d: want \"<pgid> <start time>\", got %q", path, i+1, line)
+		}
+		pgid, err1 := strconv.Atoi(f[0])
+		start, err2 := strconv.ParseUint(f[1], 10, 64)
+		if err1 != nil || err2 != nil || pgid <= 1 {
+			return nil, fmt.Errorf("%s:%d: bad entry %q", path, i+1, line)
+		}
+		groups = append(groups, pgroup{pgid: pgid, start: start})
+	}
+	return groups, nil
+}
+
+// procStat is what the driver needs from /proc/<pid>/stat.
+type procStat struct {
+	state byte   // field 3: R, S, D, Z, ...
+	pgrp  int    // field 5
+	start uint64 // field 22, clock ticks after boot
+}
+
+func readProcStat(pid int) (procStat, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseProcStat(data)
+}
+
+// parseProcStat parses /proc/<pid>/stat. The command name (field 2) is in
+// parentheses and may itself contain spaces and parentheses, so fields are
+// counted from the last ')'.
+func parseProcStat(data []byte) (procStat, error) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return procStat{}, errors.New("malformed /proc stat: no ')'")
+	}
+	f := strings.Fields(string(data[i+1:])) // f[0] is field 3
+	if len(f) < 20 {
+		return procStat{}, fmt.Errorf("malformed /proc stat: %d fields after the name", len(f))
+	}
+	pgrp, err := strconv.Atoi(f[2])
+	if err != nil {
+		return procStat{}, fmt.Errorf("malformed /proc stat pgrp %q", f[2])
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procStat{}, fmt.Errorf("malformed /proc stat start time %q", f[19])
+	}
+	return procStat{state: f[0][0], pgrp: pgrp, start: start}, nil
+}
+
+// groupExists reports whether any process, zombies included, is in the
+// process group.
+func groupExists(pgid int) bool {
+	return syscall.Kill(-pgid, 0) != syscall.ESRCH
+}
+
+// groupHasLiveMembers reports whether the process group holds a process that
+// is not a zombie. It reads all of /proc, so it is only asked once a group
+// was sent SIGKILL and still exists: the leftovers may be orphans that an
+// init which does not reap keeps as zombies.
+func groupHasLiveMembers(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return groupExists(pgid)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := readProcStat(pid)
+		if err == nil && st.pgrp == pgid && st.state != 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// killStale SIGKILLs the process groups recorded in pid files left in runDir
+// by an earlier driver that did not stop its units (it crashed or was
+// killed), and removes the files. A group is killed when its first process
+// still runs with the recorded start time, or when that pid is gone: the
+// kernel does not reuse a pid while a process group of that ID exists, so
+// whatever is still in the group belongs to the old unit. A pid now used by a
+// different process means the old group is empty.
+func killStale(runDir string, log *slog.Logger) {
+	tmps, _ := filepath.Glob(filepath.Join(runDir, "*.pid.tmp"))
+	for _, p := range tmps {
+		os.Remove(p)
+	}
+	paths, _ := filepath.Glob(filepath.Join(runDir, "*.pid"))
+	for _, path := range paths {
+		name := strings.TrimSuffix(filepath.Base(path), ".pid")
+		groups, err := readPidFile(path)
+		if err != nil {
+			log.Warn("ignoring unreadable pid file", "unit", name, "err", err)
+		}
+		for _, g := range groups {
+			st, err := readProcStat(g.pgid)
+			if err == nil && st.start != g.start {
+				continue // pid reused: the old group is gone
+			}
+			if err := syscall.Kill(-g.pgid, syscall.SIGKILL); err == nil {
+				log.Warn("killed process group left running by a previous flotilla", "unit", name, "pgid", g.pgid)
+			}
+		}
+		if err := os.Remove(path); err != nil {
+			log.Warn("cannot remove stale pid file", "unit", name, "err", err)
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package execdriver
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Results, in systemd's vocabulary (the Result= property of a service).
+const (
+	resultSuccess       = "success"
+	resultExitCode      = "exit-code"
+	resultSignal        = "signal"
+	resultCoreDump      = "core-dump"
+	resultTimeout       = "timeout"
+	resultStartLimitHit = "start-limit-hit"
+	resultResources     = "resources"
+)
+
+// exitStatus is how a process ended.
+type exitStatus struct {
+	Code   int            // exit code; meaningful when Signal is 0
+	Signal syscall.Signal // the signal that killed the process, 0 if it exited
+	Dumped bool           // the process dumped core
+}
+
+func exitStatusOf(ws syscall.WaitStatus) exitStatus {
+	if ws.Signaled() {
+		return exitStatus{Signal: ws.Signal(), Dumped: ws.CoreDump()}
+	}
+	return exitStatus{Code: ws.ExitStatus()}
+}
+
+// result classifies an exit as systemd does. For a daemon's main process
+// (daemon set), being killed by SIGHUP, SIGINT, SIGTERM or SIGPIPE is a clean
+// exit; for a command (ExecStartPre=, Type=oneshot's ExecStart=, ...) only
+// SIGPIPE is.
+func (e exitStatus) result(daemon bool) string {
+	switch {
+	case e.Signal == 0 && e.Code == 0:
+		return resultSuccess
+	case e.Signal == 0:
+		return resultExitCode
+	case e.Signal == syscall.SIGPIPE:
+		return resultSuccess
+	case daemon && (e.Signal == syscall.SIGHUP || e.Signal == syscall.SIGINT || e.Signal == syscall.SIGTERM):
+		return resultSuccess
+	case e.Dumped:
+		return resultCoreDump
+	}
+	return resultSignal
+}
+
+// String formats the status as systemd logs it:
+// "code=exited, status=1/FAILURE", "code=killed, status=9/KILL".
+func (e exitStatus) String() string {
+	if e.Signal != 0 {
+		code := "killed"
+		if e.Dumped {
+			code = "dumped"
+		}
+		return fmt.Sprintf("code=%s, status=%d/%s", code, int(e.Signal), signalName(e.Signal))
+	}
+	name := exitCodeNames[e.Code]
+	if name == "" {
+		name = "n/a"
+	}
+	return fmt.Sprintf("code=exited, status=%d/%s", e.Code, name)
+}
+
+// exitCodeNames are the names systemd gives to LSB exit codes.
+var exitCodeNames = map[int]string{
+	0: "SUCCESS",
+	1: "FAILURE",
+	2: "INVALIDARGUMENT",
+	3: "NOTIMPLEMENTED",
+	4: "NOPERMISSION",
+	5: "NOTINSTALLED",
+	6: "NOTCONFIGURED",
+	7: "NOTRUNNING",
+}
+
+// shouldRestart reports whether a unit whose run ended with result is
+// restarted under the Restart= policy, following the table in
+// systemd.service(5). Watchdogs are not implemented, so on-watchdog never
+// restarts; a start-limit-hit is final whatever the policy.
+func shouldRestart(policy, result string) bool {
+	if result == resultStartLimitHit {
+		return false
+	}
+	clean := result == resultSuccess
+	abnormal := result == resultSignal || result == resultCoreDump || result == resultTimeout
+	abort := result == resultSignal || result == resultCoreDump
+	switch policy {
+	case "always":
+		return true
+	case "on-success":
+		return clean
+	case "on-failure":
+		return !clean
+	case "on-abnormal":
+		return abnormal
+	case "on-abort":
+		return abort
+	}
+	return false // "", "no", "on-watchdog"
+}
+
+// startLimiter counts starts in a window the way systemd's ratelimit does: a
+// window opens at the first start and lasts interval; within it at most burst
+// starts are allowed. Refused attempts count too, so a unit that keeps being
+// started stays refused until the window ends.
+type startLimiter struct {
+	begin time.Time
+	n     int
+}
+
+// allow records a start at now and reports whether it is within the limit.
+// A burst or interval of zero or less disables the limit.
+func (l *startLimiter) allow(now time.Time, burst int, interval time.Duration) bool {
+	if burst <= 0 || interval <= 0 {
+		return true
+	}
+	if l.begin.IsZero() || now.Sub(l.begin) > interval {
+		l.begin, l.n = now, 1
+		return true
+	}
+	l.n++
+	return l.n <= burst
+}
+
+// signals names the Linux signals a unit may use.
+var signals = map[syscall.Signal]string{
+	syscall.SIGHUP:    "HUP",
+	syscall.SIGINT:    "INT",
+	syscall.SIGQUIT:   "QUIT",
+	syscall.SIGILL:    "ILL",
+	syscall.SIGTRAP:   "TRAP",
+	syscall.SIGABRT:   "ABRT",
+	syscall.SIGBUS:    "BUS",
+	syscall.SIGFPE:    "FPE",
+	syscall.SIGKILL:   "KILL",
+	syscall.SIGUSR1:   "USR1",
+	syscall.SIGSEGV:   "SEGV",
+	syscall.SIGUSR2:   "USR2",
+	syscall.SIGPIPE:   "PIPE",
+	syscall.SIGALRM:   "ALRM",
+	syscall.SIGTERM:   "TERM",
+	syscall.SIGCHLD:   "CHLD",
+	syscall.SIGCONT:   "CONT",
+	syscall.SIGSTOP:   "STOP",
+	syscall.SIGTSTP:   "TSTP",
+	syscall.SIGTTIN:   "TTIN",
+	syscall.SIGTTOU:   "TTOU",
+	syscall.SIGURG:    "URG",
+	syscall.SIGXCPU:   "XCPU",
+	syscall.SIGXFSZ:   "XFSZ",
+	syscall.SIGVTALRM: "VTALRM",
+	syscall.SIGPROF:   "PROF",
+	syscall.SIGWINCH:  "WINCH",
+	syscall.SIGIO:     "IO",
+	syscall.SIGSYS:    "SYS",
+}
+
+// signalName is "TERM" for SIGTERM, or the number for a signal without a name.
+func signalName(sig syscall.Signal) string {
+	if n, ok := signals[sig]; ok {
+		return n
+	}
+	return strconv.Itoa(int(sig))
+}
+
+// parseSignal reads KillSignal=: "SIGTERM", "TERM" or "15". Empty means SIGTERM.
+func parseSignal(s string) (syscall.Signal, error) {
+	if s == "" {
+		return syscall.SIGTERM, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		if n < 1 || n > 64 {
+			return 0, fmt.Errorf("signal number %d out of range 1-64", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	for sig, n := range signals {
+		if n == name {
+			return sig, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown signal %q", s)
+}

@@ -1,0 +1,146 @@
+package execdriver
+
+import (
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestExitStatusResult(t *testing.T) {
+	tests := []struct {
+		st           exitStatus
+		daemon, cmd  string // result for a main process, for a command
+		wantString   string
+	}{
+		{exitStatus{}, "success", "success", "code=exited, status=0/SUCCESS"},
+		{exitStatus{Code: 1}, "exit-code", "exit-code", "code=exited, status=1/FAILURE"},
+		{exitStatus{Code: 42}, "exit-code", "exit-code", "code=exited, status=42/n/a"},
+		{exitStatus{Signal: syscall.SIGTERM}, "success", "signal", "code=killed, status=15/TERM"},
+		{exitStatus{Signal: syscall.SIGHUP}, "success", "signal", "code=killed, status=1/HUP"},
+		{exitStatus{Signal: syscall.SIGINT}, "success", "signal", "code=killed, status=2/INT"},
+		{exitStatus{Signal: syscall.SIGPIPE}, "success", "success", "code=killed, status=13/PIPE"},
+		{exitStatus{Signal: syscall.SIGKILL}, "signal", "signal", "code=killed, status=9/KILL"},
+		{exitStatus{Signal: syscall.SIGSEGV, Dumped: true}, "core-dump", "core-dump", "code=dumped, status=11/SEGV"},
+		{exitStatus{Signal: syscall.Signal(40)}, "signal", "signal", "code=killed, status=40/40"},
+	}
+	for _, tt := range tests {
+		if got := tt.st.result(true); got != tt.daemon {
+			t.Errorf("%+v.result(daemon) = %q, want %q", tt.st, got, tt.daemon)
+		}
+		if got := tt.st.result(false); got != tt.cmd {
+			t.Errorf("%+v.result(command) = %q, want %q", tt.st, got, tt.cmd)
+		}
+		if got := tt.st.String(); got != tt.wantString {
+			t.Errorf("%+v.String() = %q, want %q", tt.st, got, tt.wantString)
+		}
+	}
+}
+
+func TestExitStatusOf(t *testing.T) {
+	// Wait statuses as the kernel encodes them.
+	if got, want := exitStatusOf(syscall.WaitStatus(3<<8)), (exitStatus{Code: 3}); got != want {
+		t.Errorf("exitStatusOf(exit 3) = %+v, want %+v", got, want)
+	}
+	if got, want := exitStatusOf(syscall.WaitStatus(9)), (exitStatus{Signal: syscall.SIGKILL}); got != want {
+		t.Errorf("exitStatusOf(SIGKILL) = %+v, want %+v", got, want)
+	}
+	if got, want := exitStatusOf(syscall.WaitStatus(11|0x80)), (exitStatus{Signal: syscall.SIGSEGV, Dumped: true}); got != want {
+		t.Errorf("exitStatusOf(SIGSEGV, core) = %+v, want %+v", got, want)
+	}
+}
+
+func TestShouldRestart(t *testing.T) {
+	// The table of systemd.service(5), Restart=, with "timeout" for the
+	// timeout column; watchdogs do not exist here.
+	results := []string{resultSuccess, resultExitCode, resultSignal, resultCoreDump, resultTimeout, resultStartLimitHit}
+	want := map[string][]bool{
+		//             success exit   signal core   timeout limit
+		"":            {false, false, false, false, false, false},
+		"no":          {false, false, false, false, false, false},
+		"always":      {true, true, true, true, true, false},
+		"on-success":  {true, false, false, false, false, false},
+		"on-failure":  {false, true, true, true, true, false},
+		"on-abnormal": {false, false, true, true, true, false},
+		"on-abort":    {false, false, true, true, false, false},
+		"on-watchdog": {false, false, false, false, false, false},
+	}
+	for policy, row := range want {
+		for i, result := range results {
+			if got := shouldRestart(policy, result); got != row[i] {
+				t.Errorf("shouldRestart(%q, %q) = %v, want %v", policy, result, got, row[i])
+			}
+		}
+	}
+}
+
+func TestStartLimiter(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tests := []struct {
+		name     string
+		burst    int
+		interval time.Duration
+		at       []time.Duration // offsets from t0 of successive starts
+		want     []bool
+	}{
+		{"within burst", 3, 10 * time.Second, []time.Duration{0, 1, 2}, []bool{true, true, true}},
+		{"over burst", 3, 10 * time.Second, []time.Duration{0, 1, 2, 3, 4}, []bool{true, true, true, false, false}},
+		{"window ends", 2, 10 * time.Second, []time.Duration{0, 1, 2, 11 * time.Second, 12 * time.Second, 13 * time.Second}, []bool{true, true, false, true, true, false}},
+		{"disabled by burst", 0, 10 * time.Second, []time.Duration{0, 0, 0}, []bool{true, true, true}},
+		{"disabled by interval", 1, 0, []time.Duration{0, 0, 0}, []bool{true, true, true}},
+	}
+	for _, tt := range tests {
+		var l startLimiter
+		for i, off := range tt.at {
+			if got := l.allow(t0.Add(off), tt.burst, tt.interval); got != tt.want[i] {
+				t.Errorf("%s: start %d at +%v: allow = %v, want %v", tt.name, i+1, off, got, tt.want[i])
+			}
+		}
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	tests := []struct {
+		in   string
+		want syscall.Signal
+		err  bool
+	}{
+		{"", syscall.SIGTERM, false},
+		{"SIGTERM", syscall.SIGTERM, false},
+		{"INT", syscall.SIGINT, false},
+		{"sigkill", syscall.SIGKILL, false},
+		{"10", syscall.SIGUSR1, false},
+		{"SIGFOO", 0, true},
+		{"0", 0, true},
+		{"65", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := parseSignal(tt.in)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("parseSignal(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestActiveSub(t *testing.T) {
+	tests := []struct {
+		p            phase
+		result       string
+		active, sub  string
+	}{
+		{phaseDead, "", "inactive", "dead"},
+		{phaseDead, resultSuccess, "inactive", "dead"},
+		{phaseDead, resultExitCode, "failed", "failed"},
+		{phaseDead, resultStartLimitHit, "failed", "failed"},
+		{phaseStartPre, resultSuccess, "activating", "start-pre"},
+		{phaseRunning, resultSuccess, "active", "running"},
+		{phaseExited, resultSuccess, "active", "exited"},
+		{phaseStopSigterm, resultExitCode, "deactivating", "stop-sigterm"},
+		{phaseStopSigkill, resultSuccess, "deactivating", "stop-sigkill"},
+		{phaseAutoRestart, resultExitCode, "activating", "auto-restart"},
+	}
+	for _, tt := range tests {
+		if a, s := activeSub(tt.p, tt.result); a != tt.active || s != tt.sub {
+			t.Errorf("activeSub(%d, %q) = %s/%s, want %s/%s", tt.p, tt.result, a, s, tt.active, tt.sub)
+		}
+	}
+}

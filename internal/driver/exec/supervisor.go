@@ -1,0 +1,937 @@
+package execdriver
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// phase is where a unit is in its life; see doc.go for the transitions.
+type phase int
+
+const (
+	phaseDead        phase = iota // no run: inactive/dead or failed/failed
+	phaseStartPre                 // ExecStartPre= commands, one after another
+	phaseStart                    // Type=oneshot: ExecStart= commands, one after another
+	phaseStartPost                // ExecStartPost= commands, the main process running
+	phaseRunning                  // the main process runs
+	phaseExited                   // RemainAfterExit=: started and done, still active
+	phaseStop                     // ExecStop= commands
+	phaseStopSigterm              // KillSignal= sent, waiting for the processes to go
+	phaseStopSigkill              // SIGKILL sent, waiting for the processes to go
+	phaseStopPost                 // ExecStopPost= commands
+	phaseAutoRestart              // waiting RestartSec= before starting again
+)
+
+// activeSub is the systemd ActiveState and SubState of a phase; result is
+// the run's result, which tells inactive from failed.
+func activeSub(p phase, result string) (active, sub string) {
+	switch p {
+	case phaseStartPre:
+		return "activating", "start-pre"
+	case phaseStart:
+		return "activating", "start"
+	case phaseStartPost:
+		return "activating", "start-post"
+	case phaseRunning:
+		return "active", "running"
+	case phaseExited:
+		return "active", "exited"
+	case phaseStop:
+		return "deactivating", "stop"
+	case phaseStopSigterm:
+		return "deactivating", "stop-sigterm"
+	case phaseStopSigkill:
+		return "deactivating", "stop-sigkill"
+	case phaseStopPost:
+		return "deactivating", "stop-post"
+	case phaseAutoRestart:
+		return "activating", "auto-restart"
+	}
+	if result == "" || result == resultSuccess {
+		return "inactive", "dead"
+	}
+	return "failed", "failed"
+}
+
+// pollInterval is how often a stopping unit checks whether its process
+// groups are gone (they hold processes that are not the driver's children,
+// whose exits it is not told of).
+const pollInterval = 25 * time.Millisecond
+
+// readerGrace is how long a process's exit waits for the rest of its output
+// to be logged, and how long a supervisor that is done waits for output
+// pipes still held open by processes that escaped it.
+const readerGrace = 100 * time.Millisecond
+
+type reqKind int
+
+const (
+	reqLoad  reqKind = iota // replace the definition
+	reqStart                // start
+	reqStop                 // stop
+	reqQuit                 // stop, then forget the unit (Unload, Close)
+	reqAbort                // SIGKILL everything now, then forget (Close past its deadline)
+)
+
+type request struct {
+	kind  reqKind
+	file  *unit.File // reqLoad
+	reply chan error
+}
+
+// errGone is returned by call once the supervisor has finished.
+var errGone = errors.New("unit unloaded")
+
+type exited struct {
+	p      *proc
+	status exitStatus
+}
+
+// supervisor runs one unit. Its goroutine (run) owns all the fields below mu
+// except status; requests and process exits reach it through channels, and
+// nothing it does blocks for long: processes are waited for by goroutines of
+// their own.
+type supervisor struct {
+	d    *Driver
+	name string
+	log  *unitLog
+	slog *slog.Logger
+
+	reqs  chan request
+	exits chan exited
+	done  chan struct{} // closed when run returns
+
+	mu     sync.Mutex
+	status unit.Status // last published
+
+	readers sync.WaitGroup // output copiers
+	pipesMu sync.Mutex
+	pipes   map[*os.File]bool // read ends still being copied
+
+	file         *unit.File // newest definition
+	cur          *unit.File // definition of the current run; nil in phaseDead
+	ph           phase
+	main         *proc    // the main process (Type=oneshot: the running ExecStart=)
+	control      *proc    // the running ExecStartPre=, ExecStartPost=, ExecStop= or ExecStopPost=
+	cmds         []cmdRef // commands left in this phase
+	groups       []pgroup // process groups started in this run and not seen empty
+	env          *execEnv // how this run's processes are started
+	cg           *unitCgroup
+	result       string // first failure of this run, or success
+	message      string
+	mainResult   string // main process exited during start-post with this result
+	stopReq      bool   // this run is being stopped on request: it ends inactive
+	pendingStart bool   // start again once stopped
+	kick         bool   // a start was admitted; run it after replying
+	quit         bool   // forget the unit once dead
+	abort        bool   // skip to SIGKILL and skip ExecStopPost=
+	postKilled   bool   // the ExecStopPost= command timed out and was SIGKILLed
+	sigkillAt    time.Time
+	limiter      startLimiter
+	restarts     int
+	timer        *time.Timer
+	ticker       *time.Ticker // while waiting for process groups to empty
+}
+
+// cmdRef is a command queued for the current phase, with the name of the
+// option it comes from for messages.
+type cmdRef struct {
+	cmd   unit.Command
+	label string
+}
+
+func newSupervisor(d *Driver, f *unit.File) *supervisor {
+	s := &supervisor{
+		d:     d,
+		name:  f.Name,
+		log:   newUnitLog(d.logPath(f.Name), d.cfg.MaxLogBytes, d.log.With("unit", f.Name)),
+		slog:  d.log.With("unit", f.Name),
+		reqs:  make(chan request),
+		exits: make(chan exited),
+		done:  make(chan struct{}),
+		pipes: make(map[*os.File]bool),
+		file:  f,
+		timer: time.NewTimer(time.Hour),
+	}
+	s.timer.Stop()
+	s.status = s.compute(unit.Status{})
+	return s
+}
+
+// call hands r to the supervisor and returns its answer; errGone once the
+// supervisor has finished.
+func (s *supervisor) call(r request) error {
+	r.reply = make(chan error, 1)
+	select {
+	case s.reqs <- r:
+		return <-r.reply
+	case <-s.done:
+		return errGone
+	}
+}
+
+func (s *supervisor) snapshot() unit.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+func (s *supervisor) run() {
+	defer s.finish()
+	s.d.cfg.Notify(s.snapshot())
+	for {
+		var tick <-chan time.Time
+		if s.ticker != nil {
+			tick = s.ticker.C
+		}
+		select {
+		case r := <-s.reqs:
+			r.reply <- s.handle(r)
+		case ev := <-s.exits:
+			s.onExit(ev)
+		case <-s.timer.C:
+			s.onTimeout()
+		case <-tick:
+			s.checkStopped()
+		}
+		for s.kick { // begin may end the run at once and admit another start
+			s.kick = false
+			s.begin()
+		}
+		s.publish()
+		if s.quit && s.ph == phaseDead {
+			return
+		}
+	}
+}
+
+// finish releases what the unit holds once it is dead and forgotten.
+func (s *supervisor) finish() {
+	s.timer.Stop()
+	// Wait for output still in the pipes, then cut off pipes held open by
+	// processes that escaped the unit's process groups.
+	copied := make(chan struct{})
+	go func() { s.readers.Wait(); close(copied) }()
+	select {
+	case <-copied:
+	case <-time.After(readerGrace):
+		s.pipesMu.Lock()
+		for r := range s.pipes {
+			r.Close()
+		}
+		s.pipesMu.Unlock()
+		<-copied
+	}
+	s.log.close()
+	s.d.mu.Lock()
+	if s.d.units[s.name] == s {
+		delete(s.d.units, s.name)
+	}
+	s.d.mu.Unlock()
+	close(s.done)
+	s.d.wg.Done()
+}
+
+// compute derives the unit's status from the supervisor's state; prev is the
+// last published status, for Since.
+func (s *supervisor) compute(prev unit.Status) unit.Status {
+	def := s.file
+	if s.cur != nil {
+		def = s.cur
+	}
+	st := unit.Status{
+		Name:    s.name,
+		Hash:    def.Hash,
+		Machine: s.d.cfg.Machine,
+		Load:    "loaded",
+		Result:  s.result,
+		Message: s.message,
+		Since:   prev.Since,
+	}
+	st.Active, st.Sub = activeSub(s.ph, s.result)
+	if s.main != nil {
+		st.PID = s.main.pid
+	}
+	if st.Active != prev.Active || st.Since.IsZero() {
+		st.Since = time.Now()
+	}
+	return st
+}
+
+// publish records the status and notifies it if it changed.
+func (s *supervisor) publish() {
+	s.mu.Lock()
+	prev := s.status
+	st := s.compute(prev)
+	changed := st != prev
+	s.status = st
+	s.mu.Unlock()
+	if changed {
+		s.d.cfg.Notify(st)
+	}
+}
+
+// event logs one of the driver's own messages about the unit to the unit's
+// log, as systemd logs its own to the journal.
+func (s *supervisor) event(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	s.log.line("flotilla", os.Getpid(), []byte(msg))
+	s.slog.Debug(msg)
+}
+
+// describe is how messages name the unit: its Description=, as systemd does.
+func (s *supervisor) describe() string {
+	def := s.file
+	if s.cur != nil {
+		def = s.cur
+	}
+	return cmp.Or(def.Description, s.name)
+}
+
+func (s *supervisor) handle(r request) error {
+	switch r.kind {
+	case reqLoad:
+		if s.quit {
+			return errUnloading
+		}
+		s.file = r.file
+	case reqStart:
+		if s.quit {
+			return errUnloading
+		}
+		switch s.ph {
+		case phaseDead:
+			s.restarts = 0
+			return s.start()
+		case phaseStop, phaseStopSigterm, phaseStopSigkill, phaseStopPost:
+			s.pendingStart = true
+		}
+	case reqStop:
+		s.pendingStart = false
+		s.stop()
+	case reqQuit:
+		s.quit, s.pendingStart = true, false
+		s.stop()
+	case reqAbort:
+		s.quit, s.abort, s.pendingStart = true, true, false
+		switch s.ph {
+		case phaseDead:
+		case phaseAutoRestart:
+			s.stop()
+		default:
+			s.stopReq = true
+			s.enterStopSigkill()
+		}
+	}
+	return nil
+}
+
+// start admits a start of the newest definition, or refuses it when the
+// start limit is hit. The processes are started by begin, after the request
+// was answered.
+func (s *supervisor) start() error {
+	svc := &s.file.Service
+	if !s.limiter.allow(time.Now(), svc.StartLimitBurst, svc.StartLimitInterval) {
+		s.event("%s: Start request repeated too quickly.", s.name)
+		s.event("%s: Failed with result '%s'.", s.name, resultStartLimitHit)
+		s.event("Failed to start %s.", s.describe())
+		s.ph, s.result = phaseDead, resultStartLimitHit
+		s.message = fmt.Sprintf("start request repeated too quickly: more than %d starts within %s", svc.StartLimitBurst, svc.StartLimitInterval)
+		s.slog.Warn("start limit hit", "burst", svc.StartLimitBurst, "interval", svc.StartLimitInterval)
+		return ErrStartLimitHit
+	}
+	s.cur = s.file
+	s.ph = phaseStartPre
+	s.result, s.message, s.mainResult = resultSuccess, "", ""
+	s.stopReq, s.postKilled = false, false
+	s.cmds = refs(s.cur.Service.ExecStartPre, "ExecStartPre")
+	s.kick = true
+	return nil
+}
+
+// begin prepares the run's execution environment and starts its first
+// process.
+func (s *supervisor) begin() {
+	svc := &s.cur.Service
+	s.event("Starting %s...", s.describe())
+	s.slog.Info("starting unit", "hash", s.cur.Hash)
+	env, err := s.d.prepare(svc)
+	if err != nil {
+		s.event("%s: Failed to prepare the environment: %v", s.name, err)
+		s.fail(resultExitCode, err.Error())
+		s.enterDead()
+		return
+	}
+	s.env = env
+	if svc.CPUQuotaPercent > 0 || svc.MemoryMax > 0 {
+		cg, err := newUnitCgroup(s.d.cfg.CgroupParent, s.name, svc.CPUQuotaPercent, svc.MemoryMax)
+		if err != nil {
+			s.limitsNotEnforced(err)
+		} else {
+			s.cg = cg
+		}
+	}
+	s.setTimer(svc.TimeoutStartSec)
+	s.advance()
+}
+
+func (s *supervisor) limitsNotEnforced(err error) {
+	s.message = "resource limits not enforced: " + err.Error()
+	s.event("%s: Resource limits not enforced: %v", s.name, err)
+	s.slog.Warn("resource limits not enforced", "err", err)
+}
+
+func refs(cmds []unit.Command, label string) []cmdRef {
+	out := make([]cmdRef, len(cmds))
+	for i, c := range cmds {
+		out[i] = cmdRef{cmd: c, label: label}
+	}
+	return out
+}
+
+// advance starts the next command of the current phase, or moves on to the
+// next phase when none is left.
+func (s *supervisor) advance() {
+	for {
+		switch s.ph {
+		case phaseStartPre, phaseStart, phaseStartPost:
+			if len(s.cmds) > 0 {
+				c := s.cmds[0]
+				s.cmds = s.cmds[1:]
+				if err := s.spawn(c, s.ph == phaseStart); err != nil {
+					if c.cmd.IgnoreFailure {
+						continue
+					}
+					s.fail(resultExitCode, fmt.Sprintf("%s: %v", c.label, err))
+					s.enterStopSigterm()
+				}
+				return
+			}
+			switch {
+			case s.ph == phaseStartPre && s.cur.Service.Type == "oneshot":
+				s.ph, s.cmds = phaseStart, refs(s.cur.Service.ExecStart, "ExecStart")
+			case s.ph == phaseStartPre:
+				main := cmdRef{cmd: s.cur.Service.ExecStart[0], label: "ExecStart"}
+				if err := s.spawn(main, true); err != nil {
+					s.fail(resultExitCode, fmt.Sprintf("ExecStart: %v", err))
+					s.enterStopSigterm()
+					return
+				}
+				s.ph, s.cmds = phaseStartPost, refs(s.cur.Service.ExecStartPost, "ExecStartPost")
+			case s.ph == phaseStart:
+				s.ph, s.cmds = phaseStartPost, refs(s.cur.Service.ExecStartPost, "ExecStartPost")
+			default:
+				s.enterRunning()
+				return
+			}
+		case phaseStop, phaseStopPost:
+			if len(s.cmds) > 0 {
+				c := s.cmds[0]
+				s.cmds = s.cmds[1:]
+				if s.spawn(c, false) != nil {
+					continue
+				}
+				return
+			}
+			if s.ph == phaseStop {
+				s.enterStopSigterm()
+			} else {
+				s.enterDead()
+			}
+			return
+		default:
+			return
+		}
+	}
+}
+
+// enterRunning ends a successful start.
+func (s *supervisor) enterRunning() {
+	s.timer.Stop()
+	svc := &s.cur.Service
+	if svc.Type == "oneshot" {
+		s.event("Finished %s.", s.describe())
+		if svc.RemainAfterExit {
+			s.ph = phaseExited
+			return
+		}
+		s.enterStopSigterm() // whatever the commands left behind
+		return
+	}
+	s.event("Started %s.", s.describe())
+	s.slog.Info("unit started", "pid", s.main.pidOrZero())
+	s.ph = phaseRunning
+	if s.main == nil {
+		s.mainGone(s.mainResult)
+	}
+}
+
+func (p *proc) pidOrZero() int {
+	if p == nil {
+		return 0
+	}
+	return p.pid
+}
+
+// stop handles a stop request.
+func (s *supervisor) stop() {
+	switch s.ph {
+	case phaseDead:
+		return
+	case phaseAutoRestart:
+		s.timer.Stop()
+		s.stopReq = true
+		s.enterDead()
+		return
+	}
+	if s.stopReq {
+		return // already stopping on request
+	}
+	s.stopReq = true
+	switch s.ph {
+	case phaseStartPre, phaseStart, phaseStartPost:
+		s.event("Stopping %s...", s.describe())
+		s.enterStopSigterm()
+	case phaseRunning, phaseExited:
+		s.event("Stopping %s...", s.describe())
+		s.slog.Info("stopping unit")
+		s.enterStop()
+	}
+	// In the stop phases of a failed run the stop carries on; stopReq makes
+	// it end inactive, without a restart.
+}
+
+func (s *supervisor) enterStop() {
+	s.ph = phaseStop
+	s.cmds = refs(s.cur.Service.ExecStop, "ExecStop")
+	s.setTimer(s.cur.Service.TimeoutStopSec)
+	s.advance()
+}
+
+// fail records a failure of the run; the first one is the run's result.
+func (s *supervisor) fail(result, message string) {
+	if result == resultSuccess {
+		return
+	}
+	if s.result == resultSuccess || s.result == "" {
+		s.result = result
+		s.message = message
+	}
+}
+
+func (s *supervisor) killMode() string {
+	return cmp.Or(s.cur.Service.KillMode, "control-group")
+}
+
+// enterStopSigterm sends KillSignal= to what runs: the whole process groups
+// under KillMode=control-group, only the main and control processes
+// otherwise. When nothing runs it goes straight on.
+func (s *supervisor) enterStopSigterm() {
+	if s.abort {
+		s.enterStopSigkill()
+		return
+	}
+	s.cmds = nil
+	s.ph = phaseStopSigterm
+	s.pruneGroups()
+	if s.stopped() {
+		s.afterSigterm()
+		return
+	}
+	sig, _ := parseSignal(s.cur.Service.KillSignal)
+	s.signal(sig, s.killMode() == "control-group")
+	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
+		s.signal(syscall.SIGCONT, s.killMode() == "control-group")
+	}
+	s.setTimer(s.cur.Service.TimeoutStopSec)
+	s.startPolling()
+}
+
+// enterStopSigkill sends SIGKILL: to the whole process groups (and cgroup)
+// unless KillMode=process.
+func (s *supervisor) enterStopSigkill() {
+	s.cmds = nil
+	s.ph = phaseStopSigkill
+	s.signal(syscall.SIGKILL, s.killMode() != "process" && s.killMode() != "none")
+	s.sigkillAt = time.Now()
+	timeout := s.cur.Service.TimeoutStopSec
+	if s.abort && (timeout <= 0 || timeout > abortGrace) {
+		timeout = abortGrace
+	}
+	s.setTimer(timeout)
+	s.startPolling()
+}
+
+// signal sends sig to the main and control processes, or with groups to all
+// the process groups of the run and its cgroup.
+func (s *supervisor) signal(sig syscall.Signal, groups bool) {
+	if groups {
+		for _, g := range s.groups {
+			syscall.Kill(-g.pgid, sig)
+		}
+		if s.cg != nil {
+			s.cg.signal(sig)
+		}
+	}
+	for _, p := range []*proc{s.main, s.control} {
+		if p != nil {
+			syscall.Kill(p.pid, sig)
+		}
+	}
+}
+
+// stopped reports whether what the current stop phase waits for is gone.
+func (s *supervisor) stopped() bool {
+	if s.main != nil || s.control != nil {
+		return false
+	}
+	switch s.killMode() {
+	case "process", "none":
+		return true
+	case "mixed":
+		if s.ph == phaseStopSigterm {
+			return true // the rest of the groups get SIGKILL next
+		}
+	}
+	// A group that still exists after SIGKILL may hold only zombies that an
+	// init which does not reap keeps around; look closer after a while.
+	closer := s.ph == phaseStopSigkill && time.Since(s.sigkillAt) > 4*pollInterval
+	for _, g := range s.groups {
+		if groupExists(g.pgid) && (!closer || groupHasLiveMembers(g.pgid)) {
+			return false
+		}
+	}
+	return s.cg == nil || !s.cg.populated()
+}
+
+// checkStopped moves a stop on once what it waits for is gone.
+func (s *supervisor) checkStopped() {
+	if s.ph != phaseStopSigterm && s.ph != phaseStopSigkill {
+		return
+	}
+	if !s.stopped() {
+		return
+	}
+	if s.ph == phaseStopSigterm {
+		s.afterSigterm()
+		return
+	}
+	s.enterStopPost()
+}
+
+func (s *supervisor) afterSigterm() {
+	if s.killMode() == "mixed" {
+		s.pruneGroups()
+		if len(s.groups) > 0 || (s.cg != nil && s.cg.populated()) {
+			s.enterStopSigkill()
+			return
+		}
+	}
+	s.enterStopPost()
+}
+
+func (s *supervisor) enterStopPost() {
+	s.stopPolling()
+	s.timer.Stop()
+	switch s.killMode() {
+	case "process", "none":
+		s.groups = nil // what the main process left behind is not ours to stop
+		s.writePidFile()
+	}
+	if s.abort {
+		s.enterDead()
+		return
+	}
+	s.ph = phaseStopPost
+	s.cmds = refs(s.cur.Service.ExecStopPost, "ExecStopPost")
+	s.setTimer(s.cur.Service.TimeoutStopSec)
+	s.advance()
+}
+
+// enterDead ends the run: it cleans up, then restarts the unit or leaves it
+// inactive or failed.
+func (s *supervisor) enterDead() {
+	s.stopPolling()
+	s.timer.Stop()
+	if s.cur != nil && s.killMode() != "process" && s.killMode() != "none" {
+		s.pruneGroups()
+		for _, g := range s.groups { // left behind by ExecStopPost=
+			syscall.Kill(-g.pgid, syscall.SIGKILL)
+		}
+	}
+	s.groups = nil
+	s.writePidFile()
+	if s.cg != nil {
+		if err := s.cg.remove(); err != nil {
+			s.slog.Warn("cannot remove unit cgroup", "cgroup", s.cg.path, "err", err)
+		}
+		s.cg = nil
+	}
+	def := cmp.Or(s.cur, s.file)
+	s.cur, s.env, s.cmds = nil, nil, nil
+	s.ph = phaseDead
+
+	switch {
+	case s.stopReq:
+		s.result = resultSuccess
+		s.event("Stopped %s.", s.describe())
+		s.slog.Info("unit stopped")
+	case !s.quit && !s.pendingStart && shouldRestart(def.Service.Restart, s.result):
+		if s.result != resultSuccess {
+			s.event("%s: Failed with result '%s'.", s.name, s.result)
+		}
+		s.ph = phaseAutoRestart
+		s.timer.Reset(max(def.Service.RestartSec, time.Millisecond))
+		return
+	case s.result == resultSuccess:
+		s.event("%s: Deactivated successfully.", s.name)
+		s.slog.Info("unit exited")
+	default:
+		s.event("%s: Failed with result '%s'.", s.name, s.result)
+		s.slog.Warn("unit failed", "result", s.result, "message", s.message)
+	}
+	if s.pendingStart && !s.quit {
+		s.pendingStart = false
+		s.restarts = 0
+		s.start()
+	}
+}
+
+// onTimeout handles the expiry of the current phase's timer.
+func (s *supervisor) onTimeout() {
+	switch s.ph {
+	case phaseStartPre, phaseStart, phaseStartPost:
+		s.event("%s: Start operation timed out. Terminating.", s.name)
+		s.fail(resultTimeout, fmt.Sprintf("start timed out after %s", s.cur.Service.TimeoutStartSec))
+		s.enterStopSigterm()
+	case phaseStop:
+		s.event("%s: Stopping timed out. Terminating.", s.name)
+		s.enterStopSigterm()
+	case phaseStopSigterm:
+		s.event("%s: State 'stop-sigterm' timed out. Killing.", s.name)
+		if s.stopReq {
+			s.message = fmt.Sprintf("stop timed out after %s: killed with SIGKILL", s.cur.Service.TimeoutStopSec)
+		} else {
+			s.fail(resultTimeout, fmt.Sprintf("stop timed out after %s: killed with SIGKILL", s.cur.Service.TimeoutStopSec))
+		}
+		s.enterStopSigkill()
+	case phaseStopSigkill:
+		s.event("%s: Processes still around after SIGKILL. Ignoring.", s.name)
+		s.slog.Error("processes survived SIGKILL; abandoning them")
+		s.main, s.control, s.groups = nil, nil, nil
+		s.writePidFile()
+		s.enterStopPost()
+	case phaseStopPost:
+		if s.postKilled || s.control == nil {
+			s.control = nil
+			s.enterDead()
+			return
+		}
+		s.event("%s: State 'stop-post' timed out. Killing.", s.name)
+		s.postKilled = true
+		syscall.Kill(-s.control.pid, syscall.SIGKILL)
+		s.cmds = nil
+		s.setTimer(s.cur.Service.TimeoutStopSec)
+	case phaseAutoRestart:
+		s.restarts++
+		s.event("%s: Scheduled restart job, restart counter is at %d.", s.name, s.restarts)
+		s.event("Stopped %s.", s.describe())
+		s.slog.Info("restarting unit", "restarts", s.restarts)
+		s.start()
+	}
+}
+
+// onExit handles the exit of a process the supervisor started.
+func (s *supervisor) onExit(ev exited) {
+	p := ev.p
+	isMain := p == s.main
+	switch {
+	case isMain:
+		s.main = nil
+	case p == s.control:
+		s.control = nil
+	default:
+		return // abandoned after it survived SIGKILL
+	}
+	s.pruneGroups()
+	s.writePidFile()
+
+	switch s.ph {
+	case phaseStartPost:
+		if isMain {
+			res := ev.status.result(true)
+			if res != resultSuccess {
+				s.mainFailed(ev.status, res)
+				s.enterStopSigterm()
+				return
+			}
+			s.mainResult = res // carry on; enterRunning finds the main process gone
+			return
+		}
+		fallthrough
+	case phaseStartPre, phaseStart:
+		if res := ev.status.result(false); res != resultSuccess {
+			if !p.cmd.IgnoreFailure {
+				s.event("%s: %s process exited, %s", s.name, controlOrMain(isMain), ev.status)
+				s.fail(res, fmt.Sprintf("%s=%s: %s", p.label, p.argv[0], ev.status))
+				s.enterStopSigterm()
+				return
+			}
+			s.event("%s: %s process exited, %s (ignored)", s.name, controlOrMain(isMain), ev.status)
+		}
+		s.advance()
+	case phaseRunning:
+		res := ev.status.result(true)
+		if res != resultSuccess {
+			s.mainFailed(ev.status, res)
+		}
+		s.mainGone(res)
+	case phaseStop, phaseStopPost:
+		if isMain {
+			return // gone during ExecStop=, as asked
+		}
+		if ev.status.result(false) != resultSuccess && !p.cmd.IgnoreFailure {
+			s.event("%s: Control process exited, %s", s.name, ev.status)
+		}
+		s.advance()
+	case phaseStopSigterm, phaseStopSigkill:
+		if isMain && ev.status.Signal == syscall.SIGKILL {
+			s.event("%s: Main process exited, %s", s.name, ev.status)
+		}
+		s.checkStopped()
+	}
+}
+
+func controlOrMain(main bool) string {
+	if main {
+		return "Main"
+	}
+	return "Control"
+}
+
+func (s *supervisor) mainFailed(st exitStatus, res string) {
+	s.event("%s: Main process exited, %s", s.name, st)
+	s.fail(res, "main process exited, "+st.String())
+}
+
+// mainGone handles the main process having exited on its own while the unit
+// was up: RemainAfterExit= keeps a clean exit active; otherwise what it left
+// behind is stopped (without ExecStop=, which addresses a main process that
+// is no more) and the run ends.
+func (s *supervisor) mainGone(res string) {
+	if res == resultSuccess && s.cur.Service.RemainAfterExit {
+		s.ph = phaseExited
+		return
+	}
+	s.fail(res, "")
+	s.enterStopSigterm()
+}
+
+// pruneGroups forgets the process groups that have emptied.
+func (s *supervisor) pruneGroups() {
+	s.groups = slices.DeleteFunc(s.groups, func(g pgroup) bool { return !groupExists(g.pgid) })
+}
+
+func (s *supervisor) writePidFile() {
+	if err := writePidFile(s.d.pidPath(s.name), s.groups); err != nil {
+		s.slog.Error("cannot write pid file", "err", err)
+	}
+}
+
+// setTimer arms the phase's timer; d <= 0 is no timeout.
+func (s *supervisor) setTimer(d time.Duration) {
+	if d <= 0 {
+		s.timer.Stop()
+		return
+	}
+	s.timer.Reset(d)
+}
+
+func (s *supervisor) startPolling() {
+	if s.ticker == nil {
+		s.ticker = time.NewTicker(pollInterval)
+	}
+}
+
+func (s *supervisor) stopPolling() {
+	if s.ticker != nil {
+		s.ticker.Stop()
+		s.ticker = nil
+	}
+}
+
+// spawn starts a command of the current phase: as the main process (which
+// the status shows) or as the control process.
+func (s *supervisor) spawn(c cmdRef, asMain bool) error {
+	var extra []string
+	if !asMain && s.main != nil {
+		extra = append(extra, "MAINPID="+strconv.Itoa(s.main.pid))
+	}
+	p, g, err := s.startProcess(c, extra, s.cg)
+	if err != nil && s.cg != nil && cgroupSpawnError(err) {
+		// Never let cgroups stop a unit from starting.
+		s.limitsNotEnforced(fmt.Errorf("start in cgroup %s: %w", s.cg.path, err))
+		s.cg.remove()
+		s.cg = nil
+		p, g, err = s.startProcess(c, extra, nil)
+	}
+	if err != nil {
+		s.event("%s: Failed to run '%s' task: %v", s.name, c.label, err)
+		s.slog.Warn("cannot start process", "command", c.label, "err", err)
+		return err
+	}
+	if asMain {
+		s.main = p
+	} else {
+		s.control = p
+	}
+	s.groups = append(s.groups, g)
+	s.writePidFile()
+	go s.wait(p)
+	return nil
+}
+
+// wait reaps p and reports its exit to the supervisor, after its last output
+// was logged (for the order of the log) or readerGrace passed.
+func (s *supervisor) wait(p *proc) {
+	p.c.Wait()
+	select {
+	case <-p.copied:
+	case <-time.After(readerGrace):
+	}
+	ev := exited{p: p, status: exitStatusOf(p.c.ProcessState.Sys().(syscall.WaitStatus))}
+	select {
+	case s.exits <- ev:
+	case <-s.done:
+	}
+}
+
+// trackPipe registers (add) or forgets an output pipe, so that finish can cut
+// off pipes held open by escaped processes.
+func (s *supervisor) trackPipe(r *os.File, add bool) {
+	s.pipesMu.Lock()
+	defer s.pipesMu.Unlock()
+	if add {
+		s.pipes[r] = true
+	} else {
+		delete(s.pipes, r)
+	}
+}
+
+// cgroupSpawnError reports whether a failed start may be due to starting
+// into a cgroup (clone3 missing, the cgroup unusable) rather than to the
+// command.
+func cgroupSpawnError(err error) bool {
+	return errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EINVAL) ||
+		errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EBUSY)
+}

@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// Errors of Apply, matched with errors.Is. Each is wrapped with a message
+// naming the unit.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrConflict    = errors.New("conflict")
+	ErrInvalid     = errors.New("invalid")
+	ErrUnavailable = errors.New("etcd unavailable")
+)
+
+// Change is one requested change of a unit. File is set to create the unit
+// (a unit that exists with the same hash is left as is); DesiredState, when
+// not "", sets its desired state; Destroy removes it.
+type Change struct {
+	Name         string
+	File         *unit.File
+	DesiredState unit.DesiredState
+	Destroy      bool
+}
+
+type applyReq struct {
+	changes []Change
+	res     chan applyRes
+}
+
+type applyRes struct {
+	names []string
+	err   error
+}
+
+// Apply validates changes against the cluster and commits them to etcd
+// (all of them, or none when one is invalid), then returns. It must be
+// called on the leader; elsewhere it returns ErrNotLeader.
+func (e *Engine) Apply(ctx context.Context, changes []Change) error {
+	t := e.leader()
+	if t == nil {
+		return ErrNotLeader
+	}
+	r := &applyReq{changes: changes, res: make(chan applyRes, 1)}
+	select {
+	case t.reqs <- r:
+	case <-t.ctx.Done():
+		return ErrNotLeader
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case res := <-r.res:
+		return res.err
+	case <-ctx.Done():
+		// The change may still commit; the caller cannot know. Say so.
+		return fmt.Errorf("%w (the change may still be applied)", ctx.Err())
+	}
+}
+
+// applyRound validates and commits a round of requests in as few etcd
+// transactions as the ops allow. Each request stands or falls alone in
+// validation; an etcd failure fails the whole round.
+func (t *term) applyRound(round []*applyReq) {
+	roundRecs := map[string]*unitRec{} // nil value: destroyed
+	var (
+		ops      []registry.Op
+		accepted []*applyReq
+	)
+	t.mu.RLock()
+	lookup := func(local map[string]*unitRec, name string) *unitRec {
+		if r, ok := local[name]; ok {
+			return r
+		}
+		if r, ok := roundRecs[name]; ok {
+			return r
+		}
+		return t.units[name]
+	}
+	for _, req := range round {
+		local := map[string]*unitRec{}
+		var reqOps []registry.Op
+		var err error
+		for _, c := range req.changes {
+			var cops []registry.Op
+			cops, err = t.validate(local, lookup, c)
+			if err != nil {
+				break
+			}
+			reqOps = append(reqOps, cops...)
+		}
+		if err != nil {
+			req.res <- applyRes{err: err}
+			continue
+		}
+		for k, v := range local {
+			roundRecs[k] = v
+		}
+		ops = append(ops, reqOps...)
+		accepted = append(accepted, req)
+	}
+	t.mu.RUnlock()
+	if len(accepted) == 0 {
+		return
+	}
+	if err := t.commit(ops); err != nil {
+		for _, req := range accepted {
+			req.res <- applyRes{err: err}
+		}
+		return
+	}
+	t.mu.Lock()
+	for name, rec := range roundRecs {
+		if rec == nil || rec.machine == "" {
+			t.sched.Unplace(name)
+		}
+		t.setUnit(name, rec)
+	}
+	t.mu.Unlock()
+	for _, req := range accepted {
+		req.res <- applyRes{}
+	}
+}
+
+// validate checks one change against the state seen through lookup,
+// records the resulting unit in local, and returns the ops that persist it.
+func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change) ([]registry.Op, error) {
+	cur := lookup(local, c.Name)
+	if c.Destroy {
+		if cur == nil {
+			return nil, nil // destroying what is not there is done
+		}
+		local[c.Name] = nil
+		ops := []registry.Op{registry.DeleteUnit(t.keys, c.Name)}
+		if cur.machine != "" {
+			ops = append(ops, registry.DeleteSchedule(t.keys, c.Name))
+		}
+		return ops, nil
+	}
+	next := cur
+	switch {
+	case c.File != nil && cur != nil:
+		if cur.file.Hash != c.File.Hash {
+			return nil, fmt.Errorf("%w: unit %s already exists with different contents (hash %s); destroy it before submitting a new version",
+				ErrConflict, c.Name, unit.ShortHash(cur.file.Hash))
+		}
+	case c.File != nil:
+		next = &unitRec{file: c.File, desired: unit.Inactive, su: &scheduler.Unit{Name: c.File.Name, Fleet: c.File.Fleet}}
+	case cur == nil:
+		tmpl := lookup(local, unit.TemplateOf(c.Name))
+		if tmpl == nil {
+			return nil, fmt.Errorf("%w: unit %s does not exist; submit its unit file first", ErrNotFound, c.Name)
+		}
+		f, err := unit.Instantiate(tmpl.file, unit.Instance(c.Name))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		next = &unitRec{file: f, desired: unit.Inactive, su: &scheduler.Unit{Name: f.Name, Fleet: f.Fleet}}
+	}
+	if c.DesiredState != "" && c.DesiredState != next.desired {
+		if unit.IsTemplate(c.Name) && c.DesiredState != unit.Inactive {
+			return nil, fmt.Errorf("%w: %s is a template: it cannot be %s; start an instance of it, such as %s",
+				ErrInvalid, c.Name, c.DesiredState, unit.Prefix(c.Name)+"@1.service")
+		}
+		next = next.with(func(r *unitRec) {
+			r.desired = c.DesiredState
+			if r.desired == unit.Inactive {
+				r.machine, r.reason = "", ""
+			}
+		})
+	}
+	if next == cur {
+		return nil, nil
+	}
+	local[c.Name] = next
+	ops := []registry.Op{registry.PutUnit(t.keys, registry.Record{Name: c.Name, File: next.file.Raw, DesiredState: string(next.desired)})}
+	if cur != nil && cur.machine != "" && next.machine == "" {
+		ops = append(ops, registry.DeleteSchedule(t.keys, c.Name))
+	}
+	return ops, nil
+}

@@ -1,0 +1,44 @@
+// Package engine is Flotilla's brain: the elected leader that holds the live
+// cluster in memory, schedules units, and serves agents over gRPC.
+//
+// # Terms
+//
+// Every daemon with an engine campaigns (package election). The winner starts
+// a term:
+//
+//  1. It loads the durable record (unit files, desired states, schedule) from
+//     etcd at one revision (registry.Load).
+//  2. It starts serving the agent stream. Machines named in the schedule are
+//     presumed alive until the agent TTL has passed since the term began, so
+//     a leader change never moves a unit: agents reconnect well inside the
+//     TTL (the election TTL is a fraction of it) and report what they run.
+//  3. It applies user changes and its own scheduling decisions through one
+//     loop goroutine: every durable change is committed to etcd in a
+//     transaction fenced on the term's election key (registry.Committer)
+//     before memory changes, before the API answers and before any agent is
+//     told.
+//  4. The term ends when the election lease is lost (the engine then drops
+//     all memory and every agent stream) or when the daemon stops (it
+//     resigns, so a standby takes over at once).
+//
+// # The agent stream
+//
+// One bidirectional stream per agent (proto/agentpb):
+//
+//	agent  -> leader  Hello{machine, every unit's status, leader_rev}
+//	leader -> agent   Assignments{full: true, units}      the machine's whole desired set
+//	leader -> agent   Assignments{units, removed}         deltas, as decisions commit
+//	agent  -> leader  StatusUpdate{units, removed}        as unit states change
+//	both directions   Heartbeat                           every HeartbeatInterval when idle
+//
+// The leader refuses a Hello naming another term (leader_rev), and ends every
+// stream when its term ends; the agent then looks the leader up again.
+//
+// # Liveness
+//
+// A machine not heard from for AgentTTL (plus one heartbeat interval of
+// grace) is lost: its non-global units are unscheduled and placed elsewhere.
+// Its agent, not hearing from any leader for AgentTTL, has stopped them by
+// then (package agent), so a unit does not run twice for longer than the
+// grace.
+package engine

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// ErrNotLeader is returned by leader-only operations on an engine that does
+// not lead.
+var ErrNotLeader = errors.New("engine: not the leader")
+
+// Config configures an Engine.
+type Config struct {
+	// Machine is this daemon's machine ID. Required.
+	Machine string
+	// Client is the etcd client. Required.
+	Client *clientv3.Client
+	// Keys is the cluster's key layout; zero means registry.DefaultPrefix.
+	Keys registry.Keys
+	// ElectionTTL is the leader lease TTL (whole seconds; default 5s, min 1s):
+	// a dead leader is replaced within about this long.
+	ElectionTTL time.Duration
+	// AgentTTL is how long a machine may go unheard before its units are
+	// moved (default 20s). It must exceed 2×ElectionTTL so that a leader
+	// failover completes well inside it.
+	AgentTTL time.Duration
+	// HeartbeatInterval is how often the leader sends a heartbeat on an idle
+	// stream (default AgentTTL/10, at most 1s).
+	HeartbeatInterval time.Duration
+	// GRPCAddr and APIAddr are advertised to agents and API servers through
+	// the election. Required.
+	GRPCAddr string
+	APIAddr  string
+	// MaxTxnOps bounds the ops of one etcd transaction (default 128, etcd's
+	// default --max-txn-ops).
+	MaxTxnOps int
+	// Logger receives the engine's logs; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now. Tests substitute it.
+	Now func() time.Time
+}
+
+func (c *Config) validate() error {
+	if c.Machine == "" {
+		return errors.New("engine: machine ID is required")
+	}
+	if c.Client == nil {
+		return errors.New("engine: etcd client is required")
+	}
+	if c.GRPCAddr == "" || c.APIAddr == "" {
+		return errors.New("engine: gRPC and API addresses are required")
+	}
+	if c.ElectionTTL == 0 {
+		c.ElectionTTL = 5 * time.Second
+	}
+	if c.ElectionTTL < time.Second {
+		return fmt.Errorf("engine: election TTL %v is below etcd's 1s lease granularity", c.ElectionTTL)
+	}
+	if c.AgentTTL == 0 {
+		c.AgentTTL = 20 * time.Second
+	}
+	if c.AgentTTL <= 2*c.ElectionTTL {
+		return fmt.Errorf("engine: agent TTL %v must exceed twice the election TTL %v, so a leader failover completes inside it", c.AgentTTL, c.ElectionTTL)
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = min(c.AgentTTL/10, time.Second)
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = 128
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Engine campaigns for leadership and, while it leads, runs a term.
+type Engine struct {
+	agentpb.UnimplementedEngineServer
+	cfg  Config
+	log  *slog.Logger
+	term atomic.Pointer[term]
+	// onTerm, if set, is called with each term as it starts (tests).
+	onTerm func(*term)
+}
+
+// New returns an engine; Run makes it campaign.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, log: cfg.Logger.With("component", "engine", "machine", cfg.Machine)}, nil
+}
+
+// Run campaigns, leads while elected, and campaigns again when a term ends,
+// until ctx is done.
+func (e *Engine) Run(ctx context.Context) error {
+	me := election.Info{Machine: e.cfg.Machine, GRPCAddr: e.cfg.GRPCAddr, APIAddr: e.cfg.APIAddr}
+	for ctx.Err() == nil {
+		t, err := election.Campaign(ctx, e.cfg.Client, e.cfg.Keys.Election(), e.cfg.ElectionTTL, me)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			e.log.Warn("campaign failed; retrying", "err", err)
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		e.lead(ctx, t)
+	}
+	return nil
+}
+
+// lead runs one term until it ends.
+func (e *Engine) lead(ctx context.Context, el *election.Term) {
+	log := e.log.With("leader_rev", el.Info.Rev)
+	started := e.cfg.Now()
+	t, err := newTerm(ctx, e, el)
+	if err != nil {
+		log.Error("could not start term; resigning", "err", err)
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		el.Resign(rctx)
+		cancel()
+		sleepCtx(ctx, time.Second)
+		return
+	}
+	log.Info("elected leader", "units", len(t.units), "load_ms", e.cfg.Now().Sub(started).Milliseconds())
+	e.term.Store(t)
+	if e.onTerm != nil {
+		e.onTerm(t)
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("stopping; resigning leadership")
+	case <-el.Done():
+		log.Warn("lost leadership (election lease ended)")
+	case <-t.ctx.Done():
+		log.Warn("term ended", "err", context.Cause(t.ctx))
+	}
+	e.term.Store(nil)
+	t.stop()
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	el.Resign(rctx)
+	cancel()
+}
+
+// Leader returns the current term if this engine leads, else nil.
+func (e *Engine) leader() *term { return e.term.Load() }
+
+// IsLeader reports whether this engine leads now, and its election revision.
+func (e *Engine) IsLeader() (bool, int64) {
+	if t := e.term.Load(); t != nil {
+		return true, t.info.Rev
+	}
+	return false, 0
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"path"
+	"sort"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// Reads answer from the leader's memory, so they keep answering while etcd
+// is unreachable. Each returns ErrNotLeader on an engine that does not lead.
+
+// Units lists units, all of them or those named (glob patterns allowed), sorted by name.
+func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
+	t := e.leader()
+	if t == nil {
+		return nil, ErrNotLeader
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []apiv1.Unit
+	if len(names) > 0 && !hasGlob(names) {
+		for _, n := range names {
+			if r := t.units[n]; r != nil {
+				out = append(out, t.unitView(r, false))
+			}
+		}
+	} else {
+		out = make([]apiv1.Unit, 0, len(t.units))
+		for _, r := range t.units {
+			if len(names) == 0 || matchAny(names, r.file.Name) {
+				out = append(out, t.unitView(r, false))
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Unit returns one unit with its file, or ErrNotFound.
+func (e *Engine) Unit(name string) (apiv1.Unit, error) {
+	t := e.leader()
+	if t == nil {
+		return apiv1.Unit{}, ErrNotLeader
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	r := t.units[name]
+	if r == nil {
+		return apiv1.Unit{}, ErrNotFound
+	}
+	return t.unitView(r, true), nil
+}
+
+// UnitStates lists what agents report, optionally for one machine and/or
+// some units, sorted by unit then machine.
+func (e *Engine) UnitStates(machine string, names []string) ([]apiv1.UnitState, error) {
+	t := e.leader()
+	if t == nil {
+		return nil, ErrNotLeader
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := []apiv1.UnitState{}
+	for id, m := range t.machines {
+		if machine != "" && id != machine {
+			continue
+		}
+		for name, s := range m.states {
+			if len(names) > 0 && !matchAny(names, name) {
+				continue
+			}
+			out = append(out, stateView(s))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Machine < out[j].Machine
+	})
+	return out, nil
+}
+
+// Machines lists the connected machines, sorted by ID.
+func (e *Engine) Machines() ([]apiv1.Machine, error) {
+	t := e.leader()
+	if t == nil {
+		return nil, ErrNotLeader
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := []apiv1.Machine{}
+	for id, m := range t.machines {
+		if m.conn == nil {
+			continue
+		}
+		md := m.info.Metadata
+		if md == nil {
+			md = map[string]string{}
+		}
+		out = append(out, apiv1.Machine{ID: id, IP: m.info.IP, Metadata: md, Leader: id == t.info.Machine,
+			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// UnitMachine returns the API address of the machine that runs (or last
+// reported) the unit, for journal requests.
+func (e *Engine) UnitMachine(name string) (id, apiAddr string, err error) {
+	t := e.leader()
+	if t == nil {
+		return "", "", ErrNotLeader
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if r := t.units[name]; r != nil && r.machine != "" {
+		if m := t.machines[r.machine]; m != nil && m.info.APIAddr != "" {
+			return m.info.ID, m.info.APIAddr, nil
+		}
+	}
+	for id, m := range t.machines {
+		if _, ok := m.states[name]; ok && m.info.APIAddr != "" {
+			return id, m.info.APIAddr, nil
+		}
+	}
+	return "", "", ErrNotFound
+}
+
+// unitView renders a unit; callers hold mu.
+func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
+	u := apiv1.Unit{
+		Name: r.file.Name, Hash: r.file.Hash, Description: r.file.Description,
+		DesiredState: string(r.desired), Machine: r.machine, Reason: r.reason, CurrentState: string(unit.Inactive),
+		Global: r.file.Fleet.Global,
+	}
+	if withFile {
+		u.File = r.file.Raw
+	}
+	if r.machine != "" {
+		if m := t.machines[r.machine]; m != nil {
+			if s, ok := m.states[r.file.Name]; ok {
+				sv := stateView(s)
+				u.State = &sv
+				if s.Applied != "" {
+					u.CurrentState = s.Applied
+				}
+			}
+		}
+	}
+	return u
+}
+
+func stateView(s agentStatus) apiv1.UnitState {
+	v := apiv1.UnitState{Name: s.Name, Machine: s.Machine, Hash: s.Hash, Load: s.Load, Active: s.Active,
+		Sub: s.Sub, PID: s.PID, Result: s.Result, Message: s.Message}
+	if !s.Since.IsZero() {
+		v.Since = s.Since.UTC().Format(time.RFC3339Nano)
+	}
+	return v
+}
+
+func hasGlob(names []string) bool {
+	for _, n := range names {
+		for _, c := range n {
+			if c == '*' || c == '?' || c == '[' {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func matchAny(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// agentConn is one agent's stream. Assignments for it are queued in
+// pending and sent by its sender goroutine, so the loop never blocks on a
+// slow agent: a unit changed twice before the agent read it is sent once.
+type agentConn struct {
+	machine string
+	mu      sync.Mutex
+	full    bool                           // the next send is the full set
+	pending map[string]*agentpb.Assignment // nil value: removed
+	wake    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newAgentConn(machine string) *agentConn {
+	return &agentConn{machine: machine, pending: map[string]*agentpb.Assignment{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (c *agentConn) close() { c.once.Do(func() { close(c.done) }) }
+
+func (c *agentConn) queue(name string, a *agentpb.Assignment) {
+	c.mu.Lock()
+	c.pending[name] = a
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// push queues an assignment (nil: removal) for the machine's agent, if it is
+// connected. Callers hold term.mu.
+func (m *machineRec) push(name string, a *agentpb.Assignment) {
+	if m.conn != nil {
+		m.conn.queue(name, a)
+	}
+}
+
+// take returns the message to send, or nil when nothing is pending.
+func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) == 0 && !c.full {
+		return nil
+	}
+	as := &agentpb.Assignments{Full: c.full, LeaderRev: rev}
+	for name, a := range c.pending {
+		if a == nil {
+			if !c.full {
+				as.Removed = append(as.Removed, name)
+			}
+			continue
+		}
+		as.Units = append(as.Units, a)
+	}
+	c.full = false
+	c.pending = map[string]*agentpb.Assignment{}
+	return &agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: as}}
+}
+
+// Connect serves one agent's stream while this engine leads.
+func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
+	t := e.leader()
+	if t == nil {
+		return status.Error(codes.FailedPrecondition, "not the leader")
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil || hello.Machine == nil || hello.Machine.Id == "" {
+		return status.Error(codes.InvalidArgument, "the first message must be a Hello naming the machine")
+	}
+	if hello.LeaderRev != 0 && hello.LeaderRev != t.info.Rev {
+		return status.Errorf(codes.FailedPrecondition, "stale leader revision %d; the leader's is %d", hello.LeaderRev, t.info.Rev)
+	}
+	conn := t.attach(hello)
+	defer t.detach(conn)
+	log := e.log.With("agent", conn.machine, "leader_rev", t.info.Rev)
+	log.Debug("agent connected", "units", len(hello.Units))
+
+	errc := make(chan error, 2)
+	go func() { errc <- t.send(stream, conn) }()
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			t.received(conn, msg)
+		}
+	}()
+	select {
+	case err := <-errc:
+		log.Debug("agent stream ended", "err", err)
+		return err
+	case <-conn.done:
+		return status.Error(codes.Aborted, "replaced by a newer stream from the same machine")
+	case <-t.ctx.Done():
+		return status.Error(codes.Unavailable, "leadership term ended")
+	}
+}
+
+func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
+	hb := time.NewTicker(t.e.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	for {
+		if msg := c.take(t.info.Rev); msg != nil {
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+			hb.Reset(t.e.cfg.HeartbeatInterval)
+		}
+		select {
+		case <-c.wake:
+		case <-hb.C:
+			if err := stream.Send(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{UnixNano: t.e.cfg.Now().UnixNano()}}}); err != nil {
+				return err
+			}
+		case <-c.done:
+			return nil
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+// attach registers an agent's stream and queues its full desired set.
+func (t *term) attach(h *agentpb.Hello) *agentConn {
+	conn := newAgentConn(h.Machine.Id)
+	t.mu.Lock()
+	m := t.machine(h.Machine.Id)
+	if m.conn != nil {
+		m.conn.close()
+	}
+	m.conn = conn
+	m.lastSeen = t.e.cfg.Now()
+	m.info = MachineInfo{ID: h.Machine.Id, IP: h.Machine.Ip, Metadata: h.Machine.Metadata, APIAddr: h.Machine.ApiAddr, Version: h.Machine.Version}
+	m.states = make(map[string]agentStatus, len(h.Units))
+	for _, s := range h.Units {
+		m.states[s.Name] = fromProto(h.Machine.Id, s)
+	}
+	conn.full = true
+	for name := range m.units {
+		conn.pending[name] = assignment(t.units[name])
+	}
+	t.mu.Unlock()
+	t.poke()
+	return conn
+}
+
+func (t *term) detach(conn *agentConn) {
+	conn.close()
+	t.mu.Lock()
+	if m := t.machines[conn.machine]; m != nil && m.conn == conn {
+		m.conn = nil
+		m.lastSeen = t.e.cfg.Now()
+	}
+	t.mu.Unlock()
+	t.poke()
+}
+
+func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.machines[conn.machine]
+	if m == nil || m.conn != conn {
+		return
+	}
+	m.lastSeen = t.e.cfg.Now()
+	if u := msg.GetUpdate(); u != nil {
+		for _, s := range u.Units {
+			m.states[s.Name] = fromProto(conn.machine, s)
+		}
+		for _, name := range u.Removed {
+			delete(m.states, name)
+		}
+	}
+}
+
+func fromProto(machine string, s *agentpb.UnitStatus) agentStatus {
+	st := agentStatus{Applied: s.Applied, Status: unit.Status{
+		Name: s.Name, Hash: s.Hash, Machine: machine, Load: s.Load, Active: s.Active, Sub: s.Sub,
+		PID: int(s.Pid), Result: s.Result, Message: s.Message,
+	}}
+	if s.SinceUnixNano != 0 {
+		st.Since = time.Unix(0, s.SinceUnixNano)
+	}
+	return st
+}

@@ -1,0 +1,370 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// unitRec is a unit as the leader holds it. A unitRec is never modified in
+// place once published in term.units: changes replace it, so readers holding
+// the read lock see consistent records.
+type unitRec struct {
+	file    *unit.File
+	desired unit.DesiredState
+	machine string // target machine, "" when unscheduled
+	reason  string // why a wanted unit is unscheduled
+	su      *scheduler.Unit
+}
+
+func (u *unitRec) wanted() bool { return u.desired != unit.Inactive }
+
+func (u *unitRec) with(f func(*unitRec)) *unitRec {
+	c := *u
+	f(&c)
+	return &c
+}
+
+// agentStatus is a unit's status as an agent reported it.
+type agentStatus struct {
+	unit.Status
+	Applied string
+}
+
+// MachineInfo is what a machine says about itself in its Hello.
+type MachineInfo struct {
+	ID       string
+	IP       string
+	Metadata map[string]string
+	APIAddr  string
+	Version  string
+}
+
+type machineRec struct {
+	info     MachineInfo
+	conn     *agentConn // nil while disconnected
+	lastSeen time.Time
+	states   map[string]agentStatus
+	units    map[string]struct{} // units scheduled here
+}
+
+// term is the leader's state for one election term.
+type term struct {
+	e         *Engine
+	info      election.Info
+	start     time.Time
+	keys      registry.Keys
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	committer *registry.Committer
+	wg        sync.WaitGroup
+
+	mu       sync.RWMutex
+	units    map[string]*unitRec
+	machines map[string]*machineRec
+	unplaced map[string]struct{} // wanted units without a machine
+	rev      int64               // etcd revision of the last commit (for readers)
+
+	// owned by the loop goroutine
+	sched      *scheduler.Cluster
+	schedAlive map[string]bool
+
+	reqs chan *applyReq
+	kick chan struct{}
+}
+
+func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	t := &term{
+		e: e, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel,
+		committer:  registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps}),
+		units:      map[string]*unitRec{},
+		machines:   map[string]*machineRec{},
+		unplaced:   map[string]struct{}{},
+		sched:      scheduler.NewCluster(),
+		schedAlive: map[string]bool{},
+		reqs:       make(chan *applyReq, 256),
+		kick:       make(chan struct{}, 1),
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
+	snap, err := registry.Load(lctx, e.cfg.Client, t.keys)
+	lcancel()
+	if err != nil {
+		cancel(err)
+		return nil, err
+	}
+	t.rev = snap.Revision
+	for _, r := range snap.Units {
+		f, err := unit.ParseStored(r.Name, r.File)
+		if err != nil {
+			// A unit that parsed when it was submitted but not now (a newer
+			// Flotilla with stricter rules): keep it visible, never run it.
+			e.log.Error("stored unit no longer parses; it will not be scheduled", "unit", r.Name, "err", err)
+			continue
+		}
+		ds, err := unit.ParseDesiredState(r.DesiredState)
+		if err != nil {
+			ds = unit.Inactive
+		}
+		rec := &unitRec{file: f, desired: ds, su: &scheduler.Unit{Name: f.Name, Fleet: f.Fleet}}
+		if m, ok := snap.Schedule[r.Name]; ok {
+			rec.machine = m
+			t.machine(m).units[r.Name] = struct{}{}
+		} else if rec.wanted() {
+			t.unplaced[r.Name] = struct{}{}
+		}
+		t.units[r.Name] = rec
+	}
+	t.wg.Add(2)
+	go func() { defer t.wg.Done(); t.committer.Run(ctx) }()
+	go func() { defer t.wg.Done(); t.loop() }()
+	return t, nil
+}
+
+func (t *term) stop() {
+	t.cancel(errors.New("term over"))
+	t.wg.Wait()
+}
+
+// machine returns the record of machine id, creating it. Callers hold mu.
+func (t *term) machine(id string) *machineRec {
+	m, ok := t.machines[id]
+	if !ok {
+		m = &machineRec{info: MachineInfo{ID: id}, states: map[string]agentStatus{}, units: map[string]struct{}{}}
+		t.machines[id] = m
+	}
+	return m
+}
+
+func (t *term) poke() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop is the only goroutine that changes units and the schedule.
+func (t *term) loop() {
+	tick := time.NewTicker(t.e.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		var round []*applyReq
+		select {
+		case <-t.ctx.Done():
+			t.failPending()
+			return
+		case r := <-t.reqs:
+			round = append(round, r)
+		drain:
+			for {
+				select {
+				case r := <-t.reqs:
+					round = append(round, r)
+				default:
+					break drain
+				}
+			}
+		case <-t.kick:
+		case <-tick.C:
+		}
+		if len(round) > 0 {
+			t.applyRound(round)
+		}
+		t.reconcile()
+	}
+}
+
+func (t *term) failPending() {
+	for {
+		select {
+		case r := <-t.reqs:
+			r.res <- applyRes{err: ErrNotLeader}
+		default:
+			return
+		}
+	}
+}
+
+// commit writes ops fenced on the term. A fenced write ends the term.
+func (t *term) commit(ops []registry.Op) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, 15*time.Second)
+	defer cancel()
+	err := t.committer.Commit(ctx, ops)
+	if errors.Is(err, registry.ErrFenced) {
+		t.cancel(err)
+		return ErrNotLeader
+	}
+	if err != nil && t.ctx.Err() != nil {
+		return ErrNotLeader
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// assignment is what an agent is told about a unit.
+func assignment(r *unitRec) *agentpb.Assignment {
+	return &agentpb.Assignment{Name: r.file.Name, Hash: r.file.Hash, File: r.file.Raw, DesiredState: string(r.desired), Global: r.file.Fleet.Global}
+}
+
+// setUnit publishes rec as unit name's record (nil deletes it), keeping the
+// indexes and telling the agents concerned. Callers hold mu for writing.
+func (t *term) setUnit(name string, rec *unitRec) {
+	old := t.units[name]
+	if old != nil && old.machine != "" && (rec == nil || rec.machine != old.machine) {
+		if m := t.machines[old.machine]; m != nil {
+			delete(m.units, name)
+			m.push(name, nil)
+		}
+	}
+	if rec == nil {
+		delete(t.units, name)
+		delete(t.unplaced, name)
+		return
+	}
+	t.units[name] = rec
+	if rec.wanted() && rec.machine == "" {
+		t.unplaced[name] = struct{}{}
+	} else {
+		delete(t.unplaced, name)
+	}
+	if rec.machine != "" {
+		m := t.machine(rec.machine)
+		m.units[name] = struct{}{}
+		if old == nil || old.machine != rec.machine || old.desired != rec.desired || old.file.Hash != rec.file.Hash {
+			m.push(name, assignment(rec))
+		}
+	}
+}
+
+// reconcile moves units off lost machines and places unplaced units.
+func (t *term) reconcile() {
+	now := t.e.cfg.Now()
+	t.mu.RLock()
+	lost := t.syncMachines(now)
+	var ops []registry.Op
+	moved := map[string]*unitRec{}
+	for _, id := range lost {
+		for name := range t.machines[id].units {
+			rec := t.units[name]
+			if rec.file.Fleet.Global {
+				continue
+			}
+			ops = append(ops, registry.DeleteSchedule(t.keys, name))
+			moved[name] = rec.with(func(r *unitRec) { r.machine = "" })
+			t.sched.Unplace(name)
+		}
+	}
+	names := make([]string, 0, len(t.unplaced)+len(moved))
+	for name := range t.unplaced {
+		names = append(names, name)
+	}
+	for name := range moved {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		rec := moved[name]
+		if rec == nil {
+			rec = t.units[name]
+		}
+		if !rec.wanted() {
+			continue
+		}
+		d := t.sched.Decide(rec.su)
+		nr := rec.with(func(r *unitRec) { r.machine, r.reason = d.Machine, d.Reason })
+		if d.Machine != "" {
+			ops = append(ops, registry.PutSchedule(t.keys, name, d.Machine))
+			t.sched.Place(rec.su, d.Machine)
+		}
+		if nr.machine != rec.machine || nr.reason != rec.reason || moved[name] != nil {
+			moved[name] = nr
+		}
+	}
+	t.mu.RUnlock()
+	if len(moved) == 0 {
+		return
+	}
+	if err := t.commit(ops); err != nil {
+		t.e.log.Warn("reconcile: could not write schedule; will retry", "err", err, "ops", len(ops))
+		t.rebuildSched()
+		return
+	}
+	t.mu.Lock()
+	for name, rec := range moved {
+		if cur := t.units[name]; cur != nil && cur.desired == rec.desired {
+			t.setUnit(name, rec)
+		}
+	}
+	for _, id := range lost {
+		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
+			delete(t.machines, id)
+		}
+	}
+	t.mu.Unlock()
+	if len(lost) > 0 {
+		t.e.log.Info("moved units off lost machines", "machines", lost)
+	}
+}
+
+// syncMachines makes the scheduler's machines the connected ones and
+// returns the machines lost (unheard for the agent TTL plus grace).
+// Callers hold mu (read) and run on the loop goroutine.
+func (t *term) syncMachines(now time.Time) (lost []string) {
+	deadline := t.e.cfg.AgentTTL + t.e.cfg.HeartbeatInterval
+	for id, m := range t.machines {
+		alive := m.conn != nil
+		if alive != t.schedAlive[id] {
+			if alive {
+				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: m.info.Metadata})
+				for name := range m.units {
+					t.sched.Place(t.units[name].su, id)
+				}
+				t.schedAlive[id] = true
+			} else {
+				t.sched.RemoveMachine(id)
+				delete(t.schedAlive, id)
+			}
+		}
+		if !alive {
+			heard := m.lastSeen
+			if heard.Before(t.start) {
+				heard = t.start
+			}
+			if now.Sub(heard) > deadline {
+				lost = append(lost, id)
+			}
+		}
+	}
+	for id := range t.schedAlive {
+		if _, ok := t.machines[id]; !ok {
+			t.sched.RemoveMachine(id)
+			delete(t.schedAlive, id)
+		}
+	}
+	sort.Strings(lost)
+	return lost
+}
+
+// rebuildSched rebuilds the scheduler's view from memory after a failed
+// commit left tentative placements in it.
+func (t *term) rebuildSched() {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	t.sched = scheduler.NewCluster()
+	t.schedAlive = map[string]bool{}
+	t.syncMachines(t.e.cfg.Now())
+}

@@ -1,0 +1,38 @@
+// Package registry is Flotilla's durable record in etcd: unit files with
+// their desired state, and the schedule. Everything else (machines' presence,
+// unit states) is transient and lives in the engine leader's memory.
+//
+// Layout under the cluster prefix (default "/flotilla/"):
+//
+//	units/<name>     JSON Record: the unit file and its desired state
+//	schedule/<name>  the ID of the machine the unit is scheduled to
+//	election/        the engine election (client/v3/concurrency)
+//
+// Every write is made by the engine leader through a Committer, in a
+// transaction fenced on the leader's election key: a deposed leader's
+// writes fail with ErrFenced instead of landing.
+package registry
+
+import "strings"
+
+// DefaultPrefix is the key prefix of a cluster's data in etcd.
+const DefaultPrefix = "/flotilla/"
+
+// Keys builds the etcd keys of one cluster.
+type Keys struct{ Prefix string }
+
+func (k Keys) p() string {
+	if k.Prefix == "" {
+		return DefaultPrefix
+	}
+	if !strings.HasSuffix(k.Prefix, "/") {
+		return k.Prefix + "/"
+	}
+	return k.Prefix
+}
+
+func (k Keys) Units() string               { return k.p() + "units/" }
+func (k Keys) Unit(name string) string     { return k.Units() + name }
+func (k Keys) Schedules() string           { return k.p() + "schedule/" }
+func (k Keys) Schedule(name string) string { return k.Schedules() + name }
+func (k Keys) Election() string            { return k.p() + "election/" }

@@ -1,0 +1,95 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Record is a unit as stored under units/<name>.
+type Record struct {
+	Name         string `json:"name"`
+	File         string `json:"file"`
+	DesiredState string `json:"desiredState"`
+}
+
+// Snapshot is the whole durable record at one revision.
+type Snapshot struct {
+	Units    []Record
+	Schedule map[string]string // unit name -> machine ID
+	Revision int64
+}
+
+// Load reads every unit and the schedule at one consistent revision.
+// Large clusters are read in pages so no single response is unbounded.
+func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, error) {
+	first, err := cli.Get(ctx, keys.p(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, fmt.Errorf("registry: load: %w", err)
+	}
+	rev := first.Header.Revision
+	snap := &Snapshot{Schedule: map[string]string{}, Revision: rev}
+	read := func(prefix string, fn func(key string, val []byte) error) error {
+		const page = 5000
+		start := prefix
+		end := clientv3.GetPrefixRangeEnd(prefix)
+		for {
+			resp, err := cli.Get(ctx, start, clientv3.WithRange(end), clientv3.WithRev(rev),
+				clientv3.WithLimit(page), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+			if err != nil {
+				return fmt.Errorf("registry: load %s: %w", prefix, err)
+			}
+			for _, kv := range resp.Kvs {
+				if err := fn(string(kv.Key), kv.Value); err != nil {
+					return err
+				}
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				return nil
+			}
+			start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}
+	err = read(keys.Units(), func(key string, val []byte) error {
+		var r Record
+		if err := json.Unmarshal(val, &r); err != nil {
+			return fmt.Errorf("registry: decode %s: %w", key, err)
+		}
+		if r.Name == "" {
+			r.Name = strings.TrimPrefix(key, keys.Units())
+		}
+		snap.Units = append(snap.Units, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = read(keys.Schedules(), func(key string, val []byte) error {
+		snap.Schedule[strings.TrimPrefix(key, keys.Schedules())] = string(val)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// PutUnit is the op that stores a unit record.
+func PutUnit(keys Keys, r Record) Op {
+	b, _ := json.Marshal(r) // a Record of strings always marshals
+	return Op{Key: keys.Unit(r.Name), Value: string(b)}
+}
+
+// DeleteUnit is the op that removes a unit record.
+func DeleteUnit(keys Keys, name string) Op { return Op{Key: keys.Unit(name), Delete: true} }
+
+// PutSchedule is the op that schedules a unit to a machine.
+func PutSchedule(keys Keys, name, machine string) Op {
+	return Op{Key: keys.Schedule(name), Value: machine}
+}
+
+// DeleteSchedule is the op that unschedules a unit.
+func DeleteSchedule(keys Keys, name string) Op { return Op{Key: keys.Schedule(name), Delete: true} }

@@ -1,0 +1,59 @@
+package unit
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParseMetadata(t *testing.T) {
+	tests := []struct {
+		in   string
+		want map[string]string
+	}{
+		{"", map[string]string{}},
+		{"  ", map[string]string{}},
+		{"region=us-east", map[string]string{"region": "us-east"}},
+		{"region=us-east,disk=ssd", map[string]string{"region": "us-east", "disk": "ssd"}},
+		{" region = us-east , disk=ssd ", map[string]string{"region": "us-east", "disk": "ssd"}},
+		{"role=web server", map[string]string{"role": "web server"}},
+	}
+	for _, tt := range tests {
+		got, err := ParseMetadata(tt.in)
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseMetadata(%q) = %v, %v, want %v, nil", tt.in, got, err, tt.want)
+		}
+	}
+	errs := []struct{ in, want string }{
+		{"region", `"region" is not a key=value pair`},
+		{"=us", "empty key"},
+		{"region=", "empty value"},
+		{"region=us,region=eu", `duplicate key "region" (region=us and region=eu)`},
+		{"a=1,,b=2", `empty entry 2 in "a=1,,b=2"`},
+		{"a=1,", "empty entry 2"},
+		{",a=1", "empty entry 1"},
+		{"a b=1", "may not contain spaces or commas"},
+		{"a=b=c", `may not contain "=" or ","`},
+	}
+	for _, tt := range errs {
+		got, err := ParseMetadata(tt.in)
+		checkError(t, "ParseMetadata("+quote(tt.in)+")", err, "metadata: ", tt.want)
+		if got != nil {
+			t.Errorf("ParseMetadata(%q) = %v, want nil with the error", tt.in, got)
+		}
+	}
+}
+
+func TestMetadataRequirements(t *testing.T) {
+	f := Fleet{MachineMetadata: []string{"region=us", "region=eu", "disk=ssd", "region=us", "bad"}}
+	want := map[string][]string{"region": {"us", "eu"}, "disk": {"ssd"}}
+	if got := MetadataRequirements(f); !reflect.DeepEqual(got, want) {
+		t.Errorf("MetadataRequirements(%q) = %v, want %v", f.MachineMetadata, got, want)
+	}
+	if got := MetadataRequirements(Fleet{}); got != nil {
+		t.Errorf("MetadataRequirements(Fleet{}) = %v, want nil", got)
+	}
+	parsed := mustParse(t, "a.service", minimal+"[X-Fleet]\nMachineMetadata=region=us region=eu\nX-ConditionMachineMetadata=disk=ssd\n")
+	if got := MetadataRequirements(parsed.Fleet); !reflect.DeepEqual(got, want) {
+		t.Errorf("MetadataRequirements(%q) = %v, want %v", parsed.Fleet.MachineMetadata, got, want)
+	}
+}

@@ -1,0 +1,146 @@
+package unit
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxNameLength is the longest unit name systemd accepts.
+const MaxNameLength = 255
+
+// serviceSuffix is the only unit type Flotilla runs.
+const serviceSuffix = ".service"
+
+// systemdUnitTypes are the unit types systemd knows besides services, past
+// and present; they get a clearer error than an unknown suffix.
+var systemdUnitTypes = []string{
+	"automount", "busname", "device", "mount", "path", "scope",
+	"slice", "snapshot", "socket", "swap", "target", "timer",
+}
+
+// nameChar reports whether c may appear in a unit name's prefix or instance.
+func nameChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == ':' || c == '_' || c == '.' || c == '-' || c == '\\'
+}
+
+// ValidateName reports whether name is a valid name for a Flotilla unit:
+// "prefix.service", a template "prefix@.service" or an instance
+// "prefix@instance.service", at most MaxNameLength bytes, where prefix and
+// instance use only letters, digits and ":_.-\". The error, an *Error with
+// Field "name", names the bad name and what is wrong with it.
+func ValidateName(name string) error {
+	bad := func(format string, args ...any) error {
+		return &Error{Field: "name", Msg: "invalid unit name " + quote(name) + ": " + fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case name == "":
+		return &Error{Field: "name", Msg: "unit name is empty"}
+	case len(name) > MaxNameLength:
+		return bad("%d bytes long; the maximum is %d", len(name), MaxNameLength)
+	case strings.Contains(name, "/"):
+		return bad(`must not contain "/"`)
+	}
+	dot := strings.LastIndexByte(name, '.')
+	if dot < 0 {
+		return bad("missing the %q suffix", serviceSuffix)
+	}
+	if suffix := name[dot:]; suffix != serviceSuffix {
+		for _, t := range systemdUnitTypes {
+			if suffix[1:] == t {
+				return &Error{Field: "name", Msg: fmt.Sprintf("invalid unit name %s: unit type %q is not supported: only %s units run on Flotilla", quote(name), suffix, serviceSuffix)}
+			}
+		}
+		if strings.EqualFold(suffix, serviceSuffix) {
+			return bad("the suffix must be %q, in lower case", serviceSuffix)
+		}
+		return bad("unknown unit type %q: unit names end in %q", suffix, serviceSuffix)
+	}
+	base := name[:dot]
+	prefix, instance, templated := strings.Cut(base, "@")
+	if prefix == "" {
+		if templated {
+			return bad(`must not start with "@"`)
+		}
+		return bad("empty name before %q", serviceSuffix)
+	}
+	if strings.Contains(instance, "@") {
+		return bad(`more than one "@"`)
+	}
+	if i, r, found := badNameChar(base, true); found {
+		return bad(`character %q at offset %d is not allowed (use letters, digits, ":", "_", ".", "-" or "\")`, r, i)
+	}
+	return nil
+}
+
+// badNameChar returns the first character of s that may not appear in a unit
+// name, and its byte offset. "@" is allowed when at is set.
+func badNameChar(s string, at bool) (int, rune, bool) {
+	for i, r := range s {
+		if r >= utf8.RuneSelf || !nameChar(byte(r)) && !(at && r == '@') {
+			return i, r, true
+		}
+	}
+	return 0, 0, false
+}
+
+// splitName returns the parts of a valid unit name; ok is false for an
+// invalid one.
+func splitName(name string) (prefix, instance string, templated, ok bool) {
+	if ValidateName(name) != nil {
+		return "", "", false, false
+	}
+	prefix, instance, templated = strings.Cut(strings.TrimSuffix(name, serviceSuffix), "@")
+	return prefix, instance, templated, true
+}
+
+// IsTemplate reports whether name is a valid template unit name, "prefix@.service".
+func IsTemplate(name string) bool {
+	_, instance, templated, ok := splitName(name)
+	return ok && templated && instance == ""
+}
+
+// IsInstance reports whether name is a valid instance unit name,
+// "prefix@instance.service".
+func IsInstance(name string) bool {
+	_, instance, _, ok := splitName(name)
+	return ok && instance != ""
+}
+
+// TemplateOf returns the template an instance unit is made from
+// ("web@1.service" -> "web@.service"), or "" if name is not a valid instance
+// name.
+func TemplateOf(name string) string {
+	prefix, instance, _, ok := splitName(name)
+	if !ok || instance == "" {
+		return ""
+	}
+	return prefix + "@" + serviceSuffix
+}
+
+// Prefix returns the part of a valid unit name before the "@" or the suffix
+// ("web@1.service" -> "web", "db.service" -> "db"), or "" for an invalid name.
+func Prefix(name string) string {
+	prefix, _, _, _ := splitName(name)
+	return prefix
+}
+
+// Instance returns the instance of a valid instance unit name
+// ("web@1.service" -> "1"), or "" for any other name.
+func Instance(name string) string {
+	_, instance, _, _ := splitName(name)
+	return instance
+}
+
+// validInstance reports why s cannot be the instance part of a unit name, or
+// returns nil.
+func validInstance(s string) error {
+	if s == "" {
+		return &Error{Field: "instance", Msg: "instance name is empty"}
+	}
+	if i, r, found := badNameChar(s, false); found {
+		return &Error{Field: "instance", Msg: fmt.Sprintf(`invalid instance name %s: character %q at offset %d is not allowed (use letters, digits, ":", "_", ".", "-" or "\")`, quote(s), r, i)}
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package unit
+
+import "time"
+
+// DesiredState is what a user asked for a unit, in fleet's vocabulary.
+//
+//	inactive: the unit file is known to the cluster but not scheduled anywhere
+//	loaded:   the unit is scheduled to a machine, whose agent has loaded it but not started it
+//	launched: the unit is scheduled and running
+type DesiredState string
+
+const (
+	Inactive DesiredState = "inactive"
+	Loaded   DesiredState = "loaded"
+	Launched DesiredState = "launched"
+)
+
+// ParseDesiredState returns the state named s, or an error naming s.
+func ParseDesiredState(s string) (DesiredState, error) {
+	switch DesiredState(s) {
+	case Inactive, Loaded, Launched:
+		return DesiredState(s), nil
+	}
+	return "", &Error{Field: "desiredState", Msg: "unknown desired state " + quote(s) + " (want inactive, loaded or launched)"}
+}
+
+// File is a parsed and validated unit file.
+type File struct {
+	// Name is the unit's full name, e.g. "web@1.service".
+	Name string
+	// Raw is the unit file exactly as submitted.
+	Raw string
+	// Hash is the hex SHA-1 of the canonical serialization of the options
+	// (what fleet showed in list-unit-files' HASH column, 40 hex digits).
+	Hash string
+	// Description is [Unit] Description=, or "".
+	Description string
+	// Service holds the [Service] options the drivers act on.
+	Service Service
+	// Fleet holds the [X-Fleet] placement options.
+	Fleet Fleet
+	// Warnings are non-fatal notes about the file (deprecated spellings, options
+	// accepted but not acted on by the exec driver).
+	Warnings []string
+}
+
+// Service is the [Service] section, reduced to what drivers act on.
+// Durations are zero when the option is absent; Defaults() fills systemd's defaults.
+type Service struct {
+	Type             string    // simple (default), exec, oneshot, forking, notify (treated as simple)
+	ExecStartPre     []Command // run in order before ExecStart; a failing one fails the start unless IgnoreFailure
+	ExecStart        []Command // exactly one unless Type=oneshot
+	ExecStartPost    []Command
+	ExecStop         []Command // run on stop, before the stop signal
+	ExecStopPost     []Command
+	Environment      []string  // "K=V", in file order (later wins)
+	EnvironmentFiles []EnvFile // read at start time by the driver
+	WorkingDirectory string    // "" means the driver's default
+	User             string
+	Group            string
+	Restart          string        // no (default), always, on-success, on-failure, on-abnormal, on-abort, on-watchdog
+	RestartSec       time.Duration // default 100ms
+	TimeoutStartSec  time.Duration // default 90s
+	TimeoutStopSec   time.Duration // default 90s
+	RemainAfterExit  bool
+	KillMode         string // control-group (default), mixed, process, none
+	KillSignal       string // default SIGTERM
+	// StartLimitBurst / StartLimitInterval come from [Unit]: more than Burst
+	// starts within Interval make the unit failed (systemd: 5 in 10s).
+	StartLimitBurst    int
+	StartLimitInterval time.Duration
+	// CPUQuota in percent of one CPU (200 = two CPUs); 0 means unlimited.
+	CPUQuotaPercent int
+	// MemoryMax in bytes; 0 means unlimited.
+	MemoryMax int64
+}
+
+// Command is one Exec*= line.
+type Command struct {
+	// Argv is the command line split into words with systemd's quoting rules;
+	// Argv[0] is the program. Variable references ($FOO, ${FOO}) are kept
+	// verbatim: the driver expands them at start time.
+	Argv []string
+	// IgnoreFailure is the "-" prefix: a non-zero exit is not a failure.
+	IgnoreFailure bool
+}
+
+// EnvFile is one EnvironmentFile= line; Optional is the "-" prefix.
+type EnvFile struct {
+	Path     string
+	Optional bool
+}
+
+// Fleet is the [X-Fleet] section.
+type Fleet struct {
+	MachineID       string
+	MachineOf       []string
+	MachineMetadata []string // raw "key=value" entries; repeated values of one key OR, different keys AND
+	Conflicts       []string // globs
+	Global          bool
+	Replaces        []string
+	Role            string
+}
+
+// Status is the current state of a unit on a machine, in systemd's terms as
+// fleetctl showed them.
+type Status struct {
+	Name    string    `json:"unit"`
+	Hash    string    `json:"hash"`
+	Machine string    `json:"machine"`
+	Load    string    `json:"load"`   // loaded, not-found, error
+	Active  string    `json:"active"` // active, reloading, inactive, failed, activating, deactivating
+	Sub     string    `json:"sub"`    // running, dead, failed, start-pre, auto-restart, stop-sigterm, stop-sigkill, exited
+	PID     int       `json:"pid,omitempty"`
+	Since   time.Time `json:"since,omitzero"`   // when Active last changed
+	Result  string    `json:"result,omitempty"` // systemd's Result: success, exit-code, signal, timeout, start-limit-hit
+	Message string    `json:"message,omitempty"`
+}
+
+// Running reports whether the status counts as fleet's "launched".
+func (s Status) Running() bool {
+	switch s.Active {
+	case "active", "activating", "reloading", "deactivating":
+		return true
+	}
+	return false
+}
