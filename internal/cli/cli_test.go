@@ -359,8 +359,7 @@ func TestListCommands(t *testing.T) {
 	r := run(t, srv, "list-units").mustSucceed(t)
 	want := "UNIT\t\tMACHINE\t\t\t\tACTIVE\tSUB\n" +
 		"db.service\t-\t\t\t\t-\t-\n" +
-		"hello.service\t113f16a7.../172.17.8.101\tactive\trunning\n" +
-		"idle.service\t-\t\t\t\t-\t-\n"
+		"hello.service\t113f16a7.../172.17.8.101\tactive\trunning\n"
 	if r.out != want {
 		t.Errorf("list-units:\n%q\nwant:\n%q", r.out, want)
 	}

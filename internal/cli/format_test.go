@@ -55,7 +55,6 @@ func TestUnitsTable(t *testing.T) {
 			want: `UNIT		MACHINE				ACTIVE		SUB
 db.service	-				-		-
 gone.service	ffffffff...			deactivating	stop-sigterm
-idle.service	-				-		-
 mon.service	113f16a7.../172.17.8.101	active		running
 mon.service	2c0ffee0.../172.17.8.102	failed		failed
 web.service	113f16a7.../172.17.8.101	active		running
@@ -65,7 +64,6 @@ web.service	113f16a7.../172.17.8.101	active		running
 			name: "fields, full, no legend", fields: "unit,hash,machine,load", full: true, noLegend: true,
 			want: `db.service	-						-						-
 gone.service	0123456789abcdef0123456789abcdef01234567	ffffffffffff					loaded
-idle.service	-						-						-
 mon.service	0123456789abcdef0123456789abcdef01234567	113f16a7c1a44b8f9d0e1a2b3c4d5e6f/172.17.8.101	loaded
 mon.service	0123456789abcdef0123456789abcdef01234567	2c0ffee0aa44b8f9d0e1a2b3c4d5e6f7/172.17.8.102	loaded
 web.service	0123456789abcdef0123456789abcdef01234567	113f16a7c1a44b8f9d0e1a2b3c4d5e6f/172.17.8.101	loaded
@@ -73,7 +71,7 @@ web.service	0123456789abcdef0123456789abcdef01234567	113f16a7c1a44b8f9d0e1a2b3c4
 		},
 		{
 			name: "short hash", fields: "hash", noLegend: true,
-			want: "-\n0123456\n-\n0123456\n0123456\n0123456\n",
+			want: "-\n0123456\n0123456\n0123456\n0123456\n",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,7 +159,7 @@ func TestJSONRows(t *testing.T) {
 	}{
 		{
 			name: "unit row",
-			v:    unitRows(units, states, machines)[3],
+			v:    unitRows(units, states, machines)[2],
 			want: `{"unit":"mon.service","machine":"113f16a7c1a44b8f9d0e1a2b3c4d5e6f","load":"loaded","active":"active","sub":"running","hash":"0123456789abcdef0123456789abcdef01234567"}`,
 		},
 		{

@@ -66,7 +66,9 @@ func unitRows(units []apiv1.Unit, states []apiv1.UnitState, machines []apiv1.Mac
 		})
 	}
 	for _, u := range units {
-		if !reported[u.Name] {
+		// fleetctl listed what machines report; a unit that is wanted but
+		// not reported yet (unplaced, or on its way) shows with "-".
+		if !reported[u.Name] && u.DesiredState != "inactive" {
 			rows = append(rows, unitRow{Unit: u.Name})
 		}
 	}
@@ -93,7 +95,9 @@ func newListUnitsCommand(g *Globals) *cobra.Command {
 		Use:   "list-units [flags]",
 		Short: "List the current state of units in the cluster",
 		Long: `List the state of the units of the cluster as their machines report it, one
-line per unit and machine; units no machine reports show "-".
+line per unit and machine. A unit that is loaded or launched but that no
+machine reports yet shows "-"; units only submitted are not listed (see
+list-unit-files).
 
 With --output json, print an array of objects with every field, full
 machine IDs and hashes, and "" for what is not known.`,

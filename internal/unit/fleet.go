@@ -9,6 +9,10 @@ import (
 	"strings"
 )
 
+// maxFleetValues bounds the values of one [X-Fleet] list option, which fleet
+// units use by the handful, so that checking them stays cheap.
+const maxFleetValues = 256
+
 // fleetOption applies an option of [X-Fleet].
 func (p *parser) fleetOption(o option) error {
 	if canon, ok := deprecatedFleetOptions[o.name]; ok {
@@ -25,6 +29,9 @@ func (p *parser) fleetOption(o option) error {
 	values := make([]string, len(words))
 	for i, w := range words {
 		values[i] = p.expandSpecifiers(w.text)
+	}
+	if len(values) > maxFleetValues {
+		return p.errorf(o, "%d values; the limit is %d", len(values), maxFleetValues)
 	}
 	canon := quoteAll(values)
 
@@ -63,6 +70,9 @@ func (p *parser) fleetOption(o option) error {
 			list = &f.Replaces
 		}
 		*list = appendNew(*list, values, o.value == "")
+		if len(*list) > maxFleetValues {
+			return p.errorf(o, "more than %d values in all; the limit is %d", maxFleetValues, maxFleetValues)
+		}
 	case "Conflicts":
 		for _, v := range values {
 			if _, err := path.Match(v, ""); err != nil {
@@ -70,6 +80,9 @@ func (p *parser) fleetOption(o option) error {
 			}
 		}
 		f.Conflicts = appendNew(f.Conflicts, values, o.value == "")
+		if len(f.Conflicts) > maxFleetValues {
+			return p.errorf(o, "more than %d values in all; the limit is %d", maxFleetValues, maxFleetValues)
+		}
 	case "MachineMetadata":
 		for _, v := range values {
 			if _, _, err := splitMetadata(v); err != nil {
@@ -77,6 +90,9 @@ func (p *parser) fleetOption(o option) error {
 			}
 		}
 		f.MachineMetadata = appendNew(f.MachineMetadata, values, o.value == "")
+		if len(f.MachineMetadata) > maxFleetValues {
+			return p.errorf(o, "more than %d values in all; the limit is %d", maxFleetValues, maxFleetValues)
+		}
 	}
 	p.keep(o, canon)
 	return nil

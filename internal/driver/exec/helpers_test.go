@@ -101,14 +101,15 @@ func (r *recorder) waitState(t *testing.T, name, active, sub string) unit.Status
 	return r.wait(t, name, active+"/"+sub, func(st unit.Status) bool { return st.Active == active && st.Sub == sub })
 }
 
-// states lists the unit's active/sub states notified so far.
+// states lists the unit's active/sub states notified so far, without
+// repeats (a status also changes with its PID or message).
 func (r *recorder) states(name string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for _, st := range r.seen {
-		if st.Name == name {
-			out = append(out, st.Active+"/"+st.Sub)
+		if s := st.Active + "/" + st.Sub; st.Name == name && (len(out) == 0 || out[len(out)-1] != s) {
+			out = append(out, s)
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -112,8 +113,7 @@ func TestUnitLogRotation(t *testing.T) {
 		if m == nil {
 			t.Fatalf("line %q does not have the log format", line)
 		}
-		var n int
-		fmt.Sscan(m[1], &n)
+		n, _ := strconv.Atoi(m[1])
 		if i > 0 && n != last+1 {
 			t.Fatalf("line %q follows message %03d", line, last)
 		}
@@ -200,7 +200,7 @@ func TestWriteJournalFollowAcrossRotation(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
 	if len(lines) != len(want) {
-		t.Fatalf("followed %d lines, want %d:\n%s", len(lines), len(want), got)
+		t.Fatalf("followed %d lines, want %d:\n%s\n.1:\n%s\ncurrent:\n%s", len(lines), len(want), got, readFile(path+".1"), readFile(path))
 	}
 	for i, w := range want {
 		if !strings.HasSuffix(lines[i], "]: "+w) {
@@ -248,4 +248,9 @@ func waitUntil(t *testing.T, cond func() bool, what string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func readFile(path string) string {
+	data, _ := os.ReadFile(path)
+	return string(data)
 }

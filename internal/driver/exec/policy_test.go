@@ -8,9 +8,9 @@ import (
 
 func TestExitStatusResult(t *testing.T) {
 	tests := []struct {
-		st           exitStatus
-		daemon, cmd  string // result for a main process, for a command
-		wantString   string
+		st          exitStatus
+		daemon, cmd string // result for a main process, for a command
+		wantString  string
 	}{
 		{exitStatus{}, "success", "success", "code=exited, status=0/SUCCESS"},
 		{exitStatus{Code: 1}, "exit-code", "exit-code", "code=exited, status=1/FAILURE"},
@@ -123,9 +123,9 @@ func TestParseSignal(t *testing.T) {
 
 func TestActiveSub(t *testing.T) {
 	tests := []struct {
-		p            phase
-		result       string
-		active, sub  string
+		p           phase
+		result      string
+		active, sub string
 	}{
 		{phaseDead, "", "inactive", "dead"},
 		{phaseDead, resultSuccess, "inactive", "dead"},
