@@ -1,7 +1,6 @@
 package unit
 
 import (
-	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -30,11 +29,9 @@ func (p *parser) fleetOption(o option) error {
 	for i, w := range words {
 		values[i] = p.expandSpecifiers(w.text)
 	}
-	if len(values) > maxFleetValues {
-		return p.errorf(o, "%d values; the limit is %d", len(values), maxFleetValues)
-	}
 	canon := quoteAll(values)
 
+	var list *[]string // for the options that take a list
 	switch o.name {
 	case "MachineID", "Role":
 		if len(values) > 1 {
@@ -57,21 +54,16 @@ func (p *parser) fleetOption(o option) error {
 		}
 	case "MachineOf", "Replaces":
 		for _, v := range values {
-			if p.expand || !strings.Contains(v, "%") {
-				if err := ValidateName(v); err != nil {
-					var e *Error
-					errors.As(err, &e)
-					return p.errorf(o, "%s", e.Msg)
-				}
+			if !p.expand && strings.Contains(v, "%") {
+				continue // a template's specifiers are checked in its instances
+			}
+			if msg := nameProblem(v); msg != "" {
+				return p.errorf(o, "%s", msg)
 			}
 		}
-		list := &f.MachineOf
+		list = &f.MachineOf
 		if o.name == "Replaces" {
 			list = &f.Replaces
-		}
-		*list = appendNew(*list, values, o.value == "")
-		if len(*list) > maxFleetValues {
-			return p.errorf(o, "more than %d values in all; the limit is %d", maxFleetValues, maxFleetValues)
 		}
 	case "Conflicts":
 		for _, v := range values {
@@ -79,19 +71,26 @@ func (p *parser) fleetOption(o option) error {
 				return p.errorf(o, "invalid pattern %s: %v", quote(v), err)
 			}
 		}
-		f.Conflicts = appendNew(f.Conflicts, values, o.value == "")
-		if len(f.Conflicts) > maxFleetValues {
-			return p.errorf(o, "more than %d values in all; the limit is %d", maxFleetValues, maxFleetValues)
-		}
+		list = &f.Conflicts
 	case "MachineMetadata":
 		for _, v := range values {
 			if _, _, err := splitMetadata(v); err != nil {
 				return p.valueError(o, err)
 			}
 		}
-		f.MachineMetadata = appendNew(f.MachineMetadata, values, o.value == "")
-		if len(f.MachineMetadata) > maxFleetValues {
-			return p.errorf(o, "more than %d values in all; the limit is %d", maxFleetValues, maxFleetValues)
+		list = &f.MachineMetadata
+	}
+	if list != nil {
+		if o.value == "" {
+			*list = nil // an empty assignment resets the list
+		}
+		for _, v := range values {
+			if !slices.Contains(*list, v) {
+				*list = append(*list, v)
+			}
+		}
+		if len(*list) > maxFleetValues {
+			return p.errorf(o, "too many values; the limit is %d per option", maxFleetValues)
 		}
 	}
 	p.keep(o, canon)
@@ -118,20 +117,6 @@ func (p *parser) unknownFleetOption(o option) error {
 		return p.errorf(o, "unknown option in [X-Fleet]; did you mean %s=?", s)
 	}
 	return p.errorf(o, "unknown option in [X-Fleet] (want one of %s=)", strings.Join(fleetOptions, "=, "))
-}
-
-// appendNew appends the values not already in list to it, after emptying
-// list if reset is set.
-func appendNew(list, values []string, reset bool) []string {
-	if reset {
-		return nil
-	}
-	for _, v := range values {
-		if !slices.Contains(list, v) {
-			list = append(list, v)
-		}
-	}
-	return list
 }
 
 // quoteAll joins Go-quoted values, the canonical form of a list of words.

@@ -2,6 +2,7 @@ package unit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -31,12 +32,20 @@ func nameChar(c byte) bool {
 // instance use only letters, digits and ":_.-\". The error, an *Error with
 // Field "name", names the bad name and what is wrong with it.
 func ValidateName(name string) error {
-	bad := func(format string, args ...any) error {
-		return &Error{Field: "name", Msg: "invalid unit name " + quote(name) + ": " + fmt.Sprintf(format, args...)}
+	if msg := nameProblem(name); msg != "" {
+		return &Error{Field: "name", Msg: msg}
+	}
+	return nil
+}
+
+// nameProblem returns what is wrong with a unit name, or "" if it is valid.
+func nameProblem(name string) string {
+	bad := func(format string, args ...any) string {
+		return "invalid unit name " + quote(name) + ": " + fmt.Sprintf(format, args...)
 	}
 	switch {
 	case name == "":
-		return &Error{Field: "name", Msg: "unit name is empty"}
+		return "unit name is empty"
 	case len(name) > MaxNameLength:
 		return bad("%d bytes long; the maximum is %d", len(name), MaxNameLength)
 	case strings.Contains(name, "/"):
@@ -47,10 +56,8 @@ func ValidateName(name string) error {
 		return bad("missing the %q suffix", serviceSuffix)
 	}
 	if suffix := name[dot:]; suffix != serviceSuffix {
-		for _, t := range systemdUnitTypes {
-			if suffix[1:] == t {
-				return &Error{Field: "name", Msg: fmt.Sprintf("invalid unit name %s: unit type %q is not supported: only %s units run on Flotilla", quote(name), suffix, serviceSuffix)}
-			}
+		if slices.Contains(systemdUnitTypes, suffix[1:]) {
+			return bad("unit type %q is not supported: only %s units run on Flotilla", suffix, serviceSuffix)
 		}
 		if strings.EqualFold(suffix, serviceSuffix) {
 			return bad("the suffix must be %q, in lower case", serviceSuffix)
@@ -71,7 +78,7 @@ func ValidateName(name string) error {
 	if i, r, found := badNameChar(base, true); found {
 		return bad(`character %q at offset %d is not allowed (use letters, digits, ":", "_", ".", "-" or "\")`, r, i)
 	}
-	return nil
+	return ""
 }
 
 // badNameChar returns the first character of s that may not appear in a unit
@@ -88,7 +95,7 @@ func badNameChar(s string, at bool) (int, rune, bool) {
 // splitName returns the parts of a valid unit name; ok is false for an
 // invalid one.
 func splitName(name string) (prefix, instance string, templated, ok bool) {
-	if ValidateName(name) != nil {
+	if nameProblem(name) != "" {
 		return "", "", false, false
 	}
 	prefix, instance, templated = strings.Cut(strings.TrimSuffix(name, serviceSuffix), "@")

@@ -582,3 +582,64 @@ func TestParseLineContinuation(t *testing.T) {
 		t.Errorf("Parse(%q) = ExecStart %q, Restart %q; want %q, always", data, f.Service.ExecStart[0].Argv, f.Service.Restart, want)
 	}
 }
+
+func TestParseEnvironment(t *testing.T) {
+	tests := []struct {
+		value string
+		want  []string
+	}{
+		{"A=1", []string{"A=1"}},
+		{"A=1 B=2", []string{"A=1", "B=2"}},
+		{"A=", []string{"A="}},
+		{"_x9=y", []string{"_x9=y"}},
+		{`"A=a b" 'B=c d'`, []string{"A=a b", "B=c d"}},
+		{`A="a b"`, []string{"A=a b"}},
+		{`A=x=y`, []string{"A=x=y"}},
+		{`A=$B ${C}`, nil}, // "${C}" is not an assignment
+		{`A=$B`, []string{"A=$B"}},
+		{`A=a\sb C=\x41`, []string{"A=a b", "C=A"}},
+		{`PCT=100%% I=%i`, []string{"PCT=100%", "I=%i"}},
+		{`ONE='one' "TWO='two two' too" THREE=`, []string{"ONE=one", "TWO='two two' too", "THREE="}},
+	}
+	for _, tt := range tests {
+		data := minimal + "Environment=" + tt.value + "\n"
+		f, err := Parse("a.service", []byte(data))
+		if tt.want == nil {
+			if err == nil {
+				t.Errorf("Parse(%q) = %q, nil, want an error", data, f.Service.Environment)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Parse(%q) = %v, want no error", data, err)
+			continue
+		}
+		if !reflect.DeepEqual(f.Service.Environment, tt.want) {
+			t.Errorf("Parse(%q).Service.Environment = %q, want %q", data, f.Service.Environment, tt.want)
+		}
+	}
+}
+
+func TestParseIgnoredOptions(t *testing.T) {
+	// systemd ignores options prefixed "X-" in its sections, and so do we.
+	data := "[Unit]\nX-Owner=team-web\n" + minimal + "X-Note=a  b\n[Install]\nX-Whatever=1\n"
+	f := mustParse(t, "a.service", data)
+	if len(f.Warnings) != 0 {
+		t.Errorf("Parse(%q).Warnings = %q, want none", data, f.Warnings)
+	}
+	if g := mustParse(t, "a.service", minimal); g.Hash == f.Hash {
+		t.Errorf("Parse(%q).Hash = %s, want it to differ from the hash without the X- options", data, f.Hash)
+	}
+}
+
+func TestParseFleetLimit(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(minimal + "[X-Fleet]\n")
+	for i := range maxFleetValues {
+		b.WriteString("Conflicts=c" + strconv.Itoa(i) + "\n")
+	}
+	mustParse(t, "a.service", b.String())
+	b.WriteString("Conflicts=one-more\n")
+	_, err := Parse("a.service", []byte(b.String()))
+	checkError(t, "Parse(<257 Conflicts=>)", err, "[X-Fleet] Conflicts=:", "too many values; the limit is 256")
+}

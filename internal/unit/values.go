@@ -41,11 +41,12 @@ func parseDuration(s string) (time.Duration, error) {
 	case strings.HasPrefix(s, "-"):
 		return 0, fmt.Errorf("negative time span %s", quote(s))
 	}
+	invalid := fmt.Errorf("invalid time span %s: want a number with an optional unit, such as 90s, 100ms, 1min 30s or infinity", quote(s))
 	var total time.Duration
 	for rest := s; rest != ""; rest = strings.TrimLeft(rest, " \t") {
 		num, frac, n := scanDecimal(rest)
 		if n == 0 {
-			return 0, fmt.Errorf("invalid time span %s: want a number with an optional unit, such as 90s, 100ms, 1min 30s or infinity", quote(s))
+			return 0, invalid
 		}
 		glued := n < len(rest) && rest[n] != ' ' && rest[n] != '\t'
 		rest = strings.TrimLeft(rest[n:], " \t")
@@ -61,7 +62,7 @@ func parseDuration(s string) (time.Duration, error) {
 			}
 			rest = rest[u:]
 		} else if glued {
-			return 0, fmt.Errorf("invalid time span %s: want a number with an optional unit, such as 90s, 100ms, 1min 30s or infinity", quote(s))
+			return 0, invalid // "1.2.3"
 		}
 		d, ok := scale(num, frac, int64(unit))
 		if !ok || total > Infinity-time.Duration(d) {

@@ -21,8 +21,8 @@ func isSpace(c byte) bool {
 
 // SplitWords splits s into words with systemd's quoting rules (see
 // systemd.syntax(7)), as used by Exec*= and Environment=: words are separated
-// by unquoted whitespace; double or single quotes group text, quotes
-// included anywhere in a word; C-style escapes (\n, \t, \\, \", \', \s,
+// by unquoted whitespace; double or single quotes group text and may open
+// anywhere in a word (a"b c" is the word "ab c"); C-style escapes (\n, \t, \\, \", \', \s,
 // \xNN, \NNN octal, \uNNNN, \UNNNNNNNN) are decoded inside and outside quotes.
 // A lone "\;" is the word ";". Unknown escapes, NUL characters, a trailing
 // backslash and unterminated quotes are errors.

@@ -108,6 +108,7 @@ type Driver struct {
 	lock *os.File // flock on run/lock: one driver per Dir
 	euid int
 	home string // HOME for units without User=
+	live *liveGroups
 
 	mu     sync.Mutex
 	units  map[string]*supervisor
@@ -152,6 +153,7 @@ func New(cfg Config) (*Driver, error) {
 		lock:  lock,
 		euid:  os.Geteuid(),
 		home:  "/",
+		live:  &liveGroups{maxAge: 100 * time.Millisecond},
 		units: make(map[string]*supervisor),
 	}
 	if u, err := user.Current(); err == nil && u.HomeDir != "" {

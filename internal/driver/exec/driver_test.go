@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
@@ -307,7 +308,9 @@ func TestExitResults(t *testing.T) {
 		mustLoadStart(t, d, newUnit(tt.name, []string{"/bin/sh", "-c", tt.script}, nil))
 	}
 	for _, tt := range tests {
-		st := rec.wait(t, tt.name, "done", func(st unit.Status) bool { return st.Result != "" && (st.Active == "inactive" || st.Active == "failed") })
+		st := rec.wait(t, tt.name, "done", func(st unit.Status) bool {
+			return st.Result != "" && (st.Active == "inactive" || st.Active == "failed")
+		})
 		if st.Active != tt.active || st.Result != tt.result {
 			t.Errorf("%s (%s): %s, result %s; want %s, result %s", tt.name, tt.script, st.Active, st.Result, tt.active, tt.result)
 		}
@@ -334,7 +337,7 @@ func TestEnvironment(t *testing.T) {
 	script := "#!/bin/sh\nprintf 'arg=%s\\n' \"$@\"\necho pwd=$(pwd)\necho home=$HOME\necho file=$FROM_FILE\n"
 	os.WriteFile(filepath.Join(dir, "printenv-args"), []byte(script), 0o755)
 	mustLoadStart(t, d, f)
-	rec.waitState(t, "env.service", "inactive", "dead")
+	rec.waitEnded(t, "env.service", "inactive")
 	log := journal(t, d, "env.service")
 	for _, want := range []string{
 		"]: arg=one\n", "]: arg=two\n", "]: arg=file value\n", "]: arg=x$y\n", "]: arg=file\n",
@@ -360,7 +363,7 @@ func TestUser(t *testing.T) {
 	mustLoadStart(t, d, newUnit("nobody.service", []string{"/bin/sh", "-c", "echo uid=$(id -u) user=$USER"}, func(s *unit.Service) {
 		s.User = "nobody"
 	}))
-	rec.waitState(t, "nobody.service", "inactive", "dead")
+	rec.waitEnded(t, "nobody.service", "inactive")
 	waitLog(t, d, "nobody.service", "]: uid=65534 user=nobody")
 
 	mustLoadStart(t, d, newUnit("ghost.service", []string{"/bin/true"}, func(s *unit.Service) { s.User = "no-such-user-xyz" }))
@@ -400,7 +403,7 @@ func TestOneshot(t *testing.T) {
 		s.Type = "oneshot"
 		s.ExecStart = []unit.Command{cmd("/bin/true")}
 	}))
-	rec.waitState(t, "once.service", "inactive", "dead")
+	rec.waitEnded(t, "once.service", "inactive")
 	mustLoadStart(t, d, newUnit("bad.service", nil, func(s *unit.Service) {
 		s.Type = "oneshot"
 		s.ExecStart = []unit.Command{cmd("/bin/true"), cmd("/bin/false"), cmd("/bin/true")}
@@ -491,6 +494,7 @@ func TestUnload(t *testing.T) {
 	d, rec := newTestDriver(t, nil)
 	mustLoadStart(t, d, newUnit("gone.service", []string{"/bin/sh", "-c", "echo bye; exec sleep 300"}, nil))
 	st := rec.waitState(t, "gone.service", "active", "running")
+	waitLog(t, d, "gone.service", "]: bye")
 	if err := d.Unload(context.Background(), "gone.service"); err != nil {
 		t.Fatal(err)
 	}
@@ -570,15 +574,27 @@ func TestJournalRotation(t *testing.T) {
 	t.Parallel()
 	d, rec := newTestDriver(t, func(c *Config) { c.MaxLogBytes = 4096 })
 	mustLoadStart(t, d, newUnit("chatty.service", []string{"/bin/sh", "-c", "i=0; while [ $i -lt 300 ]; do echo line $i; i=$((i+1)); done"}, nil))
-	rec.waitState(t, "chatty.service", "inactive", "dead")
+	rec.waitEnded(t, "chatty.service", "inactive")
 	if fi, err := os.Stat(d.logPath("chatty.service") + ".1"); err != nil || fi.Size() > 4096 {
 		t.Fatalf("rotated log: %v", err)
 	}
+	cur, _ := os.ReadFile(d.logPath("chatty.service"))
+	if n := strings.Count(string(cur), "\n"); n >= 50 {
+		t.Fatalf("the current log has %d lines; the test needs fewer than 50", n)
+	}
+	// The last 50 lines span both files.
 	var b bytes.Buffer
-	d.Journal(context.Background(), "chatty.service", 100, false, &b)
+	if err := d.Journal(context.Background(), "chatty.service", 50, false, &b); err != nil {
+		t.Fatal(err)
+	}
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
-	if len(lines) != 100 || !strings.Contains(b.String(), ": line 299\n") {
-		t.Errorf("last 100 lines: %d lines:\n%s", len(lines), b.String())
+	if len(lines) != 50 || !strings.HasSuffix(lines[49], "Deactivated successfully.") {
+		t.Fatalf("last 50 lines: %d lines:\n%s", len(lines), b.String())
+	}
+	for i, line := range lines[:49] {
+		if want := fmt.Sprintf(": line %d", 251+i); !strings.HasSuffix(line, want) {
+			t.Fatalf("line %d = %q, want one ending in %q", i, line, want)
+		}
 	}
 }
 
@@ -736,4 +752,96 @@ func readLog(t *testing.T, d *Driver, name string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+func TestExecStopWithMainPID(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, nil)
+	f := newUnit("graceful.service", nil, func(s *unit.Service) {
+		s.ExecStart = []unit.Command{sh(`trap "echo got TERM; exit 0" TERM; echo ready; while :; do sleep 0.05; done`)}
+		s.ExecStop = []unit.Command{cmd("/bin/kill", "-TERM", "$MAINPID")}
+		s.ExecStopPost = []unit.Command{sh("echo post MAINPID=$MAINPID")}
+	})
+	mustLoadStart(t, d, f)
+	st := rec.waitState(t, "graceful.service", "active", "running")
+	waitLog(t, d, "graceful.service", "ready")
+	d.Stop("graceful.service")
+	rec.waitState(t, "graceful.service", "deactivating", "stop")
+	rec.waitState(t, "graceful.service", "inactive", "dead")
+	waitLog(t, d, "graceful.service", "graceful.service["+strconv.Itoa(st.PID)+"]: got TERM")
+	waitLog(t, d, "graceful.service", "]: post MAINPID=\n") // the main process is gone by then
+}
+
+func TestStartPostFailureStopsMain(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, nil)
+	mustLoadStart(t, d, newUnit("post.service", []string{"sleep", "300"}, func(s *unit.Service) {
+		s.ExecStartPost = []unit.Command{sh("echo MAINPID=$MAINPID; exit 4")}
+	}))
+	st := rec.waitState(t, "post.service", "activating", "start-post")
+	failed := rec.waitState(t, "post.service", "failed", "failed")
+	if failed.Result != "exit-code" || !strings.Contains(failed.Message, "ExecStartPost") {
+		t.Errorf("status = %+v", failed)
+	}
+	if alive(st.PID) {
+		t.Errorf("main process %d outlived the failed start", st.PID)
+	}
+	waitLog(t, d, "post.service", "]: MAINPID="+strconv.Itoa(st.PID)+"\n")
+}
+
+func TestKillModeProcess(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, nil)
+	child := filepath.Join(t.TempDir(), "child")
+	mustLoadStart(t, d, newUnit("lenient.service", []string{"/bin/sh", "-c", "sleep 300 & echo $! > " + child + "; exec sleep 301"}, func(s *unit.Service) {
+		s.KillMode = "process"
+	}))
+	st := rec.waitState(t, "lenient.service", "active", "running")
+	grandchild := readPid(t, child)
+	defer killGroup(st.PID)
+	d.Stop("lenient.service")
+	rec.waitState(t, "lenient.service", "inactive", "dead")
+	if alive(st.PID) {
+		t.Error("the main process survived the stop")
+	}
+	if !alive(grandchild) {
+		t.Error("KillMode=process killed the main process's child")
+	}
+	if _, err := os.Stat(d.pidPath("lenient.service")); !os.IsNotExist(err) {
+		t.Errorf("pid file kept for abandoned processes: %v", err)
+	}
+}
+
+func TestMainExitKillsLeftovers(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, nil)
+	child := filepath.Join(t.TempDir(), "child")
+	mustLoadStart(t, d, newUnit("leaver.service", []string{"/bin/sh", "-c", "sleep 300 & echo $! > " + child + "; sleep 0.1; exit 1"}, nil))
+	grandchild := readPid(t, child)
+	st := rec.waitEnded(t, "leaver.service", "failed")
+	if st.Result != "exit-code" {
+		t.Errorf("status = %+v", st)
+	}
+	waitGone(t, grandchild, "the process the main process left behind")
+}
+
+func TestAutoRestartUsesNewDefinition(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, nil)
+	edit := func(s *unit.Service) {
+		s.Restart = "always"
+		s.RestartSec = 200 * time.Millisecond
+	}
+	v1 := newUnit("rolling.service", []string{"/bin/sh", "-c", "echo v1; exit 1"}, edit)
+	v2 := newUnit("rolling.service", []string{"/bin/sh", "-c", "echo v2; exec sleep 300"}, edit)
+	mustLoadStart(t, d, v1)
+	rec.waitState(t, "rolling.service", "activating", "auto-restart")
+	if err := d.Load(v2); err != nil {
+		t.Fatal(err)
+	}
+	st := rec.waitState(t, "rolling.service", "active", "running")
+	if st.Hash != v2.Hash {
+		t.Errorf("restarted with hash %.8s, want v2's %.8s", st.Hash, v2.Hash)
+	}
+	waitLog(t, d, "rolling.service", "]: v2")
 }

@@ -101,6 +101,13 @@ func (r *recorder) waitState(t *testing.T, name, active, sub string) unit.Status
 	return r.wait(t, name, active+"/"+sub, func(st unit.Status) bool { return st.Active == active && st.Sub == sub })
 }
 
+// waitEnded waits for a run of the unit to end inactive or failed (a unit
+// that never ran is inactive too, without a result).
+func (r *recorder) waitEnded(t *testing.T, name, active string) unit.Status {
+	t.Helper()
+	return r.wait(t, name, active+" after a run", func(st unit.Status) bool { return st.Active == active && st.Result != "" })
+}
+
 // states lists the unit's active/sub states notified so far, without
 // repeats (a status also changes with its PID or message).
 func (r *recorder) states(name string) []string {

@@ -178,6 +178,7 @@ func TestWriteJournalFollowAcrossRotation(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- writeJournal(ctx, path, 1, true, &out) }()
+	waitUntil(t, func() bool { return strings.Contains(out.String(), "before 2") }, "the journal to begin")
 
 	// Written in bursts between polls: each burst rotates the log at most once,
 	// and only one older file is kept.

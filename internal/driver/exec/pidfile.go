@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // pgroup is a process group a unit started: the group's ID (the pid of its
@@ -110,26 +112,47 @@ func groupExists(pgid int) bool {
 	return syscall.Kill(-pgid, 0) != syscall.ESRCH
 }
 
-// groupHasLiveMembers reports whether the process group holds a process that
-// is not a zombie. It reads all of /proc, so it is only asked once a group
-// was sent SIGKILL and still exists: the leftovers may be orphans that an
-// init which does not reap keeps as zombies.
-func groupHasLiveMembers(pgid int) bool {
+// liveGroups is a view of which process groups hold a process that is not a
+// zombie, shared by all units and refreshed at most every maxAge. A group
+// that still exists after its processes were killed may hold only zombies:
+// orphans that an init which reaps slowly (or never) keeps around. Finding
+// them takes a walk through all of /proc, which is why the walk is shared
+// and only done for groups that kill(2) says still exist.
+type liveGroups struct {
+	maxAge time.Duration
+
+	mu   sync.Mutex
+	at   time.Time
+	live map[int]bool
+}
+
+// has reports whether the group has a live member as of a recent walk.
+func (l *liveGroups) has(pgid int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.live == nil || time.Since(l.at) > l.maxAge {
+		l.live, l.at = scanLiveGroups(), time.Now()
+	}
+	return l.live[pgid]
+}
+
+// scanLiveGroups walks /proc for the process groups with a non-zombie member.
+func scanLiveGroups() map[int]bool {
+	live := make(map[int]bool)
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return groupExists(pgid)
+		return live
 	}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		st, err := readProcStat(pid)
-		if err == nil && st.pgrp == pgid && st.state != 'Z' {
-			return true
+		if st, err := readProcStat(pid); err == nil && st.state != 'Z' {
+			live[st.pgrp] = true
 		}
 	}
-	return false
+	return live
 }
 
 // killStale SIGKILLs the process groups recorded in pid files left in runDir

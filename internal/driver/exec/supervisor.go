@@ -129,14 +129,14 @@ type supervisor struct {
 	cg           *unitCgroup
 	result       string // first failure of this run, or success
 	message      string
-	mainResult   string // main process exited during start-post with this result
-	stopReq      bool   // this run is being stopped on request: it ends inactive
-	pendingStart bool   // start again once stopped
-	kick         bool   // a start was admitted; run it after replying
-	quit         bool   // forget the unit once dead
-	abort        bool   // skip to SIGKILL and skip ExecStopPost=
-	postKilled   bool   // the ExecStopPost= command timed out and was SIGKILLed
-	sigkillAt    time.Time
+	mainResult   string    // main process exited during start-post with this result
+	stopReq      bool      // this run is being stopped on request: it ends inactive
+	pendingStart bool      // start again once stopped
+	kick         bool      // a start was admitted; run it after replying
+	quit         bool      // forget the unit once dead
+	abort        bool      // skip to SIGKILL and skip ExecStopPost=
+	postKilled   bool      // the ExecStopPost= command timed out and was SIGKILLed
+	phaseAt      time.Time // when the current stop-sigterm or stop-sigkill began
 	limiter      startLimiter
 	restarts     int
 	timer        *time.Timer
@@ -542,7 +542,7 @@ func (s *supervisor) enterStopSigterm() {
 		return
 	}
 	s.cmds = nil
-	s.ph = phaseStopSigterm
+	s.ph, s.phaseAt = phaseStopSigterm, time.Now()
 	s.pruneGroups()
 	if s.stopped() {
 		s.afterSigterm()
@@ -561,9 +561,8 @@ func (s *supervisor) enterStopSigterm() {
 // unless KillMode=process.
 func (s *supervisor) enterStopSigkill() {
 	s.cmds = nil
-	s.ph = phaseStopSigkill
+	s.ph, s.phaseAt = phaseStopSigkill, time.Now()
 	s.signal(syscall.SIGKILL, s.killMode() != "process" && s.killMode() != "none")
-	s.sigkillAt = time.Now()
 	timeout := s.cur.Service.TimeoutStopSec
 	if s.abort && (timeout <= 0 || timeout > abortGrace) {
 		timeout = abortGrace
@@ -603,11 +602,11 @@ func (s *supervisor) stopped() bool {
 			return true // the rest of the groups get SIGKILL next
 		}
 	}
-	// A group that still exists after SIGKILL may hold only zombies that an
-	// init which does not reap keeps around; look closer after a while.
-	closer := s.ph == phaseStopSigkill && time.Since(s.sigkillAt) > 4*pollInterval
+	// A group that still exists a while after the signal may hold only
+	// zombies, orphans the init has yet to reap: look closer.
+	closer := time.Since(s.phaseAt) > 4*pollInterval
 	for _, g := range s.groups {
-		if groupExists(g.pgid) && (!closer || groupHasLiveMembers(g.pgid)) {
+		if groupExists(g.pgid) && (!closer || s.d.live.has(g.pgid)) {
 			return false
 		}
 	}

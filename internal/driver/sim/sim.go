@@ -1,0 +1,229 @@
+// Package sim is a driver that runs units in memory. A started unit becomes
+// active after a configurable delay, or fails with a configurable
+// probability; nothing is executed. It lets one machine host thousands of
+// agents for benchmarks (flotilla bench), and tests drive agents with it.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/driver"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// Config configures a simulated machine.
+type Config struct {
+	// Machine is put in every Status.
+	Machine string
+	// Notify receives every state change. Required.
+	Notify driver.Notify
+	// StartDelay is how long a start takes (default 0: at once).
+	StartDelay time.Duration
+	// FailureRate in [0,1] is the share of starts that fail. Which units fail
+	// is decided by a hash of the unit name and its start count, so a run is
+	// repeatable.
+	FailureRate float64
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+type simUnit struct {
+	file    *unit.File
+	status  unit.Status
+	starts  int
+	timer   *time.Timer
+	journal []string
+}
+
+// Driver is a simulated machine.
+type Driver struct {
+	cfg   Config
+	mu    sync.Mutex
+	units map[string]*simUnit
+	pid   int
+}
+
+// New returns a simulated driver.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Notify == nil {
+		return nil, fmt.Errorf("sim driver: Notify is required")
+	}
+	if cfg.FailureRate < 0 || cfg.FailureRate > 1 {
+		return nil, fmt.Errorf("sim driver: failure rate %v is not within [0,1]", cfg.FailureRate)
+	}
+	if cfg.StartDelay < 0 {
+		return nil, fmt.Errorf("sim driver: negative start delay %v", cfg.StartDelay)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Driver{cfg: cfg, units: map[string]*simUnit{}, pid: 1000}, nil
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// set changes a unit's state and returns the status to notify. Callers hold mu.
+func (d *Driver) set(u *simUnit, active, sub, result string, pid int) unit.Status {
+	if u.status.Active != active {
+		u.status.Since = d.cfg.Now()
+	}
+	u.status.Active, u.status.Sub, u.status.Result, u.status.PID = active, sub, result, pid
+	u.journal = append(u.journal, fmt.Sprintf("%s %s: %s/%s", d.cfg.Now().UTC().Format(time.RFC3339Nano), u.file.Name, active, sub))
+	if len(u.journal) > 100 {
+		u.journal = u.journal[len(u.journal)-100:]
+	}
+	return u.status
+}
+
+func (d *Driver) Load(f *unit.File) error {
+	d.mu.Lock()
+	u, ok := d.units[f.Name]
+	if ok {
+		u.file = f
+		u.status.Hash = f.Hash
+		d.mu.Unlock()
+		return nil
+	}
+	u = &simUnit{file: f, status: unit.Status{Name: f.Name, Hash: f.Hash, Machine: d.cfg.Machine, Load: "loaded"}}
+	d.units[f.Name] = u
+	st := d.set(u, "inactive", "dead", "", 0)
+	d.mu.Unlock()
+	d.cfg.Notify(st)
+	return nil
+}
+
+func (d *Driver) Start(name string) error {
+	d.mu.Lock()
+	u, ok := d.units[name]
+	if !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %s", driver.ErrUnknownUnit, name)
+	}
+	if u.status.Active == "active" || u.status.Active == "activating" {
+		d.mu.Unlock()
+		return nil
+	}
+	u.starts++
+	fail := d.fails(name, u.starts)
+	if d.cfg.StartDelay == 0 {
+		st := d.finishStart(u, fail)
+		d.mu.Unlock()
+		d.cfg.Notify(st)
+		return nil
+	}
+	st := d.set(u, "activating", "start", "", 0)
+	u.timer = time.AfterFunc(d.cfg.StartDelay, func() {
+		d.mu.Lock()
+		if d.units[name] != u || u.status.Active != "activating" {
+			d.mu.Unlock()
+			return
+		}
+		st := d.finishStart(u, fail)
+		d.mu.Unlock()
+		d.cfg.Notify(st)
+	})
+	d.mu.Unlock()
+	d.cfg.Notify(st)
+	return nil
+}
+
+func (d *Driver) finishStart(u *simUnit, fail bool) unit.Status {
+	if fail {
+		return d.set(u, "failed", "failed", "exit-code", 0)
+	}
+	d.pid++
+	return d.set(u, "active", "running", "", d.pid)
+}
+
+// fails decides, repeatably, whether the n-th start of a unit fails.
+func (d *Driver) fails(name string, n int) bool {
+	if d.cfg.FailureRate == 0 {
+		return false
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", name, n)
+	return float64(h.Sum64()%1_000_000)/1_000_000 < d.cfg.FailureRate
+}
+
+func (d *Driver) Stop(name string) error {
+	d.mu.Lock()
+	u, ok := d.units[name]
+	if !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %s", driver.ErrUnknownUnit, name)
+	}
+	if u.timer != nil {
+		u.timer.Stop()
+	}
+	if u.status.Active == "inactive" {
+		d.mu.Unlock()
+		return nil
+	}
+	st := d.set(u, "inactive", "dead", "success", 0)
+	d.mu.Unlock()
+	d.cfg.Notify(st)
+	return nil
+}
+
+func (d *Driver) Unload(ctx context.Context, name string) error {
+	if err := d.Stop(name); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	delete(d.units, name)
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Driver) States() []unit.Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]unit.Status, 0, len(d.units))
+	for _, u := range d.units {
+		out = append(out, u.status)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Journal writes the unit's state changes; follow is not supported by the
+// simulation and returns after the last line.
+func (d *Driver) Journal(ctx context.Context, name string, lines int, follow bool, w io.Writer) error {
+	d.mu.Lock()
+	u, ok := d.units[name]
+	if !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %s", driver.ErrUnknownUnit, name)
+	}
+	j := u.journal
+	if lines >= 0 && len(j) > lines {
+		j = j[len(j)-lines:]
+	}
+	j = append([]string(nil), j...)
+	d.mu.Unlock()
+	for _, l := range j {
+		if _, err := io.WriteString(w, l+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Driver) Close(ctx context.Context) error {
+	d.mu.Lock()
+	names := make([]string, 0, len(d.units))
+	for n := range d.units {
+		names = append(names, n)
+	}
+	d.mu.Unlock()
+	for _, n := range names {
+		d.Stop(n)
+	}
+	return nil
+}

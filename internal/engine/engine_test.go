@@ -1,0 +1,306 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/flotilla/flotilla/internal/agent"
+	"github.com/flotilla/flotilla/internal/driver/sim"
+	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+const agentTTL = 3 * time.Second
+
+type testEngine struct {
+	*engine.Engine
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startEngine runs an engine with a gRPC server on loopback.
+func startEngine(t *testing.T, cli *clientv3.Client, name string) *testEngine {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Config{Machine: name, Client: cli, ElectionTTL: time.Second, AgentTTL: agentTTL,
+		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	agentpb.RegisterEngineServer(srv, e)
+	go srv.Serve(ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	te := &testEngine{Engine: e, cancel: cancel, done: make(chan struct{})}
+	go func() { e.Run(ctx); close(te.done) }()
+	t.Cleanup(func() { te.stop(); srv.Stop() })
+	return te
+}
+
+func (te *testEngine) stop() {
+	te.cancel()
+	<-te.done
+}
+
+type testAgent struct {
+	name   string
+	driver *sim.Driver
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startAgent(t *testing.T, cli *clientv3.Client, name string) *testAgent {
+	t.Helper()
+	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1"}, TTL: agentTTL,
+		Leaders: func(ctx context.Context) <-chan election.Info {
+			return election.Observe(ctx, cli, registry.Keys{}.Election())
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := sim.New(sim.Config{Machine: name, Notify: a.Notify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetDriver(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	ta := &testAgent{name: name, driver: d, cancel: cancel, done: make(chan struct{})}
+	go func() { a.Run(ctx); close(ta.done) }()
+	t.Cleanup(ta.stop)
+	return ta
+}
+
+
+func (ta *testAgent) stop() {
+	ta.cancel()
+	<-ta.done
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v: %v", what, timeout, err)
+}
+
+func parse(t *testing.T, name, text string) *unit.File {
+	t.Helper()
+	f, err := unit.Parse(name, []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+const simple = "[Service]\nExecStart=/bin/true\n"
+
+func launch(t *testing.T, n int, prefix string) []engine.Change {
+	var cs []engine.Change
+	for i := range n {
+		name := fmt.Sprintf("%s%02d.service", prefix, i)
+		cs = append(cs, engine.Change{Name: name, File: parse(t, name, simple), DesiredState: unit.Launched})
+	}
+	return cs
+}
+
+// allActive checks every unit is scheduled and reported active, and
+// returns the units per machine.
+func allActive(e *engine.Engine, want int) (map[string][]string, error) {
+	us, err := e.Units(nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(us) != want {
+		return nil, fmt.Errorf("%d units, want %d", len(us), want)
+	}
+	per := map[string][]string{}
+	for _, u := range us {
+		if u.DesiredState != "launched" {
+			continue
+		}
+		if u.State == nil || u.State.Active != "active" || u.CurrentState != "launched" {
+			return nil, fmt.Errorf("unit %s on %q: state %+v", u.Name, u.Machine, u.State)
+		}
+		per[u.Machine] = append(per[u.Machine], u.Name)
+	}
+	return per, nil
+}
+
+func leaderOf(es ...*testEngine) *testEngine {
+	for _, e := range es {
+		if ok, _ := e.IsLeader(); ok {
+			return e
+		}
+	}
+	return nil
+}
+
+// TestEngine drives one etcd, two engines and three sim agents through
+// scheduling, bad requests, a leader change and a lost machine.
+func TestEngine(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e1 := startEngine(t, cli, "e1")
+	eventually(t, 10*time.Second, "e1 leads", func() error {
+		if leaderOf(e1) == nil {
+			return errors.New("no leader")
+		}
+		return nil
+	})
+	e2 := startEngine(t, cli, "e2")
+	agents := []*testAgent{startAgent(t, cli, "m1"), startAgent(t, cli, "m2"), startAgent(t, cli, "m3")}
+	eventually(t, 10*time.Second, "three machines", func() error {
+		ms, err := e1.Machines()
+		if len(ms) != 3 {
+			return fmt.Errorf("machines %v, %v", ms, err)
+		}
+		return nil
+	})
+
+	ctx := context.Background()
+	if err := e2.Apply(ctx, launch(t, 30, "web")); !errors.Is(err, engine.ErrNotLeader) {
+		t.Fatalf("Apply on the standby = %v, want ErrNotLeader", err)
+	}
+	if err := e1.Apply(ctx, launch(t, 30, "web")); err != nil {
+		t.Fatal(err)
+	}
+	var per map[string][]string
+	eventually(t, 10*time.Second, "30 units active", func() (err error) { per, err = allActive(e1.Engine, 30); return err })
+	for m, us := range per {
+		if len(us) != 10 {
+			t.Errorf("machine %s runs %d units, want 10", m, len(us))
+		}
+	}
+	snap, err := registry.Load(ctx, cli, registry.Keys{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Units) != 30 || len(snap.Schedule) != 30 {
+		t.Errorf("etcd holds %d units and %d schedule entries, want 30 and 30", len(snap.Units), len(snap.Schedule))
+	}
+
+	// Bad requests change nothing, and say what is wrong.
+	other := parse(t, "web00.service", "[Service]\nExecStart=/bin/false\n")
+	for _, tc := range []struct {
+		changes []engine.Change
+		want    error
+		msg     string
+	}{
+		{[]engine.Change{{Name: "web00.service", File: other}}, engine.ErrConflict, "already exists with different contents"},
+		{[]engine.Change{{Name: "nope.service", DesiredState: unit.Launched}}, engine.ErrNotFound, "nope.service does not exist"},
+		{[]engine.Change{{Name: "new.service", File: parse(t, "new.service", simple)}, {Name: "web01.service", File: other}}, engine.ErrConflict, "web01.service"},
+		{[]engine.Change{{Name: "t@.service", File: parse(t, "t@.service", simple), DesiredState: unit.Launched}}, engine.ErrInvalid, "template"},
+	} {
+		err := e1.Apply(ctx, tc.changes)
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("Apply(%v) = %v, want %v mentioning %q", tc.changes[0].Name, err, tc.want, tc.msg)
+		}
+	}
+	if _, err := e1.Unit("new.service"); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("a rejected batch left new.service behind (Unit = %v)", err)
+	}
+
+	// A template's instance is created by starting it.
+	if err := e1.Apply(ctx, []engine.Change{{Name: "t@.service", File: parse(t, "t@.service", simple)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e1.Apply(ctx, []engine.Change{{Name: "t@1.service", DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "t@1 active", func() error { _, err := allActive(e1.Engine, 32); return err })
+
+	// Leader change: e1 stops (resigning), e2 leads; no unit restarts.
+	since := map[string]time.Time{}
+	for _, a := range agents {
+		for _, s := range a.driver.States() {
+			since[s.Name] = s.Since
+		}
+	}
+	e1.stop()
+	eventually(t, 10*time.Second, "e2 leads", func() error {
+		if leaderOf(e2) == nil {
+			return errors.New("e2 does not lead")
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, "agents report to e2", func() error { _, err := allActive(e2.Engine, 32); return err })
+	for _, a := range agents {
+		for _, s := range a.driver.States() {
+			if !s.Since.Equal(since[s.Name]) {
+				t.Errorf("unit %s on %s changed state during the leader change (since %v -> %v)", s.Name, a.name, since[s.Name], s.Since)
+			}
+		}
+	}
+
+	// Lost machine: m3's agent stops; after the agent TTL its units run on m1 and m2.
+	lostAt := time.Now()
+	agents[2].stop()
+	eventually(t, agentTTL+10*time.Second, "m3's units moved", func() error {
+		per, err := allActive(e2.Engine, 32)
+		if err != nil {
+			return err
+		}
+		if len(per["m3"]) > 0 {
+			return fmt.Errorf("m3 still has %v", per["m3"])
+		}
+		return nil
+	})
+	if d := time.Since(lostAt); d < agentTTL {
+		t.Errorf("units moved %v after the machine was lost, before the agent TTL %v", d, agentTTL)
+	}
+	names := func(d *sim.Driver) []string {
+		var out []string
+		for _, s := range d.States() {
+			out = append(out, s.Name)
+		}
+		sort.Strings(out)
+		return out
+	}
+	if n := len(names(agents[0].driver)) + len(names(agents[1].driver)); n != 31 {
+		t.Errorf("m1 and m2 run %d units, want 31", n)
+	}
+
+	// Destroy removes units from agents and etcd.
+	var destroy []engine.Change
+	us, _ := e2.Units(nil)
+	for _, u := range us {
+		destroy = append(destroy, engine.Change{Name: u.Name, Destroy: true})
+	}
+	if err := e2.Apply(ctx, destroy); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "agents empty", func() error {
+		for _, a := range agents[:2] {
+			if n := names(a.driver); len(n) > 0 {
+				return fmt.Errorf("%s still has %v", a.name, n)
+			}
+		}
+		return nil
+	})
+	snap, _ = registry.Load(ctx, cli, registry.Keys{})
+	if len(snap.Units) != 0 || len(snap.Schedule) != 0 {
+		t.Errorf("etcd still holds %d units, %d schedule entries", len(snap.Units), len(snap.Schedule))
+	}
+}
