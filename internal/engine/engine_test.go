@@ -86,7 +86,6 @@ func startAgent(t *testing.T, cli *clientv3.Client, name string) *testAgent {
 	return ta
 }
 
-
 func (ta *testAgent) stop() {
 	ta.cancel()
 	<-ta.done
