@@ -52,7 +52,8 @@
 // Instantiate makes an instance from a template. As in fleet, the
 // specifiers %n (full name), %N (name without ".service"), %p (prefix), %i
 // (instance) and %% are expanded in [X-Fleet] values of every unit that is
-// not a template. In [Service] values specifiers are kept as written, except
+// not a template, and in [Service] values as systemd does (a template keeps
+// them for its instances). Other specifiers are kept as written, except
 // "%%", which becomes "%".
 //
 // # Hashes

@@ -125,9 +125,9 @@ func (p *parser) serviceOption(o option) error {
 			return p.errorf(o, "invalid %s %s: spaces and control characters are not allowed", strings.ToLower(o.name), quote(v))
 		}
 		if o.name == "User" {
-			s.User = unpercent(v)
+			s.User = p.unpercent(v)
 		} else {
-			s.Group = unpercent(v)
+			s.Group = p.unpercent(v)
 		}
 	case "WorkingDirectory":
 		dir := v
@@ -138,9 +138,9 @@ func (p *parser) serviceOption(o option) error {
 		if dir != "" && dir != "~" && !strings.HasPrefix(dir, "/") && !strings.HasPrefix(dir, "%") {
 			return p.errorf(o, "%s is not an absolute path or \"~\"", quote(dir))
 		}
-		s.WorkingDirectory = unpercent(dir)
+		s.WorkingDirectory = p.unpercent(dir)
 	case "Environment":
-		env, err := parseEnvironment(v)
+		env, err := p.parseEnvironment(v)
 		if err != nil {
 			return p.valueError(o, err)
 		}
@@ -157,7 +157,7 @@ func (p *parser) serviceOption(o option) error {
 		if !strings.HasPrefix(path, "/") && !strings.HasPrefix(path, "%") {
 			return p.errorf(o, "%s is not an absolute path", quote(path))
 		}
-		s.EnvironmentFiles = append(s.EnvironmentFiles, EnvFile{Path: unpercent(path), Optional: optional})
+		s.EnvironmentFiles = append(s.EnvironmentFiles, EnvFile{Path: p.unpercent(path), Optional: optional})
 	case "ExecStartPre", "ExecStart", "ExecStartPost", "ExecStop", "ExecStopPost", "ExecReload", "ExecCondition":
 		return p.exec(o)
 	}
@@ -196,8 +196,14 @@ func (p *parser) memory(o option) (int64, error) {
 	return n, nil
 }
 
-// unpercent turns the specifier "%%" into "%"; other specifiers are kept.
-func unpercent(s string) string {
+// unpercent expands the unit-name specifiers %n, %N, %p, %i (as systemd
+// does) and "%%" in a [Service] value of a unit that is not a template; a
+// template's values keep their specifiers for its instances, but "%%"
+// becomes "%". Other specifiers are kept.
+func (p *parser) unpercent(s string) string {
+	if p.expand {
+		return p.expandSpecifiers(s)
+	}
 	return strings.ReplaceAll(s, "%%", "%")
 }
 
@@ -217,7 +223,7 @@ func validEnvName(s string) bool {
 
 // parseEnvironment splits an Environment= value into its NAME=value
 // assignments.
-func parseEnvironment(v string) ([]string, error) {
+func (p *parser) parseEnvironment(v string) ([]string, error) {
 	words, err := splitWords(v)
 	if err != nil {
 		return nil, err
@@ -231,7 +237,7 @@ func parseEnvironment(v string) ([]string, error) {
 		if !validEnvName(name) {
 			return nil, fmt.Errorf("invalid variable name %s in %s: use letters, digits and \"_\", not starting with a digit", quote(name), quote(w.text))
 		}
-		env = append(env, unpercent(w.text))
+		env = append(env, p.unpercent(w.text))
 	}
 	return env, nil
 }
@@ -368,9 +374,9 @@ prefixes:
 		return cmd, p.errorf(o, "program %s must be an absolute path, or a bare name to look up in the search path", quote(prog))
 	}
 	cmd.Argv = make([]string, 0, 1+len(args))
-	cmd.Argv = append(cmd.Argv, unpercent(prog))
+	cmd.Argv = append(cmd.Argv, p.unpercent(prog))
 	for _, a := range args {
-		cmd.Argv = append(cmd.Argv, unpercent(a.text))
+		cmd.Argv = append(cmd.Argv, p.unpercent(a.text))
 	}
 	return cmd, nil
 }

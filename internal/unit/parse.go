@@ -43,10 +43,10 @@ type parser struct {
 // validated and stored in File.Service and File.Fleet; the others are only
 // checked by name.
 //
-// In [Service], %-specifiers are kept verbatim except "%%", which becomes
-// "%". In [X-Fleet] the specifiers %n, %N, %p, %i and %% are expanded from
-// the unit's name, except in a template, whose [X-Fleet] values are kept
-// verbatim until Instantiate.
+// In [Service] and [X-Fleet] the specifiers %n, %N, %p, %i and %% are
+// expanded from the unit's name, except in a template, whose values keep
+// them until Instantiate (only "%%" becomes "%" in its [Service]). Other
+// specifiers are kept verbatim.
 //
 // Parse fills File.Service with systemd's defaults (see Service.Defaults)
 // for every option the file does not set. Settings that mean "no limit" in

@@ -245,7 +245,7 @@ func TestParseExec(t *testing.T) {
 		{`/bin/echo \"x\" \\ \t \x41 \101 \u00e9 \s`, []Command{{Argv: []string{"/bin/echo", `"x"`, `\`, "\t", "A", "A", "é", " "}}}, ""},
 		{`/bin/echo "a\nb"`, []Command{{Argv: []string{"/bin/echo", "a\nb"}}}, ""},
 		{`/bin/echo $HOME ${USER} $$`, []Command{{Argv: []string{"/bin/echo", "$HOME", "${USER}", "$$"}}}, ""},
-		{`/bin/echo 100%% %i %n`, []Command{{Argv: []string{"/bin/echo", "100%", "%i", "%n"}}}, ""},
+		{`/bin/echo 100%% %i %n`, []Command{{Argv: []string{"/bin/echo", "100%", "", "a.service"}}}, ""}, // systemd expands unit-name specifiers
 		{`/bin/a ; /bin/b x`, []Command{{Argv: []string{"/bin/a"}}, {Argv: []string{"/bin/b", "x"}}}, ""},
 		{`/bin/echo \; ";" x`, []Command{{Argv: []string{"/bin/echo", ";", ";", "x"}}}, ""},
 		{`-/bin/false`, []Command{{Argv: []string{"/bin/false"}, IgnoreFailure: true}}, ""},
@@ -598,7 +598,7 @@ func TestParseEnvironment(t *testing.T) {
 		{`A=$B ${C}`, nil}, // "${C}" is not an assignment
 		{`A=$B`, []string{"A=$B"}},
 		{`A=a\sb C=\x41`, []string{"A=a b", "C=A"}},
-		{`PCT=100%% I=%i`, []string{"PCT=100%", "I=%i"}},
+		{`PCT=100%% I=%i N=%n`, []string{"PCT=100%", "I=", "N=a.service"}}, // a.service has no instance
 		{`ONE='one' "TWO='two two' too" THREE=`, []string{"ONE=one", "TWO='two two' too", "THREE="}},
 	}
 	for _, tt := range tests {

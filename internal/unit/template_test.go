@@ -41,8 +41,8 @@ func TestInstantiate(t *testing.T) {
 	if !reflect.DeepEqual(one.Fleet, wantFleet) {
 		t.Errorf("Instantiate(web@.service, %q).Fleet = %+v, want %+v", "1", one.Fleet, wantFleet)
 	}
-	// Specifiers elsewhere are not expanded.
-	if want := []string{"/bin/web", "--id", "%i", "--name", "%n"}; !reflect.DeepEqual(one.Service.ExecStart[0].Argv, want) {
+	// [Service] values get the unit-name specifiers, as systemd expands them.
+	if want := []string{"/bin/web", "--id", "1", "--name", "web@1.service"}; !reflect.DeepEqual(one.Service.ExecStart[0].Argv, want) {
 		t.Errorf("Instantiate(web@.service, %q).Service.ExecStart = %q, want %q", "1", one.Service.ExecStart[0].Argv, want)
 	}
 	if one.Description != "Web %i" {
