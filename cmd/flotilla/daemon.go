@@ -13,12 +13,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
 type daemonFlags struct {
 	cfg                 daemon.Config
 	metadata, endpoints string
+	cpus, memory        string
 	logLevel            string
 }
 
@@ -33,6 +35,8 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.DurationVar(&f.cfg.AgentTTL, "agent-ttl", 20*time.Second, "how long a machine may go unheard before its units move (and its agent stops them)")
 	fs.DurationVar(&f.cfg.ElectionTTL, "election-ttl", 0, "engine leader lease TTL, whole seconds (default 5s; 2s for dev); must be under half the agent TTL")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.cpus, "capacity-cpu", "", "CPUs this machine offers to units, e.g. 4 or 0.5 (default: detected)")
+	fs.StringVar(&f.memory, "capacity-memory", "", "memory this machine offers to units, e.g. 8G (default: detected)")
 	if !full {
 		return
 	}
@@ -61,6 +65,20 @@ func (f *daemonFlags) finish() error {
 				f.cfg.EtcdEndpoints = append(f.cfg.EtcdEndpoints, e)
 			}
 		}
+	}
+	if f.cpus != "" {
+		c, err := machine.ParseCPUs(f.cpus)
+		if err != nil {
+			return fmt.Errorf("--capacity-cpu: %w", err)
+		}
+		f.cfg.Capacity.CPUPercent = c
+	}
+	if f.memory != "" {
+		m, err := unit.ParseSize(f.memory)
+		if err != nil {
+			return fmt.Errorf("--capacity-memory: %w", err)
+		}
+		f.cfg.Capacity.MemoryBytes = m
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {

@@ -44,6 +44,10 @@ type Machine struct {
 	Metadata map[string]string
 	APIAddr  string
 	Version  string
+	// Capacity offered to units: CPU percent (400 = four CPUs) and memory
+	// bytes; 0 means not limited.
+	CPUPercent  int64
+	MemoryBytes int64
 }
 
 // Config configures an Agent.
@@ -249,6 +253,7 @@ func (a *Agent) hello(rev int64) *agentpb.Hello {
 	h := &agentpb.Hello{LeaderRev: rev, Machine: &agentpb.Machine{
 		Id: a.cfg.Machine.ID, Ip: a.cfg.Machine.IP, Metadata: a.cfg.Machine.Metadata,
 		ApiAddr: a.cfg.Machine.APIAddr, Version: a.cfg.Machine.Version,
+		CpuPercent: a.cfg.Machine.CPUPercent, MemoryBytes: a.cfg.Machine.MemoryBytes,
 	}}
 	for name := range a.haves {
 		h.Units = append(h.Units, a.statusLocked(name))

@@ -40,6 +40,16 @@ type Machine struct {
 	APIAddr  string            `json:"apiAddr,omitempty"`
 	Version  string            `json:"version,omitempty"`
 	Units    int               `json:"units"`
+	// Capacity is what the machine offers to units; Free is what placed
+	// units leave of it (0 in a dimension: not limited).
+	Capacity Resources `json:"capacity"`
+	Free     Resources `json:"free"`
+}
+
+// Resources are CPU, in percent of one CPU (400 = four CPUs), and memory in bytes.
+type Resources struct {
+	CPUPercent  int64 `json:"cpuPercent"`
+	MemoryBytes int64 `json:"memoryBytes"`
 }
 
 // UnitList is the answer of GET /v1/units.

@@ -29,6 +29,7 @@ import (
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -52,6 +53,8 @@ type Config struct {
 	PublicIP string
 	// Metadata is the machine's metadata for MachineMetadata= constraints.
 	Metadata map[string]string
+	// Capacity offered to units; zero fields are detected from the host.
+	Capacity machine.Capacity
 
 	// EtcdEndpoints are the client URLs of an external etcd cluster.
 	EtcdEndpoints []string
@@ -136,6 +139,13 @@ func (c *Config) validate() error {
 	}
 	if c.NoEngine && c.NoAgent {
 		c.Logger.Warn("--no-engine and --no-agent: this daemon only serves the API")
+	}
+	detected := machine.Detect()
+	if c.Capacity.CPUPercent == 0 {
+		c.Capacity.CPUPercent = detected.CPUPercent
+	}
+	if c.Capacity.MemoryBytes == 0 {
+		c.Capacity.MemoryBytes = detected.MemoryBytes
 	}
 	if c.Prefix == "" {
 		c.Prefix = registry.DefaultPrefix
@@ -251,7 +261,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var ag *agent.Agent
 	if !cfg.NoAgent {
 		ag, err = agent.New(agent.Config{
-			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version},
+			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version,
+				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes},
 			Leaders: leaders, TTL: agentTTL(cfg), Logger: cfg.Logger,
 		})
 		if err != nil {

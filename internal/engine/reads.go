@@ -102,7 +102,8 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 			md = map[string]string{}
 		}
 		out = append(out, apiv1.Machine{ID: id, IP: m.info.IP, Metadata: md, Leader: id == t.info.Machine,
-			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units)})
+			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units),
+			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil

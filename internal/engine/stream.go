@@ -149,7 +149,8 @@ func (t *term) attach(h *agentpb.Hello) *agentConn {
 	}
 	m.conn = conn
 	m.lastSeen = t.e.cfg.Now()
-	m.info = MachineInfo{ID: h.Machine.Id, IP: h.Machine.Ip, Metadata: h.Machine.Metadata, APIAddr: h.Machine.ApiAddr, Version: h.Machine.Version}
+	m.info = MachineInfo{ID: h.Machine.Id, IP: h.Machine.Ip, Metadata: h.Machine.Metadata, APIAddr: h.Machine.ApiAddr, Version: h.Machine.Version,
+		CPUPercent: h.Machine.CpuPercent, MemoryBytes: h.Machine.MemoryBytes}
 	m.states = make(map[string]agentStatus, len(h.Units))
 	for _, s := range h.Units {
 		m.states[s.Name] = fromProto(h.Machine.Id, s)

@@ -47,6 +47,9 @@ type MachineInfo struct {
 	Metadata map[string]string
 	APIAddr  string
 	Version  string
+	// Capacity: CPU percent and memory bytes offered to units (0: not limited).
+	CPUPercent  int64
+	MemoryBytes int64
 }
 
 type machineRec struct {

@@ -31,8 +31,12 @@ type Machine struct {
 	Metadata map[string]string      `protobuf:"bytes,3,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// api_addr is where this machine's daemon serves the HTTP API (for
 	// journal requests the leader forwards).
-	ApiAddr       string `protobuf:"bytes,4,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	Version       string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	ApiAddr string `protobuf:"bytes,4,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	Version string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	// What the machine offers to units: CPU in percent of one CPU (400 = four
+	// CPUs) and memory in bytes; 0 means not limited.
+	CpuPercent    int64 `protobuf:"varint,6,opt,name=cpu_percent,json=cpuPercent,proto3" json:"cpu_percent,omitempty"`
+	MemoryBytes   int64 `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -100,6 +104,20 @@ func (x *Machine) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *Machine) GetCpuPercent() int64 {
+	if x != nil {
+		return x.CpuPercent
+	}
+	return 0
+}
+
+func (x *Machine) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
 }
 
 type UnitStatus struct {
@@ -718,13 +736,16 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x11flotilla.agent.v1\"\xe1\x01\n" +
+	"\vagent.proto\x12\x11flotilla.agent.v1\"\xa5\x02\n" +
 	"\aMachine\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
 	"\x02ip\x18\x02 \x01(\tR\x02ip\x12D\n" +
 	"\bmetadata\x18\x03 \x03(\v2(.flotilla.agent.v1.Machine.MetadataEntryR\bmetadata\x12\x19\n" +
 	"\bapi_addr\x18\x04 \x01(\tR\aapiAddr\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\tR\aversion\x1a;\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1f\n" +
+	"\vcpu_percent\x18\x06 \x01(\x03R\n" +
+	"cpuPercent\x12!\n" +
+	"\fmemory_bytes\x18\a \x01(\x03R\vmemoryBytes\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x01\n" +

@@ -1,0 +1,5 @@
+package unit
+
+// ParseSize parses a byte size as systemd writes them ("512M", "4G", "1073741824";
+// K, M, G, T are powers of 1024), for flags such as --capacity-memory.
+func ParseSize(s string) (int64, error) { return parseBytes(s) }
