@@ -86,6 +86,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/batch", s.leaderOnly(s.batch))
 	mux.HandleFunc("GET /v1/unit-states", s.leaderOnly(s.unitStates))
 	mux.HandleFunc("GET /v1/machines", s.leaderOnly(s.machines))
+	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
 	mux.HandleFunc("GET /v1/units/{name}/journal", s.leaderOnly(s.journal))
 	mux.HandleFunc("GET /v1/local/journal/{name}", s.localJournal)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -314,6 +315,36 @@ func (s *server) machines(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, apiv1.MachineList{Machines: ms})
+}
+
+func (s *server) patchMachine(w http.ResponseWriter, r *http.Request) {
+	var p apiv1.MachinePatch
+	if !s.decode(w, r, &p) {
+		return
+	}
+	if len(p.Metadata) == 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", `the patch changes nothing: give {"metadata": {"key": "value" or null}}`)
+		return
+	}
+	id := r.PathValue("id")
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	if err := s.cfg.Engine.PatchMachine(ctx, id, p.Metadata); err != nil {
+		s.engineError(w, err)
+		return
+	}
+	ms, err := s.cfg.Engine.Machines()
+	if err != nil {
+		s.engineError(w, err)
+		return
+	}
+	for _, m := range ms {
+		if m.ID == id {
+			writeJSON(w, http.StatusOK, m)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, apiv1.Machine{ID: id}) // patched while disconnected
 }
 
 func (s *server) journal(w http.ResponseWriter, r *http.Request) {

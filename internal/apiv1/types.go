@@ -46,6 +46,13 @@ type Machine struct {
 	Free     Resources `json:"free"`
 }
 
+// MachinePatch is the body of PATCH /v1/machines/{id}: each metadata key is
+// set to its value, or removed when the value is null. The change is durable
+// and overrides what the machine's daemon reports (--metadata).
+type MachinePatch struct {
+	Metadata map[string]*string `json:"metadata"`
+}
+
 // Resources are CPU, in percent of one CPU (400 = four CPUs), and memory in bytes.
 type Resources struct {
 	CPUPercent  int64 `json:"cpuPercent"`

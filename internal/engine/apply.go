@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
@@ -31,6 +32,9 @@ type Change struct {
 
 type applyReq struct {
 	changes []Change
+	// or a change of one machine's metadata
+	machine string
+	patch   map[string]*string
 	res     chan applyRes
 }
 
@@ -43,11 +47,26 @@ type applyRes struct {
 // (all of them, or none when one is invalid), then returns. It must be
 // called on the leader; elsewhere it returns ErrNotLeader.
 func (e *Engine) Apply(ctx context.Context, changes []Change) error {
+	return e.submit(ctx, &applyReq{changes: changes, res: make(chan applyRes, 1)})
+}
+
+// PatchMachine changes a machine's metadata durably: each key of patch is
+// set to its value, or removed when the value is nil, over what the machine
+// reports. Units whose constraints no longer hold there are moved.
+func (e *Engine) PatchMachine(ctx context.Context, id string, patch map[string]*string) error {
+	for k, v := range patch {
+		if err := unit.ValidateMetadata(k, v); err != nil {
+			return fmt.Errorf("%w: machine %s: %w", ErrInvalid, id, err)
+		}
+	}
+	return e.submit(ctx, &applyReq{machine: id, patch: patch, res: make(chan applyRes, 1)})
+}
+
+func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 	t := e.leader()
 	if t == nil {
 		return ErrNotLeader
 	}
-	r := &applyReq{changes: changes, res: make(chan applyRes, 1)}
 	select {
 	case t.reqs <- r:
 	case <-t.ctx.Done():
@@ -69,6 +88,7 @@ func (e *Engine) Apply(ctx context.Context, changes []Change) error {
 // validation; an etcd failure fails the whole round.
 func (t *term) applyRound(round []*applyReq) {
 	roundRecs := map[string]*unitRec{} // nil value: destroyed
+	roundMachines := map[string]map[string]*string{}
 	var (
 		ops      []registry.Op
 		accepted []*applyReq
@@ -84,16 +104,32 @@ func (t *term) applyRound(round []*applyReq) {
 		return t.units[name]
 	}
 	for _, req := range round {
+		if req.machine != "" {
+			m := t.machines[req.machine]
+			if m == nil {
+				req.res <- applyRes{err: fmt.Errorf("%w: machine %s is not part of the cluster", ErrNotFound, req.machine)}
+				continue
+			}
+			ov, ok := roundMachines[req.machine]
+			if !ok {
+				ov = maps.Clone(t.overrides[req.machine])
+			}
+			if ov == nil {
+				ov = map[string]*string{}
+			}
+			for k, v := range req.patch {
+				ov[k] = v
+			}
+			roundMachines[req.machine] = ov
+			accepted = append(accepted, req)
+			continue
+		}
 		local := map[string]*unitRec{}
-		var reqOps []registry.Op
 		var err error
 		for _, c := range req.changes {
-			var cops []registry.Op
-			cops, err = t.validate(local, lookup, c)
-			if err != nil {
+			if err = t.validate(local, lookup, c); err != nil {
 				break
 			}
-			reqOps = append(reqOps, cops...)
 		}
 		if err != nil {
 			req.res <- applyRes{err: err}
@@ -102,12 +138,31 @@ func (t *term) applyRound(round []*applyReq) {
 		for k, v := range local {
 			roundRecs[k] = v
 		}
-		ops = append(ops, reqOps...)
 		accepted = append(accepted, req)
 	}
 	t.mu.RUnlock()
 	if len(accepted) == 0 {
 		return
+	}
+	// The ops are derived from the round's outcome, one per key: etcd
+	// refuses a key twice in a transaction, and a unit may be changed by
+	// several requests of a round.
+	for id, ov := range roundMachines {
+		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov}))
+	}
+	for name, next := range roundRecs {
+		cur := t.units[name]
+		switch {
+		case next == nil && cur == nil:
+			continue
+		case next == nil:
+			ops = append(ops, registry.DeleteUnit(t.keys, name))
+		case cur == nil || cur.desired != next.desired || cur.file.Hash != next.file.Hash:
+			ops = append(ops, registry.PutUnit(t.keys, registry.Record{Name: name, File: next.file.Raw, DesiredState: string(next.desired)}))
+		}
+		if cur != nil && cur.machine != "" && (next == nil || next.machine == "") {
+			ops = append(ops, registry.DeleteSchedule(t.keys, name))
+		}
 	}
 	if err := t.commit(ops); err != nil {
 		for _, req := range accepted {
@@ -116,6 +171,9 @@ func (t *term) applyRound(round []*applyReq) {
 		return
 	}
 	t.mu.Lock()
+	for id, ov := range roundMachines {
+		t.overrides[id] = ov
+	}
 	for name, rec := range roundRecs {
 		if rec == nil || rec.machine == "" {
 			t.sched.Unplace(name)
@@ -128,26 +186,21 @@ func (t *term) applyRound(round []*applyReq) {
 	}
 }
 
-// validate checks one change against the state seen through lookup,
-// records the resulting unit in local, and returns the ops that persist it.
-func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change) ([]registry.Op, error) {
+// validate checks one change against the state seen through lookup and
+// records the resulting unit in local.
+func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change) error {
 	cur := lookup(local, c.Name)
 	if c.Destroy {
-		if cur == nil {
-			return nil, nil // destroying what is not there is done
+		if cur != nil {
+			local[c.Name] = nil
 		}
-		local[c.Name] = nil
-		ops := []registry.Op{registry.DeleteUnit(t.keys, c.Name)}
-		if cur.machine != "" {
-			ops = append(ops, registry.DeleteSchedule(t.keys, c.Name))
-		}
-		return ops, nil
+		return nil // destroying what is not there is done
 	}
 	next := cur
 	switch {
 	case c.File != nil && cur != nil:
 		if cur.file.Hash != c.File.Hash {
-			return nil, fmt.Errorf("%w: unit %s already exists with different contents (hash %s); destroy it before submitting a new version",
+			return fmt.Errorf("%w: unit %s already exists with different contents (hash %s); destroy it before submitting a new version",
 				ErrConflict, c.Name, unit.ShortHash(cur.file.Hash))
 		}
 	case c.File != nil:
@@ -155,17 +208,17 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 	case cur == nil:
 		tmpl := lookup(local, unit.TemplateOf(c.Name))
 		if tmpl == nil {
-			return nil, fmt.Errorf("%w: unit %s does not exist; submit its unit file first", ErrNotFound, c.Name)
+			return fmt.Errorf("%w: unit %s does not exist; submit its unit file first", ErrNotFound, c.Name)
 		}
 		f, err := unit.Instantiate(tmpl.file, unit.Instance(c.Name))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		next = &unitRec{file: f, desired: unit.Inactive, su: &scheduler.Unit{Name: f.Name, Fleet: f.Fleet}}
 	}
 	if c.DesiredState != "" && c.DesiredState != next.desired {
 		if unit.IsTemplate(c.Name) && c.DesiredState != unit.Inactive {
-			return nil, fmt.Errorf("%w: %s is a template: it cannot be %s; start an instance of it, such as %s",
+			return fmt.Errorf("%w: %s is a template: it cannot be %s; start an instance of it, such as %s",
 				ErrInvalid, c.Name, c.DesiredState, unit.Prefix(c.Name)+"@1.service")
 		}
 		next = next.with(func(r *unitRec) {
@@ -175,13 +228,8 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 			}
 		})
 	}
-	if next == cur {
-		return nil, nil
+	if next != cur {
+		local[c.Name] = next
 	}
-	local[c.Name] = next
-	ops := []registry.Op{registry.PutUnit(t.keys, registry.Record{Name: c.Name, File: next.file.Raw, DesiredState: string(next.desired)})}
-	if cur != nil && cur.machine != "" && next.machine == "" {
-		ops = append(ops, registry.DeleteSchedule(t.keys, c.Name))
-	}
-	return ops, nil
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,9 +66,14 @@ type testAgent struct {
 	done   chan struct{}
 }
 
-func startAgent(t *testing.T, cli *clientv3.Client, name string) *testAgent {
+func startAgent(t *testing.T, cli *clientv3.Client, name string, metadata ...string) *testAgent {
 	t.Helper()
-	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1"}, TTL: agentTTL,
+	md := map[string]string{}
+	for _, kv := range metadata {
+		k, v, _ := strings.Cut(kv, "=")
+		md[k] = v
+	}
+	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Metadata: md}, TTL: agentTTL,
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			return election.Observe(ctx, cli, registry.Keys{}.Election())
 		}})
@@ -301,5 +307,86 @@ func TestEngine(t *testing.T) {
 	snap, _ = registry.Load(ctx, cli, registry.Keys{})
 	if len(snap.Units) != 0 || len(snap.Schedule) != 0 {
 		t.Errorf("etcd still holds %d units, %d schedule entries", len(snap.Units), len(snap.Schedule))
+	}
+}
+
+// TestEngineMetadataPatch: a metadata change through the API is durable and
+// moves a unit whose constraint no longer holds; concurrent requests on one
+// unit all succeed.
+func TestEngineMetadataPatch(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "e1")
+	startAgent(t, cli, "m1", "disk=ssd")
+	startAgent(t, cli, "m2", "disk=hdd")
+	eventually(t, 10*time.Second, "two machines", func() error {
+		ms, err := e.Machines()
+		if len(ms) != 2 {
+			return fmt.Errorf("machines %v, %v", ms, err)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
+	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: db}}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- e.Apply(ctx, []engine.Change{{Name: "db.service", DesiredState: unit.Launched}})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent start: %v", err)
+		}
+	}
+	where := func() (string, error) {
+		u, err := e.Unit("db.service")
+		if err != nil {
+			return "", err
+		}
+		if u.State == nil || u.State.Active != "active" {
+			return "", fmt.Errorf("db.service on %q is %+v", u.Machine, u.State)
+		}
+		return u.Machine, nil
+	}
+	eventually(t, 10*time.Second, "db on m1", func() error {
+		if m, err := where(); err != nil || m != "m1" {
+			return fmt.Errorf("on %q: %v", m, err)
+		}
+		return nil
+	})
+	hdd, ssd := "hdd", "ssd"
+	if err := e.PatchMachine(ctx, "m1", map[string]*string{"disk": &hdd}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.PatchMachine(ctx, "m2", map[string]*string{"disk": &ssd}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "db moved to m2", func() error {
+		if m, err := where(); err != nil || m != "m2" {
+			return fmt.Errorf("on %q: %v", m, err)
+		}
+		return nil
+	})
+	snap, err := registry.Load(ctx, cli, registry.Keys{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := snap.Machines["m2"].Metadata["disk"]; v == nil || *v != "ssd" {
+		t.Errorf("etcd holds m2's metadata %v, want disk=ssd", snap.Machines["m2"].Metadata)
+	}
+	if err := e.PatchMachine(ctx, "m9", map[string]*string{"disk": &ssd}); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("PatchMachine(m9) = %v, want ErrNotFound", err)
+	}
+	if err := e.PatchMachine(ctx, "m1", map[string]*string{"bad key": &ssd}); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("PatchMachine with a bad key = %v, want ErrInvalid", err)
 	}
 }

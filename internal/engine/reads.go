@@ -97,7 +97,7 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 		if m.conn == nil {
 			continue
 		}
-		md := m.info.Metadata
+		md := t.metadata(m)
 		if md == nil {
 			md = map[string]string{}
 		}

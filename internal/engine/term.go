@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -75,11 +76,15 @@ type term struct {
 	units    map[string]*unitRec
 	machines map[string]*machineRec
 	unplaced map[string]struct{} // wanted units without a machine
-	rev      int64               // etcd revision of the last commit (for readers)
+	// overrides are the metadata changes made through the API, per machine
+	// (a nil value removes the key the machine reports).
+	overrides map[string]map[string]*string
+	rev       int64 // etcd revision of the last commit (for readers)
 
 	// owned by the loop goroutine
 	sched      *scheduler.Cluster
 	schedAlive map[string]bool
+	schedMeta  map[string]map[string]string // metadata the scheduler has per machine
 
 	reqs chan *applyReq
 	kick chan struct{}
@@ -95,6 +100,8 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		unplaced:   map[string]struct{}{},
 		sched:      scheduler.NewCluster(),
 		schedAlive: map[string]bool{},
+		schedMeta:  map[string]map[string]string{},
+		overrides:  map[string]map[string]*string{},
 		reqs:       make(chan *applyReq, 256),
 		kick:       make(chan struct{}, 1),
 	}
@@ -106,6 +113,9 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		return nil, err
 	}
 	t.rev = snap.Revision
+	for id, m := range snap.Machines {
+		t.overrides[id] = m.Metadata
+	}
 	for _, r := range snap.Units {
 		f, err := unit.ParseStored(r.Name, r.File)
 		if err != nil {
@@ -257,9 +267,22 @@ func (t *term) setUnit(name string, rec *unitRec) {
 func (t *term) reconcile() {
 	now := t.e.cfg.Now()
 	t.mu.RLock()
-	lost := t.syncMachines(now)
+	lost, drifted := t.syncMachines(now)
 	var ops []registry.Op
 	moved := map[string]*unitRec{}
+	// Units whose constraints no longer hold on their machine (its metadata
+	// changed) move; they are placed again below.
+	for _, id := range drifted {
+		for name := range t.machines[id].units {
+			rec := t.units[name]
+			if ok, why := t.sched.Fits(rec.su, id); !ok {
+				t.e.log.Info("unit no longer fits its machine; moving it", "unit", name, "machine", id, "reason", why)
+				ops = append(ops, registry.DeleteSchedule(t.keys, name))
+				moved[name] = rec.with(func(r *unitRec) { r.machine = "" })
+				t.sched.Unplace(name)
+			}
+		}
+	}
 	for _, id := range lost {
 		for name := range t.machines[id].units {
 			rec := t.units[name]
@@ -326,13 +349,22 @@ func (t *term) reconcile() {
 // syncMachines makes the scheduler's machines the connected ones and
 // returns the machines lost (unheard for the agent TTL plus grace).
 // Callers hold mu (read) and run on the loop goroutine.
-func (t *term) syncMachines(now time.Time) (lost []string) {
+func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
 	deadline := t.e.cfg.AgentTTL + t.e.cfg.HeartbeatInterval
 	for id, m := range t.machines {
 		alive := m.conn != nil
+		if alive && t.schedAlive[id] {
+			if md := t.metadata(m); !maps.Equal(md, t.schedMeta[id]) {
+				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: md})
+				t.schedMeta[id] = md
+				drifted = append(drifted, id)
+			}
+		}
 		if alive != t.schedAlive[id] {
 			if alive {
-				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: m.info.Metadata})
+				md := t.metadata(m)
+				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: md})
+				t.schedMeta[id] = md
 				for name := range m.units {
 					t.sched.Place(t.units[name].su, id)
 				}
@@ -340,6 +372,7 @@ func (t *term) syncMachines(now time.Time) (lost []string) {
 			} else {
 				t.sched.RemoveMachine(id)
 				delete(t.schedAlive, id)
+				delete(t.schedMeta, id)
 			}
 		}
 		if !alive {
@@ -356,10 +389,33 @@ func (t *term) syncMachines(now time.Time) (lost []string) {
 		if _, ok := t.machines[id]; !ok {
 			t.sched.RemoveMachine(id)
 			delete(t.schedAlive, id)
+			delete(t.schedMeta, id)
 		}
 	}
 	sort.Strings(lost)
-	return lost
+	sort.Strings(drifted)
+	return lost, drifted
+}
+
+// metadata is a machine's effective metadata: what it reports, changed by
+// the API's overrides. Callers hold mu.
+func (t *term) metadata(m *machineRec) map[string]string {
+	ov := t.overrides[m.info.ID]
+	if len(ov) == 0 {
+		return m.info.Metadata
+	}
+	md := maps.Clone(m.info.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	for k, v := range ov {
+		if v == nil {
+			delete(md, k)
+		} else {
+			md[k] = *v
+		}
+	}
+	return md
 }
 
 // rebuildSched rebuilds the scheduler's view from memory after a failed
@@ -369,5 +425,6 @@ func (t *term) rebuildSched() {
 	defer t.mu.RUnlock()
 	t.sched = scheduler.NewCluster()
 	t.schedAlive = map[string]bool{}
+	t.schedMeta = map[string]map[string]string{}
 	t.syncMachines(t.e.cfg.Now())
 }

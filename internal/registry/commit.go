@@ -118,15 +118,17 @@ func (c *Committer) commitSome(ctx context.Context, pending []*commitReq) []*com
 		bytes    int
 		finished []*commitReq
 		split    bool
+		keys     = map[string]bool{}
 	)
 	for len(pending) > 0 {
 		r := pending[0]
-		if len(ops) > 0 && (len(ops)+len(r.ops) > c.maxOps || bytes+opsSize(r.ops) > c.maxBytes) {
+		if len(ops) > 0 && (len(ops)+len(r.ops) > c.maxOps || bytes+opsSize(r.ops) > c.maxBytes || touchesAny(keys, r.ops)) {
 			break // the next request goes whole into the next transaction
 		}
 		n := 0
 		for n < len(r.ops) && len(ops) < c.maxOps && (len(ops) == 0 || bytes+r.ops[n].size() <= c.maxBytes) {
 			ops = append(ops, toEtcd(r.ops[n]))
+			keys[r.ops[n].Key] = true
 			bytes += r.ops[n].size()
 			n++
 		}
@@ -167,6 +169,17 @@ func toEtcd(o Op) clientv3.Op {
 		return clientv3.OpDelete(o.Key)
 	}
 	return clientv3.OpPut(o.Key, o.Value)
+}
+
+// touchesAny reports whether ops write a key already in keys: etcd refuses
+// a key twice in one transaction.
+func touchesAny(keys map[string]bool, ops []Op) bool {
+	for _, o := range ops {
+		if keys[o.Key] {
+			return true
+		}
+	}
+	return false
 }
 
 func opsSize(ops []Op) int {

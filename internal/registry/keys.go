@@ -6,6 +6,8 @@
 //
 //	units/<name>     JSON Record: the unit file and its desired state
 //	schedule/<name>  the ID of the machine the unit is scheduled to
+//	machines/<id>    JSON MachineRecord: metadata set through the API
+//	machines/<id>    JSON MachineRecord: metadata set through the API
 //	election/        the engine election (client/v3/concurrency)
 //
 // Every write is made by the engine leader through a Committer, in a
@@ -36,3 +38,5 @@ func (k Keys) Unit(name string) string     { return k.Units() + name }
 func (k Keys) Schedules() string           { return k.p() + "schedule/" }
 func (k Keys) Schedule(name string) string { return k.Schedules() + name }
 func (k Keys) Election() string            { return k.p() + "election/" }
+func (k Keys) Machines() string            { return k.p() + "machines/" }
+func (k Keys) Machine(id string) string    { return k.Machines() + id }

@@ -16,10 +16,18 @@ type Record struct {
 	DesiredState string `json:"desiredState"`
 }
 
+// MachineRecord is what the API changed of a machine, under machines/<id>.
+// Metadata overrides the metadata the machine's daemon reports: a key with a
+// nil value removes that key.
+type MachineRecord struct {
+	Metadata map[string]*string `json:"metadata"`
+}
+
 // Snapshot is the whole durable record at one revision.
 type Snapshot struct {
 	Units    []Record
 	Schedule map[string]string // unit name -> machine ID
+	Machines map[string]MachineRecord
 	Revision int64
 }
 
@@ -31,7 +39,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 		return nil, fmt.Errorf("registry: load: %w", err)
 	}
 	rev := first.Header.Revision
-	snap := &Snapshot{Schedule: map[string]string{}, Revision: rev}
+	snap := &Snapshot{Schedule: map[string]string{}, Machines: map[string]MachineRecord{}, Revision: rev}
 	read := func(prefix string, fn func(key string, val []byte) error) error {
 		const page = 5000
 		start := prefix
@@ -74,6 +82,17 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	if err != nil {
 		return nil, err
 	}
+	err = read(keys.Machines(), func(key string, val []byte) error {
+		var r MachineRecord
+		if err := json.Unmarshal(val, &r); err != nil {
+			return fmt.Errorf("registry: decode %s: %w", key, err)
+		}
+		snap.Machines[strings.TrimPrefix(key, keys.Machines())] = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	return snap, nil
 }
 
@@ -89,6 +108,12 @@ func DeleteUnit(keys Keys, name string) Op { return Op{Key: keys.Unit(name), Del
 // PutSchedule is the op that schedules a unit to a machine.
 func PutSchedule(keys Keys, name, machine string) Op {
 	return Op{Key: keys.Schedule(name), Value: machine}
+}
+
+// PutMachine is the op that stores what the API set of a machine.
+func PutMachine(keys Keys, id string, r MachineRecord) Op {
+	b, _ := json.Marshal(r)
+	return Op{Key: keys.Machine(id), Value: string(b)}
 }
 
 // DeleteSchedule is the op that unschedules a unit.

@@ -66,6 +66,10 @@
 // Unload, Close) always ends inactive/dead, even when SIGKILL was needed;
 // Status.Message then says so.
 //
+// TimeoutStartSec= bounds start-pre, start and start-post together;
+// TimeoutStopSec= bounds stop, stop-sigterm, stop-sigkill and stop-post each.
+// A timeout of unit.Infinity (or zero or less) is no timeout.
+//
 // Status.Since is when Active last changed. Status.Hash is the hash of the
 // definition the current run uses: a unit loaded anew while it runs keeps the
 // old definition, and its hash, until the run ends; the next start, including

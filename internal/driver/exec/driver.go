@@ -107,6 +107,7 @@ type Driver struct {
 	log  *slog.Logger
 	lock *os.File // flock on run/lock: one driver per Dir
 	euid int
+	pid  int    // the driver's process, named in its log lines
 	home string // HOME for units without User=
 	live *liveGroups
 
@@ -152,6 +153,7 @@ func New(cfg Config) (*Driver, error) {
 		log:   log,
 		lock:  lock,
 		euid:  os.Geteuid(),
+		pid:   os.Getpid(),
 		home:  "/",
 		live:  &liveGroups{maxAge: 100 * time.Millisecond},
 		units: make(map[string]*supervisor),
@@ -209,11 +211,19 @@ func (d *Driver) Load(f *unit.File) error {
 	}
 }
 
-// checkFile rejects what the driver cannot run. The unit name becomes a file
-// name, so it must be one.
+// checkName rejects a unit name that cannot be used as a file name, which
+// the driver makes of it.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || len(name) > 240 {
+		return fmt.Errorf("unit name %q cannot be used as a file name", name)
+	}
+	return nil
+}
+
+// checkFile rejects what the driver cannot run.
 func checkFile(f *unit.File) error {
-	if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") || len(f.Name) > 240 {
-		return fmt.Errorf("unit name %q cannot be used as a file name", f.Name)
+	if err := checkName(f.Name); err != nil {
+		return err
 	}
 	svc := &f.Service
 	switch svc.Type {
@@ -250,7 +260,8 @@ func checkFile(f *unit.File) error {
 	return nil
 }
 
-// lookup returns the unit's supervisor, or nil.
+// lookup returns the unit's supervisor; ErrUnknownUnit when it has none,
+// ErrClosed after Close.
 func (d *Driver) lookup(name string) (*supervisor, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -338,14 +349,14 @@ func (d *Driver) States() []unit.Status {
 // history. A name that was never loaded and has no log is
 // driver.ErrUnknownUnit.
 func (d *Driver) Journal(ctx context.Context, name string, lines int, follow bool, w io.Writer) error {
-	if err := checkFile(&unit.File{Name: name, Service: unit.Service{Type: "oneshot"}}); err != nil {
+	if err := checkName(name); err != nil {
 		return fmt.Errorf("journal %s: %w", name, err)
 	}
 	path := d.logPath(name)
-	if _, err := d.lookup(name); err != nil {
-		if errors.Is(err, ErrClosed) {
-			return fmt.Errorf("journal %s: %w", name, err)
-		}
+	d.mu.Lock()
+	loaded := d.units[name] != nil
+	d.mu.Unlock()
+	if !loaded {
 		_, err1 := os.Stat(path)
 		_, err2 := os.Stat(path + ".1")
 		if errors.Is(err1, fs.ErrNotExist) && errors.Is(err2, fs.ErrNotExist) {

@@ -20,26 +20,17 @@ import (
 // waitTimeout bounds every wait of the tests; none should come near it.
 const waitTimeout = 10 * time.Second
 
-// newUnit makes a unit file running argv, with the defaults the parser
-// applies; edit adjusts its [Service].
+// newUnit makes a unit file running argv; edit adjusts its [Service], and
+// systemd's defaults fill what it leaves zero, as the parser would.
 func newUnit(name string, argv []string, edit func(*unit.Service)) *unit.File {
-	svc := unit.Service{
-		Type:               "simple",
-		RestartSec:         100 * time.Millisecond,
-		TimeoutStartSec:    90 * time.Second,
-		TimeoutStopSec:     90 * time.Second,
-		StartLimitBurst:    5,
-		StartLimitInterval: 10 * time.Second,
-		Restart:            "no",
-		KillMode:           "control-group",
-		KillSignal:         "SIGTERM",
-	}
+	var svc unit.Service
 	if argv != nil {
 		svc.ExecStart = []unit.Command{cmd(argv...)}
 	}
 	if edit != nil {
 		edit(&svc)
 	}
+	svc = svc.Defaults()
 	f := &unit.File{Name: name, Service: svc}
 	sum := sha1.Sum(fmt.Appendf(nil, "%s %+v", name, svc))
 	f.Hash = hex.EncodeToString(sum[:])

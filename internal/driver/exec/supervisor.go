@@ -97,10 +97,10 @@ type exited struct {
 	status exitStatus
 }
 
-// supervisor runs one unit. Its goroutine (run) owns all the fields below mu
-// except status; requests and process exits reach it through channels, and
-// nothing it does blocks for long: processes are waited for by goroutines of
-// their own.
+// supervisor runs one unit. Its goroutine (run) alone touches the fields
+// from file on; requests and process exits reach it through channels, and
+// nothing it does blocks for long: each process is waited for by a goroutine
+// of its own, and its output copied by another.
 type supervisor struct {
 	d    *Driver
 	name string
@@ -112,19 +112,22 @@ type supervisor struct {
 	done  chan struct{} // closed when run returns
 
 	mu     sync.Mutex
-	status unit.Status // last published
+	status unit.Status // last published; written by run, read by States
 
 	readers sync.WaitGroup // output copiers
 	pipesMu sync.Mutex
 	pipes   map[*os.File]bool // read ends still being copied
 
+	// Owned by run.
+
 	file         *unit.File // newest definition
-	cur          *unit.File // definition of the current run; nil in phaseDead
+	cur          *unit.File // definition of the current run; nil in phaseDead and phaseAutoRestart
 	ph           phase
 	main         *proc    // the main process (Type=oneshot: the running ExecStart=)
 	control      *proc    // the running ExecStartPre=, ExecStartPost=, ExecStop= or ExecStopPost=
 	cmds         []cmdRef // commands left in this phase
 	groups       []pgroup // process groups started in this run and not seen empty
+	written      []pgroup // groups in the pid file
 	env          *execEnv // how this run's processes are started
 	cg           *unitCgroup
 	result       string // first failure of this run, or success
@@ -285,7 +288,7 @@ func (s *supervisor) publish() {
 // log, as systemd logs its own to the journal.
 func (s *supervisor) event(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	s.log.line("flotilla", os.Getpid(), []byte(msg))
+	s.log.line("flotilla", s.d.pid, []byte(msg))
 	s.slog.Debug(msg)
 }
 
@@ -471,8 +474,8 @@ func (s *supervisor) enterRunning() {
 	s.event("Started %s.", s.describe())
 	s.slog.Info("unit started", "pid", s.main.pidOrZero())
 	s.ph = phaseRunning
-	if s.main == nil {
-		s.mainGone(s.mainResult)
+	if s.main == nil { // it exited, cleanly, during start-post
+		s.mainGone(cmp.Or(s.mainResult, resultSuccess))
 	}
 }
 
@@ -564,7 +567,7 @@ func (s *supervisor) enterStopSigkill() {
 	s.ph, s.phaseAt = phaseStopSigkill, time.Now()
 	s.signal(syscall.SIGKILL, s.killMode() != "process" && s.killMode() != "none")
 	timeout := s.cur.Service.TimeoutStopSec
-	if s.abort && (timeout <= 0 || timeout > abortGrace) {
+	if s.abort && (timeout <= 0 || timeout > abortGrace) { // includes unit.Infinity
 		timeout = abortGrace
 	}
 	s.setTimer(timeout)
@@ -842,14 +845,19 @@ func (s *supervisor) pruneGroups() {
 }
 
 func (s *supervisor) writePidFile() {
+	if slices.Equal(s.groups, s.written) {
+		return
+	}
 	if err := writePidFile(s.d.pidPath(s.name), s.groups); err != nil {
 		s.slog.Error("cannot write pid file", "err", err)
+		return
 	}
+	s.written = slices.Clone(s.groups)
 }
 
-// setTimer arms the phase's timer; d <= 0 is no timeout.
+// setTimer arms the phase's timer; d <= 0 or unit.Infinity is no timeout.
 func (s *supervisor) setTimer(d time.Duration) {
-	if d <= 0 {
+	if d <= 0 || d == unit.Infinity {
 		s.timer.Stop()
 		return
 	}
