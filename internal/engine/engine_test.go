@@ -390,3 +390,90 @@ func TestEngineMetadataPatch(t *testing.T) {
 		t.Errorf("PatchMachine with a bad key = %v, want ErrInvalid", err)
 	}
 }
+
+// TestEngineGlobalUnits: a global unit runs on every machine whose metadata
+// matches, follows metadata changes, and survives a leader change without
+// a restart.
+func TestEngineGlobalUnits(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e1 := startEngine(t, cli, "e1")
+	eventually(t, 10*time.Second, "e1 leads", func() error {
+		if leaderOf(e1) == nil {
+			return errors.New("no leader")
+		}
+		return nil
+	})
+	e2 := startEngine(t, cli, "e2")
+	a1 := startAgent(t, cli, "m1", "role=web")
+	a2 := startAgent(t, cli, "m2", "role=web")
+	a3 := startAgent(t, cli, "m3", "role=db")
+	eventually(t, 10*time.Second, "three machines", func() error {
+		ms, err := e1.Machines()
+		if len(ms) != 3 {
+			return fmt.Errorf("machines %v, %v", ms, err)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	g := parse(t, "mon.service", simple+"[X-Fleet]\nGlobal=true\nMachineMetadata=role=web\n")
+	if err := e1.Apply(ctx, []engine.Change{{Name: "mon.service", File: g, DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	runs := func(a *testAgent) bool {
+		for _, s := range a.driver.States() {
+			if s.Name == "mon.service" && s.Active == "active" {
+				return true
+			}
+		}
+		return false
+	}
+	where := func() string {
+		return fmt.Sprint(runs(a1), runs(a2), runs(a3))
+	}
+	eventually(t, 10*time.Second, "mon on the web machines", func() error {
+		if got := where(); got != "true true false" {
+			return fmt.Errorf("mon runs on m1 m2 m3: %s", got)
+		}
+		u, err := e1.Unit("mon.service")
+		if err != nil || u.CurrentState != "launched" {
+			return fmt.Errorf("unit %+v, %v", u, err)
+		}
+		return nil
+	})
+	web := "web"
+	if err := e1.PatchMachine(ctx, "m3", map[string]*string{"role": &web}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "mon on m3 too", func() error {
+		if got := where(); got != "true true true" {
+			return fmt.Errorf("mon runs on m1 m2 m3: %s", got)
+		}
+		return nil
+	})
+	since := a1.driver.States()[0].Since
+	e1.stop()
+	eventually(t, 10*time.Second, "e2 leads with mon everywhere", func() error {
+		if leaderOf(e2) == nil {
+			return errors.New("e2 does not lead")
+		}
+		u, err := e2.Unit("mon.service")
+		if err != nil || u.CurrentState != "launched" {
+			return fmt.Errorf("unit %+v, %v", u, err)
+		}
+		return nil
+	})
+	time.Sleep(200 * time.Millisecond)
+	if s := a1.driver.States(); len(s) != 1 || !s[0].Since.Equal(since) {
+		t.Errorf("mon on m1 after the leader change: %+v, want unchanged since %v", s, since)
+	}
+	if err := e2.Apply(ctx, []engine.Change{{Name: "mon.service", Destroy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "mon gone", func() error {
+		if got := where(); got != "false false false" {
+			return fmt.Errorf("mon runs on m1 m2 m3: %s", got)
+		}
+		return nil
+	})
+}

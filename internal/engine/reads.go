@@ -141,6 +141,23 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	if withFile {
 		u.File = r.file.Raw
 	}
+	if r.file.Fleet.Global {
+		// A global unit is where it fits: it has reached its desired state
+		// when every machine it is assigned to has carried it out.
+		n, done := 0, 0
+		for _, m := range t.machines {
+			if _, ok := m.globals[r.file.Name]; ok {
+				n++
+				if s, ok := m.states[r.file.Name]; ok && s.Applied == string(r.desired) {
+					done++
+				}
+			}
+		}
+		if n > 0 && done == n {
+			u.CurrentState = string(r.desired)
+		}
+		return u
+	}
 	if r.machine != "" {
 		if m := t.machines[r.machine]; m != nil {
 			if s, ok := m.states[r.file.Name]; ok {

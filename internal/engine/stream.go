@@ -34,6 +34,10 @@ func (c *agentConn) queue(name string, a *agentpb.Assignment) {
 	c.mu.Lock()
 	c.pending[name] = a
 	c.mu.Unlock()
+	signalConn(c)
+}
+
+func signalConn(c *agentConn) {
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -155,10 +159,9 @@ func (t *term) attach(h *agentpb.Hello) *agentConn {
 	for _, s := range h.Units {
 		m.states[s.Name] = fromProto(h.Machine.Id, s)
 	}
-	conn.full = true
-	for name := range m.units {
-		conn.pending[name] = assignment(t.units[name])
-	}
+	// The loop sends the full desired set (scheduled and global units) as
+	// soon as it runs: deciding which global units fit needs the scheduler.
+	m.needFull = true
 	t.mu.Unlock()
 	t.poke()
 	return conn

@@ -59,6 +59,8 @@ type machineRec struct {
 	lastSeen time.Time
 	states   map[string]agentStatus
 	units    map[string]struct{} // units scheduled here
+	globals  map[string]struct{} // global units assigned here
+	needFull bool                // a new stream awaits its full desired set
 }
 
 // term is the leader's state for one election term.
@@ -76,6 +78,9 @@ type term struct {
 	units    map[string]*unitRec
 	machines map[string]*machineRec
 	unplaced map[string]struct{} // wanted units without a machine
+	globals  map[string]struct{} // global units (wanted or not)
+	// globalsDirty asks the loop to recompute where global units run.
+	globalsDirty bool
 	// overrides are the metadata changes made through the API, per machine
 	// (a nil value removes the key the machine reports).
 	overrides map[string]map[string]*string
@@ -98,6 +103,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		units:      map[string]*unitRec{},
 		machines:   map[string]*machineRec{},
 		unplaced:   map[string]struct{}{},
+		globals:    map[string]struct{}{},
 		sched:      scheduler.NewCluster(),
 		schedAlive: map[string]bool{},
 		schedMeta:  map[string]map[string]string{},
@@ -129,7 +135,9 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 			ds = unit.Inactive
 		}
 		rec := &unitRec{file: f, desired: ds, su: &scheduler.Unit{Name: f.Name, Fleet: f.Fleet}}
-		if m, ok := snap.Schedule[r.Name]; ok {
+		if f.Fleet.Global {
+			t.globals[r.Name] = struct{}{}
+		} else if m, ok := snap.Schedule[r.Name]; ok {
 			rec.machine = m
 			t.machine(m).units[r.Name] = struct{}{}
 		} else if rec.wanted() {
@@ -152,7 +160,7 @@ func (t *term) stop() {
 func (t *term) machine(id string) *machineRec {
 	m, ok := t.machines[id]
 	if !ok {
-		m = &machineRec{info: MachineInfo{ID: id}, states: map[string]agentStatus{}, units: map[string]struct{}{}}
+		m = &machineRec{info: MachineInfo{ID: id}, states: map[string]agentStatus{}, units: map[string]struct{}{}, globals: map[string]struct{}{}}
 		t.machines[id] = m
 	}
 	return m
@@ -243,12 +251,34 @@ func (t *term) setUnit(name string, rec *unitRec) {
 			m.push(name, nil)
 		}
 	}
+	if old != nil && old.file.Fleet.Global {
+		t.globalsDirty = true
+		if rec == nil || rec.desired != old.desired || rec.file.Hash != old.file.Hash {
+			// Tell every machine running it; syncAgents adds and removes machines.
+			for _, m := range t.machines {
+				if _, ok := m.globals[name]; ok {
+					if rec == nil || !rec.wanted() {
+						delete(m.globals, name)
+						m.push(name, nil)
+					} else {
+						m.push(name, assignment(rec))
+					}
+				}
+			}
+		}
+	}
 	if rec == nil {
 		delete(t.units, name)
 		delete(t.unplaced, name)
+		delete(t.globals, name)
 		return
 	}
 	t.units[name] = rec
+	if rec.file.Fleet.Global {
+		t.globals[name] = struct{}{}
+		t.globalsDirty = true
+		return
+	}
 	if rec.wanted() && rec.machine == "" {
 		t.unplaced[name] = struct{}{}
 	} else {
@@ -266,8 +296,11 @@ func (t *term) setUnit(name string, rec *unitRec) {
 // reconcile moves units off lost machines and places unplaced units.
 func (t *term) reconcile() {
 	now := t.e.cfg.Now()
-	t.mu.RLock()
+	t.mu.Lock()
 	lost, drifted := t.syncMachines(now)
+	t.syncAgents(len(drifted) > 0)
+	t.mu.Unlock()
+	t.mu.RLock()
 	var ops []registry.Op
 	moved := map[string]*unitRec{}
 	// Units whose constraints no longer hold on their machine (its metadata
@@ -427,4 +460,64 @@ func (t *term) rebuildSched() {
 	t.schedAlive = map[string]bool{}
 	t.schedMeta = map[string]map[string]string{}
 	t.syncMachines(t.e.cfg.Now())
+}
+
+// syncAgents sends new streams their full desired set and assigns global
+// units to the machines where they fit. Callers hold mu for writing, on the
+// loop goroutine.
+func (t *term) syncAgents(metadataChanged bool) {
+	fresh := false
+	for _, m := range t.machines {
+		if m.conn != nil && m.needFull {
+			fresh = true
+		}
+	}
+	if !fresh && !t.globalsDirty && !metadataChanged {
+		return
+	}
+	t.globalsDirty = false
+	for id, m := range t.machines {
+		if m.conn == nil {
+			clear(m.globals)
+			continue
+		}
+		want := map[string]struct{}{}
+		for name := range t.globals {
+			rec := t.units[name]
+			if !rec.wanted() {
+				continue
+			}
+			if ok, _ := t.sched.Fits(rec.su, id); ok {
+				want[name] = struct{}{}
+			}
+		}
+		if m.needFull {
+			m.needFull = false
+			m.globals = want
+			m.conn.mu.Lock()
+			m.conn.full = true
+			m.conn.pending = make(map[string]*agentpb.Assignment, len(m.units)+len(want))
+			for name := range m.units {
+				m.conn.pending[name] = assignment(t.units[name])
+			}
+			for name := range want {
+				m.conn.pending[name] = assignment(t.units[name])
+			}
+			m.conn.mu.Unlock()
+			signalConn(m.conn)
+			continue
+		}
+		for name := range want {
+			if _, ok := m.globals[name]; !ok {
+				m.globals[name] = struct{}{}
+				m.push(name, assignment(t.units[name]))
+			}
+		}
+		for name := range m.globals {
+			if _, ok := want[name]; !ok {
+				delete(m.globals, name)
+				m.push(name, nil)
+			}
+		}
+	}
 }

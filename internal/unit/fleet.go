@@ -33,15 +33,22 @@ func (p *parser) fleetOption(o option) error {
 
 	var list *[]string // for the options that take a list
 	switch o.name {
-	case "MachineID", "Role":
+	case "MachineID", "Role", "Placement":
 		if len(values) > 1 {
 			return p.errorf(o, "takes one value, not %d", len(values))
 		}
 		v := strings.Join(values, "")
-		if o.name == "MachineID" {
+		switch o.name {
+		case "MachineID":
 			f.MachineID = v
-		} else {
+		case "Role":
 			f.Role = v
+		case "Placement":
+			if v != "" && v != PlacementSpread && v != PlacementBinpack {
+				return p.errorf(o, "invalid placement %s (want %s or %s, or empty for the cluster's default)",
+					quote(v), PlacementSpread, PlacementBinpack)
+			}
+			f.Placement = v
 		}
 	case "Global":
 		f.Global, canon = false, ""

@@ -57,3 +57,58 @@ func TestMetadataRequirements(t *testing.T) {
 		t.Errorf("MetadataRequirements(%q) = %v, want %v", parsed.Fleet.MachineMetadata, got, want)
 	}
 }
+
+func TestParsePlacement(t *testing.T) {
+	tests := []struct {
+		body string
+		want string
+	}{
+		{"Placement=spread", PlacementSpread},
+		{"Placement=binpack", PlacementBinpack},
+		{`Placement="binpack"`, PlacementBinpack},
+		{"Placement=binpack\nPlacement=spread", PlacementSpread},
+		{"Placement=binpack\nPlacement=", ""},
+		{"Placement=", ""},
+		{"Role=batch", ""},
+	}
+	for _, tt := range tests {
+		data := minimal + "[X-Fleet]\n" + tt.body + "\n"
+		f := mustParse(t, "a.service", data)
+		if f.Fleet.Placement != tt.want {
+			t.Errorf("Parse(%q).Fleet.Placement = %q, want %q", data, f.Fleet.Placement, tt.want)
+		}
+	}
+	errs := []struct{ body, want string }{
+		{"Placement=pack", `invalid placement "pack" (want spread or binpack, or empty for the cluster's default)`},
+		{"Placement=Spread", `invalid placement "Spread"`},
+		{"Placement=spread binpack", "takes one value, not 2"},
+		{"Placment=spread", "did you mean Placement=?"},
+	}
+	for _, tt := range errs {
+		data := minimal + "[X-Fleet]\n" + tt.body + "\n"
+		_, err := Parse("a.service", []byte(data))
+		checkError(t, "Parse("+quote(data)+")", err, "[X-Fleet] ", "line 4:", tt.want)
+	}
+	// A template's instances inherit it.
+	tmpl := mustParse(t, "web@.service", minimal+"[X-Fleet]\nPlacement=binpack\n")
+	inst, err := Instantiate(tmpl, "1")
+	if err != nil || inst.Fleet.Placement != PlacementBinpack {
+		t.Errorf("Instantiate(web@.service, 1) = %+v, %v, want Placement %q", inst, err, PlacementBinpack)
+	}
+}
+
+func TestPlacementHash(t *testing.T) {
+	hash := func(fleet string) string {
+		return mustParse(t, "a.service", minimal+"[X-Fleet]\n"+fleet).Hash
+	}
+	none, spread, binpack := hash(""), hash("Placement=spread\n"), hash("Placement=binpack\n")
+	if spread == none || binpack == none || spread == binpack {
+		t.Errorf("hashes without Placement=, with spread, with binpack = %s, %s, %s, want three different hashes", none, spread, binpack)
+	}
+	if got := hash(`Placement="spread"` + "\n"); got != spread {
+		t.Errorf(`hash with Placement="spread" = %s, want %s as for Placement=spread`, got, spread)
+	}
+	if got := hash("Placement = spread  \n"); got != spread {
+		t.Errorf("hash with Placement = spread = %s, want %s as for Placement=spread", got, spread)
+	}
+}

@@ -449,6 +449,7 @@ var fleetOptions = []string{
 	"MachineID",
 	"MachineMetadata",
 	"MachineOf",
+	"Placement",
 	"Replaces",
 	"Role",
 }

@@ -32,7 +32,7 @@ func TestOptionTables(t *testing.T) {
 			"StandardOutput", "SyslogIdentifier", "KillMode", "KillSignal", "SendSIGKILL", "CPUQuota", "CPUWeight", "CPUShares",
 			"MemoryMax", "MemoryHigh", "MemoryLimit", "TasksMax", "IOWeight", "Slice", "Delegate", "StartLimitInterval", "StartLimitBurst"},
 		sectionInstall: {"WantedBy", "RequiredBy", "Alias", "Also", "DefaultInstance"},
-		sectionFleet:   {"MachineID", "MachineOf", "MachineMetadata", "Conflicts", "Global", "Replaces", "Role"},
+		sectionFleet:   {"MachineID", "MachineOf", "MachineMetadata", "Conflicts", "Global", "Replaces", "Role", "Placement"},
 	}
 	for section, names := range known {
 		for _, name := range names {
@@ -95,6 +95,7 @@ func TestSuggestions(t *testing.T) {
 		{sectionUnit, "Descripton", "Description"},
 		{sectionInstall, "WantBy", "WantedBy"},
 		{sectionFleet, "Globl", "Global"},
+		{sectionFleet, "Placment", "Placement"},
 	}
 	for _, tt := range tests {
 		if got := suggestOption(tt.section, tt.name); got != tt.want {

@@ -100,7 +100,20 @@ type Fleet struct {
 	Global          bool
 	Replaces        []string
 	Role            string
+	// Placement is how the scheduler ranks the machines a unit may run on:
+	// PlacementSpread, PlacementBinpack, or "" for the cluster's default.
+	Placement string
 }
+
+// The values of [X-Fleet] Placement=.
+const (
+	// PlacementSpread puts a unit on the machine running the fewest units,
+	// spreading load (and failures) across the cluster.
+	PlacementSpread = "spread"
+	// PlacementBinpack puts a unit on the machine it leaves with the least
+	// free resources, keeping other machines free for large units.
+	PlacementBinpack = "binpack"
+)
 
 // Status is the current state of a unit on a machine, in systemd's terms as
 // fleetctl showed them.

@@ -50,9 +50,11 @@
 // exit or a signal, unless its line has the "-" prefix, or a command that
 // cannot be started), a main process that fails during start-post, or
 // TimeoutStartSec= passing, fails the run: it goes to stop-sigterm with the
-// run's result set. Phases with nothing to do are passed through at once:
-// a main process that exits leaving nothing behind goes from running
-// straight to dead or auto-restart. A Stop during start-pre, start or
+// run's result set. Phases with nothing to do are passed through at once,
+// and a status is notified once per event, so they are not seen: a unit
+// without ExecStartPre= goes from inactive/dead to active/running, and a
+// main process that exits leaving nothing behind goes from running straight
+// to dead or auto-restart. A Stop during start-pre, start or
 // start-post goes straight to stop-sigterm; a Stop during auto-restart ends
 // it; a Start while stopping starts again once dead.
 //
@@ -64,7 +66,9 @@
 // there are no watchdogs. Without a restart the unit ends inactive/dead after
 // success and failed/failed otherwise. A stop that was asked for (Stop,
 // Unload, Close) always ends inactive/dead, even when SIGKILL was needed;
-// Status.Message then says so.
+// Status.Message then says so. Status.Message also says what failed a run
+// ("ExecStartPre=/bin/false: code=exited, status=1/FAILURE") and why resource
+// limits are not enforced.
 //
 // TimeoutStartSec= bounds start-pre, start and start-post together;
 // TimeoutStopSec= bounds stop, stop-sigterm, stop-sigkill and stop-post each.
