@@ -35,12 +35,17 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.DurationVar(&f.cfg.AgentTTL, "agent-ttl", 20*time.Second, "how long a machine may go unheard before its units move (and its agent stops them)")
 	fs.DurationVar(&f.cfg.ElectionTTL, "election-ttl", 0, "engine leader lease TTL, whole seconds (default 5s; 2s for dev); must be under half the agent TTL")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.cfg.Driver, "driver", "exec", "how units run: exec (processes) or sim (in memory, for benchmarks)")
+	fs.DurationVar(&f.cfg.SimStartDelay, "sim-start-delay", 0, "sim driver: how long a unit takes to start")
+	fs.Float64Var(&f.cfg.SimFailureRate, "sim-failure-rate", 0, "sim driver: share of starts that fail, 0 to 1")
 	fs.StringVar(&f.cpus, "capacity-cpu", "", "CPUs this machine offers to units, e.g. 4 or 0.5 (default: detected)")
 	fs.StringVar(&f.memory, "capacity-memory", "", "memory this machine offers to units, e.g. 8G (default: detected)")
 	if !full {
 		return
 	}
 	fs.BoolVar(&f.cfg.NoEngine, "no-engine", false, "run no engine candidate on this machine")
+	fs.StringVar(&f.cfg.Registry, "registry", "grpc", "how agents and the engine coordinate: grpc (a stream per agent to the leader) or etcd (through etcd, as fleet did)")
+	fs.StringVar(&f.cfg.GRPCAdvertiseAddr, "grpc-advertise-addr", "", "address agents dial for this engine, if not --grpc-addr (a proxy, a NAT address)")
 	fs.BoolVar(&f.cfg.NoAgent, "no-agent", false, "run no agent (no units) on this machine")
 	fs.StringVar(&f.endpoints, "etcd-endpoints", "", "client URLs of an external etcd cluster, URL,...")
 	fs.BoolVar(&f.cfg.EtcdEmbed, "etcd-embed", false, "run an etcd member in this process")

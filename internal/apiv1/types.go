@@ -26,9 +26,12 @@ type UnitState struct {
 	Active  string `json:"active"`
 	Sub     string `json:"sub"`
 	PID     int    `json:"pid,omitempty"`
-	Since   string `json:"since,omitempty"` // RFC 3339
-	Result  string `json:"result,omitempty"`
-	Message string `json:"message,omitempty"`
+	Since   string `json:"since,omitempty"` // RFC 3339: when Active last changed, by the machine's clock
+	// ObservedAt is when the leader learnt the current Active state (RFC 3339,
+	// the leader's clock): what flotilla bench measures start latency by.
+	ObservedAt string `json:"observedAt,omitempty"`
+	Result     string `json:"result,omitempty"`
+	Message    string `json:"message,omitempty"`
 }
 
 // Machine is one machine of the cluster.

@@ -25,6 +25,10 @@ type waitTarget struct {
 	// tells nothing about the outcome.
 	changed  bool
 	snapshot *apiv1.UnitState
+	// running asks for the unit's process too: launched must also be
+	// active, loaded inactive or failed. Agents report the state they
+	// applied before the process has finished starting or stopping.
+	running bool
 }
 
 // verdict is where a unit stands on its way to a state.
@@ -51,12 +55,28 @@ func judge(t waitTarget, want string, u *apiv1.Unit) verdict {
 		return failed
 	}
 	if u.CurrentState == want {
+		if t.running && !processDone(want, u.State) {
+			return pending
+		}
 		return reached
 	}
 	if want != stateInactive && u.Reason != "" {
 		return unplaceable
 	}
 	return pending
+}
+
+// processDone reports whether the process of a unit whose machine applied
+// the state want has caught up: running when launched, stopped (inactive or
+// failed) when loaded.
+func processDone(want string, st *apiv1.UnitState) bool {
+	switch want {
+	case stateLaunched:
+		return st != nil && st.Active == "active"
+	case stateLoaded:
+		return st == nil || st.Active == "inactive" || st.Active == "failed"
+	}
+	return true
 }
 
 // sameReport reports whether a and b are the same agent report.
@@ -80,10 +100,39 @@ const (
 // cannot be placed, failed or vanished, printing fleetctl's line for each.
 // timeout > 0 bounds the wait. It fails if any unit did not reach want.
 func (e *env) waitUnits(ctx context.Context, targets []waitTarget, want string, timeout time.Duration) error {
+	return e.wait(ctx, waitSpec{targets: targets, want: want, timeout: timeout})
+}
+
+// waitSpec says what to wait for.
+type waitSpec struct {
+	targets []waitTarget
+	want    string
+	// timeout > 0 bounds the wait.
+	timeout time.Duration
+	// line is what to print of a unit that reached want, given the legend
+	// of its machine; nil means reachedLine.
+	line func(u *apiv1.Unit, machine string) string
+	// machines gives machine legends; nil means a new cache.
+	machines *machineCache
+}
+
+// waitError ends a wait in which some units did not reach the state.
+type waitError struct {
+	units []string // the units that did not, in the order they were found out
+	msg   string
+}
+
+func (e *waitError) Error() string { return e.msg }
+
+// wait polls the units of w.targets until each reaches the state w.want,
+// cannot be placed, failed or vanished, printing a line for each. It
+// returns a *waitError if any unit did not reach w.want, or if the wait
+// timed out or was interrupted.
+func (e *env) wait(ctx context.Context, w waitSpec) error {
 	parent := ctx
-	if timeout > 0 {
+	if w.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = context.WithTimeout(ctx, w.timeout)
 		defer cancel()
 	}
 	interval, maxInterval := e.g.pollMin, e.g.pollMax
@@ -93,9 +142,18 @@ func (e *env) waitUnits(ctx context.Context, targets []waitTarget, want string, 
 	if maxInterval <= 0 {
 		maxInterval = defaultPollMax
 	}
-	machines := newMachineCache(e.c)
-	pendingTargets := targets
-	problems, pollErrors := 0, 0
+	machines := w.machines
+	if machines == nil {
+		machines = newMachineCache(e.c)
+	}
+	line := w.line
+	if line == nil {
+		line = reachedLine
+	}
+	want := w.want
+	pendingTargets := w.targets
+	var problems []string
+	pollErrors := 0
 	for {
 		units, err := e.fetchUnits(ctx, targetNames(pendingTargets))
 		switch {
@@ -109,15 +167,15 @@ func (e *env) waitUnits(ctx context.Context, targets []waitTarget, want string, 
 				}
 				switch judge(t, want, u) {
 				case reached:
-					fmt.Fprintln(e.out, reachedLine(u, machines.legend(ctx, u.Machine, false)))
+					fmt.Fprintln(e.out, line(u, machines.legend(ctx, u.Machine, false)))
 				case unplaceable:
-					problems++
+					problems = append(problems, t.name)
 					fmt.Fprintf(e.errOut, "Unit %s cannot be placed: %s\n", u.Name, u.Reason)
 				case failed:
-					problems++
+					problems = append(problems, t.name)
 					fmt.Fprintln(e.errOut, failedLine(u, machines.legend(ctx, u.State.Machine, false)))
 				case vanished:
-					problems++
+					problems = append(problems, t.name)
 					fmt.Fprintf(e.errOut, "Unit %s was destroyed while waiting for it to become %s\n", t.name, want)
 				default:
 					still = append(still, t)
@@ -134,17 +192,23 @@ func (e *env) waitUnits(ctx context.Context, targets []waitTarget, want string, 
 		}
 		select {
 		case <-ctx.Done():
-			names := strings.Join(targetNames(pendingTargets), ", ")
+			names := targetNames(pendingTargets)
+			werr := &waitError{units: append(problems, names...)}
 			if parent.Err() != nil {
-				return fmt.Errorf("interrupted while waiting for units to become %s: %s (their desired state is set)", want, names)
+				werr.msg = fmt.Sprintf("interrupted while waiting for units to become %s: %s (their desired state is set)", want, strings.Join(names, ", "))
+			} else {
+				werr.msg = fmt.Sprintf("timed out after %s waiting for units to become %s: %s", w.timeout, want, strings.Join(names, ", "))
 			}
-			return fmt.Errorf("timed out after %s waiting for units to become %s: %s", timeout, want, names)
+			return werr
 		case <-time.After(interval):
 		}
 		interval = min(2*interval, maxInterval)
 	}
-	if problems > 0 {
-		return fmt.Errorf("%d of %d units did not become %s", problems, len(targets), want)
+	if len(problems) > 0 {
+		return &waitError{
+			units: problems,
+			msg:   fmt.Sprintf("%d of %d units did not become %s: %s", len(problems), len(w.targets), want, strings.Join(problems, ", ")),
+		}
 	}
 	return nil
 }

@@ -182,6 +182,19 @@ func (c *Client) Machines(ctx context.Context) (*apiv1.MachineList, error) {
 	return &l, nil
 }
 
+// PatchMachine changes the metadata of machine id: each key of p.Metadata
+// is set to its value, or removed when the value is nil. The change is
+// durable and overrides what the machine's daemon reports; units that no
+// longer fit the machine move. It returns the machine as changed. An
+// unknown machine gives an *APIError for which IsNotFound is true.
+func (c *Client) PatchMachine(ctx context.Context, id string, p apiv1.MachinePatch) (apiv1.Machine, error) {
+	var m apiv1.Machine
+	if err := c.call(ctx, http.MethodPatch, c.url(nil, "v1", "machines", id), p, &m); err != nil {
+		return apiv1.Machine{}, err
+	}
+	return m, nil
+}
+
 // JournalOptions selects what Journal returns.
 type JournalOptions struct {
 	// Lines is how many of the last lines to send; 0 sends none, so that

@@ -27,6 +27,7 @@ import (
 	"github.com/flotilla/flotilla/internal/api"
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/machine"
@@ -48,6 +49,18 @@ type Config struct {
 	APIAddr string
 	// GRPCAddr is where the engine serves agents (default 127.0.0.1:0).
 	GRPCAddr string
+	// GRPCAdvertiseAddr, if set, is the address agents are told to dial for
+	// this engine instead of GRPCAddr (a proxy, a NAT address).
+	GRPCAdvertiseAddr string
+	// Registry is how agents and the engine coordinate: "grpc" (default; one
+	// stream per agent to the leader) or "etcd" (fleet's way: agents watch
+	// their assignments in etcd and write states and presence there).
+	Registry string
+	// Driver runs units: "exec" (default) or "sim" (in memory, for benchmarks).
+	Driver string
+	// SimStartDelay and SimFailureRate configure the sim driver.
+	SimStartDelay  time.Duration
+	SimFailureRate float64
 	// PublicIP is the machine's IP shown by list-machines and used to
 	// advertise listeners bound to a wildcard address (default 127.0.0.1).
 	PublicIP string
@@ -106,6 +119,23 @@ func (c *Config) validate() error {
 	}
 	if c.GRPCAddr == "" {
 		c.GRPCAddr = "127.0.0.1:0"
+	}
+	switch c.Registry {
+	case "":
+		c.Registry = "grpc"
+	case "grpc", "etcd":
+	default:
+		return fmt.Errorf("--registry %q: want grpc or etcd", c.Registry)
+	}
+	switch c.Driver {
+	case "":
+		c.Driver = "exec"
+	case "exec", "sim":
+	default:
+		return fmt.Errorf("--driver %q: want exec or sim", c.Driver)
+	}
+	if c.SimFailureRate < 0 || c.SimFailureRate > 1 {
+		return fmt.Errorf("--sim-failure-rate %v: want a share between 0 and 1", c.SimFailureRate)
 	}
 	if c.PublicIP == "" {
 		c.PublicIP = "127.0.0.1"
@@ -206,6 +236,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
 	addrs := Addrs{API: advertise(apiLn.Addr(), cfg.PublicIP), GRPC: advertise(grpcLn.Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
+	grpcAdvertised := addrs.GRPC
+	if cfg.GRPCAdvertiseAddr != "" {
+		grpcAdvertised = cfg.GRPCAdvertiseAddr
+	}
 	keys := registry.Keys{Prefix: cfg.Prefix}
 
 	var (
@@ -222,7 +256,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	)
 	if !cfg.NoEngine {
 		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
-			AgentTTL: cfg.AgentTTL, GRPCAddr: addrs.GRPC, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger})
+			AgentTTL: cfg.AgentTTL, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger})
 		if err != nil {
 			apiLn.Close()
 			grpcLn.Close()
@@ -268,16 +302,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if err != nil {
 			return err
 		}
-		ed, err := execdriver.New(execdriver.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify, Logger: cfg.Logger})
-		if err != nil {
-			return fmt.Errorf("exec driver: %w", err)
+		if cfg.Driver == "sim" {
+			drv, err = sim.New(sim.Config{Machine: cfg.Name, Notify: ag.Notify, StartDelay: cfg.SimStartDelay, FailureRate: cfg.SimFailureRate})
+		} else {
+			drv, err = execdriver.New(execdriver.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify, Logger: cfg.Logger})
 		}
-		drv = ed
-		ag.SetDriver(ed)
+		if err != nil {
+			return fmt.Errorf("%s driver: %w", cfg.Driver, err)
+		}
+		ag.SetDriver(drv)
 	}
 
 	srv := &http.Server{Handler: api.New(api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv,
-		Version: Version, Registry: "grpc", Logger: cfg.Logger}), ReadHeaderTimeout: 10 * time.Second}
+		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(apiLn)
 
 	if eng != nil {

@@ -178,6 +178,9 @@ func stateView(s agentStatus) apiv1.UnitState {
 	if !s.Since.IsZero() {
 		v.Since = s.Since.UTC().Format(time.RFC3339Nano)
 	}
+	if !s.Observed.IsZero() {
+		v.ObservedAt = s.Observed.UTC().Format(time.RFC3339Nano)
+	}
 	return v
 }
 

@@ -155,9 +155,16 @@ func (t *term) attach(h *agentpb.Hello) *agentConn {
 	m.lastSeen = t.e.cfg.Now()
 	m.info = MachineInfo{ID: h.Machine.Id, IP: h.Machine.Ip, Metadata: h.Machine.Metadata, APIAddr: h.Machine.ApiAddr, Version: h.Machine.Version,
 		CPUPercent: h.Machine.CpuPercent, MemoryBytes: h.Machine.MemoryBytes}
+	prev := m.states
 	m.states = make(map[string]agentStatus, len(h.Units))
 	for _, s := range h.Units {
-		m.states[s.Name] = fromProto(h.Machine.Id, s)
+		st := fromProto(h.Machine.Id, s)
+		if p, ok := prev[s.Name]; ok && p.Active == st.Active {
+			st.Observed = p.Observed
+		} else {
+			st.Observed = m.lastSeen
+		}
+		m.states[s.Name] = st
 	}
 	// The loop sends the full desired set (scheduled and global units) as
 	// soon as it runs: deciding which global units fit needs the scheduler.
@@ -188,7 +195,7 @@ func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
 	m.lastSeen = t.e.cfg.Now()
 	if u := msg.GetUpdate(); u != nil {
 		for _, s := range u.Units {
-			m.states[s.Name] = fromProto(conn.machine, s)
+			m.observe(fromProto(conn.machine, s), m.lastSeen)
 		}
 		for _, name := range u.Removed {
 			delete(m.states, name)

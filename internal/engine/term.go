@@ -39,6 +39,19 @@ func (u *unitRec) with(f func(*unitRec)) *unitRec {
 type agentStatus struct {
 	unit.Status
 	Applied string
+	// Observed is when the leader learnt the current Active state.
+	Observed time.Time
+}
+
+// observe records a unit's status reported by machine m at now. Callers
+// hold mu for writing.
+func (m *machineRec) observe(s agentStatus, now time.Time) {
+	if prev, ok := m.states[s.Name]; ok && prev.Active == s.Active {
+		s.Observed = prev.Observed
+	} else {
+		s.Observed = now
+	}
+	m.states[s.Name] = s
 }
 
 // MachineInfo is what a machine says about itself in its Hello.

@@ -1,122 +1,358 @@
-// Package scheduler decides where units run. It is a pure function of a
-// cluster snapshot: no clock, no network, no etcd. The engine keeps a Cluster
-// up to date incrementally as units are placed and machines come and go, so
-// that one decision costs time proportional to the number of machines, not
-// to the number of units.
-//
-// A decision runs the unit's constraints as a chain of filters, each of which
-// may reject a machine with a reason, then ranks the machines left:
-//
-//	MachineID        -> only the named machine
-//	MachineMetadata  -> only machines whose metadata matches (keys AND, values OR)
-//	MachineOf        -> only machines running each named unit
-//	Conflicts        -> not machines running a unit that conflicts (both directions)
-//	rank             -> fewest units, then machine ID (fleet's least-loaded)
-//
-// When no machine is left, the Decision carries the reason of the filter
-// that rejected the most machines, so a user is told why.
 package scheduler
 
 import (
+	"errors"
 	"fmt"
-	"path"
-	"sort"
-	"strings"
+	"maps"
+	"math"
+	"slices"
 
 	"github.com/flotilla/flotilla/internal/unit"
 )
+
+// DefaultRole is the role of units whose [X-Fleet] Role= is empty.
+const DefaultRole = "*"
+
+// The placement strategies, for Options.Strategy and [X-Fleet] Placement=.
+const (
+	// Spread ranks first the machine running the fewest units, then the one
+	// with the most free resources: load and failures spread across the
+	// cluster. It is the default.
+	Spread = unit.PlacementSpread
+	// Binpack ranks first the machine left with the least free resources
+	// once the unit is placed, keeping whole machines free for large units.
+	Binpack = unit.PlacementBinpack
+)
+
+// ErrInvalidOptions is returned, wrapped, by SetOptions for options it
+// rejects.
+var ErrInvalidOptions = errors.New("scheduler: invalid options")
+
+// Resources is an amount of CPU and memory. A zero field is "not declared":
+// for a unit, it needs none of that resource; for a machine, its capacity is
+// unknown and anything fits; for a quota, there is no cap.
+type Resources struct {
+	// CPUPercent is CPU time in percent of one CPU (100 = one CPU), as
+	// systemd's CPUQuota=.
+	CPUPercent int64
+	// MemoryBytes is memory in bytes, as systemd's MemoryMax=.
+	MemoryBytes int64
+}
+
+// IsZero reports whether r declares no resource.
+func (r Resources) IsZero() bool { return r == Resources{} }
+
+func (r Resources) add(o Resources) Resources {
+	return Resources{r.CPUPercent + o.CPUPercent, r.MemoryBytes + o.MemoryBytes}
+}
+
+func (r Resources) sub(o Resources) Resources {
+	return Resources{r.CPUPercent - o.CPUPercent, r.MemoryBytes - o.MemoryBytes}
+}
 
 // Machine is a machine units may be placed on.
 type Machine struct {
 	ID       string
 	Metadata map[string]string
+	// Capacity is what the units placed on the machine may need in all. A
+	// zero field is unknown: any unit fits in that dimension.
+	Capacity Resources
 }
 
-// Unit is what the scheduler needs to know of a unit.
+// Unit is what the scheduler needs to know of a unit. A Unit must not be
+// changed once given to a Cluster; give a new one to Place instead.
 type Unit struct {
 	Name  string
 	Fleet unit.Fleet
+	// Needs is what the unit needs of a machine's capacity.
+	Needs Resources
 }
 
-type machineState struct {
-	Machine
-	units map[string]*Unit // units scheduled here
-}
-
-// Cluster is the scheduler's view: machines available for placement and the
-// units scheduled on them. The zero value is not usable; use NewCluster.
-type Cluster struct {
-	machines map[string]*machineState
-	ids      []string          // sorted machine IDs
-	where    map[string]string // unit name -> machine ID
-	// conflicting holds the scheduled units that declare Conflicts=, so a
-	// decision checks the reverse direction without scanning every unit.
-	conflicting map[string]*Unit
-}
-
-// NewCluster returns an empty cluster.
-func NewCluster() *Cluster {
-	return &Cluster{machines: map[string]*machineState{}, where: map[string]string{}, conflicting: map[string]*Unit{}}
-}
-
-// SetMachine adds a machine or replaces its metadata.
-func (c *Cluster) SetMachine(m Machine) {
-	if ms, ok := c.machines[m.ID]; ok {
-		ms.Metadata = m.Metadata
-		return
+// NewUnit returns the scheduler's view of a unit file: its name, its
+// [X-Fleet] options, and as Needs its [Service] CPUQuota= and MemoryMax=.
+func NewUnit(f *unit.File) *Unit {
+	return &Unit{
+		Name:  f.Name,
+		Fleet: f.Fleet,
+		Needs: Resources{CPUPercent: int64(f.Service.CPUQuotaPercent), MemoryBytes: f.Service.MemoryMax},
 	}
-	c.machines[m.ID] = &machineState{Machine: m, units: map[string]*Unit{}}
-	i := sort.SearchStrings(c.ids, m.ID)
-	c.ids = append(c.ids, "")
-	copy(c.ids[i+1:], c.ids[i:])
-	c.ids[i] = m.ID
 }
 
-// RemoveMachine removes a machine; units scheduled on it are forgotten.
+// Role returns the unit's role: its [X-Fleet] Role=, or DefaultRole.
+func (u *Unit) Role() string {
+	if u.Fleet.Role == "" {
+		return DefaultRole
+	}
+	return u.Fleet.Role
+}
+
+// Options are a Cluster's settings, which may change at any time.
+type Options struct {
+	// Strategy ranks machines for units without [X-Fleet] Placement=:
+	// Spread or Binpack. Empty means Spread.
+	Strategy string
+	// Roles holds the policy of roles by name (DefaultRole for units
+	// without Role=). A role not listed has weight 1 and no quota.
+	Roles map[string]RolePolicy
+}
+
+// RolePolicy is how a role shares the cluster.
+type RolePolicy struct {
+	// Weight scales the role's fair share in Allocate: a role of weight 2
+	// is entitled to twice the dominant share of a role of weight 1.
+	// Zero means 1; it must not be negative.
+	Weight float64
+	// Quota caps the resources of all the role's placed units together. A
+	// zero field is no cap in that dimension; fields must not be negative.
+	Quota Resources
+}
+
+// validate returns o with defaults filled in, or an error naming the
+// offending field.
+func (o Options) validate() (Options, error) {
+	switch o.Strategy {
+	case "":
+		o.Strategy = Spread
+	case Spread, Binpack:
+	default:
+		return o, fmt.Errorf("%w: strategy %q (want %s or %s)", ErrInvalidOptions, o.Strategy, Spread, Binpack)
+	}
+	roles := make(map[string]RolePolicy, len(o.Roles))
+	for name, p := range o.Roles {
+		switch {
+		case name == "":
+			return o, fmt.Errorf("%w: empty role name (the default role is %q)", ErrInvalidOptions, DefaultRole)
+		case math.IsNaN(p.Weight) || math.IsInf(p.Weight, 0) || p.Weight < 0:
+			return o, fmt.Errorf("%w: role %s: weight %v (want a positive number, or 0 for 1)", ErrInvalidOptions, name, p.Weight)
+		case p.Quota.CPUPercent < 0 || p.Quota.MemoryBytes < 0:
+			return o, fmt.Errorf("%w: role %s: negative quota (want 0 for no cap)", ErrInvalidOptions, name)
+		}
+		if p.Weight == 0 {
+			p.Weight = 1
+		}
+		roles[name] = p
+	}
+	o.Roles = roles
+	return o, nil
+}
+
+// policy returns the policy of role.
+func (o *Options) policy(role string) RolePolicy {
+	if p, ok := o.Roles[role]; ok {
+		return p
+	}
+	return RolePolicy{Weight: 1}
+}
+
+// Decision is the outcome of Decide: a machine, or the reason there is none.
+type Decision struct {
+	// Machine is the machine the unit should run on, "" if none can take it.
+	Machine string
+	// Reason says why no machine can take the unit; "" when Machine is set.
+	Reason string
+	// Displaced are units (sorted by name) that the unit replaces
+	// ([X-Fleet] Replaces=) and that run on Machine: they must move before
+	// the unit is placed there.
+	Displaced []string
+}
+
+// machine is a machine and the aggregates of the units placed on it.
+type machine struct {
+	Machine
+	units map[string]*placement // by unit name
+	used  Resources             // sum of the placed units' Needs
+	free  int64                 // freeScore(used), kept for the orders
+	mark  uint64                // == Cluster.epoch when in the current candidate set
+}
+
+// placement is one unit placed on one machine (a global unit has one per
+// machine it runs on).
+type placement struct {
+	u       *Unit
+	m       *machine
+	prep    *prep
+	matches []*pattern // registered patterns matching u.Name
+}
+
+// roleUsage is what a role's placed units use.
+type roleUsage struct {
+	used  Resources
+	count int
+}
+
+// Cluster is the scheduler's view: the machines available for placement and
+// the units placed on them. It keeps per-machine aggregates and indexes up
+// to date as units are placed, so that a decision costs time in the number
+// of machines it looks at, never in the number of units. A Cluster is not
+// safe for concurrent use. The zero value is not usable; use NewCluster.
+type Cluster struct {
+	opts     Options
+	machines map[string]*machine
+	ids      []string // sorted machine IDs
+	spread   order    // machines by spread rank
+	binpack  order    // machines by binpack rank
+	meta     map[string]map[string]map[*machine]struct{}
+	total    Resources // sum of known capacities, for shares
+	minCap   Resources // smallest known capacity per dimension, for binpack's bound
+
+	where     map[string]*placement              // non-global units
+	global    map[string]map[*machine]*placement // global units' instances
+	replacers map[string]map[*placement]struct{} // replaced name -> placed units replacing it
+	pats      patterns
+	roles     map[string]*roleUsage
+
+	epoch uint64      // candidate marks
+	rej   []rejection // scratch for decisions
+}
+
+// NewCluster returns an empty cluster with default options.
+func NewCluster() *Cluster {
+	c := &Cluster{
+		machines:  map[string]*machine{},
+		meta:      map[string]map[string]map[*machine]struct{}{},
+		where:     map[string]*placement{},
+		global:    map[string]map[*machine]*placement{},
+		replacers: map[string]map[*placement]struct{}{},
+		roles:     map[string]*roleUsage{},
+		pats:      newPatterns(),
+	}
+	c.opts, _ = Options{}.validate()
+	c.spread.less = spreadLess
+	c.binpack.less = binpackLess
+	return c
+}
+
+// SetOptions replaces the cluster's options. Placed units stay where they
+// are, even over a lowered quota. It returns an error wrapping
+// ErrInvalidOptions, and changes nothing, if o is invalid.
+func (c *Cluster) SetOptions(o Options) error {
+	v, err := o.validate()
+	if err != nil {
+		return err
+	}
+	c.opts = v
+	return nil
+}
+
+// Options returns the cluster's options, defaults filled in.
+func (c *Cluster) Options() Options {
+	o := c.opts
+	o.Roles = maps.Clone(o.Roles)
+	return o
+}
+
+// SetMachine adds a machine or replaces its metadata and capacity. Units
+// placed on it stay; Fits tells which no longer may.
+func (c *Cluster) SetMachine(m Machine) {
+	m.Metadata = maps.Clone(m.Metadata)
+	ms, ok := c.machines[m.ID]
+	if !ok {
+		ms = &machine{Machine: m, units: map[string]*placement{}}
+		ms.free = freeScore(ms.Capacity, ms.used)
+		c.machines[m.ID] = ms
+		i, _ := slices.BinarySearch(c.ids, m.ID)
+		c.ids = slices.Insert(c.ids, i, m.ID)
+		c.spread.insert(ms)
+		c.binpack.insert(ms)
+	} else {
+		c.unindexMetadata(ms)
+		c.update(ms, func() {
+			ms.Metadata = m.Metadata
+			ms.Capacity = m.Capacity
+		})
+	}
+	c.indexMetadata(ms)
+	c.capacityChanged()
+}
+
+// RemoveMachine removes a machine; the units placed on it are forgotten.
 func (c *Cluster) RemoveMachine(id string) {
 	ms, ok := c.machines[id]
 	if !ok {
 		return
 	}
-	for name := range ms.units {
-		delete(c.where, name)
-		delete(c.conflicting, name)
+	for _, name := range slices.Sorted(maps.Keys(ms.units)) {
+		c.remove(ms.units[name])
 	}
+	c.unindexMetadata(ms)
+	c.spread.remove(ms)
+	c.binpack.remove(ms)
 	delete(c.machines, id)
-	i := sort.SearchStrings(c.ids, id)
-	c.ids = append(c.ids[:i], c.ids[i+1:]...)
+	i, _ := slices.BinarySearch(c.ids, id)
+	c.ids = slices.Delete(c.ids, i, i+1)
+	c.capacityChanged()
 }
 
 // HasMachine reports whether id is a machine of the cluster.
 func (c *Cluster) HasMachine(id string) bool { _, ok := c.machines[id]; return ok }
 
-// Place records that u runs on machine id (which must exist).
+// Place records that u runs on machine id. For a unit that is not global,
+// this moves it there from wherever it was; a global unit runs on every
+// machine it is placed on, and Place adds one. Place records what it is
+// told, checking nothing: Decide, Allocate and GlobalMachines say where
+// units fit, Fits whether they still do. Placing on a machine the cluster
+// does not have only forgets where a non-global unit was.
 func (c *Cluster) Place(u *Unit, id string) {
-	c.Unplace(u.Name)
-	ms, ok := c.machines[id]
-	if !ok {
-		return
+	if pl := c.where[u.Name]; pl != nil {
+		c.remove(pl)
 	}
-	ms.units[u.Name] = u
-	c.where[u.Name] = id
-	if len(u.Fleet.Conflicts) > 0 {
-		c.conflicting[u.Name] = u
+	ms := c.machines[id]
+	if !u.Fleet.Global {
+		for _, name := range c.globalMachines(u.Name) {
+			c.remove(c.global[u.Name][c.machines[name]])
+		}
+	} else if ms != nil && ms.units[u.Name] != nil {
+		c.remove(ms.units[u.Name])
+	}
+	if ms != nil {
+		c.add(u, ms)
 	}
 }
 
-// Unplace forgets where the named unit runs.
+// Unplace forgets where the named unit runs (every machine, for a global
+// unit).
 func (c *Cluster) Unplace(name string) {
-	id, ok := c.where[name]
-	if !ok {
-		return
+	if pl := c.where[name]; pl != nil {
+		c.remove(pl)
 	}
-	delete(c.machines[id].units, name)
-	delete(c.where, name)
-	delete(c.conflicting, name)
+	for _, id := range c.globalMachines(name) {
+		c.remove(c.global[name][c.machines[id]])
+	}
 }
 
-// Where returns the machine the unit is placed on.
-func (c *Cluster) Where(name string) (string, bool) { id, ok := c.where[name]; return id, ok }
+// UnplaceFrom forgets that the named unit runs on machine id; its other
+// placements (a global unit's) stay.
+func (c *Cluster) UnplaceFrom(name, id string) {
+	if ms := c.machines[id]; ms != nil {
+		if pl := ms.units[name]; pl != nil {
+			c.remove(pl)
+		}
+	}
+}
+
+// Where returns the machine a unit that is not global is placed on.
+func (c *Cluster) Where(name string) (string, bool) {
+	if pl := c.where[name]; pl != nil {
+		return pl.m.ID, true
+	}
+	return "", false
+}
+
+// GlobalPlacements returns the machines a global unit is placed on, sorted.
+func (c *Cluster) GlobalPlacements(name string) []string { return c.globalMachines(name) }
+
+func (c *Cluster) globalMachines(name string) []string {
+	inst := c.global[name]
+	if len(inst) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(inst))
+	for m := range inst {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
 
 // Load returns the number of units placed on machine id.
 func (c *Cluster) Load(id string) int {
@@ -126,150 +362,158 @@ func (c *Cluster) Load(id string) int {
 	return 0
 }
 
-// Decision is the outcome of Decide: a machine, or the reason there is none.
-type Decision struct {
-	Machine string
-	Reason  string
+// Used returns what the units placed on machine id need in all.
+func (c *Cluster) Used(id string) Resources {
+	if ms, ok := c.machines[id]; ok {
+		return ms.used
+	}
+	return Resources{}
 }
 
-// Decide picks the machine u should run on.
-func (c *Cluster) Decide(u *Unit) Decision {
-	if len(c.ids) == 0 {
-		return Decision{Reason: "no machines available"}
-	}
-	f := u.Fleet
-	candidates := c.ids
-	if f.MachineID != "" {
-		if _, ok := c.machines[f.MachineID]; !ok {
-			return Decision{Reason: fmt.Sprintf("MachineID=%s: no such machine is available", f.MachineID)}
-		}
-		candidates = []string{f.MachineID}
-	}
-	req := unit.MetadataRequirements(f)
-	var (
-		best       string
-		bestLoad   = -1
-		rejections = map[string][]string{} // reason -> machines
-	)
-	for _, id := range candidates {
-		ms := c.machines[id]
-		if why := c.reject(ms, u, req); why != "" {
-			rejections[why] = append(rejections[why], id)
-			continue
-		}
-		if l := len(ms.units); bestLoad < 0 || l < bestLoad {
-			best, bestLoad = id, l
+// add places u on ms, keeping every aggregate and index.
+func (c *Cluster) add(u *Unit, ms *machine) {
+	pr := c.prepare(u)
+	for _, p := range pr.forward {
+		p.refs++
+		p.declared[ms]++
+		if p.refs == 1 {
+			c.pats.unused--
 		}
 	}
-	if best != "" {
-		return Decision{Machine: best}
-	}
-	return Decision{Reason: summarize(rejections)}
-}
-
-func (c *Cluster) reject(ms *machineState, u *Unit, req map[string][]string) string {
-	for key, vals := range req {
-		have, ok := ms.Metadata[key]
-		if !ok || !contains(vals, have) {
-			return "no machine has " + formatReq(req)
+	pl := &placement{u: u, m: ms, prep: pr}
+	c.pats.each(u.Name, func(p *pattern) {
+		if p.match(u.Name) {
+			p.matched[ms]++
+			pl.matches = append(pl.matches, p)
 		}
-	}
-	for _, other := range u.Fleet.MachineOf {
-		if c.where[other] != ms.ID {
-			if _, ok := c.where[other]; !ok {
-				return fmt.Sprintf("MachineOf=%s: that unit is not scheduled", other)
-			}
-			return fmt.Sprintf("MachineOf=%s: runs on another machine", other)
-		}
-	}
-	for _, g := range u.Fleet.Conflicts {
-		for name := range ms.units {
-			if name != u.Name && globMatch(g, name) {
-				return "conflicts with " + name
-			}
-		}
-	}
-	for name, other := range c.conflicting {
-		if name == u.Name || c.where[name] != ms.ID {
-			continue
-		}
-		for _, g := range other.Fleet.Conflicts {
-			if globMatch(g, u.Name) {
-				return "conflicts with " + name
-			}
-		}
-	}
-	return ""
-}
-
-// Fits reports whether u may stay on machine id (its constraints still hold),
-// and why not.
-func (c *Cluster) Fits(u *Unit, id string) (bool, string) {
-	ms, ok := c.machines[id]
-	if !ok {
-		return false, "machine " + id + " is not available"
-	}
-	if u.Fleet.MachineID != "" && u.Fleet.MachineID != id {
-		return false, "MachineID=" + u.Fleet.MachineID
-	}
-	why := c.reject(ms, u, unit.MetadataRequirements(u.Fleet))
-	return why == "", why
-}
-
-func summarize(rejections map[string][]string) string {
-	reasons := make([]string, 0, len(rejections))
-	for r := range rejections {
-		reasons = append(reasons, r)
-	}
-	sort.Slice(reasons, func(i, j int) bool {
-		if len(rejections[reasons[i]]) != len(rejections[reasons[j]]) {
-			return len(rejections[reasons[i]]) > len(rejections[reasons[j]])
-		}
-		return reasons[i] < reasons[j]
 	})
-	parts := make([]string, 0, len(reasons))
-	for _, r := range reasons {
-		ms := rejections[r]
-		if strings.HasPrefix(r, "no machine has") {
-			parts = append(parts, r)
-			continue
+	ms.units[u.Name] = pl
+	c.update(ms, func() { ms.used = ms.used.add(u.Needs) })
+	ru := c.roles[pr.role]
+	if ru == nil {
+		ru = &roleUsage{}
+		c.roles[pr.role] = ru
+	}
+	ru.used = ru.used.add(u.Needs)
+	ru.count++
+	if u.Fleet.Global {
+		inst := c.global[u.Name]
+		if inst == nil {
+			inst = map[*machine]*placement{}
+			c.global[u.Name] = inst
 		}
-		parts = append(parts, r+" on "+listMachines(ms))
+		inst[ms] = pl
+		return
 	}
-	return strings.Join(parts, "; ")
+	c.where[u.Name] = pl
+	for _, name := range u.Fleet.Replaces {
+		set := c.replacers[name]
+		if set == nil {
+			set = map[*placement]struct{}{}
+			c.replacers[name] = set
+		}
+		set[pl] = struct{}{}
+	}
 }
 
-func listMachines(ids []string) string {
-	const max = 5
-	if len(ids) <= max {
-		return strings.Join(ids, ", ")
-	}
-	return strings.Join(ids[:max], ", ") + fmt.Sprintf(" and %d more", len(ids)-max)
-}
-
-func formatReq(req map[string][]string) string {
-	keys := make([]string, 0, len(req))
-	for k := range req {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, k+"="+strings.Join(req[k], "|"))
-	}
-	return strings.Join(parts, ",")
-}
-
-func contains(vals []string, v string) bool {
-	for _, x := range vals {
-		if x == v {
-			return true
+// remove undoes add.
+func (c *Cluster) remove(pl *placement) {
+	u, ms := pl.u, pl.m
+	for _, p := range pl.prep.forward {
+		p.refs--
+		decr(p.declared, ms)
+		if p.refs == 0 {
+			c.pats.unused++
 		}
 	}
-	return false
+	for _, p := range pl.matches {
+		decr(p.matched, ms)
+	}
+	delete(ms.units, u.Name)
+	c.update(ms, func() { ms.used = ms.used.sub(u.Needs) })
+	ru := c.roles[pl.prep.role]
+	ru.used = ru.used.sub(u.Needs)
+	if ru.count--; ru.count == 0 {
+		delete(c.roles, pl.prep.role)
+	}
+	if u.Fleet.Global {
+		inst := c.global[u.Name]
+		delete(inst, ms)
+		if len(inst) == 0 {
+			delete(c.global, u.Name)
+		}
+	} else {
+		delete(c.where, u.Name)
+		for _, name := range u.Fleet.Replaces {
+			set := c.replacers[name]
+			delete(set, pl)
+			if len(set) == 0 {
+				delete(c.replacers, name)
+			}
+		}
+	}
+	c.pats.maybeEvict(c)
 }
 
-func globMatch(pattern, name string) bool {
-	ok, err := path.Match(pattern, name)
-	return err == nil && ok
+func decr(counts map[*machine]int, ms *machine) {
+	if counts[ms]--; counts[ms] <= 0 {
+		delete(counts, ms)
+	}
+}
+
+// update runs change, which alters ms's rank keys, keeping the orders.
+func (c *Cluster) update(ms *machine, change func()) {
+	c.spread.remove(ms)
+	c.binpack.remove(ms)
+	change()
+	ms.free = freeScore(ms.Capacity, ms.used)
+	c.spread.insert(ms)
+	c.binpack.insert(ms)
+}
+
+// capacityChanged recomputes the cluster-wide capacity aggregates.
+func (c *Cluster) capacityChanged() {
+	c.total, c.minCap = Resources{}, Resources{}
+	for _, ms := range c.machines {
+		if v := ms.Capacity.CPUPercent; v > 0 {
+			c.total.CPUPercent += v
+			if c.minCap.CPUPercent == 0 || v < c.minCap.CPUPercent {
+				c.minCap.CPUPercent = v
+			}
+		}
+		if v := ms.Capacity.MemoryBytes; v > 0 {
+			c.total.MemoryBytes += v
+			if c.minCap.MemoryBytes == 0 || v < c.minCap.MemoryBytes {
+				c.minCap.MemoryBytes = v
+			}
+		}
+	}
+}
+
+func (c *Cluster) indexMetadata(ms *machine) {
+	for k, v := range ms.Metadata {
+		vals := c.meta[k]
+		if vals == nil {
+			vals = map[string]map[*machine]struct{}{}
+			c.meta[k] = vals
+		}
+		set := vals[v]
+		if set == nil {
+			set = map[*machine]struct{}{}
+			vals[v] = set
+		}
+		set[ms] = struct{}{}
+	}
+}
+
+func (c *Cluster) unindexMetadata(ms *machine) {
+	for k, v := range ms.Metadata {
+		delete(c.meta[k][v], ms)
+		if len(c.meta[k][v]) == 0 {
+			delete(c.meta[k], v)
+		}
+		if len(c.meta[k]) == 0 {
+			delete(c.meta, k)
+		}
+	}
 }

@@ -1,16 +1,20 @@
 // Package clienttest provides an in-memory stand-in of Flotilla's HTTP API
 // for tests of the client and the command-line tool. It keeps units and
-// machines in memory, schedules units by [X-Fleet] MachineMetadata= and
-// simulates agents that reach a unit's desired state after a configurable
-// number of reads.
+// machines in memory, schedules units by [X-Fleet] MachineMetadata= (and
+// moves them when a machine's metadata changes), simulates agents that
+// reach a unit's desired state after a configurable number of reads, and
+// records the requests it serves.
 package clienttest
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -33,10 +37,20 @@ type Server struct {
 	units    map[string]*unitRec
 	lag      int
 	requests map[string]int
+	log      []Request
+	onBatch  func(apiv1.Batch)
 	journals map[string][]string
 	follow   map[string][]string
 	nextPID  int
 	now      time.Time
+}
+
+// Request is a request the server received.
+type Request struct {
+	Method string
+	Path   string
+	Query  string // raw query
+	Body   []byte
 }
 
 type unitRec struct {
@@ -52,7 +66,7 @@ type unitRec struct {
 func NewServer(t testing.TB, machines ...apiv1.Machine) *Server {
 	t.Helper()
 	s := &Server{
-		machines: machines,
+		machines: cloneMachines(machines),
 		units:    map[string]*unitRec{},
 		requests: map[string]int{},
 		journals: map[string][]string{},
@@ -69,10 +83,18 @@ func NewServer(t testing.TB, machines ...apiv1.Machine) *Server {
 	mux.HandleFunc("POST /v1/batch", s.batch)
 	mux.HandleFunc("GET /v1/unit-states", s.unitStates)
 	mux.HandleFunc("GET /v1/machines", s.listMachines)
+	mux.HandleFunc("PATCH /v1/machines/{id}", s.patchMachine)
 	mux.HandleFunc("GET /v1/units/{name}/journal", s.journal)
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", "read body: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		s.mu.Lock()
 		s.requests[r.Method+" "+r.URL.Path]++
+		s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body})
 		s.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
@@ -94,6 +116,96 @@ func (s *Server) Requests(methodPath string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.requests[methodPath]
+}
+
+// Log returns the requests served so far, in order.
+func (s *Server) Log() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log)
+}
+
+// Batches returns the bodies of the POST /v1/batch requests served so far,
+// in order, including those the server refused.
+func (s *Server) Batches() []apiv1.Batch {
+	var bs []apiv1.Batch
+	for _, r := range s.Log() {
+		if r.Method != http.MethodPost || r.Path != "/v1/batch" {
+			continue
+		}
+		var b apiv1.Batch
+		_ = json.Unmarshal(r.Body, &b) // a bad body is kept as an empty batch
+		bs = append(bs, b)
+	}
+	return bs
+}
+
+// OnBatch makes the server call f with every batch it applied, before it
+// answers; f may change the server (e.g. SetMetadata). nil removes it.
+func (s *Server) OnBatch(f func(apiv1.Batch)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onBatch = f
+}
+
+// Machine returns the machine with the given ID.
+func (s *Server) Machine(id string) (apiv1.Machine, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.machineIndex(id)
+	if i < 0 {
+		return apiv1.Machine{}, false
+	}
+	return s.machineView(s.machines[i]), true
+}
+
+// SetMetadata changes the metadata of machine id as PATCH /v1/machines/{id}
+// does: each key is set to its value, or removed when the value is nil.
+// Units that no longer fit the machine move to the first machine that fits
+// them, and units that could not be placed are placed if they now fit. It
+// reports whether the machine exists.
+func (s *Server) SetMetadata(id string, patch map[string]*string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.setMetadata(id, patch)
+}
+
+func (s *Server) setMetadata(id string, patch map[string]*string) bool {
+	i := s.machineIndex(id)
+	if i < 0 {
+		return false
+	}
+	md := maps.Clone(s.machines[i].Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	for k, v := range patch {
+		if v == nil {
+			delete(md, k)
+		} else {
+			md[k] = *v
+		}
+	}
+	s.machines[i].Metadata = md
+	for _, name := range s.sortedNames() {
+		rec := s.units[name]
+		switch {
+		case rec.DesiredState == "inactive":
+			continue
+		case rec.Machine == id && !fits(s.machines[i], options(rec.File, "MachineMetadata")):
+			rec.Machine, rec.CurrentState, rec.State = "", "inactive", nil
+		case rec.Machine != "":
+			continue
+		}
+		s.schedule(rec)
+		rec.settled = false
+		rec.lagLeft = s.lag
+	}
+	return true
+}
+
+func (s *Server) machineIndex(id string) int {
+	return slices.IndexFunc(s.machines, func(m apiv1.Machine) bool { return m.ID == id })
 }
 
 // SetJournal sets the log of a unit; follow lines are sent to followers
@@ -208,6 +320,12 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, code, msg)
 		return
 	}
+	s.mu.Lock()
+	f := s.onBatch
+	s.mu.Unlock()
+	if f != nil {
+		f(b)
+	}
 	writeJSON(w, http.StatusOK, res)
 }
 
@@ -279,20 +397,24 @@ func (s *Server) schedule(rec *unitRec) {
 	}
 	want := options(rec.File, "MachineMetadata")
 	for _, m := range s.machines {
-		match := true
-		for _, kv := range want {
-			k, v, _ := strings.Cut(kv, "=")
-			if m.Metadata[k] != v {
-				match = false
-			}
-		}
-		if match {
+		if fits(m, want) {
 			rec.Machine = m.ID
 			rec.Reason = ""
 			return
 		}
 	}
 	rec.Reason = "no machine matches MachineMetadata=" + strings.Join(want, ",")
+}
+
+// fits reports whether machine m has every key=value of want.
+func fits(m apiv1.Machine, want []string) bool {
+	for _, kv := range want {
+		k, v, _ := strings.Cut(kv, "=")
+		if m.Metadata[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // advance simulates the target machine's agent acting on the desired state.
@@ -358,15 +480,74 @@ func (s *Server) listMachines(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	l := apiv1.MachineList{Machines: []apiv1.Machine{}}
 	for _, m := range s.machines {
-		m.Units = 0
-		for _, rec := range s.units {
-			if rec.Machine == m.ID {
-				m.Units++
-			}
-		}
-		l.Machines = append(l.Machines, m)
+		l.Machines = append(l.Machines, s.machineView(m))
 	}
 	writeJSON(w, http.StatusOK, l)
+}
+
+// machineView is m as the API shows it; callers hold mu.
+func (s *Server) machineView(m apiv1.Machine) apiv1.Machine {
+	m.Metadata = maps.Clone(m.Metadata)
+	m.Units = 0
+	for _, rec := range s.units {
+		if rec.Machine == m.ID {
+			m.Units++
+		}
+	}
+	return m
+}
+
+// patchMachine answers PATCH /v1/machines/{id} as the real server does,
+// including its errors: 400 bad_request for an empty patch or an invalid
+// key or value, 404 not_found for an unknown machine.
+func (s *Server) patchMachine(w http.ResponseWriter, r *http.Request) {
+	var p apiv1.MachinePatch
+	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "bad JSON body: "+err.Error())
+		return
+	}
+	if len(p.Metadata) == 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", `the patch changes nothing: give {"metadata": {"key": "value" or null}}`)
+		return
+	}
+	id := r.PathValue("id")
+	for _, k := range slices.Sorted(maps.Keys(p.Metadata)) {
+		if err := validMetadata(k, p.Metadata[k]); err != "" {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("invalid request: machine %s: %s", id, err))
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.setMetadata(id, p.Metadata) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("machine %s is not part of the cluster", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.machineView(s.machines[s.machineIndex(id)]))
+}
+
+// validMetadata checks a key and value (nil: removed) of a metadata patch
+// as the real server does; it returns what is wrong, or "".
+func validMetadata(k string, v *string) string {
+	switch {
+	case k == "":
+		return "metadata has an empty key"
+	case strings.ContainsAny(k, " \t,="):
+		return fmt.Sprintf("metadata key %q may not contain spaces, commas or \"=\"", k)
+	case v != nil && *v == "":
+		return fmt.Sprintf("metadata %s= has an empty value", k)
+	case v != nil && strings.ContainsAny(*v, "=,"):
+		return fmt.Sprintf("metadata value %q may not contain \"=\" or \",\"", *v)
+	}
+	return ""
+}
+
+func cloneMachines(ms []apiv1.Machine) []apiv1.Machine {
+	ms = slices.Clone(ms)
+	for i := range ms {
+		ms[i].Metadata = maps.Clone(ms[i].Metadata)
+	}
+	return ms
 }
 
 func (s *Server) journal(w http.ResponseWriter, r *http.Request) {
