@@ -22,17 +22,20 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sort"
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -53,9 +56,17 @@ type Machine struct {
 // Config configures an Agent.
 type Config struct {
 	Machine Machine
+	// Registry is how the agent coordinates with the leader: "grpc"
+	// (default: one stream to the leader) or "etcd" (presence, states and
+	// assignments in etcd, as fleet did).
+	Registry string
 	// Leaders returns a channel of the current leader, sent again each time
-	// it changes (the zero Info while there is none). Required.
+	// it changes (the zero Info while there is none). Required in grpc mode.
 	Leaders func(ctx context.Context) <-chan election.Info
+	// Etcd is the agent's own etcd client. Required in etcd mode.
+	Etcd *clientv3.Client
+	// Keys is the cluster's key layout in etcd (etcd mode).
+	Keys registry.Keys
 	// Driver runs the units. Required.
 	Driver driver.Driver
 	// TTL is how long the agent keeps its units running without hearing from
@@ -96,8 +107,18 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Machine.ID == "" {
 		return nil, errors.New("agent: machine ID is required")
 	}
-	if cfg.Leaders == nil {
-		return nil, errors.New("agent: a leader source is required")
+	switch cfg.Registry {
+	case "", "grpc":
+		cfg.Registry = "grpc"
+		if cfg.Leaders == nil {
+			return nil, errors.New("agent: a leader source is required")
+		}
+	case "etcd":
+		if cfg.Etcd == nil {
+			return nil, errors.New("agent: etcd mode needs an etcd client")
+		}
+	default:
+		return nil, fmt.Errorf("agent: unknown registry %q (want grpc or etcd)", cfg.Registry)
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = 20 * time.Second
@@ -161,6 +182,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); a.reconcileLoop(ctx) }()
 	go func() { defer wg.Done(); a.watchdog(ctx) }()
 	defer wg.Wait()
+	if a.cfg.Registry == "etcd" {
+		a.runEtcd(ctx)
+		return nil
+	}
 
 	var (
 		lmu     sync.Mutex

@@ -24,6 +24,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -44,6 +45,9 @@ type Config struct {
 	Leader func() (election.Info, bool)
 	// Driver is this machine's driver (for local journals), nil without agent.
 	Driver driver.Driver
+	// Durable reads the cluster's durable record from etcd, for /v1/state
+	// when no leader answers; nil disables that fallback.
+	Durable func(context.Context) (*state.Snapshot, error)
 	// Version and Registry are reported by /v1/status.
 	Version  string
 	Registry string
@@ -85,6 +89,8 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("DELETE /v1/units/{name}", s.leaderOnly(s.deleteUnit))
 	mux.HandleFunc("POST /v1/batch", s.leaderOnly(s.batch))
 	mux.HandleFunc("GET /v1/unit-states", s.leaderOnly(s.unitStates))
+	mux.HandleFunc("GET /v1/state", s.stateHandler)
+	mux.HandleFunc("GET /v1/events", s.leaderOnly(s.events))
 	mux.HandleFunc("GET /v1/machines", s.leaderOnly(s.machines))
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
 	mux.HandleFunc("GET /v1/units/{name}/journal", s.leaderOnly(s.journal))

@@ -111,6 +111,60 @@ type Status struct {
 	Registry    string `json:"registry"`
 }
 
+// State is the answer of GET /v1/state: the whole cluster as the leader
+// holds it, at one moment.
+type State struct {
+	// Revision is the etcd revision of the durable record the state reflects.
+	Revision int64 `json:"revision"`
+	// Generation changes each time the leader publishes a new state; it is
+	// the ETag.
+	Generation uint64      `json:"generation"`
+	Leader     string      `json:"leader"`
+	Machines   []Machine   `json:"machines"`
+	Units      []StateUnit `json:"units"`
+	// Total is the number of units that match the filters; Units holds at
+	// most ?limit of them, and Next is the ?after= of the next page.
+	Total int    `json:"total"`
+	Next  string `json:"next,omitempty"`
+}
+
+// StateUnit is one unit in /v1/state.
+type StateUnit struct {
+	Name         string `json:"name"`
+	Hash         string `json:"hash"`
+	DesiredState string `json:"desiredState"`
+	Machine      string `json:"machine,omitempty"` // target machine; "" when unscheduled or global
+	Global       bool   `json:"global,omitempty"`
+	Load         string `json:"load,omitempty"`
+	Active       string `json:"active,omitempty"`
+	Sub          string `json:"sub,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// Event is one change, as GET /v1/events streams them (Server-Sent Events:
+// "id: <ID>", "event: <Type>", "data: <this object>"). Type is "unit" (a
+// desired state, file or placement changed), "state" (what a machine reports
+// of a unit changed), "machine" (a machine came or went), or "reset" (the
+// position asked for is unknown to this leader: read /v1/state again and
+// follow on from this event).
+type Event struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Time     string `json:"time"`
+	Revision int64  `json:"revision"` // etcd revision of the durable record when it happened
+	Unit     string `json:"unit,omitempty"`
+	Machine  string `json:"machine,omitempty"`
+	Removed  bool   `json:"removed,omitempty"` // the unit was destroyed, its state dropped, or the machine left
+
+	Hash         string `json:"hash,omitempty"`
+	DesiredState string `json:"desiredState,omitempty"`
+	Global       bool   `json:"global,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+	Load         string `json:"load,omitempty"`
+	Active       string `json:"active,omitempty"`
+	Sub          string `json:"sub,omitempty"`
+}
+
 // Error is the body of every non-2xx answer.
 type Error struct {
 	Error string `json:"error"`

@@ -1,6 +1,7 @@
 // Package cli implements flotilla's fleetctl-style commands: submit, load,
-// start, stop, unload, destroy, list-units, list-unit-files, list-machines,
-// status, journal and cat. They talk to a cluster through package client.
+// start, stop, unload, restart, destroy, list-units, list-unit-files,
+// list-machines, set-metadata, status, journal and cat. They talk to a
+// cluster through package client.
 package cli
 
 import (
@@ -60,7 +61,7 @@ func (g *Globals) AddFlags(fs *pflag.FlagSet) {
 		endpoint = DefaultEndpoint
 	}
 	fs.StringVar(&g.Endpoint, "endpoint", endpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
-	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, status and cat commands: table or json")
+	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
 }
 
@@ -72,10 +73,12 @@ func Commands(g *Globals) []*cobra.Command {
 		newStateCommand(g, startVerb()),
 		newStateCommand(g, stopVerb()),
 		newStateCommand(g, unloadVerb()),
+		newRestartCommand(g),
 		newDestroyCommand(g),
 		newListUnitsCommand(g),
 		newListUnitFilesCommand(g),
 		newListMachinesCommand(g),
+		newSetMetadataCommand(g),
 		newStatusCommand(g),
 		newJournalCommand(g),
 		newCatCommand(g),

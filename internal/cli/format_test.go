@@ -276,6 +276,20 @@ func TestJudge(t *testing.T) {
 			&apiv1.Unit{CurrentState: "loaded", State: oldFailure}, failed},
 		{"failed unit counts as loaded", waitTarget{changed: true}, stateLoaded,
 			&apiv1.Unit{CurrentState: "loaded", State: newFailure}, reached},
+		{"applied launched, process still starting", waitTarget{changed: true, running: true}, stateLaunched,
+			&apiv1.Unit{CurrentState: "launched", State: &apiv1.UnitState{Active: "activating", Sub: "start"}}, pending},
+		{"applied launched, no report", waitTarget{changed: true, running: true}, stateLaunched,
+			&apiv1.Unit{CurrentState: "launched"}, pending},
+		{"launched and running", waitTarget{changed: true, running: true}, stateLaunched,
+			&apiv1.Unit{CurrentState: "launched", State: running}, reached},
+		{"applied loaded, process still stopping", waitTarget{changed: true, running: true}, stateLoaded,
+			&apiv1.Unit{CurrentState: "loaded", State: &apiv1.UnitState{Active: "deactivating", Sub: "stop-sigterm"}}, pending},
+		{"loaded and stopped", waitTarget{changed: true, running: true}, stateLoaded,
+			&apiv1.Unit{CurrentState: "loaded", State: &apiv1.UnitState{Active: "inactive", Sub: "dead"}}, reached},
+		{"loaded and failed counts as stopped", waitTarget{changed: true, running: true}, stateLoaded,
+			&apiv1.Unit{CurrentState: "loaded", State: newFailure}, reached},
+		{"process not asked for: applied loaded is enough", waitTarget{changed: true}, stateLoaded,
+			&apiv1.Unit{CurrentState: "loaded", State: &apiv1.UnitState{Active: "deactivating"}}, reached},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := judge(tc.target, tc.want, tc.unit); got != tc.v {

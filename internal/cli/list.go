@@ -301,7 +301,7 @@ func newListMachinesCommand(g *Globals) *cobra.Command {
 		Short: "List the machines of the cluster",
 		Long: `List the machines of the cluster: ID, IP and metadata by default; the
 leader field tells which machine leads, units how many units it is
-target of.
+target of. set-metadata changes a machine's metadata.
 
 With --output json, print an array of objects with every field, full
 machine IDs and metadata as an object.`,

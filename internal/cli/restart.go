@@ -23,7 +23,10 @@ func newRestartCommand(g *Globals) *cobra.Command {
 time, in the order of the machines' IDs, the units of that machine are
 stopped (their desired state set to loaded) and, once their processes have
 stopped, started again; the next machine is only touched once every unit of
-the previous one runs again. A unit that moves to another machine meanwhile
+the previous one runs again ("Unit web@1.service restarted on
+113f16a7.../10.0.0.1"). A unit runs again when its machine reports it
+active, so a unit whose process exits by design (Type=oneshot) makes restart
+wait until --block-timeout. A unit that moves to another machine meanwhile
 is waited for where it runs.
 
 Every unit named must exist and be launched on a machine; otherwise nothing
@@ -104,7 +107,7 @@ func (e *env) restartPlan(ctx context.Context, names []string) ([]restartGroup, 
 		case u.DesiredState != stateLaunched:
 			errs = append(errs, fmt.Errorf("cannot restart %s: it is not launched (desired state %s); start it instead", n, u.DesiredState))
 		case u.Machine == "":
-			why := "not scheduled to any machine yet"
+			why := "is not scheduled to any machine yet"
 			if u.Reason != "" {
 				why = "cannot be placed: " + u.Reason
 			}

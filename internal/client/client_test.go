@@ -130,6 +130,20 @@ func TestRoundTrip(t *testing.T) {
 	if _, ok := srv.Unit("other.service"); ok {
 		t.Fatal("other.service still exists after DestroyUnit")
 	}
+
+	web, db := "web", "db"
+	m, err := c.PatchMachine(ctx, machines[1].ID, apiv1.MachinePatch{Metadata: map[string]*string{"role": &db, "az": nil}})
+	if err != nil || m.ID != machines[1].ID || len(m.Metadata) != 1 || m.Metadata["role"] != "db" {
+		t.Fatalf("PatchMachine = %+v, %v", m, err)
+	}
+	m, err = c.PatchMachine(ctx, machines[0].ID, apiv1.MachinePatch{Metadata: map[string]*string{"role": nil, "az": &web}})
+	if err != nil || len(m.Metadata) != 1 || m.Metadata["az"] != "web" || m.Units != 1 {
+		t.Fatalf("PatchMachine(remove role) = %+v, %v", m, err)
+	}
+	// hello.service needs no metadata: it stays.
+	if u, _ := srv.Unit("hello.service"); u.Machine != machines[0].ID {
+		t.Errorf("hello.service moved to %q", u.Machine)
+	}
 }
 
 func TestAPIErrors(t *testing.T) {
@@ -155,6 +169,18 @@ func TestAPIErrors(t *testing.T) {
 	_, err = c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: "a.service", File: "y"}}})
 	if !client.IsConflict(err) {
 		t.Errorf("different file: error = %v, want a conflict", err)
+	}
+
+	v := "x"
+	_, err = c.PatchMachine(ctx, "nope", apiv1.MachinePatch{Metadata: map[string]*string{"k": &v}})
+	if !client.IsNotFound(err) || !strings.Contains(err.Error(), "machine nope is not part of the cluster") {
+		t.Errorf("PatchMachine(nope) error = %v, want not found", err)
+	}
+	for _, p := range []apiv1.MachinePatch{{}, {Metadata: map[string]*string{"a b": &v}}} {
+		_, err = c.PatchMachine(ctx, machines[0].ID, p)
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != "bad_request" {
+			t.Errorf("PatchMachine(%v) error = %#v, want 400 bad_request", p.Metadata, err)
+		}
 	}
 }
 
@@ -241,11 +267,13 @@ func TestPaths(t *testing.T) {
 	c.Units(ctx, "a.service", "b.service")
 	c.UnitStates(ctx, client.UnitStateFilter{Machine: "m1", Names: []string{"a.service"}})
 	c.DestroyUnit(ctx, "a b.service")
+	c.PatchMachine(ctx, "m/1", apiv1.MachinePatch{})
 	want := []string{
 		"GET /prefix/v1/units/web@1.service",
 		"GET /prefix/v1/units?name=a.service&name=b.service",
 		"GET /prefix/v1/unit-states?machine=m1&name=a.service",
 		"DELETE /prefix/v1/units/a%20b.service",
+		"PATCH /prefix/v1/machines/m%2F1",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

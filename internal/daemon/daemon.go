@@ -32,6 +32,7 @@ import (
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -256,7 +257,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	)
 	if !cfg.NoEngine {
 		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
-			AgentTTL: cfg.AgentTTL, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger})
+			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger})
 		if err != nil {
 			apiLn.Close()
 			grpcLn.Close()
@@ -298,6 +299,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version,
 				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes},
 			Leaders: leaders, TTL: agentTTL(cfg), Logger: cfg.Logger,
+			Registry: cfg.Registry, Etcd: cli, Keys: keys,
 		})
 		if err != nil {
 			return err
@@ -313,7 +315,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ag.SetDriver(drv)
 	}
 
-	srv := &http.Server{Handler: api.New(api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv,
+	durable := func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
+	srv := &http.Server{Handler: api.New(api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Durable: durable,
 		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(apiLn)
 

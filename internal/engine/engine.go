@@ -13,6 +13,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	// the election. Required.
 	GRPCAddr string
 	APIAddr  string
+	// Registry is how agents coordinate with the leader: "grpc" (default: a
+	// stream each) or "etcd" (presence, states and assignments in etcd).
+	Registry string
 	// MaxTxnOps bounds the ops of one etcd transaction (default 128, etcd's
 	// default --max-txn-ops).
 	MaxTxnOps int
@@ -76,6 +80,13 @@ func (c *Config) validate() error {
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = min(c.AgentTTL/10, time.Second)
 	}
+	switch c.Registry {
+	case "":
+		c.Registry = "grpc"
+	case "grpc", "etcd":
+	default:
+		return fmt.Errorf("engine: unknown registry %q (want grpc or etcd)", c.Registry)
+	}
 	if c.MaxTxnOps == 0 {
 		c.MaxTxnOps = 128
 	}
@@ -94,6 +105,9 @@ type Engine struct {
 	cfg  Config
 	log  *slog.Logger
 	term atomic.Pointer[term]
+	// snapshot is the latest published cluster state; generation numbers them.
+	snapshot   atomic.Pointer[state.Snapshot]
+	generation atomic.Uint64
 	// onTerm, if set, is called with each term as it starts (tests).
 	onTerm func(*term)
 }
@@ -152,6 +166,7 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 		log.Warn("term ended", "err", context.Cause(t.ctx))
 	}
 	e.term.Store(nil)
+	e.snapshot.Store(nil)
 	t.stop()
 	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	el.Resign(rctx)

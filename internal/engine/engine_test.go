@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sort"
 	"strings"
@@ -33,14 +34,14 @@ type testEngine struct {
 }
 
 // startEngine runs an engine with a gRPC server on loopback.
-func startEngine(t *testing.T, cli *clientv3.Client, name string) *testEngine {
+func startEngine(t *testing.T, cli *clientv3.Client, reg, name string) *testEngine {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(engine.Config{Machine: name, Client: cli, ElectionTTL: time.Second, AgentTTL: agentTTL,
-		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1"})
+	e, err := engine.New(engine.Config{Machine: name, Client: cli, Registry: reg, ElectionTTL: time.Second, AgentTTL: agentTTL,
+		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +53,14 @@ func startEngine(t *testing.T, cli *clientv3.Client, name string) *testEngine {
 	go func() { e.Run(ctx); close(te.done) }()
 	t.Cleanup(func() { te.stop(); srv.Stop() })
 	return te
+}
+
+// testLogger logs to the test's output under -v.
+func testLogger(t *testing.T) *slog.Logger {
+	if !testing.Verbose() {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 func (te *testEngine) stop() {
@@ -66,7 +75,7 @@ type testAgent struct {
 	done   chan struct{}
 }
 
-func startAgent(t *testing.T, cli *clientv3.Client, name string, metadata ...string) *testAgent {
+func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata ...string) *testAgent {
 	t.Helper()
 	md := map[string]string{}
 	for _, kv := range metadata {
@@ -74,6 +83,7 @@ func startAgent(t *testing.T, cli *clientv3.Client, name string, metadata ...str
 		md[k] = v
 	}
 	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Metadata: md}, TTL: agentTTL,
+		Registry: reg, Etcd: cli, Logger: testLogger(t),
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			return election.Observe(ctx, cli, registry.Keys{}.Election())
 		}})
@@ -165,17 +175,23 @@ func leaderOf(es ...*testEngine) *testEngine {
 // TestEngine drives one etcd, two engines and three sim agents through
 // scheduling, bad requests, a leader change and a lost machine.
 func TestEngine(t *testing.T) {
+	for _, reg := range []string{"grpc", "etcd"} {
+		t.Run(reg, func(t *testing.T) { testEngineLifecycle(t, reg) })
+	}
+}
+
+func testEngineLifecycle(t *testing.T, reg string) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	e1 := startEngine(t, cli, "e1")
+	e1 := startEngine(t, cli, reg, "e1")
 	eventually(t, 10*time.Second, "e1 leads", func() error {
 		if leaderOf(e1) == nil {
 			return errors.New("no leader")
 		}
 		return nil
 	})
-	e2 := startEngine(t, cli, "e2")
-	agents := []*testAgent{startAgent(t, cli, "m1"), startAgent(t, cli, "m2"), startAgent(t, cli, "m3")}
+	e2 := startEngine(t, cli, reg, "e2")
+	agents := []*testAgent{startAgent(t, cli, reg, "m1"), startAgent(t, cli, reg, "m2"), startAgent(t, cli, reg, "m3")}
 	eventually(t, 10*time.Second, "three machines", func() error {
 		ms, err := e1.Machines()
 		if len(ms) != 3 {
@@ -314,11 +330,17 @@ func TestEngine(t *testing.T) {
 // moves a unit whose constraint no longer holds; concurrent requests on one
 // unit all succeed.
 func TestEngineMetadataPatch(t *testing.T) {
+	for _, reg := range []string{"grpc", "etcd"} {
+		t.Run(reg, func(t *testing.T) { testEngineMetadataPatch(t, reg) })
+	}
+}
+
+func testEngineMetadataPatch(t *testing.T, reg string) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	e := startEngine(t, cli, "e1")
-	startAgent(t, cli, "m1", "disk=ssd")
-	startAgent(t, cli, "m2", "disk=hdd")
+	e := startEngine(t, cli, reg, "e1")
+	startAgent(t, cli, reg, "m1", "disk=ssd")
+	startAgent(t, cli, reg, "m2", "disk=hdd")
 	eventually(t, 10*time.Second, "two machines", func() error {
 		ms, err := e.Machines()
 		if len(ms) != 2 {
@@ -395,19 +417,25 @@ func TestEngineMetadataPatch(t *testing.T) {
 // matches, follows metadata changes, and survives a leader change without
 // a restart.
 func TestEngineGlobalUnits(t *testing.T) {
+	for _, reg := range []string{"grpc", "etcd"} {
+		t.Run(reg, func(t *testing.T) { testEngineGlobalUnits(t, reg) })
+	}
+}
+
+func testEngineGlobalUnits(t *testing.T, reg string) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	e1 := startEngine(t, cli, "e1")
+	e1 := startEngine(t, cli, reg, "e1")
 	eventually(t, 10*time.Second, "e1 leads", func() error {
 		if leaderOf(e1) == nil {
 			return errors.New("no leader")
 		}
 		return nil
 	})
-	e2 := startEngine(t, cli, "e2")
-	a1 := startAgent(t, cli, "m1", "role=web")
-	a2 := startAgent(t, cli, "m2", "role=web")
-	a3 := startAgent(t, cli, "m3", "role=db")
+	e2 := startEngine(t, cli, reg, "e2")
+	a1 := startAgent(t, cli, reg, "m1", "role=web")
+	a2 := startAgent(t, cli, reg, "m2", "role=web")
+	a3 := startAgent(t, cli, reg, "m3", "role=db")
 	eventually(t, 10*time.Second, "three machines", func() error {
 		ms, err := e1.Machines()
 		if len(ms) != 3 {

@@ -92,6 +92,11 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	return t.machineViews(), nil
+}
+
+// machineViews renders the connected machines sorted by ID; callers hold mu.
+func (t *term) machineViews() []apiv1.Machine {
 	out := []apiv1.Machine{}
 	for id, m := range t.machines {
 		if m.conn == nil {
@@ -102,11 +107,11 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 			md = map[string]string{}
 		}
 		out = append(out, apiv1.Machine{ID: id, IP: m.info.IP, Metadata: md, Leader: id == t.info.Machine,
-			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units),
+			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units) + len(m.globals),
 			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	return out
 }
 
 // UnitMachine returns the API address of the machine that runs (or last

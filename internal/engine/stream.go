@@ -145,20 +145,26 @@ func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
 
 // attach registers an agent's stream and queues its full desired set.
 func (t *term) attach(h *agentpb.Hello) *agentConn {
-	conn := newAgentConn(h.Machine.Id)
+	return t.attachMachine(h.Machine, h.Units)
+}
+
+// attachMachine registers a machine whose agent is reachable (a stream in
+// grpc mode, a presence key in etcd mode) with the states it reports, and
+// has the loop send it its full desired set.
+func (t *term) attachMachine(pm *agentpb.Machine, units []*agentpb.UnitStatus) *agentConn {
+	conn := newAgentConn(pm.Id)
 	t.mu.Lock()
-	m := t.machine(h.Machine.Id)
+	m := t.machine(pm.Id)
 	if m.conn != nil {
 		m.conn.close()
 	}
 	m.conn = conn
 	m.lastSeen = t.e.cfg.Now()
-	m.info = MachineInfo{ID: h.Machine.Id, IP: h.Machine.Ip, Metadata: h.Machine.Metadata, APIAddr: h.Machine.ApiAddr, Version: h.Machine.Version,
-		CPUPercent: h.Machine.CpuPercent, MemoryBytes: h.Machine.MemoryBytes}
+	m.info = machineInfo(pm)
 	prev := m.states
-	m.states = make(map[string]agentStatus, len(h.Units))
-	for _, s := range h.Units {
-		st := fromProto(h.Machine.Id, s)
+	m.states = make(map[string]agentStatus, len(units))
+	for _, s := range units {
+		st := fromProto(pm.Id, s)
 		if p, ok := prev[s.Name]; ok && p.Active == st.Active {
 			st.Observed = p.Observed
 		} else {
@@ -169,6 +175,7 @@ func (t *term) attach(h *agentpb.Hello) *agentConn {
 	// The loop sends the full desired set (scheduled and global units) as
 	// soon as it runs: deciding which global units fit needs the scheduler.
 	m.needFull = true
+	t.machineEvent(pm.Id, true)
 	t.mu.Unlock()
 	t.poke()
 	return conn
@@ -180,6 +187,7 @@ func (t *term) detach(conn *agentConn) {
 	if m := t.machines[conn.machine]; m != nil && m.conn == conn {
 		m.conn = nil
 		m.lastSeen = t.e.cfg.Now()
+		t.machineEvent(conn.machine, false)
 	}
 	t.mu.Unlock()
 	t.poke()
@@ -195,12 +203,20 @@ func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
 	m.lastSeen = t.e.cfg.Now()
 	if u := msg.GetUpdate(); u != nil {
 		for _, s := range u.Units {
-			m.observe(fromProto(conn.machine, s), m.lastSeen)
+			t.observe(m, fromProto(conn.machine, s), m.lastSeen)
 		}
 		for _, name := range u.Removed {
-			delete(m.states, name)
+			if s, ok := m.states[name]; ok {
+				delete(m.states, name)
+				t.stateEvent(conn.machine, s, true)
+			}
 		}
 	}
+}
+
+func machineInfo(pm *agentpb.Machine) MachineInfo {
+	return MachineInfo{ID: pm.Id, IP: pm.Ip, Metadata: pm.Metadata, APIAddr: pm.ApiAddr, Version: pm.Version,
+		CPUPercent: pm.CpuPercent, MemoryBytes: pm.MemoryBytes}
 }
 
 func fromProto(machine string, s *agentpb.UnitStatus) agentStatus {

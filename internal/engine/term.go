@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/election"
@@ -45,13 +46,18 @@ type agentStatus struct {
 
 // observe records a unit's status reported by machine m at now. Callers
 // hold mu for writing.
-func (m *machineRec) observe(s agentStatus, now time.Time) {
-	if prev, ok := m.states[s.Name]; ok && prev.Active == s.Active {
+func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
+	t.changed()
+	prev, ok := m.states[s.Name]
+	if ok && prev.Active == s.Active {
 		s.Observed = prev.Observed
 	} else {
 		s.Observed = now
 	}
 	m.states[s.Name] = s
+	if !ok || prev.Load != s.Load || prev.Active != s.Active || prev.Sub != s.Sub {
+		t.stateEvent(m.info.ID, s, false)
+	}
 }
 
 // MachineInfo is what a machine says about itself in its Hello.
@@ -106,6 +112,10 @@ type term struct {
 
 	reqs chan *applyReq
 	kick chan struct{}
+
+	// changes counts changes readers could see (see publish.go).
+	changes atomic.Uint64
+	events  *eventLog
 }
 
 func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error) {
@@ -121,6 +131,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		schedAlive: map[string]bool{},
 		schedMeta:  map[string]map[string]string{},
 		overrides:  map[string]map[string]*string{},
+		events:     newEventLog(el.Info.Rev),
 		reqs:       make(chan *applyReq, 256),
 		kick:       make(chan struct{}, 1),
 	}
@@ -161,6 +172,12 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 	t.wg.Add(2)
 	go func() { defer t.wg.Done(); t.committer.Run(ctx) }()
 	go func() { defer t.wg.Done(); t.loop() }()
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.publishLoop() }()
+	if e.cfg.Registry == "etcd" {
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); t.followAgentsEtcd() }()
+	}
 	return t, nil
 }
 
@@ -180,6 +197,7 @@ func (t *term) machine(id string) *machineRec {
 }
 
 func (t *term) poke() {
+	t.changed()
 	select {
 	case t.kick <- struct{}{}:
 	default:
@@ -257,7 +275,9 @@ func assignment(r *unitRec) *agentpb.Assignment {
 // setUnit publishes rec as unit name's record (nil deletes it), keeping the
 // indexes and telling the agents concerned. Callers hold mu for writing.
 func (t *term) setUnit(name string, rec *unitRec) {
+	t.changed()
 	old := t.units[name]
+	t.unitEvent(name, rec)
 	if old != nil && old.machine != "" && (rec == nil || rec.machine != old.machine) {
 		if m := t.machines[old.machine]; m != nil {
 			delete(m.units, name)
@@ -314,7 +334,6 @@ func (t *term) reconcile() {
 	t.syncAgents(len(drifted) > 0)
 	t.mu.Unlock()
 	t.mu.RLock()
-	var ops []registry.Op
 	moved := map[string]*unitRec{}
 	// Units whose constraints no longer hold on their machine (its metadata
 	// changed) move; they are placed again below.
@@ -323,7 +342,6 @@ func (t *term) reconcile() {
 			rec := t.units[name]
 			if ok, why := t.sched.Fits(rec.su, id); !ok {
 				t.e.log.Info("unit no longer fits its machine; moving it", "unit", name, "machine", id, "reason", why)
-				ops = append(ops, registry.DeleteSchedule(t.keys, name))
 				moved[name] = rec.with(func(r *unitRec) { r.machine = "" })
 				t.sched.Unplace(name)
 			}
@@ -335,7 +353,6 @@ func (t *term) reconcile() {
 			if rec.file.Fleet.Global {
 				continue
 			}
-			ops = append(ops, registry.DeleteSchedule(t.keys, name))
 			moved[name] = rec.with(func(r *unitRec) { r.machine = "" })
 			t.sched.Unplace(name)
 		}
@@ -359,11 +376,22 @@ func (t *term) reconcile() {
 		d := t.sched.Decide(rec.su)
 		nr := rec.with(func(r *unitRec) { r.machine, r.reason = d.Machine, d.Reason })
 		if d.Machine != "" {
-			ops = append(ops, registry.PutSchedule(t.keys, name, d.Machine))
 			t.sched.Place(rec.su, d.Machine)
 		}
 		if nr.machine != rec.machine || nr.reason != rec.reason || moved[name] != nil {
 			moved[name] = nr
+		}
+	}
+	// One op per unit, from the outcome: a unit moved off a machine and
+	// placed again in the same pass is one put (etcd refuses a key twice in
+	// a transaction).
+	var ops []registry.Op
+	for name, nr := range moved {
+		switch cur := t.units[name]; {
+		case nr.machine != "" && nr.machine != cur.machine:
+			ops = append(ops, registry.PutSchedule(t.keys, name, nr.machine))
+		case nr.machine == "" && cur.machine != "":
+			ops = append(ops, registry.DeleteSchedule(t.keys, name))
 		}
 	}
 	t.mu.RUnlock()

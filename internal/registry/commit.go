@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -34,6 +35,7 @@ type Committer struct {
 	maxOps   int
 	maxBytes int
 	reqs     chan *commitReq
+	rev      atomic.Int64 // revision of the last successful transaction
 }
 
 type commitReq struct {
@@ -83,6 +85,10 @@ func (c *Committer) Commit(ctx context.Context, ops []Op) error {
 		return ctx.Err()
 	}
 }
+
+// Revision returns the etcd revision of the last transaction committed (0
+// before the first).
+func (c *Committer) Revision() int64 { return c.rev.Load() }
 
 // Run commits queued ops until ctx is done.
 func (c *Committer) Run(ctx context.Context) {
@@ -161,6 +167,7 @@ func (c *Committer) txn(ctx context.Context, ops []clientv3.Op) error {
 	if !resp.Succeeded {
 		return ErrFenced
 	}
+	c.rev.Store(resp.Header.Revision)
 	return nil
 }
 

@@ -7,6 +7,13 @@
 //	units/<name>     JSON Record: the unit file and its desired state
 //	schedule/<name>  the ID of the machine the unit is scheduled to
 //	machines/<id>    JSON MachineRecord: metadata set through the API
+//
+// and, in the etcd registry mode only, the transient state fleet kept there
+// (protocol buffers of proto/agentpb):
+//
+//	presence/<id>             agentpb.Machine, under the agent's lease
+//	states/<id>/<unit>        agentpb.UnitStatus, under the agent's lease
+//	assignments/<id>/<unit>   agentpb.Assignment, written by the leader (fenced)
 //	machines/<id>    JSON MachineRecord: metadata set through the API
 //	election/        the engine election (client/v3/concurrency)
 //
@@ -39,4 +46,12 @@ func (k Keys) Schedules() string           { return k.p() + "schedule/" }
 func (k Keys) Schedule(name string) string { return k.Schedules() + name }
 func (k Keys) Election() string            { return k.p() + "election/" }
 func (k Keys) Machines() string            { return k.p() + "machines/" }
-func (k Keys) Machine(id string) string    { return k.Machines() + id }
+
+// Keys of the etcd registry mode (fleet's way): agents announce themselves
+// and their unit states under their lease, and watch their assignments.
+func (k Keys) Presences() string                   { return k.p() + "presence/" }
+func (k Keys) Presence(id string) string           { return k.Presences() + id }
+func (k Keys) Assignments(machine string) string   { return k.p() + "assignments/" + machine + "/" }
+func (k Keys) States() string                      { return k.p() + "states/" }
+func (k Keys) MachineStates(machine string) string { return k.States() + machine + "/" }
+func (k Keys) Machine(id string) string            { return k.Machines() + id }

@@ -381,14 +381,19 @@ func (c *Cluster) add(u *Unit, ms *machine) {
 		}
 	}
 	pl := &placement{u: u, m: ms, prep: pr}
-	c.pats.each(u.Name, func(p *pattern) {
-		if p.match(u.Name) {
-			p.matched[ms]++
-			pl.matches = append(pl.matches, p)
+	a, b := c.pats.candidates(u.Name)
+	for _, list := range [2][]*pattern{a, b} {
+		for _, p := range list {
+			if p.match(u.Name) {
+				p.matched[ms]++
+				pl.matches = append(pl.matches, p)
+			}
 		}
+	}
+	c.update(ms, func() {
+		ms.units[u.Name] = pl
+		ms.used = ms.used.add(u.Needs)
 	})
-	ms.units[u.Name] = pl
-	c.update(ms, func() { ms.used = ms.used.add(u.Needs) })
 	ru := c.roles[pr.role]
 	if ru == nil {
 		ru = &roleUsage{}
@@ -429,8 +434,10 @@ func (c *Cluster) remove(pl *placement) {
 	for _, p := range pl.matches {
 		decr(p.matched, ms)
 	}
-	delete(ms.units, u.Name)
-	c.update(ms, func() { ms.used = ms.used.sub(u.Needs) })
+	c.update(ms, func() {
+		delete(ms.units, u.Name)
+		ms.used = ms.used.sub(u.Needs)
+	})
 	ru := c.roles[pl.prep.role]
 	ru.used = ru.used.sub(u.Needs)
 	if ru.count--; ru.count == 0 {

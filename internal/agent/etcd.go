@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// The etcd registry mode, fleet's original way: instead of a stream to the
+// leader, the agent keeps a lease of its own TTL and, under it, a presence
+// key and one key per unit state; it watches assignments/<machine>/ for
+// what to run. "Hearing from the leader" becomes hearing from etcd: the
+// agent stops its non-global units when its lease has not been renewed for
+// the TTL (the leader moves them once the lease, and so the presence key,
+// expires).
+
+// runEtcd keeps an etcd session going until ctx is done.
+func (a *Agent) runEtcd(ctx context.Context) {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		start := a.cfg.Now()
+		err := a.etcdSession(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if a.cfg.Now().Sub(start) > 5*time.Second {
+			backoff = 50 * time.Millisecond
+		}
+		a.log.Warn("etcd session ended; starting another", "err", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+func (a *Agent) etcdSession(ctx context.Context) error {
+	cli, keys := a.cfg.Etcd, a.cfg.Keys
+	secs := int64((a.cfg.TTL + time.Second - 1) / time.Second)
+	lease, err := cli.Grant(ctx, secs)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer func() {
+		if ctx.Err() != nil { // shutting down: let the leader know at once
+			rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+			cli.Revoke(rctx, lease.ID)
+			rcancel()
+		}
+	}()
+	ka, err := cli.KeepAlive(sctx, lease.ID)
+	if err != nil {
+		return err
+	}
+	hello := a.hello(0)
+	pm, _ := proto.Marshal(hello.Machine)
+	ops := []clientv3.Op{clientv3.OpPut(keys.Presence(a.cfg.Machine.ID), string(pm), clientv3.WithLease(lease.ID))}
+	for _, s := range hello.Units {
+		b, _ := proto.Marshal(s)
+		ops = append(ops, clientv3.OpPut(keys.MachineStates(a.cfg.Machine.ID)+s.Name, string(b), clientv3.WithLease(lease.ID)))
+	}
+	if err := a.etcdWrite(sctx, ops); err != nil {
+		return err
+	}
+	prefix := keys.Assignments(a.cfg.Machine.ID)
+	resp, err := cli.Get(sctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	full := &agentpb.Assignments{Full: true}
+	for _, kv := range resp.Kvs {
+		var as agentpb.Assignment
+		if proto.Unmarshal(kv.Value, &as) == nil {
+			full.Units = append(full.Units, &as)
+		}
+	}
+	a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: full}})
+
+	wch := cli.Watch(clientv3.WithRequireLeader(sctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case _, ok := <-ka:
+			if !ok {
+				return errors.New("lease keep-alive ended")
+			}
+			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}})
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				if !ok {
+					return errors.New("assignment watch closed")
+				}
+				return wr.Err()
+			}
+			delta := &agentpb.Assignments{}
+			for _, ev := range wr.Events {
+				name := strings.TrimPrefix(string(ev.Kv.Key), prefix)
+				if ev.Type == clientv3.EventTypeDelete {
+					delta.Removed = append(delta.Removed, name)
+					continue
+				}
+				var as agentpb.Assignment
+				if proto.Unmarshal(ev.Kv.Value, &as) == nil {
+					delta.Units = append(delta.Units, &as)
+				}
+			}
+			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: delta}})
+		case <-a.flush:
+			time.Sleep(5 * time.Millisecond) // let a burst gather
+			msg := a.takeUpdate()
+			if msg == nil {
+				continue
+			}
+			u := msg.GetUpdate()
+			var ops []clientv3.Op
+			for _, s := range u.Units {
+				b, _ := proto.Marshal(s)
+				ops = append(ops, clientv3.OpPut(keys.MachineStates(a.cfg.Machine.ID)+s.Name, string(b), clientv3.WithLease(lease.ID)))
+			}
+			for _, name := range u.Removed {
+				ops = append(ops, clientv3.OpDelete(keys.MachineStates(a.cfg.Machine.ID)+name))
+			}
+			if err := a.etcdWrite(sctx, ops); err != nil {
+				a.requeue(u)
+				return err
+			}
+		}
+	}
+}
+
+// etcdWrite writes ops in transactions of at most 128 (etcd's default
+// --max-txn-ops).
+func (a *Agent) etcdWrite(ctx context.Context, ops []clientv3.Op) error {
+	for len(ops) > 0 {
+		n := min(len(ops), 128)
+		if _, err := a.cfg.Etcd.Txn(ctx).Then(ops[:n]...).Commit(); err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// requeue marks the units of an update that could not be written as
+// changed again, so the next session writes them.
+func (a *Agent) requeue(u *agentpb.StatusUpdate) {
+	a.mu.Lock()
+	for _, s := range u.Units {
+		a.dirty[s.Name] = true
+	}
+	for _, name := range u.Removed {
+		a.removed[name] = true
+	}
+	a.mu.Unlock()
+}

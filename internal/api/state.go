@@ -1,0 +1,136 @@
+package api
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/state"
+)
+
+// sourceHeader says where a /v1/state answer comes from when it is not the
+// leader's memory: "etcd" means the durable record only (no current states,
+// no machines), because the leader could not be reached.
+const sourceHeader = "X-Flotilla-State-Source"
+
+// stateHandler serves GET /v1/state: on the leader from its published
+// snapshot; elsewhere forwarded to the leader, or read from etcd when the
+// leader cannot be reached.
+func (s *server) stateHandler(w http.ResponseWriter, r *http.Request) {
+	f, err := stateFilter(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if s.cfg.Engine != nil {
+		if ok, _ := s.cfg.Engine.IsLeader(); ok {
+			snap := s.cfg.Engine.State()
+			if snap == nil {
+				writeError(w, http.StatusServiceUnavailable, "unavailable", "the leader has not published its state yet; retry")
+				return
+			}
+			serveSnapshot(w, r, snap, f)
+			return
+		}
+	}
+	in, ok := s.cfg.Leader()
+	if ok && in.APIAddr != "" && r.Header.Get(forwardedHeader) == "" {
+		// Forward, but fall back to etcd if the leader does not answer.
+		rec := httptest.NewRecorder()
+		s.forward(rec, r, in.APIAddr, r.URL.Path)
+		if rec.Code != http.StatusBadGateway && rec.Code != http.StatusServiceUnavailable {
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return
+		}
+	}
+	s.stateFromEtcd(w, r, f)
+}
+
+func stateFilter(r *http.Request) (state.Filter, error) {
+	q := r.URL.Query()
+	f := state.Filter{Machine: q.Get("machine"), Unit: q.Get("unit"), State: q.Get("state"), After: q.Get("after")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return f, fmt.Errorf("limit=%q is not a non-negative number", v)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
+func serveSnapshot(w http.ResponseWriter, r *http.Request, snap *state.Snapshot, f state.Filter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", snap.ETag())
+	w.Header().Set("Vary", "Accept-Encoding")
+	if match := r.Header.Get("If-None-Match"); match != "" && match == snap.ETag() {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	gz := strings.Contains(r.Header.Get("Accept-Encoding"), "gzip")
+	var body []byte
+	if f.IsZero() {
+		if gz {
+			body = snap.Gzip()
+		} else {
+			body = snap.JSON()
+		}
+	} else {
+		st := snap.Select(f)
+		body = state.AppendState(nil, &st)
+		if gz {
+			body = gzipBytes(body)
+		}
+	}
+	if gz {
+		w.Header().Set("Content-Encoding", "gzip")
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Write(body)
+}
+
+// stateFromEtcd answers from the durable record when no leader answers:
+// unit files' desired states and the schedule, without current states.
+func (s *server) stateFromEtcd(w http.ResponseWriter, r *http.Request, f state.Filter) {
+	if s.cfg.Durable == nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "no engine leader answers and this daemon cannot read etcd")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	snap, err := s.cfg.Durable(ctx)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "no engine leader answers and etcd did not either: "+err.Error())
+			return
+		}
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "no engine leader answers, and reading etcd failed: "+err.Error())
+		return
+	}
+	sort.Slice(snap.Units, func(i, j int) bool { return snap.Units[i].Name < snap.Units[j].Name })
+	if snap.Machines == nil {
+		snap.Machines = []apiv1.Machine{}
+	}
+	w.Header().Set(sourceHeader, "etcd")
+	serveSnapshot(w, r, snap, f)
+}
+
+func gzipBytes(b []byte) []byte {
+	var out strings.Builder
+	zw := gzip.NewWriter(&out)
+	zw.Write(b)
+	zw.Close()
+	return []byte(out.String())
+}

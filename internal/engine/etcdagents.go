@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// The etcd registry mode (Config.Registry "etcd", fleet's original design):
+// agents do not stream to the leader. Each agent keeps, under its own
+// lease, a presence key and one key per unit state; the leader watches them
+// and writes each machine's assignments under assignments/<machine>/,
+// fenced like every other write. The same term, loop and agentConn queues
+// serve both modes: here a machine is "connected" while its presence key
+// exists, and its queued assignments are written to etcd instead of sent.
+
+// followAgentsEtcd feeds agents' presence and states into the term until it ends.
+func (t *term) followAgentsEtcd() {
+	conns := map[string]*agentConn{}
+	defer func() {
+		for _, c := range conns {
+			c.close()
+		}
+	}()
+	for t.ctx.Err() == nil {
+		err := t.followAgentsOnce(conns)
+		if t.ctx.Err() != nil {
+			return
+		}
+		t.e.log.Warn("following agents in etcd; retrying", "err", err)
+		sleepCtx(t.ctx, 500*time.Millisecond)
+	}
+}
+
+func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
+	cli, keys, ctx := t.e.cfg.Client, t.keys, t.ctx
+	pres, err := cli.Get(ctx, keys.Presences(), clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	rev := pres.Header.Revision
+	sts, err := cli.Get(ctx, keys.States(), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return err
+	}
+	states := map[string][]*agentpb.UnitStatus{}
+	for _, kv := range sts.Kvs {
+		machine, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), keys.States()), "/")
+		var s agentpb.UnitStatus
+		if ok && proto.Unmarshal(kv.Value, &s) == nil {
+			states[machine] = append(states[machine], &s)
+		}
+	}
+	present := map[string]bool{}
+	for _, kv := range pres.Kvs {
+		var pm agentpb.Machine
+		if err := proto.Unmarshal(kv.Value, &pm); err != nil || pm.Id == "" {
+			t.e.log.Warn("ignoring a malformed presence key", "key", string(kv.Key))
+			continue
+		}
+		present[pm.Id] = true
+		conns[pm.Id] = t.attachEtcd(&pm, states[pm.Id])
+	}
+	for id, c := range conns {
+		if !present[id] {
+			t.detachLost(c)
+			delete(conns, id)
+		}
+	}
+
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	pw := cli.Watch(wctx, keys.Presences(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	sw := cli.Watch(wctx, keys.States(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case wr, ok := <-pw:
+			if !ok || wr.Err() != nil {
+				return watchErr(wr, ok)
+			}
+			for _, ev := range wr.Events {
+				id := strings.TrimPrefix(string(ev.Kv.Key), keys.Presences())
+				if ev.Type == clientv3.EventTypeDelete {
+					if c := conns[id]; c != nil {
+						t.detachLost(c)
+						delete(conns, id)
+					}
+					continue
+				}
+				var pm agentpb.Machine
+				if err := proto.Unmarshal(ev.Kv.Value, &pm); err != nil || pm.Id != id {
+					continue
+				}
+				if c := conns[id]; c != nil && ev.Kv.Version > 1 {
+					t.updateMachine(&pm) // the same lease, new information
+					continue
+				}
+				conns[id] = t.attachEtcd(&pm, nil)
+			}
+		case wr, ok := <-sw:
+			if !ok || wr.Err() != nil {
+				return watchErr(wr, ok)
+			}
+			t.statesFromEtcd(conns, wr.Events)
+		}
+	}
+}
+
+func watchErr(wr clientv3.WatchResponse, ok bool) error {
+	if !ok {
+		return errors.New("watch closed")
+	}
+	return wr.Err()
+}
+
+// attachEtcd registers a present machine and starts writing its assignments.
+func (t *term) attachEtcd(pm *agentpb.Machine, states []*agentpb.UnitStatus) *agentConn {
+	c := t.attachMachine(pm, states)
+	go t.writeAssignments(c)
+	return c
+}
+
+// detachLost unregisters a machine whose presence lease expired: it has been
+// unheard for its TTL already, so its units may move after the grace.
+func (t *term) detachLost(c *agentConn) {
+	c.close()
+	t.mu.Lock()
+	if m := t.machines[c.machine]; m != nil && m.conn == c {
+		m.conn = nil
+		m.lastSeen = t.e.cfg.Now().Add(-t.e.cfg.AgentTTL)
+		t.machineEvent(c.machine, false)
+	}
+	t.mu.Unlock()
+	t.poke()
+}
+
+func (t *term) updateMachine(pm *agentpb.Machine) {
+	t.mu.Lock()
+	if m := t.machines[pm.Id]; m != nil {
+		m.info = machineInfo(pm)
+		m.lastSeen = t.e.cfg.Now()
+	}
+	t.mu.Unlock()
+	t.poke()
+}
+
+func (t *term) statesFromEtcd(conns map[string]*agentConn, evs []*clientv3.Event) {
+	now := t.e.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ev := range evs {
+		machine, name, ok := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), t.keys.States()), "/")
+		m := t.machines[machine]
+		if !ok || m == nil || conns[machine] == nil {
+			continue
+		}
+		m.lastSeen = now
+		if ev.Type == clientv3.EventTypeDelete {
+			if s, ok := m.states[name]; ok {
+				delete(m.states, name)
+				t.stateEvent(machine, s, true)
+			}
+			continue
+		}
+		var s agentpb.UnitStatus
+		if proto.Unmarshal(ev.Kv.Value, &s) == nil {
+			t.observe(m, fromProto(machine, &s), now)
+		}
+	}
+}
+
+// writeAssignments writes a machine's queued assignments to etcd until its
+// presence ends or the term does. A full set is diffed against what etcd
+// holds, so a new leader rewrites nothing that is already right.
+func (t *term) writeAssignments(c *agentConn) {
+	prefix := t.keys.Assignments(c.machine)
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		case <-t.ctx.Done():
+			return
+		}
+		msg := c.take(t.info.Rev)
+		if msg == nil {
+			continue
+		}
+		as := msg.GetAssignments()
+		var ops []registry.Op
+		if as.Full {
+			resp, err := t.e.cfg.Client.Get(t.ctx, prefix, clientv3.WithPrefix())
+			if err != nil {
+				t.resend(c)
+				continue
+			}
+			have := map[string]*agentpb.Assignment{}
+			for _, kv := range resp.Kvs {
+				var a agentpb.Assignment
+				if proto.Unmarshal(kv.Value, &a) == nil {
+					have[strings.TrimPrefix(string(kv.Key), prefix)] = &a
+				}
+			}
+			for _, a := range as.Units {
+				if h := have[a.Name]; h == nil || h.Hash != a.Hash || h.DesiredState != a.DesiredState || h.Global != a.Global {
+					ops = append(ops, putAssignment(prefix, a))
+				}
+				delete(have, a.Name)
+			}
+			for name := range have {
+				ops = append(ops, registry.Op{Key: prefix + name, Delete: true})
+			}
+		} else {
+			for _, a := range as.Units {
+				ops = append(ops, putAssignment(prefix, a))
+			}
+			for _, name := range as.Removed {
+				ops = append(ops, registry.Op{Key: prefix + name, Delete: true})
+			}
+		}
+		if err := t.committer.Commit(t.ctx, ops); err != nil {
+			if errors.Is(err, registry.ErrFenced) {
+				t.cancel(err)
+				return
+			}
+			t.e.log.Warn("writing assignments; retrying", "machine", c.machine, "err", err)
+			sleepCtx(t.ctx, 200*time.Millisecond)
+			t.resend(c)
+		}
+	}
+}
+
+// resend has the loop queue the machine's full desired set again.
+func (t *term) resend(c *agentConn) {
+	t.mu.Lock()
+	if m := t.machines[c.machine]; m != nil && m.conn == c {
+		m.needFull = true
+	}
+	t.mu.Unlock()
+	t.poke()
+}
+
+func putAssignment(prefix string, a *agentpb.Assignment) registry.Op {
+	b, _ := proto.Marshal(a)
+	return registry.Op{Key: prefix + a.Name, Value: string(b)}
+}

@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+)
+
+// eventLogSize is how many events the leader keeps for clients resuming a
+// stream (Last-Event-ID); an older position gets a reset event.
+const eventLogSize = 1 << 16
+
+// eventLog is a ring of the term's recent events. Appends happen under the
+// term's lock; readers take only the log's own lock.
+type eventLog struct {
+	term   int64
+	mu     sync.Mutex
+	ring   []apiv1.Event
+	next   uint64        // sequence number of the next event (first is 1)
+	notify chan struct{} // closed and replaced on each append
+}
+
+func newEventLog(term int64) *eventLog {
+	return &eventLog{term: term, ring: make([]apiv1.Event, eventLogSize), next: 1, notify: make(chan struct{})}
+}
+
+func (l *eventLog) append(ev apiv1.Event) {
+	l.mu.Lock()
+	ev.ID = strconv.FormatInt(l.term, 10) + "." + strconv.FormatUint(l.next, 10)
+	ev.Time = time.Now().UTC().Format(time.RFC3339Nano)
+	l.ring[l.next%eventLogSize] = ev
+	l.next++
+	close(l.notify)
+	l.notify = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// since returns the events after position id ("" = from now on), the new
+// position, and a channel closed when more arrive. reset is true when id is
+// of another term or too old: the client must read /v1/state again.
+func (l *eventLog) since(id string, max int) (evs []apiv1.Event, pos string, reset bool, more <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := l.next
+	if id != "" {
+		term, seq, err := parseEventID(id)
+		switch {
+		case err != nil || term != l.term || seq >= l.next:
+			reset = true
+		case l.next-seq > eventLogSize-1:
+			reset = true
+		default:
+			from = seq + 1
+		}
+	}
+	for s := from; s < l.next && len(evs) < max; s++ {
+		evs = append(evs, l.ring[s%eventLogSize])
+	}
+	last := from - 1 + uint64(len(evs))
+	return evs, strconv.FormatInt(l.term, 10) + "." + strconv.FormatUint(last, 10), reset, l.notify
+}
+
+func parseEventID(id string) (int64, uint64, error) {
+	a, b, ok := strings.Cut(id, ".")
+	if !ok {
+		return 0, 0, fmt.Errorf("event ID %q is not TERM.SEQ", id)
+	}
+	term, err := strconv.ParseInt(a, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("event ID %q: %w", id, err)
+	}
+	seq, err := strconv.ParseUint(b, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("event ID %q: %w", id, err)
+	}
+	return term, seq, nil
+}
+
+// Events returns the events after position id (see apiv1.Event), at most
+// max, with the position to resume from and a channel closed when more
+// arrive or the term ends. reset says the position is unknown to this
+// leader: re-read /v1/state and follow from pos.
+func (e *Engine) Events(id string, max int) (evs []apiv1.Event, pos string, reset bool, more <-chan struct{}, err error) {
+	t := e.leader()
+	if t == nil {
+		return nil, "", false, nil, ErrNotLeader
+	}
+	evs, pos, reset, more = t.events.since(id, max)
+	return evs, pos, reset, more, nil
+}
+
+// Done is closed when the current term ends (nil when not leading).
+func (e *Engine) TermDone() <-chan struct{} {
+	if t := e.leader(); t != nil {
+		return t.ctx.Done()
+	}
+	return nil
+}
+
+// unitEvent records a change of a unit's desired state, file or placement.
+// Callers hold mu for writing.
+func (t *term) unitEvent(name string, rec *unitRec) {
+	ev := apiv1.Event{Type: "unit", Unit: name, Revision: t.committer.Revision()}
+	if rec == nil {
+		ev.Removed = true
+	} else {
+		ev.Hash, ev.DesiredState, ev.Machine, ev.Reason, ev.Global = rec.file.Hash, string(rec.desired), rec.machine, rec.reason, rec.file.Fleet.Global
+	}
+	t.events.append(ev)
+}
+
+// stateEvent records a change of a unit's current state on a machine.
+func (t *term) stateEvent(machine string, s agentStatus, removed bool) {
+	t.events.append(apiv1.Event{Type: "state", Unit: s.Name, Machine: machine, Load: s.Load, Active: s.Active, Sub: s.Sub,
+		Removed: removed, Revision: t.committer.Revision()})
+}
+
+// machineEvent records a machine coming or going.
+func (t *term) machineEvent(id string, up bool) {
+	t.events.append(apiv1.Event{Type: "machine", Machine: id, Removed: !up, Revision: t.committer.Revision()})
+}

@@ -1,0 +1,168 @@
+package scheduler
+
+import (
+	"container/heap"
+	"slices"
+	"strings"
+)
+
+// Shares returns each role's dominant share: the largest fraction, over
+// CPU and memory, of the cluster's known capacity that the role's placed
+// units need. Roles with placed units or a policy in Options are listed.
+// Allocate compares shares divided by the roles' weights.
+func (c *Cluster) Shares() map[string]float64 {
+	out := make(map[string]float64, len(c.roles)+len(c.opts.Roles))
+	for role := range c.opts.Roles {
+		out[role] = 0
+	}
+	for role, ru := range c.roles {
+		out[role] = c.dominantShare(ru.used)
+	}
+	return out
+}
+
+// dominantShare returns the largest fraction of the cluster's known
+// capacity that used is, over CPU and memory.
+func (c *Cluster) dominantShare(used Resources) float64 {
+	s := 0.0
+	if c.total.CPUPercent > 0 {
+		s = float64(used.CPUPercent) / float64(c.total.CPUPercent)
+	}
+	if c.total.MemoryBytes > 0 {
+		s = max(s, float64(used.MemoryBytes)/float64(c.total.MemoryBytes))
+	}
+	return s
+}
+
+// Allocate places a batch of pending units that are not global, sharing
+// the cluster between their roles by weighted dominant resource fairness
+// (Ghodsi et al., NSDI 2011): it repeatedly takes the role whose weighted
+// dominant share (see Shares) is lowest, counting the units already
+// placed, and decides its next pending unit (a role's units go in name
+// order). A unit that cannot be placed is passed over, without holding up
+// the rest of its role. Ties go to the role with fewer placed units per
+// weight, then to the role name, so that roles of units that declare no
+// resources take turns.
+//
+// Each placement is recorded as Decide then Place would (Displaced units
+// are unplaced first), so the engine commits the returned decisions as
+// they stand, and puts the Displaced units back among the pending. The
+// decisions are returned in the order of pending. A global unit gets a
+// decision without a machine; a unit listed twice gets the decision of
+// its first listing.
+func (c *Cluster) Allocate(pending []*Unit) []Decision {
+	out := make([]Decision, len(pending))
+	first := make(map[string]int, len(pending))
+	queues := map[string]*roleQueue{}
+	var dups []int
+	for i, u := range pending {
+		if _, dup := first[u.Name]; dup {
+			dups = append(dups, i)
+			continue
+		}
+		first[u.Name] = i
+		if u.Fleet.Global {
+			out[i] = c.Decide(u)
+			continue
+		}
+		role := u.Role()
+		q := queues[role]
+		if q == nil {
+			q = &roleQueue{role: role, weight: c.opts.policy(role).Weight}
+			queues[role] = q
+		}
+		q.items = append(q.items, i)
+	}
+	h := make(roleHeap, 0, len(queues))
+	for _, q := range queues {
+		slices.SortFunc(q.items, func(a, b int) int { return strings.Compare(pending[a].Name, pending[b].Name) })
+		q.refresh(c)
+		q.index = len(h)
+		h = append(h, q)
+	}
+	heap.Init(&h)
+	for len(h) > 0 {
+		q := h[0]
+		i := q.items[q.next]
+		q.next++
+		u := pending[i]
+		d := c.Decide(u)
+		if d.Machine != "" {
+			for _, name := range d.Displaced {
+				role := ""
+				if pl := c.where[name]; pl != nil {
+					role = pl.prep.role
+				}
+				c.Unplace(name)
+				if dq := queues[role]; dq != nil && dq != q && dq.index >= 0 {
+					dq.refresh(c)
+					heap.Fix(&h, dq.index)
+				}
+			}
+			c.Place(u, d.Machine)
+		}
+		out[i] = d
+		if q.next == len(q.items) {
+			heap.Pop(&h)
+		} else {
+			q.refresh(c)
+			heap.Fix(&h, 0)
+		}
+	}
+	for _, i := range dups {
+		out[i] = out[first[pending[i].Name]]
+	}
+	return out
+}
+
+// roleQueue is a role's pending units in Allocate.
+type roleQueue struct {
+	role   string
+	weight float64
+	items  []int // indexes into pending, by unit name
+	next   int
+	index  int // in the heap; -1 once popped
+
+	share float64 // weighted dominant share
+	count float64 // placed units per weight
+}
+
+func (q *roleQueue) refresh(c *Cluster) {
+	q.share, q.count = 0, 0
+	if ru := c.roles[q.role]; ru != nil {
+		q.share = c.dominantShare(ru.used) / q.weight
+		q.count = float64(ru.count) / q.weight
+	}
+}
+
+// roleHeap orders roles by weighted dominant share, then placed units per
+// weight, then name.
+type roleHeap []*roleQueue
+
+func (h roleHeap) Len() int { return len(h) }
+func (h roleHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.share != b.share {
+		return a.share < b.share
+	}
+	if a.count != b.count {
+		return a.count < b.count
+	}
+	return a.role < b.role
+}
+func (h roleHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *roleHeap) Push(x any) {
+	q := x.(*roleQueue)
+	q.index = len(*h)
+	*h = append(*h, q)
+}
+func (h *roleHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	q.index = -1
+	*h = old[:len(old)-1]
+	return q
+}

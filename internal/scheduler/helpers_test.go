@@ -1,0 +1,96 @@
+package scheduler
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+const (
+	kib = int64(1) << 10
+	mib = int64(1) << 20
+	gib = int64(1) << 30
+)
+
+// mach returns a machine with metadata "k=v,k=v" and the given capacity.
+func mach(id, metadata string, cpuPercent, memBytes int64) Machine {
+	md, err := unit.ParseMetadata(metadata)
+	if err != nil {
+		panic(err)
+	}
+	return Machine{ID: id, Metadata: md, Capacity: Resources{cpuPercent, memBytes}}
+}
+
+// mk parses a unit whose options are given as "Name=value" strings:
+// CPUQuota= and MemoryMax= go in [Service], the rest in [X-Fleet].
+func mk(t testing.TB, name string, opts ...string) *Unit {
+	t.Helper()
+	var service, fleet strings.Builder
+	service.WriteString("[Service]\nExecStart=/bin/true\n")
+	for _, o := range opts {
+		if strings.HasPrefix(o, "CPUQuota=") || strings.HasPrefix(o, "MemoryMax=") {
+			service.WriteString(o + "\n")
+		} else {
+			fleet.WriteString(o + "\n")
+		}
+	}
+	text := service.String()
+	if fleet.Len() > 0 {
+		text += "[X-Fleet]\n" + fleet.String()
+	}
+	f, err := unit.Parse(name, []byte(text))
+	if err != nil {
+		t.Fatalf("unit.Parse(%q) = %v", name, err)
+	}
+	return NewUnit(f)
+}
+
+// at is a unit placed on a machine, for building clusters.
+type at struct {
+	u *Unit
+	m string
+}
+
+// build returns a cluster of machines with the units placed.
+func build(ms []Machine, placed []at) *Cluster {
+	c := NewCluster()
+	for _, m := range ms {
+		c.SetMachine(m)
+	}
+	for _, p := range placed {
+		c.Place(p.u, p.m)
+	}
+	return c
+}
+
+// machines returns n machines "m01".."mNN" with the same metadata and
+// capacity.
+func machines(n int, metadata string, cpuPercent, memBytes int64) []Machine {
+	out := make([]Machine, n)
+	for i := range out {
+		out[i] = mach(machineID(i+1), metadata, cpuPercent, memBytes)
+	}
+	return out
+}
+
+func machineID(i int) string {
+	return "m" + string(rune('0'+i/10)) + string(rune('0'+i%10))
+}
+
+// state renders the placements, for comparing clusters: "a:m1,m2 b:m3".
+func (c *Cluster) state() string {
+	byUnit := map[string][]string{}
+	for _, id := range c.ids {
+		for name := range c.machines[id].units {
+			byUnit[name] = append(byUnit[name], id)
+		}
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(byUnit)) {
+		parts = append(parts, name+":"+strings.Join(byUnit[name], ","))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,357 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// This file checks the Cluster against a naive model: Decide, Fits and
+// GlobalMachines computed by scanning every machine and every unit, with
+// none of the indexes, over random clusters changed at random. Any index
+// that drifts from the truth shows up as a different decision.
+
+// naiveFits reports whether u may run on m, the slow way, with u's own
+// placement on m treated as gone.
+func naiveFits(c *Cluster, u *Unit, m *machine, decide bool) bool {
+	f := u.Fleet
+	if f.MachineID != "" && f.MachineID != m.ID {
+		return false
+	}
+	for key, vals := range unit.MetadataRequirements(f) {
+		if v, ok := m.Metadata[key]; !ok || !slices.Contains(vals, v) {
+			return false
+		}
+	}
+	for _, peer := range f.MachineOf {
+		if m.units[peer] == nil || (decide && peer == u.Name) {
+			return false
+		}
+	}
+	var used Resources
+	for name, pl := range m.units {
+		if name == u.Name {
+			continue
+		}
+		used = used.add(pl.u.Needs)
+		for _, g := range f.Conflicts {
+			if ok, _ := path.Match(g, name); ok {
+				return false
+			}
+		}
+		for _, g := range pl.u.Fleet.Conflicts {
+			if ok, _ := path.Match(g, u.Name); ok {
+				return false
+			}
+		}
+		if !pl.u.Fleet.Global && slices.Contains(pl.u.Fleet.Replaces, u.Name) {
+			return false
+		}
+		if slices.Contains(f.Replaces, name) && !f.Global && (decide || pl.u.Fleet.Global) {
+			return false // the model does not displace
+		}
+	}
+	if !decide && m.units[u.Name] != nil {
+		// A resident unit: the name-ordered rule of checkResident.
+		over := func(capa, total int64) bool { return capa > 0 && total > capa }
+		total := used.add(u.Needs)
+		if !over(m.Capacity.CPUPercent, total.CPUPercent) && !over(m.Capacity.MemoryBytes, total.MemoryBytes) {
+			return true
+		}
+		var before Resources
+		for name, pl := range m.units {
+			if name < u.Name {
+				before = before.add(pl.u.Needs)
+			}
+		}
+		if u.Needs.CPUPercent > 0 && over(m.Capacity.CPUPercent, total.CPUPercent) && over(m.Capacity.CPUPercent, before.CPUPercent+u.Needs.CPUPercent) {
+			return false
+		}
+		return !(u.Needs.MemoryBytes > 0 && over(m.Capacity.MemoryBytes, total.MemoryBytes) && over(m.Capacity.MemoryBytes, before.MemoryBytes+u.Needs.MemoryBytes))
+	}
+	fits := func(need, capa, used int64) bool { return need == 0 || capa == 0 || used+need <= capa }
+	return fits(u.Needs.CPUPercent, m.Capacity.CPUPercent, used.CPUPercent) &&
+		fits(u.Needs.MemoryBytes, m.Capacity.MemoryBytes, used.MemoryBytes)
+}
+
+// naiveDecide is Decide without displacement, the slow way.
+func naiveDecide(c *Cluster, u *Unit) string {
+	var roleUsed Resources
+	for _, m := range c.machines {
+		for name, pl := range m.units {
+			if name != u.Name && pl.u.Role() == u.Role() {
+				roleUsed = roleUsed.add(pl.u.Needs)
+			}
+		}
+	}
+	q := c.opts.policy(u.Role()).Quota
+	if (q.CPUPercent > 0 && u.Needs.CPUPercent > 0 && roleUsed.CPUPercent+u.Needs.CPUPercent > q.CPUPercent) ||
+		(q.MemoryBytes > 0 && u.Needs.MemoryBytes > 0 && roleUsed.MemoryBytes+u.Needs.MemoryBytes > q.MemoryBytes) {
+		return ""
+	}
+	strategy := c.strategy(u)
+	best, bestKey := "", rankKey{}
+	for id, m := range c.machines {
+		if !naiveFits(c, u, m, true) {
+			continue
+		}
+		var used Resources
+		n := 0
+		for name, pl := range m.units {
+			if name != u.Name {
+				used = used.add(pl.u.Needs)
+				n++
+			}
+		}
+		k := rankKey{a: int64(n), b: -freeScore(m.Capacity, used), id: id}
+		if strategy == Binpack {
+			k = rankKey{a: freeScore(m.Capacity, used.add(u.Needs)), id: id}
+		}
+		if best == "" || k.less(bestKey) {
+			best, bestKey = id, k
+		}
+	}
+	return best
+}
+
+// checkInvariants compares the Cluster's aggregates and indexes with the
+// placements.
+func checkInvariants(t *testing.T, c *Cluster) {
+	t.Helper()
+	if len(c.ids) != len(c.machines) || !slices.IsSorted(c.ids) {
+		t.Fatalf("ids = %v, want the %d machine IDs sorted", c.ids, len(c.machines))
+	}
+	for _, o := range []*order{&c.spread, &c.binpack} {
+		if len(o.ms) != len(c.machines) || !slices.IsSortedFunc(o.ms, func(a, b *machine) int {
+			if o.less(a, b) {
+				return -1
+			}
+			return 1
+		}) {
+			t.Fatalf("an order is not sorted or has %d machines, want %d", len(o.ms), len(c.machines))
+		}
+	}
+	roles := map[string]roleUsage{}
+	for _, m := range c.machines {
+		var used Resources
+		for name, pl := range m.units {
+			used = used.add(pl.u.Needs)
+			if pl.m != m || pl.u.Name != name {
+				t.Fatalf("placement %s on %s records %s on %s", name, m.ID, pl.u.Name, pl.m.ID)
+			}
+			r := roles[pl.u.Role()]
+			r.used, r.count = r.used.add(pl.u.Needs), r.count+1
+			roles[pl.u.Role()] = r
+			if pl.u.Fleet.Global != (c.global[name][m] == pl) || !pl.u.Fleet.Global != (c.where[name] == pl) {
+				t.Fatalf("placement %s on %s missing from the where/global maps", name, m.ID)
+			}
+		}
+		if used != m.used || m.free != freeScore(m.Capacity, used) {
+			t.Fatalf("machine %s: used %+v free %d, want %+v %d", m.ID, m.used, m.free, used, freeScore(m.Capacity, used))
+		}
+		for k, v := range m.Metadata {
+			if _, ok := c.meta[k][v][m]; !ok {
+				t.Fatalf("metadata index lacks %s=%s for %s", k, v, m.ID)
+			}
+		}
+	}
+	if len(roles) != len(c.roles) {
+		t.Fatalf("roles = %d, want %d", len(c.roles), len(roles))
+	}
+	for role, r := range roles {
+		if got := c.roles[role]; got == nil || *got != r {
+			t.Fatalf("role %s usage = %+v, want %+v", role, got, r)
+		}
+	}
+	for glob, p := range c.pats.byGlob {
+		declared, matched, refs := map[*machine]int{}, map[*machine]int{}, 0
+		for _, m := range c.machines {
+			for name, pl := range m.units {
+				for _, g := range pl.u.Fleet.Conflicts {
+					if g == glob {
+						declared[m]++
+						refs++
+					}
+				}
+				if p.match(name) {
+					matched[m]++
+					if !slices.Contains(pl.matches, p) {
+						t.Fatalf("pattern %s: placement %s lacks it", glob, name)
+					}
+				}
+			}
+		}
+		if refs != p.refs || !mapsEqual(declared, p.declared) || !mapsEqual(matched, p.matched) {
+			t.Fatalf("pattern %s: refs %d declared %v matched %v, want %d %v %v", glob, p.refs, p.declared, p.matched, refs, declared, matched)
+		}
+	}
+}
+
+func mapsEqual(a, b map[*machine]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// randomUnit returns a unit with random [X-Fleet] rules and needs.
+func randomUnit(t *testing.T, rng *rand.Rand, name string) *Unit {
+	var opts []string
+	pick := func(p float64) bool { return rng.Float64() < p }
+	if pick(0.3) {
+		opts = append(opts, fmt.Sprintf("CPUQuota=%d%%", 25*rng.IntN(8)+25))
+	}
+	if pick(0.3) {
+		opts = append(opts, fmt.Sprintf("MemoryMax=%dM", 256*(rng.IntN(8)+1)))
+	}
+	if pick(0.3) {
+		opts = append(opts, "Role="+[]string{"web", "batch"}[rng.IntN(2)])
+	}
+	if pick(0.2) {
+		opts = append(opts, "Placement="+[]string{Spread, Binpack}[rng.IntN(2)])
+	}
+	global := pick(0.1)
+	if global {
+		opts = append(opts, "Global=true")
+	}
+	if pick(0.3) {
+		opts = append(opts, fmt.Sprintf("MachineMetadata=region=%s", []string{"us", "eu", "ap"}[rng.IntN(3)]))
+		if pick(0.3) {
+			opts = append(opts, "MachineMetadata=region=eu disk=ssd")
+		}
+	}
+	if pick(0.1) {
+		opts = append(opts, "MachineMetadata=gpu=yes")
+	}
+	switch {
+	case !global && pick(0.05):
+		opts = append(opts, fmt.Sprintf("MachineID=m%02d", rng.IntN(25)+1))
+	case pick(0.2):
+		opts = append(opts, "Conflicts="+[]string{"a*", "b?.service", "c[0-4].service", "a1.service", "*3.service"}[rng.IntN(5)])
+	case !global && pick(0.1):
+		opts = append(opts, fmt.Sprintf("MachineOf=%c%d.service", 'a'+rng.IntN(3), rng.IntN(10)))
+	case !global && pick(0.1):
+		opts = append(opts, fmt.Sprintf("Replaces=%c%d.service", 'a'+rng.IntN(3), rng.IntN(10)))
+	}
+	return mk(t, name, opts...)
+}
+
+func randomMachine(rng *rand.Rand, i int) Machine {
+	md := map[string]string{"region": []string{"us", "eu", "ap"}[rng.IntN(3)]}
+	if rng.IntN(2) == 0 {
+		md["disk"] = "ssd"
+	}
+	if rng.IntN(10) == 0 {
+		md["gpu"] = "yes" // rare: the metadata index picks the candidates
+	}
+	capa := Resources{}
+	if rng.IntN(4) > 0 {
+		capa.CPUPercent = int64(100 * (rng.IntN(8) + 1))
+	}
+	if rng.IntN(4) > 0 {
+		capa.MemoryBytes = int64(rng.IntN(8)+1) * gib
+	}
+	return Machine{ID: fmt.Sprintf("m%02d", i), Metadata: md, Capacity: capa}
+}
+
+func TestAgainstModel(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			c := NewCluster()
+			if seed%2 == 1 {
+				_ = c.SetOptions(Options{Strategy: Binpack, Roles: map[string]RolePolicy{"batch": {Quota: Resources{CPUPercent: 800, MemoryBytes: 6 * gib}}}})
+			}
+			// Too few machines and the metadata index is never selective
+			// enough to be used; too many and the test is slow.
+			for i := range 25 {
+				c.SetMachine(randomMachine(rng, i+1))
+			}
+			units := map[string]*Unit{}
+			for step := range 600 {
+				name := fmt.Sprintf("%c%d.service", 'a'+rng.IntN(3), rng.IntN(10))
+				u := randomUnit(t, rng, name)
+				if old := units[name]; old != nil && old.Fleet.Global != u.Fleet.Global {
+					// A unit file does not change between global and not.
+					c.Unplace(name)
+					delete(units, name)
+				}
+				switch r := rng.IntN(20); {
+				case r == 0 && len(c.ids) > 0:
+					c.RemoveMachine(c.ids[rng.IntN(len(c.ids))])
+				case r == 1:
+					c.SetMachine(randomMachine(rng, rng.IntN(30)+1))
+				case r < 4 && len(units) > 0:
+					names := slices.Sorted(mapsKeys(units))
+					c.Unplace(names[rng.IntN(len(names))])
+				case u.Fleet.Global:
+					want := []string{}
+					for _, id := range c.ids {
+						if naiveFits(c, u, c.machines[id], false) {
+							want = append(want, id)
+						}
+					}
+					got := c.GlobalMachines(u)
+					if q := c.opts.policy(u.Role()).Quota; q.IsZero() && strings.Join(got, " ") != strings.Join(want, " ") {
+						t.Fatalf("step %d: GlobalMachines(%s %+v needs %+v) = %v, want %v", step, name, u.Fleet, u.Needs, got, want)
+					}
+					c.Unplace(name)
+					for _, id := range got {
+						c.Place(u, id)
+					}
+					units[name] = u
+				default:
+					d := c.Decide(u)
+					want := naiveDecide(c, u)
+					if d.Machine != want && len(d.Displaced) == 0 {
+						t.Fatalf("step %d: Decide(%s %+v needs %+v) = %+v, want machine %q\ncluster: %s", step, name, u.Fleet, u.Needs, d, want, c.state())
+					}
+					if d.Machine == "" && d.Reason == "" {
+						t.Fatalf("step %d: Decide(%s) = %+v, want a reason", step, name, d)
+					}
+					if d.Machine != "" {
+						for _, x := range d.Displaced {
+							c.Unplace(x)
+						}
+						c.Place(u, d.Machine)
+						units[name] = u
+					}
+				}
+				if step%5 != 0 {
+					continue
+				}
+				checkInvariants(t, c)
+				// Fits agrees with the model for every placed unit.
+				for _, id := range c.ids {
+					m := c.machines[id]
+					for _, pl := range m.units {
+						got, why := c.Fits(pl.u, id)
+						if want := naiveFits(c, pl.u, m, false); got != want || got == (why != "") {
+							t.Fatalf("step %d: Fits(%s %+v, %s) = %v, %q, want %v\ncluster: %s", step, pl.u.Name, pl.u.Fleet, id, got, why, want, c.state())
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func mapsKeys(m map[string]*Unit) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

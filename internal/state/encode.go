@@ -1,0 +1,166 @@
+package state
+
+import (
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+)
+
+// AppendState appends st as JSON, the same document encoding/json writes
+// for apiv1.State (BenchmarkEncode compares the two; this one is several
+// times faster, which matters at 100,000 units).
+func AppendState(b []byte, st *apiv1.State) []byte {
+	b = append(b, `{"revision":`...)
+	b = strconv.AppendInt(b, st.Revision, 10)
+	b = append(b, `,"generation":`...)
+	b = strconv.AppendUint(b, st.Generation, 10)
+	b = append(b, `,"leader":`...)
+	b = appendString(b, st.Leader)
+	b = append(b, `,"machines":[`...)
+	for i := range st.Machines {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendMachine(b, &st.Machines[i])
+	}
+	b = append(b, `],"units":[`...)
+	for i := range st.Units {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendUnit(b, &st.Units[i])
+	}
+	b = append(b, `],"total":`...)
+	b = strconv.AppendInt(b, int64(st.Total), 10)
+	if st.Next != "" {
+		b = append(b, `,"next":`...)
+		b = appendString(b, st.Next)
+	}
+	return append(b, "}\n"...)
+}
+
+func appendMachine(b []byte, m *apiv1.Machine) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, m.ID)
+	b = append(b, `,"ip":`...)
+	b = appendString(b, m.IP)
+	b = append(b, `,"metadata":{`...)
+	keys := make([]string, 0, len(m.Metadata))
+	for k := range m.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, m.Metadata[k])
+	}
+	b = append(b, `},"leader":`...)
+	b = strconv.AppendBool(b, m.Leader)
+	if m.APIAddr != "" {
+		b = append(b, `,"apiAddr":`...)
+		b = appendString(b, m.APIAddr)
+	}
+	if m.Version != "" {
+		b = append(b, `,"version":`...)
+		b = appendString(b, m.Version)
+	}
+	b = append(b, `,"units":`...)
+	b = strconv.AppendInt(b, int64(m.Units), 10)
+	b = append(b, `,"capacity":`...)
+	b = appendResources(b, m.Capacity)
+	b = append(b, `,"free":`...)
+	b = appendResources(b, m.Free)
+	return append(b, '}')
+}
+
+func appendResources(b []byte, r apiv1.Resources) []byte {
+	b = append(b, `{"cpuPercent":`...)
+	b = strconv.AppendInt(b, r.CPUPercent, 10)
+	b = append(b, `,"memoryBytes":`...)
+	b = strconv.AppendInt(b, r.MemoryBytes, 10)
+	return append(b, '}')
+}
+
+func appendUnit(b []byte, u *apiv1.StateUnit) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, u.Name)
+	b = append(b, `,"hash":`...)
+	b = appendString(b, u.Hash)
+	b = append(b, `,"desiredState":`...)
+	b = appendString(b, u.DesiredState)
+	b = appendOpt(b, `,"machine":`, u.Machine)
+	if u.Global {
+		b = append(b, `,"global":true`...)
+	}
+	b = appendOpt(b, `,"load":`, u.Load)
+	b = appendOpt(b, `,"active":`, u.Active)
+	b = appendOpt(b, `,"sub":`, u.Sub)
+	b = appendOpt(b, `,"reason":`, u.Reason)
+	return append(b, '}')
+}
+
+func appendOpt(b []byte, key, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = append(b, key...)
+	return appendString(b, v)
+}
+
+const hex = "0123456789abcdef"
+
+// appendString appends s as a JSON string, escaping as encoding/json does
+// (including <, >, & and U+2028/U+2029, and replacing invalid UTF-8).
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
