@@ -24,6 +24,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -48,6 +49,8 @@ type Config struct {
 	// Durable reads the cluster's durable record from etcd, for /v1/state
 	// when no leader answers; nil disables that fallback.
 	Durable func(context.Context) (*state.Snapshot, error)
+	// Metrics are served at /metrics; nil serves none.
+	Metrics *metrics.Set
 	// Version and Registry are reported by /v1/status.
 	Version  string
 	Registry string
@@ -90,6 +93,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/batch", s.leaderOnly(s.batch))
 	mux.HandleFunc("GET /v1/unit-states", s.leaderOnly(s.unitStates))
 	mux.HandleFunc("GET /v1/state", s.stateHandler)
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	}
 	mux.HandleFunc("GET /v1/events", s.leaderOnly(s.events))
 	mux.HandleFunc("GET /v1/machines", s.leaderOnly(s.machines))
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))

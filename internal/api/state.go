@@ -25,6 +25,15 @@ const sourceHeader = "X-Flotilla-State-Source"
 // snapshot; elsewhere forwarded to the leader, or read from etcd when the
 // leader cannot be reached.
 func (s *server) stateHandler(w http.ResponseWriter, r *http.Request) {
+	if m := s.cfg.Metrics; m != nil {
+		start := time.Now()
+		cw := &countingWriter{ResponseWriter: w}
+		w = cw
+		defer func() {
+			m.StateRequestDuration.Observe(time.Since(start).Seconds())
+			m.StateResponseBytes.Observe(float64(cw.n))
+		}()
+	}
 	f, err := stateFilter(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
@@ -133,4 +142,16 @@ func gzipBytes(b []byte) []byte {
 	zw.Write(b)
 	zw.Close()
 	return []byte(out.String())
+}
+
+// countingWriter counts the bytes of an answer.
+type countingWriter struct {
+	http.ResponseWriter
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += n
+	return n, err
 }

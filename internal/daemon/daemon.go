@@ -31,6 +31,7 @@ import (
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/machine"
+	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -246,6 +247,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var (
 		wg  sync.WaitGroup
 		eng *engine.Engine
+		ms  = metrics.New()
 	)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -257,7 +259,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	)
 	if !cfg.NoEngine {
 		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
-			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger})
+			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger, Metrics: ms})
 		if err != nil {
 			apiLn.Close()
 			grpcLn.Close()
@@ -279,8 +281,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer wg.Done()
 		for in := range leaders(runCtx) {
 			lmu.Lock()
+			changed := leader.Rev != in.Rev
 			leader = in
 			lmu.Unlock()
+			if changed && in.Machine != "" {
+				ms.LeaderChanges.Inc()
+			}
 			if in.Machine != "" {
 				log.Info("engine leader", "leader", in.Machine, "leader_rev", in.Rev)
 			}
@@ -316,7 +322,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	durable := func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
-	srv := &http.Server{Handler: api.New(api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Durable: durable,
+	srv := &http.Server{Handler: api.New(api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Durable: durable, Metrics: ms,
 		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(apiLn)
 

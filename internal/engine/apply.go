@@ -222,6 +222,9 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 				ErrInvalid, c.Name, c.DesiredState, unit.Prefix(c.Name)+"@1.service")
 		}
 		next = next.with(func(r *unitRec) {
+			if r.desired == unit.Inactive {
+				r.wantedAt = t.e.cfg.Now()
+			}
 			r.desired = c.DesiredState
 			if r.desired == unit.Inactive {
 				r.machine, r.reason = "", ""

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -49,6 +50,8 @@ type Config struct {
 	// MaxTxnOps bounds the ops of one etcd transaction (default 128, etcd's
 	// default --max-txn-ops).
 	MaxTxnOps int
+	// Metrics receives the engine's metrics; nil makes an unregistered set.
+	Metrics *metrics.Set
 	// Logger receives the engine's logs; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests substitute it.
@@ -92,6 +95,9 @@ func (c *Config) validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -154,6 +160,7 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 	}
 	log.Info("elected leader", "units", len(t.units), "load_ms", e.cfg.Now().Sub(started).Milliseconds())
 	e.term.Store(t)
+	e.cfg.Metrics.IsLeader.Set(1)
 	if e.onTerm != nil {
 		e.onTerm(t)
 	}
@@ -167,6 +174,7 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 	}
 	e.term.Store(nil)
 	e.snapshot.Store(nil)
+	e.cfg.Metrics.IsLeader.Set(0)
 	t.stop()
 	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	el.Resign(rctx)

@@ -70,9 +70,27 @@ func (t *term) buildSnapshot() *state.Snapshot {
 		}
 		s.Units = append(s.Units, u)
 	}
+	unplaced := len(t.unplaced)
 	t.mu.RUnlock()
 	sort.Slice(s.Units, func(i, j int) bool { return s.Units[i].Name < s.Units[j].Name })
+	t.countUnits(s, unplaced)
 	return s
+}
+
+// countUnits sets the unit and machine gauges from a snapshot.
+func (t *term) countUnits(s *state.Snapshot, unplaced int) {
+	type key struct{ desired, active string }
+	counts := map[key]int{}
+	for i := range s.Units {
+		counts[key{s.Units[i].DesiredState, s.Units[i].Active}]++
+	}
+	m := t.e.cfg.Metrics
+	m.Units.Reset()
+	for k, n := range counts {
+		m.Units.WithLabelValues(k.desired, k.active).Set(float64(n))
+	}
+	m.Unplaced.Set(float64(unplaced))
+	m.MachinesUp.Set(float64(len(s.Machines)))
 }
 
 // DurableState reads the cluster's durable record from etcd as a state

@@ -93,6 +93,8 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	}
 	conn := t.attach(hello)
 	defer t.detach(conn)
+	e.cfg.Metrics.AgentStreams.Inc()
+	defer e.cfg.Metrics.AgentStreams.Dec()
 	log := e.log.With("agent", conn.machine, "leader_rev", t.info.Rev)
 	log.Debug("agent connected", "units", len(hello.Units))
 

@@ -26,6 +26,9 @@ type unitRec struct {
 	machine string // target machine, "" when unscheduled
 	reason  string // why a wanted unit is unscheduled
 	su      *scheduler.Unit
+	// wantedAt and placedAt time the unit's way to active (metrics): set
+	// when it became wanted and when it was placed, cleared once observed.
+	wantedAt, placedAt time.Time
 }
 
 func (u *unitRec) wanted() bool { return u.desired != unit.Inactive }
@@ -55,6 +58,12 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 		s.Observed = now
 	}
 	m.states[s.Name] = s
+	if s.Active == "active" && (!ok || prev.Active != "active") {
+		if r := t.units[s.Name]; r != nil && !r.placedAt.IsZero() && r.machine == m.info.ID {
+			t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("active").Observe(now.Sub(r.placedAt).Seconds())
+			r.placedAt = time.Time{} // a timing field: safe to clear in place under the write lock
+		}
+	}
 	if !ok || prev.Load != s.Load || prev.Active != s.Active || prev.Sub != s.Sub {
 		t.stateEvent(m.info.ID, s, false)
 	}
@@ -122,7 +131,8 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &term{
 		e: e, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel,
-		committer:  registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps}),
+		committer: registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps,
+			Observe: func(d time.Duration) { e.cfg.Metrics.ObserveEtcd("txn", d) }}),
 		units:      map[string]*unitRec{},
 		machines:   map[string]*machineRec{},
 		unplaced:   map[string]struct{}{},
@@ -136,7 +146,9 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		kick:       make(chan struct{}, 1),
 	}
 	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
+	loadStart := time.Now()
 	snap, err := registry.Load(lctx, e.cfg.Client, t.keys)
+	e.cfg.Metrics.ObserveEtcd("load", time.Since(loadStart))
 	lcancel()
 	if err != nil {
 		cancel(err)
@@ -329,6 +341,7 @@ func (t *term) setUnit(name string, rec *unitRec) {
 // reconcile moves units off lost machines and places unplaced units.
 func (t *term) reconcile() {
 	now := t.e.cfg.Now()
+	defer func() { t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds()) }()
 	t.mu.Lock()
 	lost, drifted := t.syncMachines(now)
 	t.syncAgents(len(drifted) > 0)
@@ -374,7 +387,13 @@ func (t *term) reconcile() {
 			continue
 		}
 		d := t.sched.Decide(rec.su)
-		nr := rec.with(func(r *unitRec) { r.machine, r.reason = d.Machine, d.Reason })
+		nr := rec.with(func(r *unitRec) {
+			r.machine, r.reason = d.Machine, d.Reason
+			if d.Machine != "" && !r.wantedAt.IsZero() {
+				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(r.wantedAt).Seconds())
+				r.wantedAt, r.placedAt = time.Time{}, now
+			}
+		})
 		if d.Machine != "" {
 			t.sched.Place(rec.su, d.Machine)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -35,6 +36,7 @@ type Committer struct {
 	maxOps   int
 	maxBytes int
 	reqs     chan *commitReq
+	observe  func(time.Duration)
 	rev      atomic.Int64 // revision of the last successful transaction
 }
 
@@ -51,6 +53,8 @@ type CommitterConfig struct {
 	// MaxBytes bounds one transaction's payload; default 1 MiB (etcd's
 	// default --max-request-bytes is 1.5 MiB).
 	MaxBytes int
+	// Observe, if set, is told how long each transaction took.
+	Observe func(time.Duration)
 }
 
 // NewCommitter returns a Committer whose transactions succeed only while
@@ -62,7 +66,7 @@ func NewCommitter(cli *clientv3.Client, fence clientv3.Cmp, cfg CommitterConfig)
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 1 << 20
 	}
-	return &Committer{cli: cli, fence: fence, maxOps: cfg.MaxOps, maxBytes: cfg.MaxBytes, reqs: make(chan *commitReq, 1024)}
+	return &Committer{cli: cli, fence: fence, maxOps: cfg.MaxOps, maxBytes: cfg.MaxBytes, observe: cfg.Observe, reqs: make(chan *commitReq, 1024)}
 }
 
 // Commit writes ops and returns once they are durable in etcd (nil), or
@@ -160,7 +164,11 @@ func (c *Committer) commitSome(ctx context.Context, pending []*commitReq) []*com
 }
 
 func (c *Committer) txn(ctx context.Context, ops []clientv3.Op) error {
+	start := time.Now()
 	resp, err := c.cli.Txn(ctx).If(c.fence).Then(ops...).Commit()
+	if c.observe != nil {
+		c.observe(time.Since(start))
+	}
 	if err != nil {
 		return fmt.Errorf("registry: etcd write: %w", err)
 	}

@@ -1,0 +1,83 @@
+// Package metrics defines Flotilla's Prometheus metrics (docs/metrics.md).
+// Each daemon has its own Set on its own registry, served at /metrics.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Set is one daemon's metrics.
+type Set struct {
+	reg *prometheus.Registry
+
+	// Units counts units by desired state and current active state
+	// ("" when no machine reports it), as of the leader's last snapshot.
+	Units *prometheus.GaugeVec
+	// Unplaced counts wanted units that no machine can take.
+	Unplaced prometheus.Gauge
+	// MachinesUp counts machines whose agents the leader hears from.
+	MachinesUp prometheus.Gauge
+	// AgentStreams counts open agent gRPC streams on this engine.
+	AgentStreams prometheus.Gauge
+	// SchedulingLatency observes, per phase, a unit's time from the request
+	// that made it wanted to its placement ("placed"), and from placement to
+	// its machine reporting it active ("active").
+	SchedulingLatency *prometheus.HistogramVec
+	// ReconcileDuration observes the engine's reconcile passes.
+	ReconcileDuration prometheus.Histogram
+	// EtcdRequestDuration observes the engine's etcd requests by kind.
+	EtcdRequestDuration *prometheus.HistogramVec
+	// LeaderChanges counts changes of the engine leader this daemon saw.
+	LeaderChanges prometheus.Counter
+	// IsLeader is 1 while this daemon's engine leads.
+	IsLeader prometheus.Gauge
+	// StateRequestDuration and StateResponseBytes observe GET /v1/state.
+	StateRequestDuration prometheus.Histogram
+	StateResponseBytes   prometheus.Histogram
+}
+
+// New returns a Set registered on a new registry, with Go runtime and
+// process metrics.
+func New() *Set {
+	reg := prometheus.NewRegistry()
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	s := &Set{reg: reg}
+	s.Units = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flotilla_units", Help: "Units by desired state and current active state, as of the leader's last published state."}, []string{"desired", "active"})
+	s.Unplaced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_units_unplaced", Help: "Wanted units no machine can take (each has a reason in /v1/state)."})
+	s.MachinesUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_machines_up", Help: "Machines whose agents the leader hears from."})
+	s.AgentStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_agent_streams", Help: "Open agent gRPC streams on this engine."})
+	s.SchedulingLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flotilla_scheduling_latency_seconds",
+		Help:    "Time from the request that made a unit wanted to its placement (phase=placed), and from placement to active (phase=active).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"phase"})
+	s.ReconcileDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_reconcile_duration_seconds",
+		Help: "Duration of the engine's reconcile passes.", Buckets: prometheus.ExponentialBuckets(0.0001, 3, 12)})
+	s.EtcdRequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flotilla_etcd_request_duration_seconds",
+		Help: "Duration of the engine's etcd requests, by kind.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)}, []string{"kind"})
+	s.LeaderChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "flotilla_leader_changes_total", Help: "Changes of the engine leader this daemon saw."})
+	s.IsLeader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_is_leader", Help: "1 while this daemon's engine leads."})
+	s.StateRequestDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_request_duration_seconds",
+		Help: "Time to answer GET /v1/state.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)})
+	s.StateResponseBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_response_bytes",
+		Help: "Size of GET /v1/state answers.", Buckets: prometheus.ExponentialBuckets(1024, 4, 10)})
+	for _, c := range []prometheus.Collector{s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.SchedulingLatency, s.ReconcileDuration,
+		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.StateRequestDuration, s.StateResponseBytes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	return s
+}
+
+// Handler serves the metrics in Prometheus' text format.
+func (s *Set) Handler() http.Handler {
+	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
+}
+
+// ObserveEtcd records one etcd request of a kind (txn, range, ...).
+func (s *Set) ObserveEtcd(kind string, d time.Duration) {
+	s.EtcdRequestDuration.WithLabelValues(kind).Observe(d.Seconds())
+}
