@@ -56,7 +56,9 @@ func start(t *testing.T) *cluster {
 	done := make(chan struct{}, 2)
 	go func() { eng.Run(ctx); done <- struct{}{} }()
 	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: 3 * time.Second,
-		Leaders: func(ctx context.Context) <-chan election.Info { return election.Observe(ctx, cli, registry.Keys{}.Election()) }})
+		Leaders: func(ctx context.Context) <-chan election.Info {
+			return election.Observe(ctx, cli, registry.Keys{}.Election())
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
