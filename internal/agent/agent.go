@@ -452,10 +452,25 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		a.dirty[act.Name] = true
 		a.mu.Unlock()
 		if err := d.Load(f); err != nil {
+			// systemd shows a unit it cannot load as load=error; it is
+			// reported failed so that whoever waits for it stops waiting.
 			log.Error("load failed", "err", err)
-			a.setStatus(unit.Status{Name: act.Name, Hash: f.Hash, Load: "error", Active: "inactive", Sub: "dead", Message: err.Error()})
+			a.mu.Lock()
+			if h, ok := a.haves[act.Name]; ok {
+				h.Broken = true
+				a.haves[act.Name] = h
+			}
+			a.mu.Unlock()
+			a.setStatus(unit.Status{Name: act.Name, Hash: f.Hash, Load: "error", Active: "failed", Sub: "failed", Result: "load-error", Message: err.Error()})
+			a.setApplied(act.Name, unit.DesiredState(a.wantState(act.Name)))
 		}
 	case actStart:
+		a.mu.Lock()
+		broken := a.haves[act.Name].Broken
+		a.mu.Unlock()
+		if broken {
+			return // its load failed just now, in the same plan
+		}
 		a.setApplied(act.Name, unit.Launched)
 		if err := d.Start(act.Name); err != nil {
 			log.Error("start failed", "err", err)
@@ -488,6 +503,13 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		}()
 	}
 	signal(a.flush)
+}
+
+// wantState is the state the leader wants for a unit.
+func (a *Agent) wantState(name string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return string(a.wants[name].State)
 }
 
 func (a *Agent) setApplied(name string, s unit.DesiredState) {

@@ -18,6 +18,7 @@ type have struct {
 	Hash    string
 	Applied unit.DesiredState // loaded or launched
 	Busy    bool              // an unload is in progress
+	Broken  bool              // the driver refused to load it: nothing to start until it changes
 }
 
 type actionKind int
@@ -62,6 +63,8 @@ func plan(wants map[string]want, haves map[string]have) []action {
 			if w.State == unit.Launched {
 				acts = append(acts, action{actStart, name})
 			}
+		case h.Broken:
+			continue
 		case w.State == unit.Launched && h.Applied != unit.Launched:
 			acts = append(acts, action{actStart, name})
 		case w.State == unit.Loaded && h.Applied == unit.Launched:

@@ -76,3 +76,14 @@ func TestPlan(t *testing.T) {
 		})
 	}
 }
+
+func TestPlanBrokenUnit(t *testing.T) {
+	wants := map[string]want{"a.service": {Hash: "h1", State: unit.Launched}}
+	if got := plan(wants, map[string]have{"a.service": {Hash: "h1", Applied: unit.Launched, Broken: true}}); len(got) != 0 {
+		t.Errorf("plan for a unit the driver refused = %v, want nothing until its hash changes", got)
+	}
+	got := plan(map[string]want{"a.service": {Hash: "h2", State: unit.Launched}}, map[string]have{"a.service": {Hash: "h1", Broken: true}})
+	if len(got) != 1 || got[0].Kind != actUnload {
+		t.Errorf("plan for a refused unit with a new hash = %v, want an unload (then a fresh load)", got)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/state"
+	"github.com/flotilla/flotilla/internal/ui"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -101,6 +102,8 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
 	mux.HandleFunc("GET /v1/units/{name}/journal", s.leaderOnly(s.journal))
 	mux.HandleFunc("GET /v1/local/journal/{name}", s.localJournal)
+	mux.Handle("GET /ui/", ui.Handler()) // the dashboard; GET /ui redirects here
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})

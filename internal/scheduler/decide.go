@@ -24,9 +24,10 @@ import (
 //     the fullest machine that stops once no further machine can rank
 //     better.
 //  3. If no machine is feasible and the unit has Replaces=, a second pass
-//     over the machines rejected only because they run a unit it replaces,
-//     treating those units as gone. If one fits, the unit goes there and
-//     the units it replaces are Displaced.
+//     over the candidates that run a unit it replaces (the first pass
+//     rejected them for that alone), with those units treated as gone. If
+//     one fits, the unit goes there and the units it replaces there are
+//     Displaced.
 //
 // When no machine is left, Reason gathers the rejections by kind.
 func (c *Cluster) Decide(u *Unit) Decision {
@@ -45,7 +46,7 @@ func (c *Cluster) decide(u *Unit) Decision {
 		return Decision{Reason: "no machines available"}
 	}
 	pr := c.prepare(u)
-	if why := c.overQuota(pr.role, u.Needs, Resources{}); why != "" {
+	if why := c.overQuota(pr.role, u.Needs); why != "" {
 		return Decision{Reason: why}
 	}
 	e := c.newEval(u, pr, nil)
@@ -58,7 +59,7 @@ func (c *Cluster) decide(u *Unit) Decision {
 	e.decideChain()
 	best := c.search(e, cands, strategy)
 	if best == nil && len(u.Fleet.Replaces) > 0 {
-		// Second pass: the machines rejected only for running a unit u
+		// Second pass: the machines rejected for running a unit u
 		// replaces, with those units treated as gone.
 		var displacing []*machine
 		kept := c.rej[:0]
@@ -102,15 +103,17 @@ func (c *Cluster) strategy(u *Unit) string {
 }
 
 // overQuota returns why placing a unit of role needing need would take the
-// role over its quota, or "". Released is usage about to be freed.
-func (c *Cluster) overQuota(role string, need, released Resources) string {
+// role over its quota, or "". A dimension the unit needs none of is not
+// checked: a role over its memory quota may still place units that need
+// only CPU.
+func (c *Cluster) overQuota(role string, need Resources) string {
 	q := c.opts.policy(role).Quota
 	if q.IsZero() {
 		return ""
 	}
 	var used Resources
 	if ru := c.roles[role]; ru != nil {
-		used = ru.used.sub(released)
+		used = ru.used
 	}
 	if (q.CPUPercent > 0 && need.CPUPercent > 0 && used.CPUPercent+need.CPUPercent > q.CPUPercent) ||
 		(q.MemoryBytes > 0 && need.MemoryBytes > 0 && used.MemoryBytes+need.MemoryBytes > q.MemoryBytes) {
@@ -387,7 +390,7 @@ func (c *Cluster) GlobalMachines(u *Unit) []string {
 			continue
 		}
 		if m.units[u.Name] == nil {
-			if c.overQuota(pr.role, u.Needs.add(added), Resources{}) != "" {
+			if c.overQuota(pr.role, u.Needs.add(added)) != "" {
 				continue
 			}
 			added = added.add(u.Needs)

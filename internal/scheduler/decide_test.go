@@ -366,3 +366,43 @@ func TestOptionsValidation(t *testing.T) {
 		t.Errorf("Options().Roles[a].Weight = %v, want 1 filled in", got)
 	}
 }
+
+// TestChains shows the checkers each kind of decision runs for a unit: only
+// those its rules need.
+func TestChains(t *testing.T) {
+	c := build(machines(1, "", 0, 0), []at{
+		{mk(t, "x.service", "Conflicts=a*"), "m01"},
+		{mk(t, "y.service", "Replaces=a.service"), "m01"},
+	})
+	names := func(ch []checker) string {
+		var s []string
+		for _, k := range ch {
+			s = append(s, k.name)
+		}
+		return strings.Join(s, " ")
+	}
+	tests := []struct {
+		unit             *Unit
+		decide, resident string
+	}{
+		{mk(t, "b.service"), "", ""},
+		{mk(t, "b.service", "MemoryMax=1G"), "Resources", "Resources"},
+		{mk(t, "a.service"), "Conflicts ReplacedBy", "Conflicts ReplacedBy"},
+		{
+			mk(t, "b.service", "MachineMetadata=k=v", "Replaces=z.service", "CPUQuota=10%"),
+			"Replaces MachineMetadata ReplacesGlobal Resources",
+			"MachineMetadata ReplacesGlobal Resources",
+		},
+		{mk(t, "b.service", "MachineID=m01"), "", "MachineID"},
+		{mk(t, "b.service", "MachineOf=x.service", "Conflicts=q*"), "Conflicts", "MachineOf Conflicts"},
+	}
+	for _, tt := range tests {
+		e := c.newEval(tt.unit, c.prepare(tt.unit), nil)
+		if got := names(e.decideChain()); got != tt.decide {
+			t.Errorf("decide chain of %s %+v = %q, want %q", tt.unit.Name, tt.unit.Fleet, got, tt.decide)
+		}
+		if got := names(e.residentChain()); got != tt.resident {
+			t.Errorf("resident chain of %s %+v = %q, want %q", tt.unit.Name, tt.unit.Fleet, got, tt.resident)
+		}
+	}
+}

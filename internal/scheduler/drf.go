@@ -46,10 +46,14 @@ func (c *Cluster) dominantShare(used Resources) float64 {
 //
 // Each placement is recorded as Decide then Place would (Displaced units
 // are unplaced first), so the engine commits the returned decisions as
-// they stand, and puts the Displaced units back among the pending. The
-// decisions are returned in the order of pending. A global unit gets a
-// decision without a machine; a unit listed twice gets the decision of
-// its first listing.
+// they stand. A Displaced unit that is itself pending, placed earlier in
+// the batch, is decided again: its decision is its final one. Other
+// Displaced units were scheduled before: the engine deletes their schedule
+// and decides them in a later batch. The decisions are returned in the
+// order of pending. A global unit gets a decision without a machine; a
+// unit listed twice gets the decision of its first listing; a unit already
+// placed is decided as Decide does, and stays where it was if no machine
+// fits.
 func (c *Cluster) Allocate(pending []*Unit) []Decision {
 	out := make([]Decision, len(pending))
 	first := make(map[string]int, len(pending))
@@ -85,28 +89,39 @@ func (c *Cluster) Allocate(pending []*Unit) []Decision {
 		q := h[0]
 		i := q.items[q.next]
 		q.next++
-		u := pending[i]
-		d := c.Decide(u)
+		d := c.Decide(pending[i])
+		out[i] = d
+		touched := []*roleQueue{q}
 		if d.Machine != "" {
 			for _, name := range d.Displaced {
-				role := ""
+				var dq *roleQueue
 				if pl := c.where[name]; pl != nil {
-					role = pl.prep.role
+					dq = queues[pl.prep.role]
 				}
 				c.Unplace(name)
-				if dq := queues[role]; dq != nil && dq != q && dq.index >= 0 {
-					dq.refresh(c)
-					heap.Fix(&h, dq.index)
+				if j, ok := first[name]; ok && dq != nil && out[j].Machine != "" {
+					// Placed earlier in this batch: decide it again.
+					out[j] = Decision{}
+					dq.items = append(dq.items, j)
+				}
+				if dq != nil {
+					touched = append(touched, dq)
 				}
 			}
-			c.Place(u, d.Machine)
+			c.Place(pending[i], d.Machine)
 		}
-		out[i] = d
-		if q.next == len(q.items) {
-			heap.Pop(&h)
-		} else {
-			q.refresh(c)
-			heap.Fix(&h, 0)
+		// The roles whose shares changed take their new places; a role
+		// with no unit left leaves the heap, one given a unit back returns.
+		for _, tq := range touched {
+			tq.refresh(c)
+			switch left := tq.next < len(tq.items); {
+			case tq.index >= 0 && left:
+				heap.Fix(&h, tq.index)
+			case tq.index >= 0:
+				heap.Remove(&h, tq.index)
+			case left:
+				heap.Push(&h, tq)
+			}
 		}
 	}
 	for _, i := range dups {

@@ -169,3 +169,21 @@ func TestAllocateOrderIndependent(t *testing.T) {
 		}
 	}
 }
+
+func TestAllocateDisplacesWithinBatch(t *testing.T) {
+	// old is placed first (by name), on m1; new needs m1 and replaces it;
+	// old is decided again and goes to m2.
+	c := build([]Machine{mach("m1", "disk=ssd", 0, 0), mach("m2", "", 0, 0)}, nil)
+	pending := []*Unit{
+		mk(t, "b-new.service", "Replaces=a-old.service", "MachineMetadata=disk=ssd"),
+		mk(t, "a-old.service"),
+	}
+	ds := c.Allocate(pending)
+	want := []Decision{{Machine: "m1", Displaced: []string{"a-old.service"}}, {Machine: "m2"}}
+	if !reflect.DeepEqual(ds, want) {
+		t.Errorf("Allocate = %+v, want %+v", ds, want)
+	}
+	if got := c.state(); got != "a-old.service:m2 b-new.service:m1" {
+		t.Errorf("placements = %s, want a-old on m2, b-new on m1", got)
+	}
+}

@@ -74,18 +74,19 @@ type checker struct {
 	check func(e *eval, m *machine) (rejection, bool)
 }
 
-// The checkers. Chains run them in this order: the rules users write
-// before the resources they fill, so that a machine both forbidden and full
-// is reported as forbidden; and each one a few map lookups at most, thanks
-// to the Cluster's indexes.
+// The checkers, each a few map lookups at most thanks to the Cluster's
+// indexes. Chains run them in this order: Replaces first, which in
+// Decide's first pass only sets aside the machines to try again in the
+// second; then the rules users write, before the resources they fill, so
+// that a machine both forbidden and full is reported as forbidden.
 var (
+	replacesChecker       = checker{"Replaces", (*eval).checkReplaces}
 	machineIDChecker      = checker{"MachineID", (*eval).checkMachineID}
 	metadataChecker       = checker{"MachineMetadata", (*eval).checkMetadata}
 	machineOfChecker      = checker{"MachineOf", (*eval).checkMachineOf}
 	conflictsChecker      = checker{"Conflicts", (*eval).checkConflicts}
 	replacedByChecker     = checker{"ReplacedBy", (*eval).checkReplacedBy}
 	replacesGlobalChecker = checker{"ReplacesGlobal", (*eval).checkReplacesGlobal}
-	replacesChecker       = checker{"Replaces", (*eval).checkReplaces}
 	resourcesChecker      = checker{"Resources", (*eval).checkResources}
 	residentChecker       = checker{"Resources", (*eval).checkResident}
 )
@@ -97,6 +98,8 @@ type eval struct {
 	pr      *prep
 	reverse []*pattern // patterns placed units declare that match u's name
 
+	// placed is set when u is placed somewhere: at then looks for it.
+	placed bool
 	// displacing treats the units u replaces as gone (Decide's second pass).
 	displacing bool
 	// ex are the placements on the machine being checked that are treated
@@ -108,29 +111,26 @@ type eval struct {
 }
 
 // newEval returns an eval of u; self is u's placement, if it is placed,
-// whose pattern matches are already known.
+// whose pattern matches are already known. The eval is the cluster's
+// scratch one, valid until the next call.
 func (c *Cluster) newEval(u *Unit, pr *prep, self *placement) *eval {
-	e := &eval{c: c, u: u, pr: pr}
-	declared := func(p *pattern) bool { return p.refs > 0 && p.match(u.Name) }
+	e := &c.ev
+	reverse := e.reverse[:0]
+	*e = eval{c: c, u: u, pr: pr, placed: c.where[u.Name] != nil || c.global[u.Name] != nil}
 	if self != nil {
 		for _, p := range self.matches {
 			if p.refs > 0 {
-				e.reverse = append(e.reverse, p)
+				reverse = append(reverse, p)
 			}
 		}
-		return e
-	}
-	a, b := c.pats.candidates(u.Name)
-	for _, p := range a {
-		if declared(p) {
-			e.reverse = append(e.reverse, p)
+	} else {
+		for _, p := range c.pats.candidates(u.Name) {
+			if p.refs > 0 && p.match(u.Name) {
+				reverse = append(reverse, p)
+			}
 		}
 	}
-	for _, p := range b {
-		if declared(p) {
-			e.reverse = append(e.reverse, p)
-		}
-	}
+	e.reverse = reverse
 	return e
 }
 
@@ -195,8 +195,10 @@ func (e *eval) residentChain() []checker {
 // at makes m the machine being checked.
 func (e *eval) at(m *machine) {
 	e.ex = e.exBuf[:0]
-	if pl := m.units[e.u.Name]; pl != nil {
-		e.ex = append(e.ex, pl)
+	if e.placed {
+		if pl := m.units[e.u.Name]; pl != nil {
+			e.ex = append(e.ex, pl)
+		}
 	}
 	if e.displacing {
 		for _, x := range e.u.Fleet.Replaces {

@@ -31,18 +31,17 @@ func freeFraction(cap, used int64) int64 {
 }
 
 // order keeps machines sorted by a rank. Keys are unique (machine ID breaks
-// ties), so a machine's position is found by binary search on its key; the
-// key must not change while the machine is in the order (see
-// Cluster.update). Insertion and removal cost a binary search and a memmove
-// of at most one pointer per machine: about a microsecond for ten thousand
-// machines.
+// ties), so a machine's position is found by binary search on its key. When
+// a machine's key changes, fix moves it to its new position, shifting the
+// machines in between: a binary search and a memmove of at most one
+// pointer per machine, a fraction of a microsecond for a thousand machines.
 type order struct {
 	ms   []*machine
 	less func(a, b *machine) bool
 }
 
-func (o *order) search(m *machine) int {
-	lo, hi := 0, len(o.ms)
+// search returns the position of m's key in ms[lo:hi], which excludes m.
+func (o *order) search(m *machine, lo, hi int) int {
 	for lo < hi {
 		h := int(uint(lo+hi) >> 1)
 		if o.less(o.ms[h], m) {
@@ -54,21 +53,43 @@ func (o *order) search(m *machine) int {
 	return lo
 }
 
+// index returns m's position; its key must not have changed since it was
+// placed.
+func (o *order) index(m *machine) int {
+	i := o.search(m, 0, len(o.ms))
+	if i == len(o.ms) || o.ms[i] != m {
+		panic("scheduler: machine " + m.ID + " missing from its order (rank key changed outside unrank and rerank)")
+	}
+	return i
+}
+
 func (o *order) insert(m *machine) {
-	i := o.search(m)
+	i := o.search(m, 0, len(o.ms))
 	o.ms = append(o.ms, nil)
 	copy(o.ms[i+1:], o.ms[i:])
 	o.ms[i] = m
 }
 
 func (o *order) remove(m *machine) {
-	i := o.search(m)
-	if i == len(o.ms) || o.ms[i] != m {
-		panic("scheduler: machine " + m.ID + " missing from its order (rank key changed outside Cluster.update)")
-	}
+	i := o.index(m)
 	copy(o.ms[i:], o.ms[i+1:])
 	o.ms[len(o.ms)-1] = nil
 	o.ms = o.ms[:len(o.ms)-1]
+}
+
+// fix moves the machine at position i, whose key changed, to its place.
+func (o *order) fix(i int) {
+	m := o.ms[i]
+	switch {
+	case i > 0 && o.less(m, o.ms[i-1]):
+		j := o.search(m, 0, i)
+		copy(o.ms[j+1:i+1], o.ms[j:i])
+		o.ms[j] = m
+	case i+1 < len(o.ms) && o.less(o.ms[i+1], m):
+		j := o.search(m, i+1, len(o.ms)) - 1
+		copy(o.ms[i:j], o.ms[i+1:j+1])
+		o.ms[j] = m
+	}
 }
 
 // spreadLess orders machines by spread rank: fewest units, then most free
@@ -120,27 +141,35 @@ func (p *pattern) match(name string) bool {
 // that were then not placed; beyond it, they are dropped.
 const maxUnusedPatterns = 1024
 
+// patternKeyLen is how much of a pattern's literal prefix indexes it.
+const patternKeyLen = 12
+
 // patterns is the registry of Conflicts= patterns: those of placed units
-// (kept while one is placed) and those of units recently decided. Placing a
-// unit counts its name against every registered pattern that could match
-// it, found by the first byte of the pattern's literal prefix.
+// (kept while one is placed) and those of units recently decided. Patterns
+// are indexed by the first patternKeyLen bytes of their literal prefix, so
+// that the patterns that may match a name are found with a map lookup per
+// prefix length of the name, however many patterns there are.
 type patterns struct {
 	byGlob  map[string]*pattern
-	byFirst map[byte][]*pattern // patterns by the first byte of their literal
-	open    []*pattern          // patterns with an empty literal ("*web")
-	unused  int                 // registered patterns with refs == 0
+	byKey   map[string][]*pattern // by literal[:patternKeyLen]
+	unused  int                   // registered patterns with refs == 0
+	scratch []*pattern
 }
 
 func newPatterns() patterns {
-	return patterns{byGlob: map[string]*pattern{}, byFirst: map[byte][]*pattern{}}
+	return patterns{byGlob: map[string]*pattern{}, byKey: map[string][]*pattern{}}
 }
 
-// candidates returns the patterns that may match name, in two slices.
-func (ps *patterns) candidates(name string) (a, b []*pattern) {
-	if name != "" {
-		a = ps.byFirst[name[0]]
+func patternKey(literal string) string { return literal[:min(len(literal), patternKeyLen)] }
+
+// candidates returns the patterns that may match name: those whose key is
+// a prefix of it. The slice is valid until the next call.
+func (ps *patterns) candidates(name string) []*pattern {
+	ps.scratch = ps.scratch[:0]
+	for l := range min(len(name), patternKeyLen) + 1 {
+		ps.scratch = append(ps.scratch, ps.byKey[name[:l]]...)
 	}
-	return a, ps.open
+	return ps.scratch
 }
 
 // register returns the pattern for glob, registering it, and counting the
@@ -154,11 +183,8 @@ func (ps *patterns) register(c *Cluster, glob string) *pattern {
 		p.literal, p.exact = glob[:i], false
 	}
 	ps.byGlob[glob] = p
-	if p.literal == "" {
-		ps.open = append(ps.open, p)
-	} else {
-		ps.byFirst[p.literal[0]] = append(ps.byFirst[p.literal[0]], p)
-	}
+	key := patternKey(p.literal)
+	ps.byKey[key] = append(ps.byKey[key], p)
 	ps.unused++
 	count := func(pl *placement) {
 		if p.match(pl.u.Name) {
@@ -188,14 +214,13 @@ func (ps *patterns) maybeEvict(c *Cluster) {
 			delete(ps.byGlob, glob)
 		}
 	}
-	for b, list := range ps.byFirst {
+	for key, list := range ps.byKey {
 		if list = keep(list, used); len(list) == 0 {
-			delete(ps.byFirst, b)
+			delete(ps.byKey, key)
 		} else {
-			ps.byFirst[b] = list
+			ps.byKey[key] = list
 		}
 	}
-	ps.open = keep(ps.open, used)
 	for _, pl := range c.where {
 		pl.matches = keep(pl.matches, used)
 	}

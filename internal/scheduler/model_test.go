@@ -136,6 +136,14 @@ func checkInvariants(t *testing.T, c *Cluster) {
 			t.Fatalf("an order is not sorted or has %d machines, want %d", len(o.ms), len(c.machines))
 		}
 	}
+	var capa Resources
+	for _, m := range c.machines {
+		capa.CPUPercent += max(m.Capacity.CPUPercent, 0)
+		capa.MemoryBytes += max(m.Capacity.MemoryBytes, 0)
+	}
+	if capa != c.total {
+		t.Fatalf("total capacity %+v, want %+v", c.total, capa)
+	}
 	roles := map[string]roleUsage{}
 	for _, m := range c.machines {
 		var used Resources
@@ -291,6 +299,27 @@ func TestAgainstModel(t *testing.T) {
 					c.RemoveMachine(c.ids[rng.IntN(len(c.ids))])
 				case r == 1:
 					c.SetMachine(randomMachine(rng, rng.IntN(30)+1))
+				case r == 4:
+					// A batch: its decisions are where its units end up.
+					var batch []*Unit
+					seen := map[string]bool{}
+					for range 6 {
+						n := fmt.Sprintf("%c%d.service", 'a'+rng.IntN(3), rng.IntN(10))
+						_, placed := c.Where(n)
+						if b := randomUnit(t, rng, n); !seen[n] && !placed && !b.Fleet.Global && c.global[n] == nil {
+							seen[n] = true
+							batch = append(batch, b)
+						}
+					}
+					for i, d := range c.Allocate(batch) {
+						got, ok := c.Where(batch[i].Name)
+						if d.Machine != "" && got != d.Machine || d.Machine == "" && (ok || d.Reason == "") {
+							t.Fatalf("step %d: Allocate decided %s: %+v, but Where = %q, %v", step, batch[i].Name, d, got, ok)
+						}
+						if d.Machine != "" {
+							units[batch[i].Name] = batch[i]
+						}
+					}
 				case r < 4 && len(units) > 0:
 					names := slices.Sorted(mapsKeys(units))
 					c.Unplace(names[rng.IntN(len(names))])
@@ -313,6 +342,9 @@ func TestAgainstModel(t *testing.T) {
 				default:
 					d := c.Decide(u)
 					want := naiveDecide(c, u)
+					if len(d.Displaced) > 0 && want != "" {
+						t.Fatalf("step %d: Decide(%s %+v) = %+v, displacing while %s fits", step, name, u.Fleet, d, want)
+					}
 					if d.Machine != want && len(d.Displaced) == 0 {
 						t.Fatalf("step %d: Decide(%s %+v needs %+v) = %+v, want machine %q\ncluster: %s", step, name, u.Fleet, u.Needs, d, want, c.state())
 					}
@@ -325,6 +357,9 @@ func TestAgainstModel(t *testing.T) {
 						}
 						c.Place(u, d.Machine)
 						units[name] = u
+						if ok, why := c.Fits(u, d.Machine); !ok {
+							t.Fatalf("step %d: Decide(%s) = %+v, then Fits = false, %q", step, name, d, why)
+						}
 					}
 				}
 				if step%5 != 0 {

@@ -203,6 +203,7 @@ type Cluster struct {
 
 	epoch uint64      // candidate marks
 	rej   []rejection // scratch for decisions
+	ev    eval        // scratch for decisions
 }
 
 // NewCluster returns an empty cluster with default options.
@@ -254,15 +255,16 @@ func (c *Cluster) SetMachine(m Machine) {
 		c.ids = slices.Insert(c.ids, i, m.ID)
 		c.spread.insert(ms)
 		c.binpack.insert(ms)
+		c.addCapacity(ms.Capacity)
 	} else {
 		c.unindexMetadata(ms)
-		c.update(ms, func() {
-			ms.Metadata = m.Metadata
-			ms.Capacity = m.Capacity
-		})
+		at := c.unrank(ms)
+		ms.Metadata = m.Metadata
+		ms.Capacity = m.Capacity
+		c.rerank(ms, at)
+		c.capacityChanged()
 	}
 	c.indexMetadata(ms)
-	c.capacityChanged()
 }
 
 // RemoveMachine removes a machine; the units placed on it are forgotten.
@@ -381,19 +383,16 @@ func (c *Cluster) add(u *Unit, ms *machine) {
 		}
 	}
 	pl := &placement{u: u, m: ms, prep: pr}
-	a, b := c.pats.candidates(u.Name)
-	for _, list := range [2][]*pattern{a, b} {
-		for _, p := range list {
-			if p.match(u.Name) {
-				p.matched[ms]++
-				pl.matches = append(pl.matches, p)
-			}
+	for _, p := range c.pats.candidates(u.Name) {
+		if p.match(u.Name) {
+			p.matched[ms]++
+			pl.matches = append(pl.matches, p)
 		}
 	}
-	c.update(ms, func() {
-		ms.units[u.Name] = pl
-		ms.used = ms.used.add(u.Needs)
-	})
+	at := c.unrank(ms)
+	ms.units[u.Name] = pl
+	ms.used = ms.used.add(u.Needs)
+	c.rerank(ms, at)
 	ru := c.roles[pr.role]
 	if ru == nil {
 		ru = &roleUsage{}
@@ -434,10 +433,10 @@ func (c *Cluster) remove(pl *placement) {
 	for _, p := range pl.matches {
 		decr(p.matched, ms)
 	}
-	c.update(ms, func() {
-		delete(ms.units, u.Name)
-		ms.used = ms.used.sub(u.Needs)
-	})
+	at := c.unrank(ms)
+	delete(ms.units, u.Name)
+	ms.used = ms.used.sub(u.Needs)
+	c.rerank(ms, at)
 	ru := c.roles[pl.prep.role]
 	ru.used = ru.used.sub(u.Needs)
 	if ru.count--; ru.count == 0 {
@@ -468,31 +467,43 @@ func decr(counts map[*machine]int, ms *machine) {
 	}
 }
 
-// update runs change, which alters ms's rank keys, keeping the orders.
-func (c *Cluster) update(ms *machine, change func()) {
-	c.spread.remove(ms)
-	c.binpack.remove(ms)
-	change()
-	ms.free = freeScore(ms.Capacity, ms.used)
-	c.spread.insert(ms)
-	c.binpack.insert(ms)
+// rankAt is where a machine is in the orders.
+type rankAt struct{ spread, binpack int }
+
+// unrank returns where ms is in the orders, before a change to its units,
+// usage or capacity; rerank then moves it to its new places. Nothing else
+// may change the orders in between.
+func (c *Cluster) unrank(ms *machine) rankAt {
+	return rankAt{c.spread.index(ms), c.binpack.index(ms)}
 }
 
-// capacityChanged recomputes the cluster-wide capacity aggregates.
+func (c *Cluster) rerank(ms *machine, at rankAt) {
+	ms.free = freeScore(ms.Capacity, ms.used)
+	c.spread.fix(at.spread)
+	c.binpack.fix(at.binpack)
+}
+
+// capacityChanged recomputes the cluster-wide capacity aggregates after a
+// machine's capacity changed or a machine left.
 func (c *Cluster) capacityChanged() {
 	c.total, c.minCap = Resources{}, Resources{}
 	for _, ms := range c.machines {
-		if v := ms.Capacity.CPUPercent; v > 0 {
-			c.total.CPUPercent += v
-			if c.minCap.CPUPercent == 0 || v < c.minCap.CPUPercent {
-				c.minCap.CPUPercent = v
-			}
+		c.addCapacity(ms.Capacity)
+	}
+}
+
+// addCapacity counts a machine's capacity in the cluster-wide aggregates.
+func (c *Cluster) addCapacity(capa Resources) {
+	if v := capa.CPUPercent; v > 0 {
+		c.total.CPUPercent += v
+		if c.minCap.CPUPercent == 0 || v < c.minCap.CPUPercent {
+			c.minCap.CPUPercent = v
 		}
-		if v := ms.Capacity.MemoryBytes; v > 0 {
-			c.total.MemoryBytes += v
-			if c.minCap.MemoryBytes == 0 || v < c.minCap.MemoryBytes {
-				c.minCap.MemoryBytes = v
-			}
+	}
+	if v := capa.MemoryBytes; v > 0 {
+		c.total.MemoryBytes += v
+		if c.minCap.MemoryBytes == 0 || v < c.minCap.MemoryBytes {
+			c.minCap.MemoryBytes = v
 		}
 	}
 }

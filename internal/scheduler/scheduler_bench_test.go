@@ -143,6 +143,18 @@ func BenchmarkDecide1kMachines100kUnits(b *testing.B) {
 			b.ReportMetric(float64(unplaced)/float64(i), "unplaced/op")
 		})
 	}
+	// The worst case: no machine fits (the unit conflicts with a global
+	// unit, or needs more memory than any machine of known capacity has),
+	// so every machine is checked and the reason gathered.
+	b.Run("unplaceable", func(b *testing.B) {
+		u := &Unit{Name: "huge.service", Fleet: unit.Fleet{Conflicts: []string{"log.service"}}, Needs: Resources{MemoryBytes: 512 * gib}}
+		b.ReportAllocs()
+		for b.Loop() {
+			if d := c.Decide(u); d.Machine != "" {
+				b.Fatalf("Decide(huge) = %+v, want no machine", d)
+			}
+		}
+	})
 }
 
 // BenchmarkAllocate10kUnits allocates 10,000 pending units of the mix at

@@ -347,6 +347,7 @@ func TestParseErrors(t *testing.T) {
 
 		// Values.
 		{minimal + "Type=daemon\n", []string{"[Service] Type=:", `invalid value "daemon"`, "simple, exec, forking, oneshot"}},
+		{minimal + "Type=forking\n", []string{"[Service] Type=:", "Type=forking is not supported", "foreground"}},
 		{minimal + "Restart=sometimes\n", []string{`invalid value "sometimes"`, "on-failure"}},
 		{minimal + "KillMode=all\n", []string{`invalid value "all"`, "control-group"}},
 		{minimal + "KillSignal=sigterm\n", []string{`unknown signal "sigterm"; did you mean SIGTERM?`}},
@@ -525,7 +526,7 @@ func TestParseWarnings(t *testing.T) {
 		body string
 		want string
 	}{
-		{"Type=forking", "line 3: [Service] Type=: the exec driver runs Type=forking services as Type=simple"},
+		{"Type=notify", "line 3: [Service] Type=: the exec driver runs Type=notify services as Type=simple"},
 		{"Type=notify", "Type=notify services as Type=simple"},
 		{"KillMode=none", "KillMode=none is deprecated"},
 		{"CPUQuota=12.5%", "12.5% is rounded to 13%"},

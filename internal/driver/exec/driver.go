@@ -227,7 +227,7 @@ func checkFile(f *unit.File) error {
 	}
 	svc := &f.Service
 	switch svc.Type {
-	case "", "simple", "exec", "notify", "idle", "dbus":
+	case "", "simple", "exec", "notify", "notify-reload", "idle", "dbus":
 		if len(svc.ExecStart) != 1 {
 			return fmt.Errorf("Type=%s needs exactly one ExecStart=, got %d", cmp.Or(svc.Type, "simple"), len(svc.ExecStart))
 		}
