@@ -99,6 +99,8 @@ func New(cfg Config) http.Handler {
 	}
 	mux.HandleFunc("GET /v1/events", s.leaderOnly(s.events))
 	mux.HandleFunc("GET /v1/machines", s.leaderOnly(s.machines))
+	mux.HandleFunc("GET /v1/scheduler", s.leaderOnly(s.getScheduler))
+	mux.HandleFunc("PUT /v1/scheduler", s.leaderOnly(s.putScheduler))
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
 	mux.HandleFunc("GET /v1/units/{name}/journal", s.leaderOnly(s.journal))
 	mux.HandleFunc("GET /v1/local/journal/{name}", s.localJournal)
@@ -330,6 +332,33 @@ func (s *server) machines(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, apiv1.MachineList{Machines: ms})
+}
+
+func (s *server) getScheduler(w http.ResponseWriter, r *http.Request) {
+	sc, err := s.cfg.Engine.Scheduler()
+	if err != nil {
+		s.engineError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sc)
+}
+
+func (s *server) putScheduler(w http.ResponseWriter, r *http.Request) {
+	var sc apiv1.Scheduler
+	if !s.decode(w, r, &sc) {
+		return
+	}
+	if len(sc.Shares) > 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", "shares are read-only: give placement and roles")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	if err := s.cfg.Engine.SetScheduler(ctx, sc); err != nil {
+		s.engineError(w, err)
+		return
+	}
+	s.getScheduler(w, r)
 }
 
 func (s *server) patchMachine(w http.ResponseWriter, r *http.Request) {

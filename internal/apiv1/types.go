@@ -165,6 +165,26 @@ type Event struct {
 	Sub          string `json:"sub,omitempty"`
 }
 
+// Scheduler is the cluster's placement policy (GET and PUT /v1/scheduler).
+// Placement is the default strategy for units without [X-Fleet] Placement=:
+// "spread" (fleet's least-loaded; the default) or "binpack". Roles gives
+// roles ([X-Fleet] Role=; "*" for units without one) a weight in the
+// dominant-resource-fair sharing of a cluster that cannot run everything,
+// and an optional quota. Shares (read-only) is each role's dominant share of
+// the cluster's capacity now.
+type Scheduler struct {
+	Placement string                `json:"placement"`
+	Roles     map[string]RolePolicy `json:"roles,omitempty"`
+	Shares    map[string]float64    `json:"shares,omitempty"`
+}
+
+// RolePolicy is one role's weight (default 1) and quota (0 in a dimension:
+// no cap).
+type RolePolicy struct {
+	Weight float64   `json:"weight,omitempty"`
+	Quota  Resources `json:"quota,omitzero"`
+}
+
 // Error is the body of every non-2xx answer.
 type Error struct {
 	Error string `json:"error"`

@@ -35,6 +35,8 @@ type applyReq struct {
 	// or a change of one machine's metadata
 	machine string
 	patch   map[string]*string
+	// or a new placement policy
+	options *scheduler.Options
 	res     chan applyRes
 }
 
@@ -103,7 +105,13 @@ func (t *term) applyRound(round []*applyReq) {
 		}
 		return t.units[name]
 	}
+	var newOptions *scheduler.Options
 	for _, req := range round {
+		if req.options != nil {
+			newOptions = req.options // the last one of the round wins, as if applied in order
+			accepted = append(accepted, req)
+			continue
+		}
 		if req.machine != "" {
 			m := t.machines[req.machine]
 			if m == nil {
@@ -150,6 +158,9 @@ func (t *term) applyRound(round []*applyReq) {
 	for id, ov := range roundMachines {
 		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov}))
 	}
+	if newOptions != nil {
+		ops = append(ops, putOptions(t.keys, *newOptions))
+	}
 	for name, next := range roundRecs {
 		cur := t.units[name]
 		switch {
@@ -173,6 +184,11 @@ func (t *term) applyRound(round []*applyReq) {
 	t.mu.Lock()
 	for id, ov := range roundMachines {
 		t.overrides[id] = ov
+	}
+	if newOptions != nil {
+		t.options = *newOptions
+		t.sched.SetOptions(*newOptions) // validated by SetScheduler
+		t.changed()
 	}
 	for name, rec := range roundRecs {
 		if rec == nil || rec.machine == "" {
@@ -204,7 +220,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 				ErrConflict, c.Name, unit.ShortHash(cur.file.Hash))
 		}
 	case c.File != nil:
-		next = &unitRec{file: c.File, desired: unit.Inactive, su: &scheduler.Unit{Name: c.File.Name, Fleet: c.File.Fleet}}
+		next = &unitRec{file: c.File, desired: unit.Inactive, su: scheduler.NewUnit(c.File)}
 	case cur == nil:
 		tmpl := lookup(local, unit.TemplateOf(c.Name))
 		if tmpl == nil {
@@ -214,7 +230,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		next = &unitRec{file: f, desired: unit.Inactive, su: &scheduler.Unit{Name: f.Name, Fleet: f.Fleet}}
+		next = &unitRec{file: f, desired: unit.Inactive, su: scheduler.NewUnit(f)}
 	}
 	if c.DesiredState != "" && c.DesiredState != next.desired {
 		if unit.IsTemplate(c.Name) && c.DesiredState != unit.Inactive {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/flotilla/flotilla/internal/agent"
+	"github.com/flotilla/flotilla/internal/apiv1"
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
@@ -78,11 +80,19 @@ type testAgent struct {
 func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata ...string) *testAgent {
 	t.Helper()
 	md := map[string]string{}
+	var cpu, mem int64
 	for _, kv := range metadata {
 		k, v, _ := strings.Cut(kv, "=")
-		md[k] = v
+		switch k {
+		case "cpu%": // capacity, not metadata
+			cpu, _ = strconv.ParseInt(v, 10, 64)
+		case "mem":
+			mem, _ = unit.ParseSize(v)
+		default:
+			md[k] = v
+		}
 	}
-	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Metadata: md}, TTL: agentTTL,
+	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Metadata: md, CPUPercent: cpu, MemoryBytes: mem}, TTL: agentTTL,
 		Registry: reg, Etcd: cli, Logger: testLogger(t),
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			return election.Observe(ctx, cli, registry.Keys{}.Election())
@@ -504,4 +514,132 @@ func testEngineGlobalUnits(t *testing.T, reg string) {
 		}
 		return nil
 	})
+}
+
+// TestEnginePolicy: units are placed only where they fit; what does not fit
+// says why; bin-packing and dominant resource fairness between roles follow
+// the policy set through the engine.
+func TestEnginePolicy(t *testing.T) {
+	reg := "grpc"
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, reg, "e1")
+	startAgent(t, cli, reg, "m1", "cpu%=200", "mem=1G")
+	startAgent(t, cli, reg, "m2", "cpu%=200", "mem=1G")
+	eventually(t, 10*time.Second, "two machines", func() error {
+		ms, err := e.Machines()
+		if len(ms) != 2 {
+			return fmt.Errorf("machines %v, %v", ms, err)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	withNeeds := func(prefix string, n int, needs string) []engine.Change {
+		var cs []engine.Change
+		for i := range n {
+			name := fmt.Sprintf("%s%d.service", prefix, i)
+			cs = append(cs, engine.Change{Name: name, File: parse(t, name, "[Service]\nExecStart=/bin/true\n"+needs), DesiredState: unit.Launched})
+		}
+		return cs
+	}
+	placed := func() map[string]string {
+		us, _ := e.Units(nil)
+		out := map[string]string{}
+		for _, u := range us {
+			out[u.Name] = u.Machine
+			if u.Machine == "" {
+				out[u.Name] = "reason: " + u.Reason
+			}
+		}
+		return out
+	}
+	if err := e.Apply(ctx, withNeeds("cpu", 5, "CPUQuota=100%\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Apply(ctx, withNeeds("big", 1, "MemoryMax=2G\n")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "four cpu units placed, the rest unplaced with reasons", func() error {
+		p := placed()
+		n := 0
+		for i := range 5 {
+			if !strings.HasPrefix(p[fmt.Sprintf("cpu%d.service", i)], "reason") {
+				n++
+			}
+		}
+		if n != 4 {
+			return fmt.Errorf("%d cpu units placed, want 4: %v", n, p)
+		}
+		if !strings.Contains(p["big0.service"], "memory") {
+			return fmt.Errorf("big0.service: %q, want a reason about memory", p["big0.service"])
+		}
+		return nil
+	})
+	ms, _ := e.Machines()
+	for _, m := range ms {
+		if m.Free.CPUPercent != 0 || m.Capacity.CPUPercent != 200 {
+			t.Errorf("machine %s: capacity %+v free %+v, want 200%% CPU all used", m.ID, m.Capacity, m.Free)
+		}
+	}
+	var destroy []engine.Change
+	for name := range placed() {
+		destroy = append(destroy, engine.Change{Name: name, Destroy: true})
+	}
+	if err := e.Apply(ctx, destroy); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bin-packing fills one machine before the next.
+	if err := e.SetScheduler(ctx, apiv1.Scheduler{Placement: "binpack"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetScheduler(ctx, apiv1.Scheduler{Placement: "tetris"}); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("SetScheduler(tetris) = %v, want ErrInvalid", err)
+	}
+	if err := e.Apply(ctx, withNeeds("small", 2, "CPUQuota=50%\n")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "both small units on one machine", func() error {
+		p := placed()
+		if p["small0.service"] == "" || p["small0.service"] != p["small1.service"] || strings.HasPrefix(p["small0.service"], "reason") {
+			return fmt.Errorf("placement %v", p)
+		}
+		return nil
+	})
+
+	// Two roles competing for what is left share it by dominant resource.
+	if err := e.SetScheduler(ctx, apiv1.Scheduler{Placement: "spread"}); err != nil {
+		t.Fatal(err)
+	}
+	batch := append(withNeeds("a", 6, "CPUQuota=50%\n[X-Fleet]\nRole=a\n"), withNeeds("b", 6, "CPUQuota=50%\n[X-Fleet]\nRole=b\n")...)
+	if err := e.Apply(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "roles share", func() error {
+		p := placed()
+		na, nb := 0, 0
+		for name, m := range p {
+			if strings.HasPrefix(m, "reason") {
+				continue
+			}
+			switch name[0] {
+			case 'a':
+				na++
+			case 'b':
+				nb++
+			}
+		}
+		if na != 3 || nb != 3 {
+			return fmt.Errorf("role a placed %d, role b %d; want 3 and 3 (6 half-CPU slots left): %v", na, nb, p)
+		}
+		return nil
+	})
+	sc, err := e.Scheduler()
+	if err != nil || sc.Placement != "spread" || sc.Shares["a"] != sc.Shares["b"] || sc.Shares["a"] == 0 {
+		t.Errorf("Scheduler() = %+v, %v; want spread with equal shares for a and b", sc, err)
+	}
+	snap, _ := registry.Load(ctx, cli, registry.Keys{})
+	if !strings.Contains(string(snap.SchedulerConfig), `"placement":"spread"`) {
+		t.Errorf("stored policy = %s", snap.SchedulerConfig)
+	}
 }

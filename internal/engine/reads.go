@@ -108,7 +108,8 @@ func (t *term) machineViews() []apiv1.Machine {
 		}
 		out = append(out, apiv1.Machine{ID: id, IP: m.info.IP, Metadata: md, Leader: id == t.info.Machine,
 			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units) + len(m.globals),
-			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}})
+			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes},
+			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)}})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -207,4 +208,13 @@ func matchAny(patterns []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// free is what capacity leaves after used; 0 when the capacity is not
+// declared (anything fits).
+func free(capacity, used int64) int64 {
+	if capacity == 0 {
+		return 0
+	}
+	return max(capacity-used, 0)
 }

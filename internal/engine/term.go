@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +88,7 @@ type machineRec struct {
 	units    map[string]struct{} // units scheduled here
 	globals  map[string]struct{} // global units assigned here
 	needFull bool                // a new stream awaits its full desired set
+	used     scheduler.Resources // what placed units need here (after the last pass)
 }
 
 // term is the leader's state for one election term.
@@ -114,10 +114,19 @@ type term struct {
 	overrides map[string]map[string]*string
 	rev       int64 // etcd revision of the last commit (for readers)
 
-	// owned by the loop goroutine
-	sched      *scheduler.Cluster
-	schedAlive map[string]bool
-	schedMeta  map[string]map[string]string // metadata the scheduler has per machine
+	// followers are the units with MachineOf= (checked again when a unit
+	// they may follow moves: followersMoved).
+	followers      map[string]struct{}
+	followersMoved bool
+	// options are the scheduler's (strategy, roles); shares the roles'
+	// dominant shares after the last pass.
+	options scheduler.Options
+	shares  map[string]float64
+
+	// owned by the loop goroutine (it also holds mu when it changes them)
+	sched         *scheduler.Cluster
+	schedMachines map[string]schedMachine
+	schedGlobals  map[string]bool // global units placed in sched
 
 	reqs chan *applyReq
 	kick chan struct{}
@@ -133,17 +142,18 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		e: e, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel,
 		committer: registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps,
 			Observe: func(d time.Duration) { e.cfg.Metrics.ObserveEtcd("txn", d) }}),
-		units:      map[string]*unitRec{},
-		machines:   map[string]*machineRec{},
-		unplaced:   map[string]struct{}{},
-		globals:    map[string]struct{}{},
-		sched:      scheduler.NewCluster(),
-		schedAlive: map[string]bool{},
-		schedMeta:  map[string]map[string]string{},
-		overrides:  map[string]map[string]*string{},
-		events:     newEventLog(el.Info.Rev),
-		reqs:       make(chan *applyReq, 256),
-		kick:       make(chan struct{}, 1),
+		units:         map[string]*unitRec{},
+		machines:      map[string]*machineRec{},
+		unplaced:      map[string]struct{}{},
+		globals:       map[string]struct{}{},
+		sched:         scheduler.NewCluster(),
+		schedMachines: map[string]schedMachine{},
+		schedGlobals:  map[string]bool{},
+		followers:     map[string]struct{}{},
+		overrides:     map[string]map[string]*string{},
+		events:        newEventLog(el.Info.Rev),
+		reqs:          make(chan *applyReq, 256),
+		kick:          make(chan struct{}, 1),
 	}
 	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
 	loadStart := time.Now()
@@ -155,6 +165,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		return nil, err
 	}
 	t.rev = snap.Revision
+	t.loadOptions(snap.SchedulerConfig)
 	for id, m := range snap.Machines {
 		t.overrides[id] = m.Metadata
 	}
@@ -170,7 +181,10 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		if err != nil {
 			ds = unit.Inactive
 		}
-		rec := &unitRec{file: f, desired: ds, su: &scheduler.Unit{Name: f.Name, Fleet: f.Fleet}}
+		rec := &unitRec{file: f, desired: ds, su: scheduler.NewUnit(f)}
+		if len(f.Fleet.MachineOf) > 0 {
+			t.followers[r.Name] = struct{}{}
+		}
 		if f.Fleet.Global {
 			t.globals[r.Name] = struct{}{}
 		} else if m, ok := snap.Schedule[r.Name]; ok {
@@ -290,7 +304,13 @@ func (t *term) setUnit(name string, rec *unitRec) {
 	t.changed()
 	old := t.units[name]
 	t.unitEvent(name, rec)
+	if rec != nil && len(rec.file.Fleet.MachineOf) > 0 {
+		t.followers[name] = struct{}{}
+	} else {
+		delete(t.followers, name)
+	}
 	if old != nil && old.machine != "" && (rec == nil || rec.machine != old.machine) {
+		t.followersMoved = true
 		if m := t.machines[old.machine]; m != nil {
 			delete(m.units, name)
 			m.push(name, nil)
@@ -338,158 +358,6 @@ func (t *term) setUnit(name string, rec *unitRec) {
 	}
 }
 
-// reconcile moves units off lost machines and places unplaced units.
-func (t *term) reconcile() {
-	now := t.e.cfg.Now()
-	defer func() { t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds()) }()
-	t.mu.Lock()
-	lost, drifted := t.syncMachines(now)
-	t.syncAgents(len(drifted) > 0)
-	t.mu.Unlock()
-	t.mu.RLock()
-	moved := map[string]*unitRec{}
-	// Units whose constraints no longer hold on their machine (its metadata
-	// changed) move; they are placed again below.
-	for _, id := range drifted {
-		for name := range t.machines[id].units {
-			rec := t.units[name]
-			if ok, why := t.sched.Fits(rec.su, id); !ok {
-				t.e.log.Info("unit no longer fits its machine; moving it", "unit", name, "machine", id, "reason", why)
-				moved[name] = rec.with(func(r *unitRec) { r.machine = "" })
-				t.sched.Unplace(name)
-			}
-		}
-	}
-	for _, id := range lost {
-		for name := range t.machines[id].units {
-			rec := t.units[name]
-			if rec.file.Fleet.Global {
-				continue
-			}
-			moved[name] = rec.with(func(r *unitRec) { r.machine = "" })
-			t.sched.Unplace(name)
-		}
-	}
-	names := make([]string, 0, len(t.unplaced)+len(moved))
-	for name := range t.unplaced {
-		names = append(names, name)
-	}
-	for name := range moved {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		rec := moved[name]
-		if rec == nil {
-			rec = t.units[name]
-		}
-		if !rec.wanted() {
-			continue
-		}
-		d := t.sched.Decide(rec.su)
-		nr := rec.with(func(r *unitRec) {
-			r.machine, r.reason = d.Machine, d.Reason
-			if d.Machine != "" && !r.wantedAt.IsZero() {
-				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(r.wantedAt).Seconds())
-				r.wantedAt, r.placedAt = time.Time{}, now
-			}
-		})
-		if d.Machine != "" {
-			t.sched.Place(rec.su, d.Machine)
-		}
-		if nr.machine != rec.machine || nr.reason != rec.reason || moved[name] != nil {
-			moved[name] = nr
-		}
-	}
-	// One op per unit, from the outcome: a unit moved off a machine and
-	// placed again in the same pass is one put (etcd refuses a key twice in
-	// a transaction).
-	var ops []registry.Op
-	for name, nr := range moved {
-		switch cur := t.units[name]; {
-		case nr.machine != "" && nr.machine != cur.machine:
-			ops = append(ops, registry.PutSchedule(t.keys, name, nr.machine))
-		case nr.machine == "" && cur.machine != "":
-			ops = append(ops, registry.DeleteSchedule(t.keys, name))
-		}
-	}
-	t.mu.RUnlock()
-	if len(moved) == 0 {
-		return
-	}
-	if err := t.commit(ops); err != nil {
-		t.e.log.Warn("reconcile: could not write schedule; will retry", "err", err, "ops", len(ops))
-		t.rebuildSched()
-		return
-	}
-	t.mu.Lock()
-	for name, rec := range moved {
-		if cur := t.units[name]; cur != nil && cur.desired == rec.desired {
-			t.setUnit(name, rec)
-		}
-	}
-	for _, id := range lost {
-		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
-			delete(t.machines, id)
-		}
-	}
-	t.mu.Unlock()
-	if len(lost) > 0 {
-		t.e.log.Info("moved units off lost machines", "machines", lost)
-	}
-}
-
-// syncMachines makes the scheduler's machines the connected ones and
-// returns the machines lost (unheard for the agent TTL plus grace).
-// Callers hold mu (read) and run on the loop goroutine.
-func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
-	deadline := t.e.cfg.AgentTTL + t.e.cfg.HeartbeatInterval
-	for id, m := range t.machines {
-		alive := m.conn != nil
-		if alive && t.schedAlive[id] {
-			if md := t.metadata(m); !maps.Equal(md, t.schedMeta[id]) {
-				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: md})
-				t.schedMeta[id] = md
-				drifted = append(drifted, id)
-			}
-		}
-		if alive != t.schedAlive[id] {
-			if alive {
-				md := t.metadata(m)
-				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: md})
-				t.schedMeta[id] = md
-				for name := range m.units {
-					t.sched.Place(t.units[name].su, id)
-				}
-				t.schedAlive[id] = true
-			} else {
-				t.sched.RemoveMachine(id)
-				delete(t.schedAlive, id)
-				delete(t.schedMeta, id)
-			}
-		}
-		if !alive {
-			heard := m.lastSeen
-			if heard.Before(t.start) {
-				heard = t.start
-			}
-			if now.Sub(heard) > deadline {
-				lost = append(lost, id)
-			}
-		}
-	}
-	for id := range t.schedAlive {
-		if _, ok := t.machines[id]; !ok {
-			t.sched.RemoveMachine(id)
-			delete(t.schedAlive, id)
-			delete(t.schedMeta, id)
-		}
-	}
-	sort.Strings(lost)
-	sort.Strings(drifted)
-	return lost, drifted
-}
-
 // metadata is a machine's effective metadata: what it reports, changed by
 // the API's overrides. Callers hold mu.
 func (t *term) metadata(m *machineRec) map[string]string {
@@ -509,75 +377,4 @@ func (t *term) metadata(m *machineRec) map[string]string {
 		}
 	}
 	return md
-}
-
-// rebuildSched rebuilds the scheduler's view from memory after a failed
-// commit left tentative placements in it.
-func (t *term) rebuildSched() {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	t.sched = scheduler.NewCluster()
-	t.schedAlive = map[string]bool{}
-	t.schedMeta = map[string]map[string]string{}
-	t.syncMachines(t.e.cfg.Now())
-}
-
-// syncAgents sends new streams their full desired set and assigns global
-// units to the machines where they fit. Callers hold mu for writing, on the
-// loop goroutine.
-func (t *term) syncAgents(metadataChanged bool) {
-	fresh := false
-	for _, m := range t.machines {
-		if m.conn != nil && m.needFull {
-			fresh = true
-		}
-	}
-	if !fresh && !t.globalsDirty && !metadataChanged {
-		return
-	}
-	t.globalsDirty = false
-	for id, m := range t.machines {
-		if m.conn == nil {
-			clear(m.globals)
-			continue
-		}
-		want := map[string]struct{}{}
-		for name := range t.globals {
-			rec := t.units[name]
-			if !rec.wanted() {
-				continue
-			}
-			if ok, _ := t.sched.Fits(rec.su, id); ok {
-				want[name] = struct{}{}
-			}
-		}
-		if m.needFull {
-			m.needFull = false
-			m.globals = want
-			m.conn.mu.Lock()
-			m.conn.full = true
-			m.conn.pending = make(map[string]*agentpb.Assignment, len(m.units)+len(want))
-			for name := range m.units {
-				m.conn.pending[name] = assignment(t.units[name])
-			}
-			for name := range want {
-				m.conn.pending[name] = assignment(t.units[name])
-			}
-			m.conn.mu.Unlock()
-			signalConn(m.conn)
-			continue
-		}
-		for name := range want {
-			if _, ok := m.globals[name]; !ok {
-				m.globals[name] = struct{}{}
-				m.push(name, assignment(t.units[name]))
-			}
-		}
-		for name := range m.globals {
-			if _, ok := want[name]; !ok {
-				delete(m.globals, name)
-				m.push(name, nil)
-			}
-		}
-	}
 }

@@ -7,6 +7,7 @@
 //	units/<name>     JSON Record: the unit file and its desired state
 //	schedule/<name>  the ID of the machine the unit is scheduled to
 //	machines/<id>    JSON MachineRecord: metadata set through the API
+//	config/scheduler JSON: the placement policy (strategy, roles) set through the API
 //
 // and, in the etcd registry mode only, the transient state fleet kept there
 // (protocol buffers of proto/agentpb):
@@ -45,6 +46,7 @@ func (k Keys) Unit(name string) string     { return k.Units() + name }
 func (k Keys) Schedules() string           { return k.p() + "schedule/" }
 func (k Keys) Schedule(name string) string { return k.Schedules() + name }
 func (k Keys) Election() string            { return k.p() + "election/" }
+func (k Keys) SchedulerConfig() string     { return k.p() + "config/scheduler" }
 func (k Keys) Machines() string            { return k.p() + "machines/" }
 
 // Keys of the etcd registry mode (fleet's way): agents announce themselves

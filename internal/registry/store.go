@@ -28,7 +28,9 @@ type Snapshot struct {
 	Units    []Record
 	Schedule map[string]string // unit name -> machine ID
 	Machines map[string]MachineRecord
-	Revision int64
+	// SchedulerConfig is the stored placement policy (JSON), nil if never set.
+	SchedulerConfig []byte
+	Revision        int64
 }
 
 // Load reads every unit and the schedule at one consistent revision.
@@ -81,6 +83,13 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	})
 	if err != nil {
 		return nil, err
+	}
+	cfg, err := cli.Get(ctx, keys.SchedulerConfig(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("registry: load %s: %w", keys.SchedulerConfig(), err)
+	}
+	if len(cfg.Kvs) > 0 {
+		snap.SchedulerConfig = cfg.Kvs[0].Value
 	}
 	err = read(keys.Machines(), func(key string, val []byte) error {
 		var r MachineRecord

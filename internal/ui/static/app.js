@@ -43,6 +43,12 @@ function h(tag, props, ...children) {
   return el;
 }
 
+// fill replaces el's children, skipping null, undefined and false as h() does.
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== undefined && c !== null && c !== false)
+    .map((c) => (c instanceof Node ? c : document.createTextNode(String(c)))));
+}
+
 const $ = (sel, root = document) => root.querySelector(sel);
 const nf = new Intl.NumberFormat('en-US');
 const fmtInt = (n) => nf.format(n || 0);
@@ -200,42 +206,47 @@ const app = {
   main: null,
   view: null,
   events: null,
-  history: new Map(), // unit -> [{time, text, cls}], newest last
+  history: new Map(), // unit -> its events, oldest first
+  historyOrder: new Array(HISTORY_UNITS), // units with a history, a ring in order of arrival
+  historyNext: 0,
   summary: null,
   source: 'leader',
 };
 
 // Per-unit history of what the event stream said, since the page opened.
+// Recording is on the hot path (a mass start is hundreds of thousands of
+// events), so it keeps the events as they came and describes them only
+// when the unit's page shows them. Once HISTORY_UNITS units have a
+// history, the unit whose history began first loses it.
 function recordHistory(ev) {
   if (!ev.unit || (ev.type !== 'unit' && ev.type !== 'state')) return;
-  let text, cls;
-  if (ev.type === 'unit') {
-    if (ev.removed) { text = 'destroyed'; cls = 'gone'; }
-    else {
-      text = 'desired ' + ev.desiredState;
-      if (ev.global) text += ', global';
-      else if (ev.machine) text += ', placed on ' + ev.machine;
-      else if (ev.desiredState !== 'inactive') text += ', unplaced' + (ev.reason ? ': ' + ev.reason : '');
-      cls = ev.desiredState !== 'inactive' && !ev.machine && !ev.global ? 'warn' : 'info';
-    }
-  } else if (ev.removed) {
-    text = ev.machine + ' no longer reports it'; cls = 'idle';
-  } else {
-    text = ev.machine + ': ' + (ev.active || 'unknown') + (ev.sub ? ' (' + ev.sub + ')' : '');
-    cls = ACTIVE_CLASS[ev.active] || 'idle';
-  }
   let list = app.history.get(ev.unit);
-  if (list) {
-    app.history.delete(ev.unit); // re-insert: the Map's order is recency
-  } else {
+  if (!list) {
+    const evict = app.historyOrder[app.historyNext];
+    if (evict !== undefined) app.history.delete(evict);
+    app.historyOrder[app.historyNext] = ev.unit;
+    app.historyNext = (app.historyNext + 1) % HISTORY_UNITS;
     list = [];
-    if (app.history.size >= HISTORY_UNITS) app.history.delete(app.history.keys().next().value);
+    app.history.set(ev.unit, list);
   }
-  app.history.set(ev.unit, list);
-  const last = list[list.length - 1];
-  if (last && last.text === text) return;
-  list.push({ time: ev.time, text, cls, id: ev.id });
+  list.push(ev);
   if (list.length > HISTORY_PER_UNIT) list.shift();
+}
+
+// describe says what a unit or state event changed, for the history.
+function describe(ev) {
+  if (ev.type === 'unit') {
+    if (ev.removed) return { text: 'destroyed', cls: 'gone' };
+    let text = 'desired ' + ev.desiredState;
+    const unplaced = ev.desiredState !== 'inactive' && !ev.machine && !ev.global;
+    if (ev.global) text += ', global';
+    else if (ev.machine) text += ', placed on ' + ev.machine;
+    else if (unplaced) text += ', unplaced' + (ev.reason ? ': ' + ev.reason : '');
+    return { text, cls: unplaced ? 'warn' : 'info' };
+  }
+  if (ev.removed) return { text: ev.machine + ' no longer reports it', cls: 'idle' };
+  return { text: ev.machine + ': ' + (ev.active || 'unknown') + (ev.sub ? ' (' + ev.sub + ')' : ''),
+    cls: ACTIVE_CLASS[ev.active] || 'idle' };
 }
 
 // ---------------------------------------------------------- event stream
@@ -293,7 +304,13 @@ function onEvent(ev) {
   recordHistory(ev);
   if (app.summary && ev.revision > app.summary.revision) {
     app.summary.revision = ev.revision;
-    renderCluster();
+    if (!app.revisionFrame) {
+      app.revisionFrame = requestAnimationFrame(() => {
+        app.revisionFrame = 0;
+        const el = $('#revision');
+        if (el) el.textContent = fmtInt(app.summary.revision);
+      });
+    }
   }
   refreshSummary.schedule();
   if (app.view && app.view.onEvent) app.view.onEvent(ev);
@@ -354,11 +371,11 @@ function renderCluster() {
   const cluster = $('#cluster');
   const summary = $('#summary');
   if (!s) {
-    cluster.replaceChildren();
-    summary.replaceChildren(app.summaryError ? h('span', { class: 'error-text' }, app.summaryError.message) : '');
+    fill(cluster);
+    fill(summary, app.summaryError ? h('span', { class: 'error-text' }, app.summaryError.message) : '');
     return;
   }
-  cluster.replaceChildren(
+  fill(cluster,
     h('span', { class: 'kv' }, h('span', { class: 'k' }, 'leader'),
       s.leader ? h('span', { class: 'v mono' }, s.leader) : h('span', { class: 'v warn-text' }, 'none')),
     h('span', { class: 'kv' }, h('span', { class: 'k' }, 'revision'), h('span', { class: 'v mono', id: 'revision' }, fmtInt(s.revision))),
@@ -367,7 +384,7 @@ function renderCluster() {
   const chip = (label, n, cls, href, title) =>
     h('a', { class: 'chip ' + cls + (n === 0 && cls !== 'total' ? ' zero' : ''), href, title },
       h('span', { class: 'n' }, fmtInt(n)), h('span', { class: 'l' }, label));
-  summary.replaceChildren(...[
+  fill(summary,
     chip('machines', s.machines.length, 'total', '#/machines', 'Machines connected to the leader'),
     h('span', { class: 'sep' }),
     chip('units', s.total, 'total', unitsHref({}), 'All units'),
@@ -378,7 +395,7 @@ function renderCluster() {
     app.source === 'etcd' ? h('span', { class: 'banner-inline warn-text' },
       'No leader answers: showing the durable record from etcd, without current states') : null,
     app.summaryError ? h('span', { class: 'banner-inline error-text' }, app.summaryError.message) : null,
-  ].filter(Boolean));
+  );
 }
 
 // ------------------------------------------------------------- units view
@@ -454,7 +471,7 @@ class UnitsView {
     this.tbody = h('tbody');
     this.banner = h('div', { class: 'banner', hidden: true });
     this.empty = h('div', { class: 'empty', hidden: true });
-    main.replaceChildren(
+    fill(main,
       h('div', { class: 'toolbar' }, this.filter, this.stateSel, this.machineSel,
         h('span', { class: 'spacer' }), this.count,
         h('span', { class: 'pager' }, this.first, this.prev, this.next), this.sizeSel),
@@ -566,7 +583,7 @@ class UnitsView {
     const sig = ids.join('\u0000');
     if (this.machineSig !== sig) {
       this.machineSig = sig;
-      this.machineSel.replaceChildren(h('option', { value: '' }, 'Any machine'),
+      fill(this.machineSel, h('option', { value: '' }, 'Any machine'),
         ids.map((id) => h('option', { value: id }, id)));
     }
     this.machineSel.value = want;
@@ -593,11 +610,11 @@ class UnitsView {
       this.rows.set(u.name, row);
       els.push(...row.els);
     }
-    this.tbody.replaceChildren(...els);
+    fill(this.tbody, ...els);
     this.empty.hidden = n > 0;
     if (!n) {
       const filtered = this.params.q || this.params.state || this.params.machine;
-      this.empty.replaceChildren(
+      fill(this.empty,
         h('strong', {}, filtered ? 'No unit matches these filters.' : 'No units yet.'),
         h('span', { class: 'muted' }, filtered ? ' Clear the filters to see every unit.'
           : ' Start one with: flotilla start hello.service'));
@@ -678,7 +695,7 @@ class MachinesView {
     this.banner = h('div', { class: 'banner', hidden: true });
     this.tbody = h('tbody');
     this.empty = h('div', { class: 'empty', hidden: true }, h('strong', {}, 'No machine is connected to the leader.'));
-    main.replaceChildren(
+    fill(main,
       h('div', { class: 'toolbar' }, h('h1', { class: 'view-title' }, 'Machines'), h('span', { class: 'spacer' }),
         this.count = h('span', { class: 'count' })),
       this.banner,
@@ -718,7 +735,7 @@ class MachinesView {
   render(machines) {
     this.count.textContent = fmtInt(machines.length) + (machines.length === 1 ? ' machine' : ' machines');
     this.empty.hidden = machines.length > 0;
-    this.tbody.replaceChildren(...machines.map((m) => {
+    fill(this.tbody, ...machines.map((m) => {
       const md = Object.entries(m.metadata || {}).sort(([a], [b]) => a.localeCompare(b));
       return h('tr', { dataset: { machine: m.id } },
         h('td', {}, h('span', { class: 'mono strong' }, m.id), m.leader ? badge('leader', 'leader', 'This machine runs the elected engine') : null,
@@ -773,8 +790,8 @@ class UnitView {
     this.machinesCard = h('section', { class: 'card', hidden: true });
     this.file = h('pre', { class: 'code file' });
     this.journal = h('pre', { class: 'code journal' });
-    this.journalNote = h('span', { class: 'muted small' });
-    main.replaceChildren(
+    this.journalNote = h('span', { class: 'note' });
+    fill(main,
       h('nav', { class: 'crumbs' }, h('a', { href: '#/units' }, 'Units'), h('span', { class: 'slash' }, '/'), h('span', { class: 'mono' }, this.name)),
       this.banner,
       this.head,
@@ -818,7 +835,7 @@ class UnitView {
       const { data } = await getJSON(API + '/unit-states?name=' + encodeURIComponent(this.name), this.abort.signal);
       const states = data.states || [];
       this.machinesCard.hidden = false;
-      this.machinesCard.replaceChildren(h('h2', {}, 'Machines'),
+      fill(this.machinesCard, h('h2', {}, 'Machines'),
         states.length ? h('table', { class: 'grid compact' },
           h('thead', {}, h('tr', {}, h('th', {}, 'Machine'), h('th', {}, 'State'), h('th', {}, 'PID'), h('th', {}, 'Since'))),
           h('tbody', {}, states.map((s) => h('tr', {},
@@ -844,7 +861,7 @@ class UnitView {
     const u = this.unit;
     const s = u.state || {};
     const st = this.status();
-    this.head.replaceChildren(
+    fill(this.head,
       h('h1', { class: 'unit-title' }, h('span', { class: 'mono' }, u.name), statusBadge(st),
         st.sub ? h('span', { class: 'sub' }, st.sub) : null, u.global ? badge('global', 'info') : null),
       u.description ? h('p', { class: 'desc' }, u.description) : null,
@@ -864,7 +881,7 @@ class UnitView {
       ['Message', s.message || '—'],
       ['Hash', h('span', { class: 'mono small' }, u.hash || '—')],
     ];
-    this.details.replaceChildren(...rows.flatMap(([k, v, title]) => [h('dt', { title }, k), h('dd', {}, v === undefined || v === '' ? '—' : v)]));
+    fill(this.details, ...rows.flatMap(([k, v, title]) => [h('dt', { title }, k), h('dd', {}, v === undefined || v === '' ? '—' : v)]));
     if (this.file.textContent !== (u.file || '')) this.file.textContent = u.file || '(no file)';
     this.renderHistory();
   }
@@ -879,19 +896,24 @@ class UnitView {
           (s.active ? ', ' + s.active + (s.sub ? ' (' + s.sub + ')' : '') + ' on ' + s.machine : ''))));
     }
     const list = app.history.get(this.name) || [];
+    let shown = 0;
     for (let i = list.length - 1; i >= 0; i--) {
-      const e = list[i];
-      items.push(h('li', {}, h('span', { class: 'when', title: fmtDateTime(e.time) }, fmtTime(e.time)),
+      const e = describe(list[i]);
+      // An event may repeat what the one before it said (a file change
+      // that moved nothing): show the change once.
+      if (i > 0 && describe(list[i - 1]).text === e.text) continue;
+      shown++;
+      items.push(h('li', {}, h('span', { class: 'when', title: fmtDateTime(list[i].time) }, fmtTime(list[i].time)),
         h('span', { class: 'dot ' + e.cls }), h('span', { class: 'what' }, e.text)));
     }
-    if (!list.length) items.push(h('li', { class: 'muted' }, h('span', { class: 'when' }), 'No change seen yet.'));
-    this.historyList.replaceChildren(...items);
+    if (!shown) items.push(h('li', { class: 'muted' }, h('span', { class: 'when' }), 'No change seen yet.'));
+    fill(this.historyList, ...items);
   }
 
   async followJournal() {
     clearTimeout(this.journalTimer);
     this.journalState = 'streaming';
-    this.journalNote.textContent = 'following';
+    this.setJournalNote('following', 'on');
     const url = API + '/units/' + encodeURIComponent(this.name) + '/journal?lines=' + JOURNAL_LINES + '&follow=true';
     this.journalLines = [];
     let partial = '';
@@ -900,7 +922,7 @@ class UnitView {
       if (!r.ok) {
         const e = await apiError(r);
         this.journalState = 'waiting';
-        this.journalNote.textContent = '';
+        this.setJournalNote('', '');
         this.journal.textContent = e.status === 404 ? 'No journal yet: ' + e.message : e.message;
         return;
       }
@@ -914,13 +936,18 @@ class UnitView {
         this.appendJournal(parts);
       }
       if (partial) this.appendJournal([partial]);
-      this.journalNote.textContent = 'stream ended; reconnecting';
+      this.setJournalNote('stream ended; reconnecting', 'off');
     } catch (e) {
       if (e.name === 'AbortError') return;
-      this.journalNote.textContent = 'disconnected; reconnecting';
+      this.setJournalNote('disconnected; reconnecting', 'off');
     }
     this.journalState = 'waiting';
     this.journalTimer = setTimeout(() => { if (this.journalState === 'waiting') this.followJournal(); }, 3000);
+  }
+
+  setJournalNote(text, cls) {
+    this.journalNote.className = 'note ' + cls;
+    this.journalNote.textContent = text;
   }
 
   appendJournal(lines) {

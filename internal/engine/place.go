@@ -1,0 +1,306 @@
+package engine
+
+import (
+	"maps"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// The loop keeps t.sched equal to the committed schedule (see the
+// scheduler's doc for the duties this file carries out) and, each pass,
+// reconciles: units move off lost machines and off machines where they no
+// longer fit, pending units are allocated (by dominant resource fairness
+// between roles), and global units follow the machines they fit.
+
+// schedMachine is what the scheduler was last told of a machine.
+type schedMachine struct {
+	metadata map[string]string
+	capacity scheduler.Resources
+}
+
+// reconcile runs one pass. It runs on the loop goroutine.
+func (t *term) reconcile() {
+	now := t.e.cfg.Now()
+	defer func() { t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds()) }()
+	t.mu.Lock()
+	lost, drifted := t.syncMachines(now)
+	t.syncGlobals(len(drifted) > 0)
+	t.sendFull()
+	t.mu.Unlock()
+
+	t.mu.RLock()
+	moved := map[string]*unitRec{}
+	unschedule := func(name string) {
+		moved[name] = t.units[name].with(func(r *unitRec) { r.machine = "" })
+		t.sched.Unplace(name)
+	}
+	// Units whose constraints no longer hold where they are: on machines
+	// whose metadata or capacity changed, and followers (MachineOf=) of
+	// units that moved.
+	check := map[string]string{}
+	for _, id := range drifted {
+		for name := range t.machines[id].units {
+			check[name] = id
+		}
+	}
+	if t.followersMoved {
+		for name := range t.followers {
+			if r := t.units[name]; r != nil && r.machine != "" {
+				check[name] = r.machine
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(check)) {
+		if ok, why := t.sched.Fits(t.units[name].su, check[name]); !ok {
+			t.e.log.Info("unit no longer fits its machine; moving it", "unit", name, "machine", check[name], "reason", why)
+			unschedule(name)
+		}
+	}
+	for _, id := range lost {
+		for name := range t.machines[id].units {
+			if _, ok := moved[name]; !ok {
+				unschedule(name)
+			}
+		}
+	}
+	var pending []*scheduler.Unit
+	for name := range t.unplaced {
+		pending = append(pending, t.units[name].su)
+	}
+	for _, r := range moved {
+		if r.wanted() {
+			pending = append(pending, r.su)
+		}
+	}
+	sort.Slice(pending, func(i, j int) bool { return pending[i].Name < pending[j].Name })
+	again := false
+	for i, d := range t.sched.Allocate(pending) {
+		name := pending[i].Name
+		rec := moved[name]
+		if rec == nil {
+			rec = t.units[name]
+		}
+		nr := rec.with(func(r *unitRec) {
+			r.machine, r.reason = d.Machine, d.Reason
+			if d.Machine != "" && !r.wantedAt.IsZero() {
+				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(r.wantedAt).Seconds())
+				r.wantedAt, r.placedAt = time.Time{}, now
+			}
+		})
+		if nr.machine != rec.machine || nr.reason != rec.reason || moved[name] != nil {
+			moved[name] = nr
+		}
+		// Replaces=: the units this one displaced were unplaced by Allocate;
+		// unschedule them now and place them on the next pass.
+		for _, x := range d.Displaced {
+			if _, ok := moved[x]; !ok && t.units[x] != nil && t.units[x].machine != "" {
+				moved[x] = t.units[x].with(func(r *unitRec) { r.machine = "" })
+				again = true
+			}
+		}
+	}
+	// One op per unit, from the outcome: a unit moved off a machine and
+	// placed again in the same pass is one put (etcd refuses a key twice in
+	// a transaction).
+	var ops []registry.Op
+	for name, nr := range moved {
+		switch cur := t.units[name]; {
+		case nr.machine != "" && nr.machine != cur.machine:
+			ops = append(ops, registry.PutSchedule(t.keys, name, nr.machine))
+		case nr.machine == "" && cur.machine != "":
+			ops = append(ops, registry.DeleteSchedule(t.keys, name))
+		}
+	}
+	t.mu.RUnlock()
+	if len(moved) > 0 {
+		if err := t.commit(ops); err != nil {
+			t.e.log.Warn("reconcile: could not write schedule; will retry", "err", err, "ops", len(ops))
+			t.rebuildSched()
+			return
+		}
+	}
+	t.mu.Lock()
+	t.followersMoved = false
+	for name, rec := range moved {
+		if cur := t.units[name]; cur != nil && cur.desired == rec.desired {
+			t.setUnit(name, rec)
+		}
+	}
+	for _, id := range lost {
+		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
+			delete(t.machines, id)
+		}
+	}
+	for id := range t.schedMachines {
+		if m := t.machines[id]; m != nil {
+			m.used = t.sched.Used(id)
+		}
+	}
+	t.shares = t.sched.Shares()
+	t.mu.Unlock()
+	if len(lost) > 0 {
+		t.e.log.Info("moved units off lost machines", "machines", lost)
+	}
+	if again {
+		t.poke()
+	}
+}
+
+// syncMachines makes the scheduler's machines the connected ones, with
+// their metadata and capacity, and returns the machines lost (unheard for
+// the agent TTL plus grace) and those whose metadata or capacity changed.
+// Callers hold mu and run on the loop goroutine.
+func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
+	deadline := t.e.cfg.AgentTTL + t.e.cfg.HeartbeatInterval
+	for id, m := range t.machines {
+		sm, known := t.schedMachines[id]
+		if m.conn != nil {
+			cur := schedMachine{metadata: t.metadata(m), capacity: scheduler.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}}
+			if !known || !maps.Equal(cur.metadata, sm.metadata) || cur.capacity != sm.capacity {
+				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: cur.metadata, Capacity: cur.capacity})
+				t.schedMachines[id] = cur
+				if known {
+					drifted = append(drifted, id)
+				} else {
+					for name := range m.units {
+						t.sched.Place(t.units[name].su, id)
+					}
+					t.globalsDirty = true
+				}
+			}
+			continue
+		}
+		if known {
+			t.sched.RemoveMachine(id)
+			delete(t.schedMachines, id)
+			t.globalsDirty = true
+		}
+		heard := m.lastSeen
+		if heard.Before(t.start) {
+			heard = t.start
+		}
+		if now.Sub(heard) > deadline {
+			lost = append(lost, id)
+		}
+	}
+	for id := range t.schedMachines {
+		if _, ok := t.machines[id]; !ok {
+			t.sched.RemoveMachine(id)
+			delete(t.schedMachines, id)
+		}
+	}
+	if len(drifted) > 0 {
+		t.globalsDirty = true
+	}
+	sort.Strings(lost)
+	sort.Strings(drifted)
+	return lost, drifted
+}
+
+// rebuildSched rebuilds the scheduler's view from memory after a failed
+// commit left tentative placements in it.
+func (t *term) rebuildSched() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sched = scheduler.NewCluster()
+	t.sched.SetOptions(t.options)
+	t.schedMachines = map[string]schedMachine{}
+	t.schedGlobals = map[string]bool{}
+	t.syncMachines(t.e.cfg.Now())
+	t.globalsDirty = true
+	t.syncGlobals(true)
+}
+
+// syncGlobals places every wanted global unit on the machines where it fits
+// (in name order, so global units that conflict settle the same way every
+// time) and tells the machines that gained or lost one. Callers hold mu.
+func (t *term) syncGlobals(force bool) {
+	if !t.globalsDirty && !force {
+		return
+	}
+	t.globalsDirty = false
+	for name := range t.schedGlobals {
+		if r := t.units[name]; r == nil || !r.wanted() {
+			t.sched.Unplace(name)
+			delete(t.schedGlobals, name)
+		}
+	}
+	want := map[string]map[string]struct{}{} // machine -> global units
+	for _, name := range slices.Sorted(maps.Keys(t.globals)) {
+		r := t.units[name]
+		if !r.wanted() {
+			continue
+		}
+		target := t.sched.GlobalMachines(r.su)
+		for _, id := range t.sched.GlobalPlacements(name) {
+			if !slices.Contains(target, id) {
+				t.sched.UnplaceFrom(name, id)
+			}
+		}
+		have := t.sched.GlobalPlacements(name)
+		for _, id := range target {
+			if !slices.Contains(have, id) {
+				t.sched.Place(r.su, id)
+			}
+		}
+		t.schedGlobals[name] = true
+		for _, id := range t.sched.GlobalPlacements(name) {
+			if want[id] == nil {
+				want[id] = map[string]struct{}{}
+			}
+			want[id][name] = struct{}{}
+		}
+	}
+	for id, m := range t.machines {
+		if m.conn == nil {
+			clear(m.globals)
+			continue
+		}
+		if m.needFull {
+			m.globals = want[id] // sendFull sends them
+			if m.globals == nil {
+				m.globals = map[string]struct{}{}
+			}
+			continue
+		}
+		for name := range want[id] {
+			if _, ok := m.globals[name]; !ok {
+				m.globals[name] = struct{}{}
+				m.push(name, assignment(t.units[name]))
+			}
+		}
+		for name := range m.globals {
+			if _, ok := want[id][name]; !ok {
+				delete(m.globals, name)
+				m.push(name, nil)
+			}
+		}
+	}
+}
+
+// sendFull queues the full desired set (scheduled and global units) of each
+// stream that awaits it. Callers hold mu.
+func (t *term) sendFull() {
+	for _, m := range t.machines {
+		if m.conn == nil || !m.needFull {
+			continue
+		}
+		m.needFull = false
+		m.conn.mu.Lock()
+		m.conn.full = true
+		m.conn.pending = make(map[string]*agentpb.Assignment, len(m.units)+len(m.globals))
+		for name := range m.units {
+			m.conn.pending[name] = assignment(t.units[name])
+		}
+		for name := range m.globals {
+			m.conn.pending[name] = assignment(t.units[name])
+		}
+		m.conn.mu.Unlock()
+		signalConn(m.conn)
+	}
+}
