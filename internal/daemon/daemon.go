@@ -136,6 +136,19 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("--driver %q: want exec or sim", c.Driver)
 	}
+	et, at := c.ElectionTTL, c.AgentTTL
+	if et == 0 {
+		et = 5 * time.Second
+	}
+	if at == 0 {
+		at = 20 * time.Second
+	}
+	if et < time.Second {
+		return fmt.Errorf("--election-ttl %v: etcd leases are whole seconds; use at least 1s", et)
+	}
+	if at <= 2*et {
+		return fmt.Errorf("--agent-ttl %v must exceed twice --election-ttl %v, so that a leader failover completes inside it", at, et)
+	}
 	if c.SimFailureRate < 0 || c.SimFailureRate > 1 {
 		return fmt.Errorf("--sim-failure-rate %v: want a share between 0 and 1", c.SimFailureRate)
 	}
