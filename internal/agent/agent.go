@@ -200,11 +200,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			signal(changed)
 		}
 	}()
+	current := func() election.Info {
+		lmu.Lock()
+		defer lmu.Unlock()
+		return leader
+	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		lmu.Lock()
-		cur := leader
-		lmu.Unlock()
+		cur := current()
 		if cur.GRPCAddr == "" {
 			select {
 			case <-changed:
@@ -213,7 +216,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		start := a.cfg.Now()
-		err := a.session(ctx, cur, changed)
+		err := a.session(ctx, cur, changed, current)
 		if ctx.Err() != nil {
 			break
 		}
@@ -221,10 +224,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			backoff = 50 * time.Millisecond
 		}
 		a.log.Debug("leader stream ended; reconnecting", "leader", cur.Machine, "err", err, "backoff", backoff)
+		if current().Rev != cur.Rev {
+			continue // a new leader: go to it at once
+		}
 		select {
 		case <-time.After(backoff):
-		case <-changed:
-			signal(changed) // let the next session see it too
+		case <-changed: // a new leader may have been elected
 		case <-ctx.Done():
 		}
 		backoff = min(backoff*2, time.Second)
@@ -232,9 +237,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// session runs one stream to leader until it breaks, the leader changes, or
-// ctx ends.
-func (a *Agent) session(ctx context.Context, leader election.Info, changed chan struct{}) error {
+// session runs one stream to leader until it breaks, the leader changes
+// (current tells who leads now; changed is signalled when that may have
+// changed), or ctx ends.
+func (a *Agent) session(ctx context.Context, leader election.Info, changed chan struct{}, current func() election.Info) error {
 	conn, err := grpc.NewClient(leader.GRPCAddr, a.cfg.DialOptions...)
 	if err != nil {
 		return err
@@ -261,14 +267,17 @@ func (a *Agent) session(ctx context.Context, leader election.Info, changed chan 
 			a.received(msg)
 		}
 	}()
-	select {
-	case err := <-errc:
-		return err
-	case <-changed:
-		signal(changed)
-		return errors.New("leader changed")
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-changed:
+			if current().Rev != leader.Rev {
+				return errors.New("leader changed")
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
