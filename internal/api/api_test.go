@@ -44,7 +44,7 @@ func start(t *testing.T) *cluster {
 	}
 	ms := metrics.New()
 	ts := httptest.NewUnstartedServer(nil)
-	eng, err := engine.New(engine.Config{Machine: "m1", Client: cli, ElectionTTL: time.Second, AgentTTL: 3 * time.Second,
+	eng, err := engine.New(engine.Config{Machine: "m1", Client: cli, ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
 		GRPCAddr: ln.Addr().String(), APIAddr: ts.Listener.Addr().String(), Metrics: ms})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func start(t *testing.T) *cluster {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	go func() { eng.Run(ctx); done <- struct{}{} }()
-	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: 3 * time.Second,
+	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: 5 * time.Second,
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			return election.Observe(ctx, cli, registry.Keys{}.Election())
 		}})

@@ -146,8 +146,8 @@ func (c *Config) validate() error {
 	if et < time.Second {
 		return fmt.Errorf("--election-ttl %v: etcd leases are whole seconds; use at least 1s", et)
 	}
-	if at <= 2*et {
-		return fmt.Errorf("--agent-ttl %v must exceed twice --election-ttl %v, so that a leader failover completes inside it", at, et)
+	if min := engine.MinAgentTTL(et); at < min {
+		return fmt.Errorf("--agent-ttl %v is too short for --election-ttl %v: a leader failover can take up to %v, so use at least %v", at, et, min-engine.FailoverMargin, min)
 	}
 	if c.SimFailureRate < 0 || c.SimFailureRate > 1 {
 		return fmt.Errorf("--sim-failure-rate %v: want a share between 0 and 1", c.SimFailureRate)

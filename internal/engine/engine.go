@@ -77,8 +77,8 @@ func (c *Config) validate() error {
 	if c.AgentTTL == 0 {
 		c.AgentTTL = 20 * time.Second
 	}
-	if c.AgentTTL <= 2*c.ElectionTTL {
-		return fmt.Errorf("engine: agent TTL %v must exceed twice the election TTL %v, so a leader failover completes inside it", c.AgentTTL, c.ElectionTTL)
+	if min := MinAgentTTL(c.ElectionTTL); c.AgentTTL < min {
+		return fmt.Errorf("engine: agent TTL %v is too short for election TTL %v: a leader failover can take up to %v, so use at least %v", c.AgentTTL, c.ElectionTTL, min-FailoverMargin, min)
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = min(c.AgentTTL/10, time.Second)
@@ -103,6 +103,21 @@ func (c *Config) validate() error {
 		c.Now = time.Now
 	}
 	return nil
+}
+
+// FailoverMargin is what a leader failover may take beyond twice the
+// election TTL: when the dead leader's etcd member was also etcd's raft
+// leader, etcd first elects a new raft leader (about a second) and extends
+// every lease by its election timeout (another second) before the dead
+// engine's lease can expire; then agents need a moment to reconnect.
+const FailoverMargin = 3 * time.Second
+
+// MinAgentTTL is the shortest agent TTL that keeps a leader failover inside
+// it for an election TTL: twice the TTL (a lease may be renewed just before
+// the leader dies and expires up to a TTL later, then the next candidate
+// campaigns) plus FailoverMargin.
+func MinAgentTTL(electionTTL time.Duration) time.Duration {
+	return 2*electionTTL + FailoverMargin
 }
 
 // Engine campaigns for leadership and, while it leads, runs a term.

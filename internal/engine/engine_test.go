@@ -27,7 +27,7 @@ import (
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
-const agentTTL = 3 * time.Second
+const agentTTL = 5 * time.Second
 
 type testEngine struct {
 	*engine.Engine

@@ -28,7 +28,7 @@ func TestDaemonConfigErrors(t *testing.T) {
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--capacity-cpu", "many"}, "--capacity-cpu"},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--log-level", "loud"}, "--log-level"},
 		{[]string{"dev", "--api-addr", "nowhere"}, "--api-addr"},
-		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--agent-ttl", "8s", "--election-ttl", "5s"}, "must exceed twice --election-ttl"},
+		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--agent-ttl", "8s", "--election-ttl", "5s"}, "use at least 13s"},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--election-ttl", "500ms"}, "at least 1s"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 // Timings short enough for tests, in the same proportions as the defaults.
 const (
 	electionTTL = 2 * time.Second
-	agentTTL    = 6 * time.Second
+	agentTTL    = 8 * time.Second
 )
 
 type node struct {

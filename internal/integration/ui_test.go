@@ -194,10 +194,13 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("reason shown for postgres.service = %q, want it to name role=db", r)
 	}
 
-	// Live: a unit started now appears, and then turns active, without a reload.
+	// Live: a unit started now appears, and then turns active, without a
+	// reload (the mark set on the page survives).
+	step("mark the page", 10*time.Second, chromedp.Evaluate[chromedp.Void](`window.flotillaTestMark = 42`))
 	mustCLI(t, nd, "start", writeUnit(t, dir, "late.service", strings.ReplaceAll(dashboardHello, "hello", "late")))
 	step("a unit started after the page loaded shows up active", 30*time.Second,
-		visible(`tr[data-unit="late.service"][data-state="active"]`))
+		visible(`tr[data-unit="late.service"][data-state="active"]`),
+		until(`window.flotillaTestMark === 42`))
 
 	// Filtering happens on the server.
 	step("filter by glob", 30*time.Second,
