@@ -91,6 +91,7 @@ func machineIPs(machines []apiv1.Machine) map[string]string {
 
 func newListUnitsCommand(g *Globals) *cobra.Command {
 	var lf listFlags
+	var watch bool
 	cmd := &cobra.Command{
 		Use:   "list-units [flags]",
 		Short: "List the current state of units in the cluster",
@@ -100,15 +101,25 @@ machine reports yet shows "-"; units only submitted are not listed (see
 list-unit-files).
 
 With --output json, print an array of objects with every field, full
-machine IDs and hashes, and "" for what is not known.`,
+machine IDs and hashes, and "" for what is not known.
+
+With --watch, print the table, then a line for each row that changes, as it
+changes, until interrupted (Ctrl-C); a row that goes away is printed once
+more with "-" for its state. With --watch --output json, print every event
+of the cluster from now on instead, one JSON object per line (see GET
+/v1/events in docs/api.md).`,
 		Example: `  flotilla list-units
-  flotilla list-units --no-legend --fields unit,machine`,
+  flotilla list-units --no-legend --fields unit,machine
+  flotilla list-units --watch`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: g.runE(func(ctx context.Context, e *env, _ []string) error {
 			fields, err := parseFields(lf.fields, unitFields())
 			if err != nil {
 				return err
+			}
+			if watch {
+				return e.watchUnits(ctx, fields, lf.full, lf.noLegend)
 			}
 			rows, err := e.listUnits(ctx)
 			if err != nil {
@@ -121,6 +132,7 @@ machine IDs and hashes, and "" for what is not known.`,
 		}),
 	}
 	lf.register(cmd, defaultUnitFields, fieldNames(unitFields()))
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the table, print each row that changes until interrupted (with --output json: each event)")
 	return cmd
 }
 

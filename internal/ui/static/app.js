@@ -17,6 +17,7 @@ const API = '/v1';
 const PAGE_SIZES = [50, 100, 250, 500];
 const DEFAULT_PAGE_SIZE = 100;
 const REFRESH_MS = 1000; // at most one re-read per view per second while events flow
+const POLL_MS = 5000; // re-read period while the event stream is down
 const HISTORY_PER_UNIT = 50;
 const HISTORY_UNITS = 10000; // units whose history is kept (oldest dropped)
 const JOURNAL_LINES = 50;
@@ -325,7 +326,12 @@ function setLive(live) {
   const el = $('#live');
   el.className = 'live ' + (live ? 'on' : 'off');
   $('.label', el).textContent = live ? 'live' : 'reconnecting';
-  el.title = live ? 'Following the event stream (/v1/events)' : 'The event stream is down; retrying';
+  el.title = live ? 'Following the event stream (/v1/events)'
+    : 'The event stream is down (no leader, or a proxy in the way): polling every ' + POLL_MS / 1000 + 's while it reconnects';
+  // Without events, poll: /v1/state answers even without a leader (from
+  // etcd), and ETags make an unchanged answer cheap.
+  clearInterval(app.pollTimer);
+  app.pollTimer = live ? 0 : setInterval(onReset, POLL_MS);
 }
 
 // ----------------------------------------------------------- cluster header
@@ -616,8 +622,8 @@ class UnitsView {
       const filtered = this.params.q || this.params.state || this.params.machine;
       fill(this.empty,
         h('strong', {}, filtered ? 'No unit matches these filters.' : 'No units yet.'),
-        h('span', { class: 'muted' }, filtered ? ' Clear the filters to see every unit.'
-          : ' Start one with: flotilla start hello.service'));
+        filtered ? h('span', { class: 'muted' }, ' ', h('a', { href: unitsHref({}) }, 'Clear the filters'), ' to see every unit.')
+          : h('span', { class: 'muted' }, ' Start one with ', h('code', {}, 'flotilla start hello.service'), '.'));
     }
   }
 
@@ -863,7 +869,8 @@ class UnitView {
     const st = this.status();
     fill(this.head,
       h('h1', { class: 'unit-title' }, h('span', { class: 'mono' }, u.name), statusBadge(st),
-        st.sub ? h('span', { class: 'sub' }, st.sub) : null, u.global ? badge('global', 'info') : null),
+        st.sub ? h('span', { class: 'sub' }, st.sub) : null,
+        u.global && unitStatus(st).label !== 'global' ? badge('global', 'info') : null),
       u.description ? h('p', { class: 'desc' }, u.description) : null,
       u.reason && !u.removed ? h('div', { class: 'callout warn', role: 'alert' },
         h('strong', {}, 'Not placed. '), u.reason) : null,
