@@ -277,9 +277,10 @@ func (t *term) commit(ops []registry.Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(t.ctx, 15*time.Second)
-	defer cancel()
-	err := t.committer.Commit(ctx, ops)
+	// Each transaction has its own timeout (registry.CommitterConfig): a
+	// large batch to a far etcd takes as long as it takes, an unreachable
+	// etcd fails it within the timeout.
+	err := t.committer.Commit(t.ctx, ops)
 	if errors.Is(err, registry.ErrFenced) {
 		t.cancel(err)
 		return ErrNotLeader

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,23 +27,31 @@ func (o Op) size() int { return len(o.Key) + len(o.Value) + 16 }
 // Committer writes batches of ops in transactions fenced on one condition
 // (the leader's election key still having its creation revision).
 //
-// Concurrent Commit calls are coalesced: while one transaction is in flight,
+// Concurrent Commit calls are coalesced: while transactions are in flight,
 // the ops of every waiting call are gathered into the next ones, up to
 // MaxOps ops and MaxBytes bytes per transaction (etcd's --max-txn-ops and
-// --max-request-bytes). Thousands of changes thus cost tens of transactions.
+// --max-request-bytes), and up to InFlight transactions are sent at once.
+// Thousands of changes thus cost tens of transactions and, with etcd far
+// away, a few round trips.
 type Committer struct {
-	cli      *clientv3.Client
-	fence    clientv3.Cmp
-	maxOps   int
-	maxBytes int
-	reqs     chan *commitReq
-	observe  func(time.Duration)
-	rev      atomic.Int64 // revision of the last successful transaction
+	cli        *clientv3.Client
+	fence      clientv3.Cmp
+	maxOps     int
+	maxBytes   int
+	reqs       chan *commitReq
+	observe    func(time.Duration)
+	inFlight   int
+	txnTimeout time.Duration
+	rev        atomic.Int64 // revision of the last successful transaction
 }
 
 type commitReq struct {
 	ops  []Op
 	done chan error
+
+	mu        sync.Mutex
+	remaining int   // transactions not yet answered
+	err       error // the first failure
 }
 
 // CommitterConfig configures a Committer.
@@ -53,6 +62,11 @@ type CommitterConfig struct {
 	// MaxBytes bounds one transaction's payload; default 1 MiB (etcd's
 	// default --max-request-bytes is 1.5 MiB).
 	MaxBytes int
+	// InFlight is how many transactions may be in flight at once (default
+	// 8): with etcd far away, throughput is InFlight×MaxOps per round trip.
+	InFlight int
+	// TxnTimeout bounds one transaction (default 10s).
+	TxnTimeout time.Duration
 	// Observe, if set, is told how long each transaction took.
 	Observe func(time.Duration)
 }
@@ -66,7 +80,13 @@ func NewCommitter(cli *clientv3.Client, fence clientv3.Cmp, cfg CommitterConfig)
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 1 << 20
 	}
-	return &Committer{cli: cli, fence: fence, maxOps: cfg.MaxOps, maxBytes: cfg.MaxBytes, observe: cfg.Observe, reqs: make(chan *commitReq, 1024)}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = 8
+	}
+	if cfg.TxnTimeout <= 0 {
+		cfg.TxnTimeout = 10 * time.Second
+	}
+	return &Committer{cli: cli, fence: fence, maxOps: cfg.MaxOps, maxBytes: cfg.MaxBytes, observe: cfg.Observe, inFlight: cfg.InFlight, txnTimeout: cfg.TxnTimeout, reqs: make(chan *commitReq, 1024)}
 }
 
 // Commit writes ops and returns once they are durable in etcd (nil), or
@@ -115,56 +135,94 @@ func (c *Committer) Run(ctx context.Context) {
 				break drain
 			}
 		}
-		pending = c.commitSome(ctx, pending)
+		pending = c.flush(ctx, pending)
 	}
 }
 
-// commitSome sends one transaction holding as many whole requests from the
-// head of pending as fit (at least part of the first), and returns what is
-// left.
-func (c *Committer) commitSome(ctx context.Context, pending []*commitReq) []*commitReq {
-	var (
-		ops      []clientv3.Op
-		bytes    int
-		finished []*commitReq
-		split    bool
-		keys     = map[string]bool{}
-	)
-	for len(pending) > 0 {
-		r := pending[0]
-		if len(ops) > 0 && (len(ops)+len(r.ops) > c.maxOps || bytes+opsSize(r.ops) > c.maxBytes || touchesAny(keys, r.ops)) {
-			break // the next request goes whole into the next transaction
+// txnPlan is one transaction to send and the requests it carries (part of).
+type txnPlan struct {
+	ops   []clientv3.Op
+	bytes int
+	parts []*commitReq
+}
+
+// flush packs pending requests into transactions and sends them, up to
+// InFlight at a time, and returns once all are answered. A request that
+// fits in one transaction is never split (it is atomic); a larger one is
+// split and fails whole if any part fails. A request writing a key another
+// request of this flush writes waits for the next flush, so that requests
+// touching the same key are applied in order.
+func (c *Committer) flush(ctx context.Context, pending []*commitReq) (later []*commitReq) {
+	keys := map[string]bool{}
+	var plans []*txnPlan
+	cur := &txnPlan{}
+	closeCur := func() {
+		if len(cur.ops) > 0 {
+			plans = append(plans, cur)
+			cur = &txnPlan{}
 		}
-		n := 0
-		for n < len(r.ops) && len(ops) < c.maxOps && (len(ops) == 0 || bytes+r.ops[n].size() <= c.maxBytes) {
-			ops = append(ops, toEtcd(r.ops[n]))
-			keys[r.ops[n].Key] = true
-			bytes += r.ops[n].size()
-			n++
+	}
+	for _, r := range pending {
+		if touchesAny(keys, r.ops) {
+			later = append(later, r)
+			continue
 		}
-		if n < len(r.ops) { // a request too big for one transaction: send its head
-			r.ops = r.ops[n:]
-			split = true
-			break
+		for _, o := range r.ops {
+			keys[o.Key] = true
 		}
-		finished = append(finished, r)
-		pending = pending[1:]
+		size := opsSize(r.ops)
+		if len(cur.ops)+len(r.ops) > c.maxOps || cur.bytes+size > c.maxBytes {
+			closeCur() // keep a request that fits in one transaction whole
+		}
+		for k := 0; k < len(r.ops); {
+			if len(cur.ops) == c.maxOps || (len(cur.ops) > 0 && cur.bytes+r.ops[k].size() > c.maxBytes) {
+				closeCur()
+			}
+			cur.ops = append(cur.ops, toEtcd(r.ops[k]))
+			cur.bytes += r.ops[k].size()
+			if n := len(cur.parts); n == 0 || cur.parts[n-1] != r {
+				cur.parts = append(cur.parts, r)
+				r.remaining++
+			}
+			k++
+		}
 	}
-	err := c.txn(ctx, ops)
-	for _, r := range finished {
-		r.done <- err
+	closeCur()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, c.inFlight)
+	for _, p := range plans {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := c.txn(ctx, p.ops)
+			for _, r := range p.parts {
+				r.finish(err)
+			}
+		}()
 	}
-	if err != nil && split {
-		// the failed ops were the head of a split request (always the only
-		// request in its transaction): fail the rest of it too
-		pending[0].done <- err
-		pending = pending[1:]
+	wg.Wait()
+	return later
+}
+
+// finish records one transaction's outcome for the request and answers the
+// caller when it was the last.
+func (r *commitReq) finish(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil && r.err == nil {
+		r.err = err
 	}
-	return pending
+	r.remaining--
+	if r.remaining == 0 {
+		r.done <- r.err
+	}
 }
 
 func (c *Committer) txn(ctx context.Context, ops []clientv3.Op) error {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.txnTimeout)
+	defer cancel()
 	resp, err := c.cli.Txn(ctx).If(c.fence).Then(ops...).Commit()
 	if c.observe != nil {
 		c.observe(time.Since(start))
@@ -175,7 +233,12 @@ func (c *Committer) txn(ctx context.Context, ops []clientv3.Op) error {
 	if !resp.Succeeded {
 		return ErrFenced
 	}
-	c.rev.Store(resp.Header.Revision)
+	for {
+		cur := c.rev.Load()
+		if resp.Header.Revision <= cur || c.rev.CompareAndSwap(cur, resp.Header.Revision) {
+			break
+		}
+	}
 	return nil
 }
 

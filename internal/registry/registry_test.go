@@ -148,3 +148,32 @@ func TestLoadPages(t *testing.T) {
 		t.Errorf("units not in key order: first %s, last %s", snap.Units[0].Name, snap.Units[11999].Name)
 	}
 }
+
+// TestCommitterSameKey: concurrent requests writing one key all succeed
+// (etcd refuses a key twice in one transaction, so they never share one).
+func TestCommitterSameKey(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	keys := registry.Keys{Prefix: "/t/"}
+	c := registry.NewCommitter(cli, fenceKey(t, cli, "/t/election/x"), registry.CommitterConfig{})
+	runCommitter(t, c)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- c.Commit(context.Background(), []registry.Op{registry.PutSchedule(keys, "a.service", fmt.Sprintf("m%d", i)), registry.PutSchedule(keys, fmt.Sprintf("b%d.service", i), "m")})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+	}
+	if c.Revision() == 0 {
+		t.Error("Revision() = 0 after commits")
+	}
+}
