@@ -13,35 +13,56 @@ import (
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
-// SnapshotInterval is how often, at most, the leader publishes a new
-// cluster state for readers (GET /v1/state) when something changed.
+// SnapshotInterval is the least time between two published cluster states
+// (GET /v1/state): a reader may see a state this old, never older. A build
+// that took long stretches it (to 4× the last build), so that however hard
+// /v1/state is polled, building states takes at most a quarter of a core.
 const SnapshotInterval = 100 * time.Millisecond
 
-// State returns the latest published cluster state, or nil when this engine
-// does not lead (or has not published yet).
+// backgroundInterval is how often the state is built with no reader asking
+// (it also sets the unit gauges of /metrics).
+const backgroundInterval = 2 * time.Second
+
+// State returns the cluster state, at most SnapshotInterval (or 4× the last
+// build) old, building a new one if needed; nil when this engine does not
+// lead. Readers share builds: concurrent callers wait for one.
 func (e *Engine) State() *state.Snapshot {
-	if e.leader() == nil {
+	t := e.leader()
+	if t == nil {
 		return nil
 	}
-	return e.snapshot.Load()
+	return t.state(false)
 }
 
 // changed notes that readers' state is stale. Callers hold mu (either way).
 func (t *term) changed() { t.changes.Add(1) }
 
-// publishLoop publishes a snapshot whenever something changed, at most once
-// per SnapshotInterval, so readers never hold a lock the scheduler needs
-// for longer than a copy takes and encoding happens outside any lock.
+// state returns a fresh enough snapshot, building one if it is stale.
+func (t *term) state(background bool) *state.Snapshot {
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
+	cur := t.e.snapshot.Load()
+	c := t.changes.Load()
+	if cur != nil && (c == t.pubSeen || time.Since(t.pubAt) < max(SnapshotInterval, 4*t.pubCost)) {
+		return cur
+	}
+	if background && cur != nil && time.Since(t.pubAt) < backgroundInterval {
+		return cur
+	}
+	start := time.Now()
+	s := t.buildSnapshot()
+	t.pubCost = time.Since(start)
+	t.pubAt, t.pubSeen = time.Now(), c
+	t.e.snapshot.Store(s)
+	return s
+}
+
+// publishLoop keeps a state built when nobody reads one, for /metrics.
 func (t *term) publishLoop() {
-	tick := time.NewTicker(SnapshotInterval)
+	tick := time.NewTicker(backgroundInterval / 4)
 	defer tick.Stop()
-	var seen uint64 = ^uint64(0)
 	for {
-		if c := t.changes.Load(); c != seen {
-			seen = c
-			s := t.buildSnapshot()
-			t.e.snapshot.Store(s)
-		}
+		t.state(true)
 		select {
 		case <-t.ctx.Done():
 			return
@@ -50,6 +71,8 @@ func (t *term) publishLoop() {
 	}
 }
 
+// buildSnapshot copies the cluster under the read lock; units come out in
+// name order from an index rebuilt only when units come or go.
 func (t *term) buildSnapshot() *state.Snapshot {
 	s := &state.Snapshot{Term: t.info.Rev, Generation: t.e.generation.Add(1), Revision: t.committer.Revision(), Leader: t.info.Machine}
 	t.mu.RLock()
@@ -57,8 +80,13 @@ func (t *term) buildSnapshot() *state.Snapshot {
 		s.Revision = t.rev
 	}
 	s.Machines = t.machineViews()
-	s.Units = make([]apiv1.StateUnit, 0, len(t.units))
-	for _, r := range t.units {
+	names := t.sortedNames()
+	s.Units = make([]apiv1.StateUnit, 0, len(names))
+	for _, name := range names {
+		r := t.units[name]
+		if r == nil {
+			continue
+		}
 		u := apiv1.StateUnit{Name: r.file.Name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
 			Global: r.file.Fleet.Global, Reason: r.reason}
 		if r.machine != "" {
@@ -72,9 +100,24 @@ func (t *term) buildSnapshot() *state.Snapshot {
 	}
 	unplaced := len(t.unplaced)
 	t.mu.RUnlock()
-	sort.Slice(s.Units, func(i, j int) bool { return s.Units[i].Name < s.Units[j].Name })
 	t.countUnits(s, unplaced)
 	return s
+}
+
+// sortedNames returns the units' names in order. Callers hold mu (read);
+// the index has its own lock, as readers may rebuild it concurrently.
+func (t *term) sortedNames() []string {
+	t.namesMu.Lock()
+	defer t.namesMu.Unlock()
+	if t.namesStale.Load() || len(t.names) != len(t.units) {
+		t.names = t.names[:0]
+		for name := range t.units {
+			t.names = append(t.names, name)
+		}
+		sort.Strings(t.names)
+		t.namesStale.Store(false)
+	}
+	return t.names
 }
 
 // countUnits sets the unit and machine gauges from a snapshot.

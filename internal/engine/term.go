@@ -131,9 +131,17 @@ type term struct {
 	reqs chan *applyReq
 	kick chan struct{}
 
-	// changes counts changes readers could see (see publish.go).
-	changes atomic.Uint64
-	events  *eventLog
+	// changes counts changes readers could see (see publish.go); the rest
+	// is the state publisher's.
+	changes    atomic.Uint64
+	pubMu      sync.Mutex
+	pubAt      time.Time
+	pubSeen    uint64
+	pubCost    time.Duration
+	namesMu    sync.Mutex
+	names      []string    // units' names, sorted
+	namesStale atomic.Bool // units came or went since names was built
+	events     *eventLog
 }
 
 func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error) {
@@ -337,7 +345,11 @@ func (t *term) setUnit(name string, rec *unitRec) {
 		delete(t.units, name)
 		delete(t.unplaced, name)
 		delete(t.globals, name)
+		t.namesStale.Store(true)
 		return
+	}
+	if old == nil {
+		t.namesStale.Store(true)
 	}
 	t.units[name] = rec
 	if rec.file.Fleet.Global {
