@@ -23,6 +23,7 @@ func main() {
 	}
 	cli.AddCommands(root)
 	root.AddCommand(devCommand(), daemonCommand())
+	root.AddCommand(benchCommand(), benchAgentsCommand())
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flotilla/flotilla/internal/bench"
+	"github.com/flotilla/flotilla/internal/daemon"
+)
+
+// benchAgentsCommand runs many simulated agents in one process, for
+// flotilla bench (which starts it; hidden from help).
+func benchAgentsCommand() *cobra.Command {
+	var (
+		cfg       bench.AgentsConfig
+		endpoints string
+		logLevel  string
+	)
+	cmd := &cobra.Command{
+		Use:    "bench-agents --count M --etcd-endpoints URL,...",
+		Short:  "Run M simulated agents (sim driver) in one process, for flotilla bench",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, e := range strings.Split(endpoints, ",") {
+				if e = strings.TrimSpace(e); e != "" {
+					cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, e)
+				}
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			cfg.Version = daemon.Version
+			ctx, cancel := signalContext()
+			defer cancel()
+			return bench.RunAgents(ctx, cfg)
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.Count, "count", 1, "agents to run")
+	fs.IntVar(&cfg.First, "first", 1, "index of the first agent")
+	fs.IntVar(&cfg.Width, "width", 0, "digits of an index, zero-padded (default: as many as the last index has)")
+	fs.StringVar(&cfg.Prefix, "prefix", "sim-", "machine name prefix; an agent's name is the prefix and its index")
+	fs.StringVar(&cfg.Registry, "registry", "grpc", "how agents coordinate with the engine: grpc or etcd")
+	fs.StringVar(&endpoints, "etcd-endpoints", "", "etcd client URLs, URL,...")
+	fs.DurationVar(&cfg.SimStartDelay, "sim-start-delay", 0, "how long a simulated unit takes to start")
+	fs.Float64Var(&cfg.SimFailureRate, "sim-failure-rate", 0, "share of starts that fail, 0 to 1")
+	fs.DurationVar(&cfg.TTL, "agent-ttl", 20*time.Second, "agent TTL; must match the engines' --agent-ttl")
+	fs.StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	return cmd
+}

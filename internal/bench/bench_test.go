@@ -1,0 +1,218 @@
+package bench_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/bench"
+)
+
+var (
+	buildOnce   sync.Once
+	binDir      string
+	flotillaBin string
+	buildErr    error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildFlotilla builds the flotilla binary once, into a directory of its
+// own, so that its path names the processes started from it.
+func buildFlotilla(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "flotilla-bench-test-"); buildErr != nil {
+			return
+		}
+		flotillaBin = filepath.Join(binDir, "flotilla")
+		out, err := exec.Command("go", "build", "-o", flotillaBin, "github.com/flotilla/flotilla/cmd/flotilla").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building flotilla: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return flotillaBin
+}
+
+// processesOf lists the live processes running bin.
+func processesOf(bin string) []string {
+	var found []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || !bytes.HasPrefix(cmdline, []byte(bin+"\x00")) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join(d, "stat")); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+				continue // a zombie: dead, waiting to be reaped
+			}
+		}
+		found = append(found, filepath.Base(d)+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	return found
+}
+
+// checkCleanedUp fails the test if a process of bin or a file in tmp is left.
+func checkCleanedUp(t *testing.T, bin, tmp string) {
+	t.Helper()
+	if ps := processesOf(bin); len(ps) > 0 {
+		t.Errorf("processes left running:\n%s", strings.Join(ps, "\n"))
+		for _, p := range ps {
+			pid, _, _ := strings.Cut(p, ":")
+			if n, err := strconv.Atoi(pid); err == nil {
+				syscall.Kill(n, syscall.SIGKILL)
+			}
+		}
+	}
+	left, _ := os.ReadDir(tmp)
+	for _, e := range left {
+		t.Errorf("left in the temporary directory: %s", e.Name())
+	}
+}
+
+// TestBench runs a small benchmark in both registry modes through the
+// real binary and checks that every unit became active, that the reports
+// are complete, and that nothing is left behind.
+func TestBench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes twice")
+	}
+	bin := buildFlotilla(t)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--agents", "10", "--units", "200", "--registry", "both",
+		"--json", "--state-pollers", "2", "--timeout", "60s")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("progress (stderr):\n%s", stderr.String())
+	if err != nil {
+		t.Fatalf("flotilla bench: %v\nstdout:\n%s", err, stdout.String())
+	}
+	checkCleanedUp(t, bin, tmp)
+
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("stdout has %d lines, want one JSON object per run (2):\n%s", len(lines), stdout.String())
+	}
+	for i, reg := range []string{"grpc", "etcd"} {
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(lines[i]), &raw); err != nil {
+			t.Fatalf("line %d is not a JSON object: %v\n%s", i+1, err, lines[i])
+		}
+		for _, k := range []string{"registry", "agents", "units", "all_active", "seconds_to_all_active",
+			"start_latency_seconds", "histogram", "etcd_requests", "engine_cpu_seconds", "agent_cpu_seconds",
+			"engine_peak_rss_bytes", "state"} {
+			if _, ok := raw[k]; !ok {
+				t.Errorf("%s report has no %q: %s", reg, k, lines[i])
+			}
+		}
+		var r bench.Report
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
+			t.Fatalf("%s report: %v", reg, err)
+		}
+		if r.Registry != reg || r.Agents != 10 || r.Units != 200 || r.Engines != 1 || r.AgentProcesses != 1 {
+			t.Errorf("%s report describes %s, %d agents, %d units, %d engines, %d agent processes; want %s, 10, 200, 1, 1",
+				reg, r.Registry, r.Agents, r.Units, r.Engines, r.AgentProcesses, reg)
+		}
+		if !r.AllActive || r.Active != 200 || r.SecondsToAllActive == nil || *r.SecondsToAllActive <= 0 {
+			t.Errorf("%s: all_active %v, active %d, seconds_to_all_active %v; want every unit active", reg, r.AllActive, r.Active, r.SecondsToAllActive)
+		}
+		p := r.StartLatency
+		if !(0 < p.P50 && p.P50 <= p.P90 && p.P90 <= p.P99 && p.P99 <= p.Max) || r.SecondsToAllActive != nil && p.Max != *r.SecondsToAllActive {
+			t.Errorf("%s: start latency %+v; want 0 < p50 ≤ p90 ≤ p99 ≤ max = seconds_to_all_active", reg, p)
+		}
+		total := 0
+		for _, b := range r.Histogram {
+			total += b.Count
+			if b.From > b.To {
+				t.Errorf("%s: histogram bucket %+v runs backwards", reg, b)
+			}
+		}
+		if len(r.Histogram) == 0 || total != 200 {
+			t.Errorf("%s: histogram %+v holds %d units, want 200", reg, r.Histogram, total)
+		}
+		if r.EtcdRequests.Txn == 0 {
+			t.Errorf("%s: etcd_requests %+v: no transaction, but the units were written", reg, r.EtcdRequests)
+		}
+		if r.EngineCPUSeconds <= 0 || r.EnginePeakRSSBytes <= 0 || r.AgentPeakRSSBytes <= 0 || r.EtcdPeakRSSBytes <= 0 {
+			t.Errorf("%s: engine CPU %v s, peak RSS engine %d, agents %d, etcd %d: want all measured",
+				reg, r.EngineCPUSeconds, r.EnginePeakRSSBytes, r.AgentPeakRSSBytes, r.EtcdPeakRSSBytes)
+		}
+		if s := r.State; s == nil || s.Pollers != 2 || s.Requests == 0 || s.Errors != 0 || s.Bytes == 0 || s.P99MS < s.P50MS ||
+			s.After == nil || s.After.Requests == 0 {
+			t.Errorf("%s: state %+v; want 2 pollers with answers during and after the run, and no errors", reg, s)
+		}
+		if reg == "etcd" && (r.VsGRPC == nil || r.VsGRPC.SecondsToAllActive <= 0) {
+			t.Errorf("etcd report's vs_grpc = %+v, want the ratios to the grpc run", r.VsGRPC)
+		}
+	}
+}
+
+// TestBenchInterrupted interrupts a run while its cluster is up and checks
+// that every process and directory it made is gone.
+func TestBenchInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	bin := buildFlotilla(t)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--agents", "20", "--units", "100", "--sim-start-delay", "1h")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var progress strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		progress.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "the start request was answered") {
+			break
+		}
+	}
+	if len(processesOf(bin)) < 4 {
+		t.Errorf("while running: processes %v, want the bench, etcd, an engine and agents", processesOf(bin))
+	}
+	cmd.Process.Signal(os.Interrupt)
+	for sc.Scan() {
+		progress.WriteString(sc.Text() + "\n")
+	}
+	err = cmd.Wait()
+	t.Logf("progress (stderr):\n%s", progress.String())
+	if err == nil {
+		t.Error("an interrupted bench exited with status 0")
+	}
+	if !strings.Contains(progress.String(), "interrupted") {
+		t.Error("the bench did not say it was interrupted")
+	}
+	checkCleanedUp(t, bin, tmp)
+}

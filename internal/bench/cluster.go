@@ -1,0 +1,287 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/client"
+)
+
+// cluster is the cluster of one run: an etcd process, engine processes,
+// agent processes and, with added latency, the proxies in front of etcd
+// and of each engine's gRPC server.
+type cluster struct {
+	cfg      *Config
+	registry string
+	dir      string
+	prog     *progress
+
+	etcd    *process
+	engines []*process
+	agents  []*process
+	proxies []*Proxy
+
+	etcdAddr  string   // etcd's client address (direct, for its metrics)
+	engineAPI []string // each engine's API address
+	leaderAPI string   // the leader's API address
+}
+
+// processes returns every child process.
+func (c *cluster) processes() []*process {
+	var ps []*process
+	if c.etcd != nil {
+		ps = append(ps, c.etcd)
+	}
+	ps = append(ps, c.engines...)
+	return append(ps, c.agents...)
+}
+
+// failed returns an error if any child process has ended.
+func (c *cluster) failed() error {
+	for _, p := range c.processes() {
+		if err := p.exited(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close stops the agents, then the engines, then etcd (each in parallel
+// within its role, each given a grace period before it is killed), then
+// the proxies.
+func (c *cluster) close() {
+	stopAll := func(ps []*process, grace time.Duration) {
+		var wg sync.WaitGroup
+		for _, p := range ps {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.stop(grace) }()
+		}
+		wg.Wait()
+	}
+	stopAll(c.agents, 15*time.Second)
+	stopAll(c.engines, 15*time.Second)
+	if c.etcd != nil {
+		stopAll([]*process{c.etcd}, 15*time.Second)
+	}
+	for _, p := range c.proxies {
+		p.Close()
+	}
+}
+
+// proxy returns the address to reach target at: target itself, or a new
+// latency proxy in front of it.
+func (c *cluster) proxy(target string) (string, error) {
+	if c.cfg.Latency == 0 {
+		return target, nil
+	}
+	p, err := NewProxy(target, c.cfg.Latency)
+	if err != nil {
+		return "", err
+	}
+	c.proxies = append(c.proxies, p)
+	return p.Addr(), nil
+}
+
+// start starts the cluster and waits until it is ready: a leader elected
+// and every agent connected. On error the caller still closes c.
+func (c *cluster) start(ctx context.Context) error {
+	cfg := c.cfg
+	addrs, err := freeAddrs(3 + 2*cfg.Engines)
+	if err != nil {
+		return err
+	}
+	c.etcdAddr = addrs[0]
+	c.prog.phase("starting etcd")
+	c.etcd, err = startProcess("etcd", cfg.Binary, []string{"daemon", "--name", "etcd",
+		"--etcd-embed", "--no-engine", "--no-agent", "--log-level", "error",
+		"--etcd-client-addr", addrs[0], "--etcd-peer-addr", addrs[1], "--api-addr", addrs[2],
+		"--data-dir", filepath.Join(c.dir, "etcd")}, filepath.Join(c.dir, "etcd.log"))
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if err := c.waitFor(ctx, 60*time.Second, "etcd to serve", func() error {
+		return getOK(ctx, hc, "http://"+c.etcdAddr+"/health")
+	}); err != nil {
+		return err
+	}
+	etcdVia, err := c.proxy(c.etcdAddr)
+	if err != nil {
+		return err
+	}
+	endpoints := "http://" + etcdVia
+
+	c.prog.phase("starting %d %s (%s registry)", cfg.Engines, plural(cfg.Engines, "engine", "engines"), c.registry)
+	for i := range cfg.Engines {
+		api, grpcAddr := addrs[3+2*i], addrs[4+2*i]
+		advertised, err := c.proxy(grpcAddr)
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("engine%d", i+1)
+		p, err := startProcess(name, cfg.Binary, []string{"daemon", "--name", name,
+			"--no-agent", "--registry", c.registry, "--log-level", "warn",
+			"--etcd-endpoints", endpoints, "--api-addr", api,
+			"--grpc-addr", grpcAddr, "--grpc-advertise-addr", advertised,
+			"--agent-ttl", cfg.AgentTTL.String(),
+			"--data-dir", filepath.Join(c.dir, name)}, filepath.Join(c.dir, name+".log"))
+		if err != nil {
+			return err
+		}
+		c.engines = append(c.engines, p)
+		c.engineAPI = append(c.engineAPI, api)
+	}
+	if err := c.waitFor(ctx, 60*time.Second, "an engine leader", func() error {
+		api, err := c.findLeader(ctx)
+		c.leaderAPI = api
+		return err
+	}); err != nil {
+		return err
+	}
+
+	per := cfg.AgentsPerProcess
+	nproc := (cfg.Agents + per - 1) / per
+	c.prog.phase("starting %s agents in %d %s", thousands(int64(cfg.Agents)), nproc, plural(nproc, "process", "processes"))
+	width := len(strconv.Itoa(cfg.Agents))
+	for i := range nproc {
+		first := 1 + i*per
+		count := min(per, cfg.Agents-i*per)
+		name := fmt.Sprintf("agents%d", i+1)
+		p, err := startProcess(name, cfg.Binary, []string{"bench-agents",
+			"--count", strconv.Itoa(count), "--first", strconv.Itoa(first), "--width", strconv.Itoa(width),
+			"--registry", c.registry, "--etcd-endpoints", endpoints,
+			"--sim-start-delay", cfg.SimStartDelay.String(), "--agent-ttl", cfg.AgentTTL.String(),
+			"--log-level", "warn"}, filepath.Join(c.dir, name+".log"))
+		if err != nil {
+			return err
+		}
+		c.agents = append(c.agents, p)
+	}
+	api, err := client.New("http://"+c.leaderAPI, client.WithUserAgent("flotilla-bench"))
+	if err != nil {
+		return err
+	}
+	return c.waitFor(ctx, 60*time.Second+time.Duration(cfg.Agents)*20*time.Millisecond, "every agent to connect", func() error {
+		ms, err := api.Machines(ctx)
+		if err != nil {
+			return err
+		}
+		c.prog.status("agents connected: %s/%s", thousands(int64(len(ms.Machines))), thousands(int64(cfg.Agents)))
+		if len(ms.Machines) < cfg.Agents {
+			return fmt.Errorf("%d of %d agents connected", len(ms.Machines), cfg.Agents)
+		}
+		return nil
+	})
+}
+
+// findLeader asks every engine who leads and returns the leader's API address.
+func (c *cluster) findLeader(ctx context.Context) (string, error) {
+	var errs []error
+	for _, a := range c.engineAPI {
+		cl, err := client.New("http://"+a, client.WithTimeout(5*time.Second))
+		if err != nil {
+			return "", err
+		}
+		st, err := cl.Status(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st.IsLeader {
+			return a, nil
+		}
+	}
+	if len(errs) > 0 {
+		return "", errors.Join(errs...)
+	}
+	return "", errors.New("no engine leads yet")
+}
+
+// waitFor polls cond every 100 ms until it returns nil, and fails when a
+// child process ends, ctx is done, or timeout passes.
+func (c *cluster) waitFor(ctx context.Context, timeout time.Duration, what string, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if ferr := c.failed(); ferr != nil {
+			return ferr
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: not within %v: %w", what, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// clusterStats are the CPU times and peak memory of the run's processes.
+type clusterStats struct {
+	engineCPU, agentCPU, etcdCPU, benchCPU time.Duration
+	hostBusy                               time.Duration // every process of the host
+	enginePeak, agentPeak, etcdPeak        int64
+}
+
+// stats reads the CPU time and peak memory of every process of the run,
+// and the host's busy time.
+func (c *cluster) stats() (clusterStats, error) {
+	var s clusterStats
+	for _, p := range c.engines {
+		ps, err := readProcStats(p.pid())
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", p.name, err)
+		}
+		s.engineCPU += ps.CPU
+		s.enginePeak = max(s.enginePeak, ps.PeakRSS)
+	}
+	for _, p := range c.agents {
+		ps, err := readProcStats(p.pid())
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", p.name, err)
+		}
+		s.agentCPU += ps.CPU
+		s.agentPeak += ps.PeakRSS
+	}
+	ps, err := readProcStats(c.etcd.pid())
+	if err != nil {
+		return s, fmt.Errorf("etcd: %w", err)
+	}
+	s.etcdCPU, s.etcdPeak = ps.CPU, ps.PeakRSS
+	self, err := readProcStats(os.Getpid())
+	if err != nil {
+		return s, fmt.Errorf("bench: %w", err)
+	}
+	s.benchCPU = self.CPU
+	if s.hostBusy, err = readHostBusy(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func getOK(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}

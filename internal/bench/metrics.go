@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// EtcdRequests counts etcd requests by kind, from etcd's own metrics: the
+// messages its gRPC server received per method
+// (grpc_server_msg_received_total). A unary call is one message; on the
+// Watch and LeaseKeepAlive streams each watch creation or cancellation and
+// each keep-alive is one.
+type EtcdRequests struct {
+	Range  int64 `json:"range"`  // Range (and RangeStream)
+	Put    int64 `json:"put"`    // Put
+	Txn    int64 `json:"txn"`    // Txn
+	Delete int64 `json:"delete"` // DeleteRange
+	Lease  int64 `json:"lease"`  // LeaseGrant, LeaseKeepAlive, LeaseRevoke, ...
+	Watch  int64 `json:"watch"`  // Watch stream requests
+	Other  int64 `json:"other"`  // everything else (Status, MemberList, Compact, ...)
+}
+
+// Total is the sum of every kind.
+func (e EtcdRequests) Total() int64 {
+	return e.Range + e.Put + e.Txn + e.Delete + e.Lease + e.Watch + e.Other
+}
+
+// Sub returns the requests counted in e and not in before.
+func (e EtcdRequests) Sub(before EtcdRequests) EtcdRequests {
+	return EtcdRequests{
+		Range: e.Range - before.Range, Put: e.Put - before.Put, Txn: e.Txn - before.Txn,
+		Delete: e.Delete - before.Delete, Lease: e.Lease - before.Lease, Watch: e.Watch - before.Watch,
+		Other: e.Other - before.Other,
+	}
+}
+
+// add counts n requests of gRPC method method.
+func (e *EtcdRequests) add(method string, n int64) {
+	switch {
+	case method == "Range" || method == "RangeStream":
+		e.Range += n
+	case method == "Put":
+		e.Put += n
+	case method == "Txn":
+		e.Txn += n
+	case method == "DeleteRange":
+		e.Delete += n
+	case strings.HasPrefix(method, "Lease"):
+		e.Lease += n
+	case method == "Watch":
+		e.Watch += n
+	default:
+		e.Other += n
+	}
+}
+
+// requestsMetric is the counter etcd's gRPC server keeps per method.
+const requestsMetric = "grpc_server_msg_received_total"
+
+// ParseEtcdRequests reads etcd's /metrics (Prometheus text format) and
+// counts the requests of etcd's own services (etcdserverpb.*, the election
+// and lock services), leaving out gRPC health checks.
+func ParseEtcdRequests(r io.Reader) (EtcdRequests, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return EtcdRequests{}, fmt.Errorf("parse etcd metrics: %w", err)
+	}
+	fam, ok := fams[requestsMetric]
+	if !ok {
+		return EtcdRequests{}, fmt.Errorf("etcd metrics have no %s: is this etcd's /metrics?", requestsMetric)
+	}
+	var e EtcdRequests
+	for _, m := range fam.GetMetric() {
+		var service, method string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "grpc_service":
+				service = l.GetValue()
+			case "grpc_method":
+				method = l.GetValue()
+			}
+		}
+		if strings.HasPrefix(service, "grpc.") { // grpc.health.v1.Health
+			continue
+		}
+		e.add(method, int64(m.GetCounter().GetValue()))
+	}
+	return e, nil
+}
+
+// scrapeEtcd reads the request counts of the etcd serving clients at addr.
+func scrapeEtcd(ctx context.Context, hc *http.Client, addr string) (EtcdRequests, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return EtcdRequests{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return EtcdRequests{}, fmt.Errorf("etcd metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return EtcdRequests{}, fmt.Errorf("etcd metrics: GET %s: %s", req.URL, resp.Status)
+	}
+	return ParseEtcdRequests(resp.Body)
+}

@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// StatePath is the API path the state pollers fetch: the full cluster
+// state, as Mesos users poll /state.
+const StatePath = "/v1/state"
+
+// statePollers are clients that each fetch url again as soon as they have
+// read the previous answer, and time every fetch.
+type statePollers struct {
+	n      int
+	url    string
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	stopOnce sync.Once
+	report   *StateReport
+
+	mu       sync.Mutex
+	lat      []time.Duration // every answer's
+	afterLat []time.Duration // answers to fetches begun once every unit was active
+	after    time.Time       // when every unit was seen active; zero before
+	errors   int
+	firstErr string
+	bytes    int64
+}
+
+// startStatePollers starts n pollers of url; stop ends them.
+func startStatePollers(ctx context.Context, n int, url string) *statePollers {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &statePollers{n: n, url: url, cancel: cancel}
+	tr := &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
+	for range n {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.poll(ctx, hc) }()
+	}
+	go func() { <-ctx.Done(); s.wg.Wait(); tr.CloseIdleConnections() }()
+	return s
+}
+
+func (s *statePollers) poll(ctx context.Context, hc *http.Client) {
+	for ctx.Err() == nil {
+		start := time.Now()
+		n, err := fetch(ctx, hc, s.url)
+		d := time.Since(start)
+		if ctx.Err() != nil {
+			return // cut short by the end of the run: not a measurement
+		}
+		s.mu.Lock()
+		if err != nil {
+			s.errors++
+			if s.firstErr == "" {
+				s.firstErr = err.Error()
+			}
+		} else {
+			s.lat = append(s.lat, d)
+			if !s.after.IsZero() && !start.Before(s.after) {
+				s.afterLat = append(s.afterLat, d)
+			}
+			s.bytes = n
+		}
+		s.mu.Unlock()
+		if err != nil {
+			select { // do not spin on an endpoint that fails at once
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// fetch GETs url and reads the whole answer, returning its size.
+func fetch(ctx context.Context, hc *http.Client, url string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return 0, fmt.Errorf("GET %s: 404 Not Found: the engine does not serve %s", url, req.URL.Path)
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return io.Copy(io.Discard, resp.Body)
+}
+
+// allActive marks the moment every unit was seen active: the answers to
+// fetches begun from then on are also reported apart (StateReport.After).
+func (s *statePollers) allActive() {
+	s.mu.Lock()
+	s.after = time.Now()
+	s.mu.Unlock()
+}
+
+// stop ends the pollers and returns what they measured; later calls return
+// the same report.
+func (s *statePollers) stop() *StateReport {
+	s.stopOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		s.report = s.measured()
+	})
+	return s.report
+}
+
+func (s *statePollers) measured() *StateReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := summarizeMS(s.lat)
+	r := &StateReport{Pollers: s.n, Requests: all.Requests, Errors: s.errors, Bytes: s.bytes, Error: s.firstErr,
+		P50MS: all.P50MS, P99MS: all.P99MS, MaxMS: all.MaxMS}
+	if !s.after.IsZero() {
+		after := summarizeMS(s.afterLat)
+		r.After = &after
+	}
+	return r
+}
+
+// summarizeMS summarizes latencies in milliseconds.
+func summarizeMS(lat []time.Duration) StateLatency {
+	ms := make([]float64, len(lat))
+	for i, d := range lat {
+		ms[i] = float64(d.Microseconds()) / 1000
+	}
+	slices.Sort(ms)
+	l := StateLatency{Requests: len(ms)}
+	if len(ms) > 0 {
+		l.P50MS = round3(percentile(ms, 50))
+		l.P99MS = round3(percentile(ms, 99))
+		l.MaxMS = round3(ms[len(ms)-1])
+	}
+	return l
+}

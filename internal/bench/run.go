@@ -1,0 +1,450 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/client"
+)
+
+// Config configures `flotilla bench`. Zero fields take the defaults named.
+type Config struct {
+	// Binary is the flotilla binary the daemons and agents run (default:
+	// this process's executable).
+	Binary string
+	// Agents is the number of simulated agents (machines), 1 to MaxAgents.
+	Agents int
+	// Units is the number of units started, 1 to MaxUnits.
+	Units int
+	// Registries are the modes to run, in order: "grpc" and/or "etcd"
+	// (default grpc alone).
+	Registries []string
+	// Engines is the number of engine daemons, 1 or 3 (default 1).
+	Engines int
+	// Latency is the one-way delay added to every connection between the
+	// daemons (engines and agents) and etcd, and between the agents and the
+	// leader; 0 (default) runs on bare loopback, at most MaxLatency.
+	Latency time.Duration
+	// StatePollers is the number of clients fetching StatePath during and
+	// after the run (0 to MaxStatePollers; default 0).
+	StatePollers int
+	// StatePath is what the pollers fetch (default StatePath).
+	StatePath string
+	// StateAfter is how long the pollers go on once every unit is active
+	// (default 3s).
+	StateAfter time.Duration
+	// Timeout bounds the wait for every unit to become active, per run
+	// (default 10m).
+	Timeout time.Duration
+	// AgentsPerProcess is the most agents one helper process runs (default
+	// 500, at most MaxAgentsPerProcess).
+	AgentsPerProcess int
+	// SimStartDelay is how long a simulated unit takes to start (default 0).
+	SimStartDelay time.Duration
+	// AgentTTL is the engines' and agents' agent TTL (default 20s).
+	AgentTTL time.Duration
+	// JSON prints each run's report as one JSON object on one line.
+	JSON bool
+	// Out receives the reports (default os.Stdout); Progress the progress
+	// (default os.Stderr).
+	Out, Progress io.Writer
+}
+
+// Limits of Config.
+const (
+	MaxAgents       = 10_000
+	MaxUnits        = 1_000_000
+	MaxStatePollers = 64
+	MaxLatency      = 10 * time.Second
+)
+
+// engineElectionTTL is the engines' election TTL (the daemon's default).
+const engineElectionTTL = 5 * time.Second
+
+// ErrNotAllActive is returned by Run, after every report is printed, when
+// some run did not see every unit active: the timeout passed, or the start
+// request failed.
+var ErrNotAllActive = errors.New("bench: not every unit became active (see the report)")
+
+func (c *Config) validate() error {
+	if c.Agents < 1 || c.Agents > MaxAgents {
+		return fmt.Errorf("--agents %d: want 1 to %d", c.Agents, MaxAgents)
+	}
+	if c.Units < 1 || c.Units > MaxUnits {
+		return fmt.Errorf("--units %d: want 1 to %d", c.Units, MaxUnits)
+	}
+	if len(c.Registries) == 0 {
+		c.Registries = []string{"grpc"}
+	}
+	for _, r := range c.Registries {
+		switch r {
+		case "grpc", "etcd":
+		default:
+			return fmt.Errorf("--registry %q: want grpc, etcd or both", r)
+		}
+	}
+	if c.Engines == 0 {
+		c.Engines = 1
+	}
+	if c.Engines != 1 && c.Engines != 3 {
+		return fmt.Errorf("--engines %d: want 1 or 3", c.Engines)
+	}
+	if c.Latency < 0 || c.Latency > MaxLatency {
+		return fmt.Errorf("--latency %v: want 0 to %v (one way)", c.Latency, MaxLatency)
+	}
+	if c.StatePollers < 0 || c.StatePollers > MaxStatePollers {
+		return fmt.Errorf("--state-pollers %d: want 0 to %d", c.StatePollers, MaxStatePollers)
+	}
+	if c.StatePath == "" {
+		c.StatePath = StatePath
+	}
+	if c.StateAfter == 0 {
+		c.StateAfter = 3 * time.Second
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Minute
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("--timeout %v: want a positive duration", c.Timeout)
+	}
+	if c.AgentsPerProcess == 0 {
+		c.AgentsPerProcess = 500
+	}
+	if c.AgentsPerProcess < 1 || c.AgentsPerProcess > MaxAgentsPerProcess {
+		return fmt.Errorf("--agents-per-process %d: want 1 to %d", c.AgentsPerProcess, MaxAgentsPerProcess)
+	}
+	if c.SimStartDelay < 0 {
+		return fmt.Errorf("--sim-start-delay %v: want 0 or more", c.SimStartDelay)
+	}
+	if c.AgentTTL == 0 {
+		c.AgentTTL = 20 * time.Second
+	}
+	if c.AgentTTL <= 2*engineElectionTTL {
+		return fmt.Errorf("--agent-ttl %v: want more than %v, twice the engines' election TTL", c.AgentTTL, 2*engineElectionTTL)
+	}
+	if c.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find the flotilla binary to run daemons with: %w", err)
+		}
+		c.Binary = exe
+	}
+	if c.Out == nil {
+		c.Out = os.Stdout
+	}
+	if c.Progress == nil {
+		c.Progress = os.Stderr
+	}
+	return nil
+}
+
+// Run runs the benchmark once per registry mode, each on a cluster of its
+// own, and prints each report as its run ends. Every process and
+// directory a run made is removed when it ends, also when ctx is
+// cancelled (Ctrl-C). It returns ErrNotAllActive when a run timed out.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	prog := newProgress(cfg.Progress)
+	var (
+		grpc     *Report
+		timedOut bool
+	)
+	for _, reg := range cfg.Registries {
+		prog.prefix = reg + ": "
+		r, err := runOne(ctx, &cfg, reg, prog)
+		prog.done()
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s run interrupted; every process and directory it made is removed", reg)
+			}
+			return fmt.Errorf("%s run: %w", reg, err)
+		}
+		if reg == "grpc" {
+			grpc = r
+		} else if grpc != nil {
+			r.VsGRPC = compare(r, grpc)
+		}
+		timedOut = timedOut || !r.AllActive
+		if err := printReport(cfg.Out, r, cfg.JSON); err != nil {
+			return err
+		}
+	}
+	if timedOut {
+		return ErrNotAllActive
+	}
+	return nil
+}
+
+func printReport(w io.Writer, r *Report, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	r.WriteText(w)
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+// runOne starts a cluster, starts the units and measures, then removes
+// everything it made.
+func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (*Report, error) {
+	dir, err := os.MkdirTemp("", "flotilla-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	c := &cluster{cfg: cfg, registry: registry, dir: dir, prog: prog}
+	defer func() {
+		prog.phase("stopping the cluster")
+		c.close()
+	}()
+	if err := c.start(ctx); err != nil {
+		return nil, err
+	}
+	prog.done()
+
+	base := "http://" + c.leaderAPI
+	api, err := client.New(base, client.WithTimeout(cfg.Timeout), client.WithUserAgent("flotilla-bench"))
+	if err != nil {
+		return nil, err
+	}
+	batch := apiv1.Batch{Units: make([]apiv1.UnitChange, cfg.Units)}
+	width := len(fmt.Sprint(cfg.Units))
+	for i := range batch.Units {
+		name := fmt.Sprintf("%s%0*d.service", unitPrefix, width, i+1)
+		batch.Units[i] = apiv1.UnitChange{Name: name, DesiredState: "launched",
+			File: fmt.Sprintf("[Unit]\nDescription=flotilla bench unit %d\n\n[Service]\nExecStart=/bin/sleep infinity\n", i+1)}
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	etcdBefore, err := scrapeEtcd(ctx, hc, c.etcdAddr)
+	if err != nil {
+		return nil, err
+	}
+	statsBefore, err := c.stats()
+	if err != nil {
+		return nil, err
+	}
+	var pollers *statePollers
+	if cfg.StatePollers > 0 {
+		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath)
+		defer pollers.stop() // on an early return; stopping twice is harmless
+	}
+
+	prog.phase("starting %s units (one batch request to the leader's API)", thousands(int64(cfg.Units)))
+	t0 := time.Now()
+	_, startErr := api.Batch(ctx, batch)
+	submitted := time.Since(t0)
+	var observed map[string]time.Time
+	if startErr != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The API refused the units (or failed to write them all): none
+		// is the leader's to start. The run ends here, reporting why.
+		startErr = fmt.Errorf("start request: %w", startErr)
+		prog.phase("the start request failed after %.3f s: %v", submitted.Seconds(), startErr)
+	} else {
+		prog.phase("the start request was answered in %.3f s", submitted.Seconds())
+		if observed, err = waitActive(ctx, c, base, t0, batch, prog); err != nil {
+			return nil, err
+		}
+	}
+	waited := time.Since(t0)
+	if pollers != nil && len(observed) == len(batch.Units) {
+		pollers.allActive()
+	}
+	statsAfter, err := c.stats()
+	if err != nil {
+		return nil, err
+	}
+	etcdAfter, err := scrapeEtcd(ctx, hc, c.etcdAddr)
+	if err != nil {
+		return nil, err
+	}
+
+	r := &Report{
+		Registry: registry, Engines: cfg.Engines, Agents: cfg.Agents, AgentProcesses: len(c.agents),
+		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000,
+		SubmitSeconds:    round6(submitted.Seconds()),
+		EtcdRequests:     etcdAfter.Sub(etcdBefore),
+		EngineCPUSeconds: round3((statsAfter.engineCPU - statsBefore.engineCPU).Seconds()),
+		AgentCPUSeconds:  round3((statsAfter.agentCPU - statsBefore.agentCPU).Seconds()),
+		EtcdCPUSeconds:   round3((statsAfter.etcdCPU - statsBefore.etcdCPU).Seconds()),
+		BenchCPUSeconds:  round3((statsAfter.benchCPU - statsBefore.benchCPU).Seconds()),
+		HostCPUs:         runtime.NumCPU(),
+	}
+	ours := (statsAfter.engineCPU + statsAfter.agentCPU + statsAfter.etcdCPU + statsAfter.benchCPU) -
+		(statsBefore.engineCPU + statsBefore.agentCPU + statsBefore.etcdCPU + statsBefore.benchCPU)
+	r.OtherCPUSeconds = round3(max(statsAfter.hostBusy-statsBefore.hostBusy-ours, 0).Seconds())
+	lat := make([]time.Duration, 0, len(observed))
+	for _, at := range observed {
+		lat = append(lat, at.Sub(t0))
+	}
+	r.setLatencies(lat, waited)
+	if startErr != nil {
+		r.Error = startErr.Error()
+	}
+
+	if pollers != nil {
+		prog.phase("polling %s for %v more", cfg.StatePath, cfg.StateAfter)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(cfg.StateAfter):
+		}
+		r.State = pollers.stop()
+	}
+	end, err := c.stats()
+	if err != nil {
+		return nil, err
+	}
+	r.EnginePeakRSSBytes, r.AgentPeakRSSBytes, r.EtcdPeakRSSBytes = end.enginePeak, end.agentPeak, end.etcdPeak
+	return r, nil
+}
+
+// unitState is the part of /v1/unit-states the bench reads.
+type unitState struct {
+	Name       string `json:"name"`
+	Active     string `json:"active"`
+	ObservedAt string `json:"observedAt"`
+}
+
+// unitPrefix starts the name of every unit the bench starts.
+const unitPrefix = "bench-"
+
+// waitActive waits until the leader has seen every unit of batch active,
+// or cfg.Timeout has passed since t0, and returns when the leader saw each
+// unit that became active (from /v1/unit-states' observedAt, the leader's
+// own clock, so the figures do not depend on when the bench looks).
+//
+// While waiting it counts active units in the leader's published state
+// (/v1/state?state=active&limit=1: a count, not the list), which costs the
+// engine little; /v1/unit-states, a list built for each request, is read
+// once at the end. The pause between polls grows with the time a poll
+// takes (8×), keeping the bench's load on the engine small.
+func waitActive(ctx context.Context, c *cluster, base string, t0 time.Time, batch apiv1.Batch, prog *progress) (map[string]time.Time, error) {
+	want := make(map[string]bool, len(batch.Units))
+	for _, u := range batch.Units {
+		want[u.Name] = true
+	}
+	hc := &http.Client{Timeout: 2 * time.Minute}
+	deadline := t0.Add(c.cfg.Timeout)
+	countURL := base + "/v1/state?" + url.Values{"unit": {unitPrefix + "*"}, "state": {"active"}, "limit": {"1"}}.Encode()
+	var (
+		observed map[string]time.Time
+		lastErr  error
+	)
+	for {
+		start := time.Now()
+		n, err := countActive(ctx, hc, countURL)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			lastErr = err
+		}
+		timedOut := time.Now().After(deadline)
+		if err != nil || n >= len(want) || timedOut {
+			// Without the count, or once it says done: read every state.
+			observed, err = activeSince(ctx, hc, base+"/v1/unit-states", want)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				lastErr = err
+			}
+			n = len(observed)
+		}
+		took := time.Since(start)
+		prog.status("%s/%s units active (%.1f%%) after %.1f s", thousands(int64(n)), thousands(int64(len(want))),
+			float64(n)*100/float64(len(want)), time.Since(t0).Seconds())
+		if len(observed) == len(want) {
+			return observed, nil
+		}
+		if err := c.failed(); err != nil {
+			return nil, err
+		}
+		if timedOut {
+			prog.phase("gave up after %v: %d of %d units active (last poll error: %v)", c.cfg.Timeout, len(observed), len(want), lastErr)
+			return observed, nil
+		}
+		pause := min(max(8*took, 50*time.Millisecond), 5*time.Second)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+// countActive returns how many units the state at url counts (its total).
+func countActive(ctx context.Context, hc *http.Client, url string) (int, error) {
+	var st struct {
+		Total *int `json:"total"`
+	}
+	if err := getJSON(ctx, hc, url, &st); err != nil {
+		return 0, err
+	}
+	if st.Total == nil {
+		return 0, fmt.Errorf("GET %s: the answer has no total", url)
+	}
+	return *st.Total, nil
+}
+
+// activeSince returns when the leader saw each unit of want active, for
+// those that are.
+func activeSince(ctx context.Context, hc *http.Client, url string, want map[string]bool) (map[string]time.Time, error) {
+	var l struct {
+		States []unitState `json:"states"`
+	}
+	if err := getJSON(ctx, hc, url, &l); err != nil {
+		return nil, err
+	}
+	observed := make(map[string]time.Time, len(want))
+	for _, s := range l.States {
+		if s.Active != "active" || !want[s.Name] {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, s.ObservedAt)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: unit %s: observedAt %q: %w", url, s.Name, s.ObservedAt, err)
+		}
+		observed[s.Name] = at
+	}
+	return observed, nil
+}
+
+func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: decode: %w", url, err)
+	}
+	return nil
+}

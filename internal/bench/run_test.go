@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Agents: 10, Units: 200, Binary: "/bin/true"}
+	if err := ok.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if ok.Engines != 1 || len(ok.Registries) != 1 || ok.Registries[0] != "grpc" || ok.Timeout != 10*time.Minute ||
+		ok.AgentsPerProcess != 500 || ok.StatePath != StatePath {
+		t.Errorf("defaults: %+v", ok)
+	}
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Agents: 0, Units: 1}, "--agents 0"},
+		{Config{Agents: MaxAgents + 1, Units: 1}, "--agents"},
+		{Config{Agents: 1, Units: 0}, "--units 0"},
+		{Config{Agents: 1, Units: -5}, "--units -5"},
+		{Config{Agents: 1, Units: 1, Registries: []string{"zk"}}, `--registry "zk"`},
+		{Config{Agents: 1, Units: 1, Engines: 2}, "--engines 2: want 1 or 3"},
+		{Config{Agents: 1, Units: 1, Latency: -time.Millisecond}, "--latency -1ms"},
+		{Config{Agents: 1, Units: 1, Latency: time.Minute}, "--latency 1m0s"},
+		{Config{Agents: 1, Units: 1, StatePollers: -1}, "--state-pollers -1"},
+		{Config{Agents: 1, Units: 1, StatePollers: MaxStatePollers + 1}, "--state-pollers"},
+		{Config{Agents: 1, Units: 1, Timeout: -time.Second}, "--timeout"},
+		{Config{Agents: 1, Units: 1, AgentsPerProcess: -1}, "--agents-per-process"},
+		{Config{Agents: 1, Units: 1, SimStartDelay: -1}, "--sim-start-delay"},
+		{Config{Agents: 1, Units: 1, AgentTTL: 10 * time.Second}, "--agent-ttl 10s: want more than 10s"},
+	} {
+		err := tt.cfg.validate()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("validate(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
+		}
+	}
+}
+
+func TestStatePollers(t *testing.T) {
+	body := strings.Repeat("x", 1000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/state" {
+			http.NotFound(w, r)
+			return
+		}
+		time.Sleep(time.Millisecond)
+		w.Write([]byte(body))
+	}))
+	defer srv.Close()
+
+	p := startStatePollers(t.Context(), 3, srv.URL+"/v1/state")
+	time.Sleep(200 * time.Millisecond)
+	p.allActive()
+	time.Sleep(100 * time.Millisecond)
+	r := p.stop()
+	if r.After == nil || r.After.Requests == 0 || r.After.Requests >= r.Requests {
+		t.Errorf("pollers marked all active midway: After = %+v of %d answers; want some, not all", r.After, r.Requests)
+	}
+	if r.Pollers != 3 || r.Requests < 10 || r.Errors != 0 || r.Bytes != 1000 || r.Error != "" {
+		t.Errorf("pollers of a working endpoint: %+v; want 3 pollers, many answers of 1000 bytes, no errors", r)
+	}
+	if r.P50MS < 1 || r.P99MS < r.P50MS || r.MaxMS < r.P99MS {
+		t.Errorf("latencies p50 %v, p99 %v, max %v ms: want 1 ≤ p50 ≤ p99 ≤ max", r.P50MS, r.P99MS, r.MaxMS)
+	}
+
+	p = startStatePollers(t.Context(), 1, srv.URL+"/v1/nothing")
+	time.Sleep(150 * time.Millisecond)
+	r = p.stop()
+	if r.Requests != 0 || r.Errors == 0 || !strings.Contains(r.Error, "404 Not Found: the engine does not serve /v1/nothing") || r.After != nil {
+		t.Errorf("pollers of a missing endpoint: %+v; want errors naming the 404, no After", r)
+	}
+	if again := p.stop(); again != r {
+		t.Errorf("stop again = %p, want the same report %p", again, r)
+	}
+}
+
+func TestProgressNotATerminal(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b)
+	p.prefix = "grpc: "
+	p.phase("starting %s", "etcd")
+	p.status("1/10")
+	p.status("2/10") // within statusEvery: held back
+	p.status("3/10")
+	p.done() // prints the last one held back
+	p.phase("stopping")
+	want := "grpc: starting etcd\ngrpc: 1/10\ngrpc: 3/10\ngrpc: stopping\n"
+	if b.String() != want {
+		t.Errorf("progress:\n%q\nwant:\n%q", b.String(), want)
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	err := Run(context.Background(), Config{Agents: 0, Units: 10})
+	if err == nil || !strings.Contains(err.Error(), "--agents 0") {
+		t.Errorf("Run with --agents 0 = %v, want an error naming --agents", err)
+	}
+}
