@@ -17,7 +17,10 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/apiv1"
@@ -109,7 +112,10 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, pretty := r.URL.Query()["pretty"]
+		mux.ServeHTTP(&prettyWriter{ResponseWriter: w, pretty: pretty}, r)
+	})
 }
 
 // leaderOnly serves h on the leader and forwards the request elsewhere.
@@ -273,6 +279,10 @@ func toChanges(b apiv1.Batch) ([]engine.Change, []string, error) {
 		warnings []string
 		seen     = map[string]bool{}
 	)
+	files, err := parseFiles(b.Units)
+	if err != nil {
+		return nil, nil, err
+	}
 	for i, c := range b.Units {
 		if err := unit.ValidateName(c.Name); err != nil {
 			return nil, nil, fmt.Errorf("units[%d]: %w", i, err)
@@ -281,14 +291,9 @@ func toChanges(b apiv1.Batch) ([]engine.Change, []string, error) {
 			return nil, nil, fmt.Errorf("units[%d]: unit %s appears twice in the batch", i, c.Name)
 		}
 		seen[c.Name] = true
-		ch := engine.Change{Name: c.Name}
-		if c.File != "" {
-			f, err := unit.Parse(c.Name, []byte(c.File))
-			if err != nil {
-				return nil, nil, err
-			}
-			ch.File = f
-			warnings = append(warnings, f.Warnings...)
+		ch := engine.Change{Name: c.Name, File: files[i]}
+		if ch.File != nil {
+			warnings = append(warnings, ch.File.Warnings...)
 		}
 		if c.DesiredState != "" {
 			ds, err := unit.ParseDesiredState(c.DesiredState)
@@ -313,6 +318,46 @@ func toChanges(b apiv1.Batch) ([]engine.Change, []string, error) {
 		out = append(out, engine.Change{Name: name, Destroy: true})
 	}
 	return out, warnings, nil
+}
+
+// parseFiles parses the unit files of a batch on every CPU; files[i] is nil
+// where the change carries no file. The error is the first bad file's, in
+// batch order, so it does not depend on scheduling.
+func parseFiles(cs []apiv1.UnitChange) ([]*unit.File, error) {
+	files := make([]*unit.File, len(cs))
+	errs := make([]error, len(cs))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(cs)/64))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(cs) {
+					return
+				}
+				if cs[i].File == "" {
+					continue
+				}
+				if err := unit.ValidateName(cs[i].Name); err != nil {
+					continue // reported in order by the caller
+				}
+				files[i], errs[i] = unit.Parse(cs[i].Name, []byte(cs[i].File))
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			if err := unit.ValidateName(cs[i].Name); err != nil {
+				return nil, fmt.Errorf("units[%d]: %w", i, err)
+			}
+			return nil, err
+		}
+	}
+	return files, nil
 }
 
 func (s *server) unitStates(w http.ResponseWriter, r *http.Request) {
@@ -490,13 +535,30 @@ func (s *server) engineError(w http.ResponseWriter, err error) {
 	}
 }
 
+// writeJSON writes v compactly; add ?pretty to a request for indented JSON.
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+	if pw, ok := w.(*prettyWriter); ok && pw.pretty {
+		enc.SetIndent("", "  ")
+	}
 	enc.Encode(v)
 }
+
+// prettyWriter carries a request's ?pretty to writeJSON.
+type prettyWriter struct {
+	http.ResponseWriter
+	pretty bool
+}
+
+func (p *prettyWriter) Flush() {
+	if f, ok := p.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (p *prettyWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
 
 func writeError(w http.ResponseWriter, code int, kind, msg string) {
 	writeJSON(w, code, apiv1.Error{Error: msg, Code: kind})

@@ -17,6 +17,9 @@ import (
 // longer fit, pending units are allocated (by dominant resource fairness
 // between roles), and global units follow the machines they fit.
 
+// placeSlice is how many placements are committed and applied at a time.
+const placeSlice = 2048
+
 // schedMachine is what the scheduler was last told of a machine.
 type schedMachine struct {
 	metadata map[string]string
@@ -104,33 +107,41 @@ func (t *term) reconcile() {
 			}
 		}
 	}
-	// One op per unit, from the outcome: a unit moved off a machine and
-	// placed again in the same pass is one put (etcd refuses a key twice in
-	// a transaction).
-	var ops []registry.Op
-	for name, nr := range moved {
-		switch cur := t.units[name]; {
-		case nr.machine != "" && nr.machine != cur.machine:
-			ops = append(ops, registry.PutSchedule(t.keys, name, nr.machine))
-		case nr.machine == "" && cur.machine != "":
-			ops = append(ops, registry.DeleteSchedule(t.keys, name))
-		}
-	}
 	t.mu.RUnlock()
-	if len(moved) > 0 {
+	// Commit and apply in slices, so that agents start on the first units
+	// while the rest are written, and the lock is released in between. Only
+	// this goroutine changes t.units, so it reads them without the lock.
+	names := slices.Sorted(maps.Keys(moved))
+	for len(names) > 0 {
+		part := names[:min(len(names), placeSlice)]
+		names = names[len(part):]
+		// One op per unit, from the outcome: a unit moved off a machine and
+		// placed again in the same pass is one put (etcd refuses a key twice
+		// in a transaction).
+		var ops []registry.Op
+		for _, name := range part {
+			switch nr, cur := moved[name], t.units[name]; {
+			case nr.machine != "" && nr.machine != cur.machine:
+				ops = append(ops, registry.PutSchedule(t.keys, name, nr.machine))
+			case nr.machine == "" && cur.machine != "":
+				ops = append(ops, registry.DeleteSchedule(t.keys, name))
+			}
+		}
 		if err := t.commit(ops); err != nil {
 			t.e.log.Warn("reconcile: could not write schedule; will retry", "err", err, "ops", len(ops))
 			t.rebuildSched()
 			return
 		}
+		t.mu.Lock()
+		for _, name := range part {
+			if rec, cur := moved[name], t.units[name]; cur != nil && cur.desired == rec.desired {
+				t.setUnit(name, rec)
+			}
+		}
+		t.mu.Unlock()
 	}
 	t.mu.Lock()
 	t.followersMoved = false
-	for name, rec := range moved {
-		if cur := t.units[name]; cur != nil && cur.desired == rec.desired {
-			t.setUnit(name, rec)
-		}
-	}
 	for _, id := range lost {
 		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
 			delete(t.machines, id)

@@ -293,6 +293,14 @@ func (t *term) commit(ops []registry.Op) error {
 		t.cancel(err)
 		return ErrNotLeader
 	}
+	if errors.Is(err, registry.ErrPartial) {
+		// etcd holds part of this change and memory none of it: end the
+		// term, so that the next one (this engine or another) starts from
+		// what etcd holds.
+		t.e.log.Error("a write landed in part; ending the term to reload from etcd", "err", err)
+		t.cancel(err)
+		return fmt.Errorf("%w: %w (part of the change may have been written; the leader reloads the cluster from etcd)", ErrUnavailable, err)
+	}
 	if err != nil && t.ctx.Err() != nil {
 		return ErrNotLeader
 	}

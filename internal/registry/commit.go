@@ -15,6 +15,10 @@ import (
 // the election: another engine leads now.
 var ErrFenced = errors.New("registry: not the leader any more (write fenced)")
 
+// ErrPartial means a request too large for one transaction failed after
+// some of its transactions had landed: etcd holds part of it.
+var ErrPartial = errors.New("registry: a write split over several transactions landed in part")
+
 // Op is one put or delete.
 type Op struct {
 	Key    string
@@ -51,6 +55,7 @@ type commitReq struct {
 
 	mu        sync.Mutex
 	remaining int   // transactions not yet answered
+	landed    int   // transactions that succeeded
 	err       error // the first failure
 }
 
@@ -213,8 +218,14 @@ func (r *commitReq) finish(err error) {
 	if err != nil && r.err == nil {
 		r.err = err
 	}
+	if err == nil {
+		r.landed++
+	}
 	r.remaining--
 	if r.remaining == 0 {
+		if r.err != nil && r.landed > 0 && !errors.Is(r.err, ErrFenced) {
+			r.err = fmt.Errorf("%w: %w", ErrPartial, r.err)
+		}
 		r.done <- r.err
 	}
 }
