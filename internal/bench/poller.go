@@ -17,8 +17,9 @@ const StatePath = "/v1/state"
 // statePollers are clients that each fetch url again as soon as they have
 // read the previous answer, and time every fetch.
 type statePollers struct {
-	n      int
-	url    string
+	n           int
+	url         string
+	conditional bool // send If-None-Match with the last ETag
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -29,15 +30,16 @@ type statePollers struct {
 	lat      []time.Duration // every answer's
 	afterLat []time.Duration // answers to fetches begun once every unit was active
 	after    time.Time       // when every unit was seen active; zero before
-	errors   int
-	firstErr string
-	bytes    int64
+	errors      int
+	firstErr    string
+	bytes       int64
+	notModified int
 }
 
 // startStatePollers starts n pollers of url; stop ends them.
-func startStatePollers(ctx context.Context, n int, url string) *statePollers {
+func startStatePollers(ctx context.Context, n int, url string, conditional bool) *statePollers {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &statePollers{n: n, url: url, cancel: cancel}
+	s := &statePollers{n: n, url: url, cancel: cancel, conditional: conditional}
 	tr := &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
 	for range n {
@@ -49,9 +51,15 @@ func startStatePollers(ctx context.Context, n int, url string) *statePollers {
 }
 
 func (s *statePollers) poll(ctx context.Context, hc *http.Client) {
+	etag := ""
 	for ctx.Err() == nil {
 		start := time.Now()
-		n, err := fetch(ctx, hc, s.url)
+		if !s.conditional {
+			etag = ""
+		}
+		n, newTag, err := fetch(ctx, hc, s.url, etag)
+		notModified := err == nil && newTag == etag && etag != ""
+		etag = newTag
 		d := time.Since(start)
 		if ctx.Err() != nil {
 			return // cut short by the end of the run: not a measurement
@@ -67,7 +75,11 @@ func (s *statePollers) poll(ctx context.Context, hc *http.Client) {
 			if !s.after.IsZero() && !start.Before(s.after) {
 				s.afterLat = append(s.afterLat, d)
 			}
-			s.bytes = n
+			if notModified {
+				s.notModified++
+			} else {
+				s.bytes = n
+			}
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -79,26 +91,33 @@ func (s *statePollers) poll(ctx context.Context, hc *http.Client) {
 	}
 }
 
-// fetch GETs url and reads the whole answer, returning its size.
-func fetch(ctx context.Context, hc *http.Client, url string) (int64, error) {
+// fetch GETs url (conditionally, when etag is set) and reads the whole
+// answer, returning its size and ETag; a 304 returns etag itself.
+func fetch(ctx context.Context, hc *http.Client, url, etag string) (int64, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, "", err
+	}
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
+	switch resp.StatusCode {
+	case http.StatusOK:
+		n, err := io.Copy(io.Discard, resp.Body)
+		return n, resp.Header.Get("ETag"), err
+	case http.StatusNotModified:
+		return 0, etag, nil
+	case http.StatusNotFound:
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return 0, fmt.Errorf("GET %s: 404 Not Found: the engine does not serve %s", url, req.URL.Path)
+		return 0, "", fmt.Errorf("GET %s: 404 Not Found: the engine does not serve %s", url, req.URL.Path)
 	}
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
-	}
-	return io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return 0, "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
 }
 
 // allActive marks the moment every unit was seen active: the answers to
@@ -125,7 +144,7 @@ func (s *statePollers) measured() *StateReport {
 	defer s.mu.Unlock()
 	all := summarizeMS(s.lat)
 	r := &StateReport{Pollers: s.n, Requests: all.Requests, Errors: s.errors, Bytes: s.bytes, Error: s.firstErr,
-		P50MS: all.P50MS, P99MS: all.P99MS, MaxMS: all.MaxMS}
+		P50MS: all.P50MS, P99MS: all.P99MS, MaxMS: all.MaxMS, Conditional: s.conditional, NotModified: s.notModified}
 	if !s.after.IsZero() {
 		after := summarizeMS(s.afterLat)
 		r.After = &after

@@ -89,7 +89,11 @@ type Bucket struct {
 // the start request until StateAfter after every unit was active.
 type StateReport struct {
 	Pollers  int     `json:"pollers"`
-	Requests int     `json:"requests"` // answered with 200
+	Requests int     `json:"requests"` // answered (200, or 304 when conditional)
+	// Conditional pollers send If-None-Match with the ETag they last got;
+	// NotModified counts the 304 answers (no body) among Requests.
+	Conditional bool `json:"conditional,omitempty"`
+	NotModified int  `json:"not_modified,omitempty"`
 	Errors   int     `json:"errors"`
 	P50MS    float64 `json:"p50_ms"`
 	P99MS    float64 `json:"p99_ms"`
@@ -245,6 +249,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if s := r.State; s != nil {
 		fmt.Fprintf(w, "/v1/state      %d %s: %d answers, p50 %.1f ms  p99 %.1f ms  max %.1f ms, %s each",
 			s.Pollers, plural(s.Pollers, "poller", "pollers"), s.Requests, s.P50MS, s.P99MS, s.MaxMS, fmtBytes(s.Bytes))
+		if s.Conditional {
+			fmt.Fprintf(w, " (%d not modified)", s.NotModified)
+		}
 		if s.Errors > 0 {
 			fmt.Fprintf(w, "; %d errors, the first: %s", s.Errors, s.Error)
 		}

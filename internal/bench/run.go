@@ -37,6 +37,10 @@ type Config struct {
 	// StatePollers is the number of clients fetching StatePath during and
 	// after the run (0 to MaxStatePollers; default 0).
 	StatePollers int
+	// StateConditional makes the pollers send If-None-Match with the last
+	// ETag, as a well-behaved poller (and the dashboard) does; by default
+	// they fetch the whole state every time, the worst case.
+	StateConditional bool
 	// StatePath is what the pollers fetch (default StatePath).
 	StatePath string
 	// StateAfter is how long the pollers go on once every unit is active
@@ -241,7 +245,7 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	}
 	var pollers *statePollers
 	if cfg.StatePollers > 0 {
-		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath)
+		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath, cfg.StateConditional)
 		defer pollers.stop() // on an early return; stopping twice is harmless
 	}
 

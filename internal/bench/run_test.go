@@ -53,11 +53,16 @@ func TestStatePollers(t *testing.T) {
 			return
 		}
 		time.Sleep(time.Millisecond)
+		w.Header().Set("ETag", `"1.1"`)
+		if r.Header.Get("If-None-Match") == `"1.1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
 		w.Write([]byte(body))
 	}))
 	defer srv.Close()
 
-	p := startStatePollers(t.Context(), 3, srv.URL+"/v1/state")
+	p := startStatePollers(t.Context(), 3, srv.URL+"/v1/state", false)
 	time.Sleep(200 * time.Millisecond)
 	p.allActive()
 	time.Sleep(100 * time.Millisecond)
@@ -72,7 +77,19 @@ func TestStatePollers(t *testing.T) {
 		t.Errorf("latencies p50 %v, p99 %v, max %v ms: want 1 ≤ p50 ≤ p99 ≤ max", r.P50MS, r.P99MS, r.MaxMS)
 	}
 
-	p = startStatePollers(t.Context(), 1, srv.URL+"/v1/nothing")
+	if r.NotModified != 0 {
+		t.Errorf("unconditional pollers got %d 304s", r.NotModified)
+	}
+
+	// Conditional pollers get the body once each, then 304s.
+	p = startStatePollers(t.Context(), 2, srv.URL+"/v1/state", true)
+	time.Sleep(100 * time.Millisecond)
+	r = p.stop()
+	if !r.Conditional || r.NotModified != r.Requests-2 || r.Bytes != 1000 {
+		t.Errorf("conditional pollers: %+v; want all but the first answer of each 304, the body's size remembered", r)
+	}
+
+	p = startStatePollers(t.Context(), 1, srv.URL+"/v1/nothing", false)
 	time.Sleep(150 * time.Millisecond)
 	r = p.stop()
 	if r.Requests != 0 || r.Errors == 0 || !strings.Contains(r.Error, "404 Not Found: the engine does not serve /v1/nothing") || r.After != nil {

@@ -14,9 +14,10 @@ import (
 )
 
 // SnapshotInterval is the least time between two published cluster states
-// (GET /v1/state): a reader may see a state this old, never older. A build
-// that took long stretches it (to 4× the last build), so that however hard
-// /v1/state is polled, building states takes at most a quarter of a core.
+// (GET /v1/state): a reader may see a state this old, never older. A costly
+// state stretches it to 4× what the last one cost (building it, then
+// encoding and compressing it for readers), so that however hard /v1/state
+// is polled, producing states takes at most a quarter of a core.
 const SnapshotInterval = 100 * time.Millisecond
 
 // backgroundInterval is how often the state is built with no reader asking
@@ -43,7 +44,7 @@ func (t *term) state(background bool) *state.Snapshot {
 	defer t.pubMu.Unlock()
 	cur := t.e.snapshot.Load()
 	c := t.changes.Load()
-	if cur != nil && (c == t.pubSeen || time.Since(t.pubAt) < max(SnapshotInterval, 4*t.pubCost)) {
+	if cur != nil && (c == t.pubSeen || time.Since(t.pubAt) < max(SnapshotInterval, 4*(t.pubCost+cur.EncodeCost()))) {
 		return cur
 	}
 	if background && cur != nil && time.Since(t.pubAt) < backgroundInterval {

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/flotilla/flotilla/internal/apiv1"
 )
@@ -30,7 +32,12 @@ type Snapshot struct {
 	json []byte
 	gzo  sync.Once
 	gz   []byte
+	cost atomic.Int64 // nanoseconds spent encoding and compressing
 }
+
+// EncodeCost is the time spent so far encoding (and compressing) this
+// snapshot for readers: with the build time, what one snapshot costs.
+func (s *Snapshot) EncodeCost() time.Duration { return time.Duration(s.cost.Load()) }
 
 // ETag is the snapshot's entity tag.
 func (s *Snapshot) ETag() string {
@@ -40,8 +47,10 @@ func (s *Snapshot) ETag() string {
 // JSON is the whole snapshot encoded, computed once.
 func (s *Snapshot) JSON() []byte {
 	s.once.Do(func() {
+		start := time.Now()
 		st := s.view(s.Units, len(s.Units), "")
 		s.json = AppendState(make([]byte, 0, 256*len(s.Units)+1024), &st)
+		s.cost.Add(int64(time.Since(start)))
 	})
 	return s.json
 }
@@ -49,6 +58,8 @@ func (s *Snapshot) JSON() []byte {
 // Gzip is JSON compressed, computed once.
 func (s *Snapshot) Gzip() []byte {
 	s.gzo.Do(func() {
+		start := time.Now()
+		defer func() { s.cost.Add(int64(time.Since(start))) }()
 		var b bytes.Buffer
 		w, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
 		w.Write(s.JSON())
