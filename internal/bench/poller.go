@@ -20,16 +20,16 @@ type statePollers struct {
 	n           int
 	url         string
 	conditional bool // send If-None-Match with the last ETag
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 
 	stopOnce sync.Once
 	report   *StateReport
 
-	mu       sync.Mutex
-	lat      []time.Duration // every answer's
-	afterLat []time.Duration // answers to fetches begun once every unit was active
-	after    time.Time       // when every unit was seen active; zero before
+	mu          sync.Mutex
+	lat         []time.Duration // every answer's
+	afterLat    []time.Duration // answers to fetches begun once every unit was active
+	after       time.Time       // when every unit was seen active; zero before
 	errors      int
 	firstErr    string
 	bytes       int64

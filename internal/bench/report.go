@@ -88,17 +88,17 @@ type Bucket struct {
 // the whole state again as soon as it has read the previous answer, from
 // the start request until StateAfter after every unit was active.
 type StateReport struct {
-	Pollers  int     `json:"pollers"`
-	Requests int     `json:"requests"` // answered (200, or 304 when conditional)
+	Pollers  int `json:"pollers"`
+	Requests int `json:"requests"` // answered (200, or 304 when conditional)
 	// Conditional pollers send If-None-Match with the ETag they last got;
 	// NotModified counts the 304 answers (no body) among Requests.
-	Conditional bool `json:"conditional,omitempty"`
-	NotModified int  `json:"not_modified,omitempty"`
-	Errors   int     `json:"errors"`
-	P50MS    float64 `json:"p50_ms"`
-	P99MS    float64 `json:"p99_ms"`
-	MaxMS    float64 `json:"max_ms"`
-	Bytes    int64   `json:"bytes"` // size of the last answer
+	Conditional bool    `json:"conditional,omitempty"`
+	NotModified int     `json:"not_modified,omitempty"`
+	Errors      int     `json:"errors"`
+	P50MS       float64 `json:"p50_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	MaxMS       float64 `json:"max_ms"`
+	Bytes       int64   `json:"bytes"` // size of the last answer
 	// After is the latency of the fetches begun once every unit was
 	// active: the whole cluster's state, at rest. Absent when the run
 	// did not get there.
