@@ -25,6 +25,7 @@ import (
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -258,5 +259,33 @@ func TestStateAndEvents(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestStateFromEtcd: a daemon that cannot reach the leader answers
+// /v1/state from etcd's durable record, and says so in a header.
+func TestStateFromEtcd(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadAddr := dead.Listener.Addr().String()
+	dead.Close() // nothing listens there any more
+	durable := func(ctx context.Context) (*state.Snapshot, error) {
+		return &state.Snapshot{Revision: 42, Units: []apiv1.StateUnit{{Name: "b.service", DesiredState: "launched", Machine: "m2"}, {Name: "a.service", DesiredState: "inactive"}}}, nil
+	}
+	h := api.New(api.Config{Machine: "m9", Durable: durable,
+		Leader: func() (election.Info, bool) { return election.Info{Machine: "m1", APIAddr: deadAddr}, true }})
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+	resp, err := http.Get(ts.URL + "/v1/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st apiv1.State
+	json.NewDecoder(resp.Body).Decode(&st)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Flotilla-State-Source") != "etcd" {
+		t.Fatalf("GET /v1/state with the leader unreachable = %d, source %q; want 200 from etcd", resp.StatusCode, resp.Header.Get("X-Flotilla-State-Source"))
+	}
+	if st.Revision != 42 || len(st.Units) != 2 || st.Units[0].Name != "a.service" {
+		t.Errorf("state from etcd = %+v, want revision 42 and both units in name order", st)
 	}
 }

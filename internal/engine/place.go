@@ -18,7 +18,7 @@ import (
 // between roles), and global units follow the machines they fit.
 
 // placeSlice is how many placements are committed and applied at a time.
-const placeSlice = 2048
+const placeSlice = 10000
 
 // schedMachine is what the scheduler was last told of a machine.
 type schedMachine struct {

@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -121,6 +124,21 @@ func TestClusterLifecycle(t *testing.T) {
 	if out := mustCLI(t, n1, "cat", "sleep1.service"); !strings.Contains(out, "exec sleep 600") {
 		t.Errorf("cat sleep1.service = %q, want the unit file", out)
 	}
+
+	// Every daemon answers the read side: a follower forwards /v1/state and
+	// /v1/events to the leader, and serves /metrics and /ui itself.
+	leaderName, err := leaderOf(t, n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *node
+	for _, nd := range c.nodes {
+		if nd.name != leaderName {
+			follower = nd
+			break
+		}
+	}
+	checkReadSide(t, follower, leaderName, 6)
 
 	// stop: the process ends, the unit stays loaded on its machine.
 	stoppedPID := states["sleep6.service"].PID
@@ -312,5 +330,50 @@ func TestDevRestart(t *testing.T) {
 	}
 	if got["web.service"] != "launched" || got["idle.service"] != "inactive" {
 		t.Errorf("unit files after restart = %v, want web launched and idle inactive", got)
+	}
+}
+
+// checkReadSide checks /v1/state, /v1/events, /metrics and /ui on nd.
+func checkReadSide(t *testing.T, nd *node, leader string, units int) {
+	t.Helper()
+	resp, err := http.Get("http://" + nd.api + "/v1/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st apiv1.State
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || st.Leader != leader || len(st.Units) != units || len(st.Machines) != 3 || resp.Header.Get("ETag") == "" {
+		t.Errorf("GET /v1/state on %s = %d, leader %q, %d units, %d machines, ETag %q; want the leader's state", nd.name, resp.StatusCode, st.Leader, len(st.Units), len(st.Machines), resp.Header.Get("ETag"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+nd.api+"/v1/events?since=0.0", nil)
+	eresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(eresp.Body)
+	first := ""
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "event: ") {
+			first = sc.Text()
+			break
+		}
+	}
+	eresp.Body.Close()
+	if first != "event: reset" {
+		t.Errorf("GET /v1/events?since=0.0 on %s: first event %q, want a reset (an unknown position) forwarded from the leader", nd.name, first)
+	}
+	for path, want := range map[string]string{"/metrics": "flotilla_leader_changes_total", "/ui/": "<html"} {
+		resp, err := http.Get("http://" + nd.api + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s on %s = %d without %q", path, nd.name, resp.StatusCode, want)
+		}
 	}
 }
