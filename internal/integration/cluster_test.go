@@ -62,11 +62,22 @@ func leaderOf(t *testing.T, nd *node) (string, error) {
 // killed with SIGKILL; a new leader takes over without restarting units on
 // surviving machines, the lost machine's units come back up elsewhere, and
 // the killed daemon rejoins when restarted on its data dir.
+//
+// It runs in both coordination modes: agents streaming to the leader (grpc)
+// and agents coordinating through etcd (etcd, fleet's way).
 func TestClusterLifecycle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-daemon cluster")
 	}
-	c := newCluster(t, 3, func(i int) []string { return []string{"--metadata", fmt.Sprintf("idx=%d", i+1)} })
+	for _, reg := range []string{"grpc", "etcd"} {
+		t.Run(reg, func(t *testing.T) { testClusterLifecycle(t, reg) })
+	}
+}
+
+func testClusterLifecycle(t *testing.T, reg string) {
+	c := newCluster(t, 3, func(i int) []string {
+		return []string{"--metadata", fmt.Sprintf("idx=%d", i+1), "--registry", reg}
+	})
 	n1 := c.nodes[0]
 
 	eventually(t, 60*time.Second, "three machines and a leader", func() error {
