@@ -263,8 +263,12 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, b apiv1.Batch) (a
 	if len(names) > 0 {
 		us, err := s.cfg.Engine.Units(names)
 		if err != nil {
-			s.engineError(w, err)
-			return apiv1.BatchResult{}, false
+			// The change is committed; only reading it back failed (the
+			// leader stepped down just now): answer with the names alone.
+			for _, n := range names {
+				res.Units = append(res.Units, apiv1.Unit{Name: n})
+			}
+			return res, true
 		}
 		res.Units = us
 	}

@@ -34,16 +34,17 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	done := s.cfg.Engine.TermDone()
 	hb := time.NewTicker(sseHeartbeat)
 	defer hb.Stop()
-	first := true
 	for {
 		evs, next, reset, more, err := s.cfg.Engine.Events(pos, 1000)
 		if err != nil {
 			return // leadership ended: the client reconnects and is forwarded
 		}
-		if reset && first {
+		if reset {
+			// The position is unknown (another leader's) or the client fell
+			// so far behind that events were dropped: it must read
+			// /v1/state again.
 			writeEvent(w, apiv1.Event{ID: next, Type: "reset", Time: time.Now().UTC().Format(time.RFC3339Nano)})
 		}
-		first = false
 		for _, ev := range evs {
 			writeEvent(w, ev)
 		}

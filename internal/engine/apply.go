@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
@@ -79,6 +80,13 @@ func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 	select {
 	case res := <-r.res:
 		return res.err
+	case <-t.ctx.Done():
+		select {
+		case res := <-r.res: // answered as the term ended
+			return res.err
+		case <-time.After(2 * time.Second): // queued after the loop's last drain: never taken
+			return ErrNotLeader
+		}
 	case <-ctx.Done():
 		// The change may still commit; the caller cannot know. Say so.
 		return fmt.Errorf("%w (the change may still be applied)", ctx.Err())
@@ -173,6 +181,12 @@ func (t *term) applyRound(round []*applyReq) {
 		}
 		if cur != nil && cur.machine != "" && (next == nil || next.machine == "") {
 			ops = append(ops, registry.DeleteSchedule(t.keys, name))
+			ops = append(ops, t.dropAssignment(cur.machine, name)...)
+		}
+		if cur != nil && cur.file.Fleet.Global && (next == nil || !next.wanted()) {
+			for id := range t.machines {
+				ops = append(ops, t.dropAssignment(id, name)...)
+			}
 		}
 	}
 	if err := t.commit(ops); err != nil {
@@ -188,6 +202,7 @@ func (t *term) applyRound(round []*applyReq) {
 	if newOptions != nil {
 		t.options = *newOptions
 		t.sched.SetOptions(*newOptions) // validated by SetScheduler
+		t.placeDirty = true
 		t.changed()
 	}
 	for name, rec := range roundRecs {

@@ -14,7 +14,6 @@ import (
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
-	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -126,8 +125,7 @@ type Engine struct {
 	cfg  Config
 	log  *slog.Logger
 	term atomic.Pointer[term]
-	// snapshot is the latest published cluster state; generation numbers them.
-	snapshot   atomic.Pointer[state.Snapshot]
+	// generation numbers the published cluster states, across terms.
 	generation atomic.Uint64
 	// onTerm, if set, is called with each term as it starts (tests).
 	onTerm func(*term)
@@ -188,7 +186,6 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 		log.Warn("term ended", "err", context.Cause(t.ctx))
 	}
 	e.term.Store(nil)
-	e.snapshot.Store(nil)
 	e.cfg.Metrics.IsLeader.Set(0)
 	t.stop()
 	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -104,7 +104,9 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 					t.updateMachine(&pm) // the same lease, new information
 					continue
 				}
-				conns[id] = t.attachEtcd(&pm, nil)
+				// Its states may have been written before its presence
+				// reached us (they come on another watch): read them.
+				conns[id] = t.attachEtcd(&pm, t.readStates(id))
 			}
 		case wr, ok := <-sw:
 			if !ok || wr.Err() != nil {
@@ -113,6 +115,22 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 			t.statesFromEtcd(conns, wr.Events)
 		}
 	}
+}
+
+// readStates reads what a machine's agent reported of its units.
+func (t *term) readStates(machine string) []*agentpb.UnitStatus {
+	resp, err := t.e.cfg.Client.Get(t.ctx, t.keys.MachineStates(machine), clientv3.WithPrefix())
+	if err != nil {
+		return nil // they follow on the states watch
+	}
+	var out []*agentpb.UnitStatus
+	for _, kv := range resp.Kvs {
+		var s agentpb.UnitStatus
+		if proto.Unmarshal(kv.Value, &s) == nil {
+			out = append(out, &s)
+		}
+	}
+	return out
 }
 
 func watchErr(wr clientv3.WatchResponse, ok bool) error {
@@ -125,7 +143,8 @@ func watchErr(wr clientv3.WatchResponse, ok bool) error {
 // attachEtcd registers a present machine and starts writing its assignments.
 func (t *term) attachEtcd(pm *agentpb.Machine, states []*agentpb.UnitStatus) *agentConn {
 	c := t.attachMachine(pm, states)
-	go t.writeAssignments(c)
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.writeAssignments(c) }()
 	return c
 }
 
@@ -237,6 +256,18 @@ func (t *term) writeAssignments(c *agentConn) {
 			t.resend(c)
 		}
 	}
+}
+
+// dropAssignment is, in the etcd registry mode, the op that removes a unit
+// from a machine's assignments, committed with the change that takes the
+// unit off the machine. The machine's writer would remove it too, but only
+// while the machine is present: without this, a machine coming back after
+// its units were moved would read stale assignments and start them.
+func (t *term) dropAssignment(machine, name string) []registry.Op {
+	if t.e.cfg.Registry != "etcd" {
+		return nil
+	}
+	return []registry.Op{{Key: t.keys.Assignments(machine) + name, Delete: true}}
 }
 
 // resend has the loop queue the machine's full desired set again.

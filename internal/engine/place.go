@@ -51,6 +51,14 @@ func (t *term) reconcile() {
 			check[name] = id
 		}
 	}
+	if !t.rechecked && now.Sub(t.start) > t.e.cfg.AgentTTL+t.e.cfg.HeartbeatInterval {
+		t.rechecked = true
+		for name, r := range t.units {
+			if r.machine != "" && t.sched.HasMachine(r.machine) {
+				check[name] = r.machine
+			}
+		}
+	}
 	if t.followersMoved {
 		for name := range t.followers {
 			if r := t.units[name]; r != nil && r.machine != "" {
@@ -72,9 +80,15 @@ func (t *term) reconcile() {
 		}
 	}
 	var pending []*scheduler.Unit
-	for name := range t.unplaced {
-		pending = append(pending, t.units[name].su)
+	if t.placeDirty || len(lost) > 0 || len(drifted) > 0 {
+		// Something placement depends on changed: try the backlog again.
+		// Otherwise it would be decided the same way at a cost of up to
+		// every machine per unit.
+		for name := range t.unplaced {
+			pending = append(pending, t.units[name].su)
+		}
 	}
+	t.placeDirty = false
 	for _, r := range moved {
 		if r.wanted() {
 			pending = append(pending, r.su)
@@ -120,11 +134,15 @@ func (t *term) reconcile() {
 		// in a transaction).
 		var ops []registry.Op
 		for _, name := range part {
-			switch nr, cur := moved[name], t.units[name]; {
+			nr, cur := moved[name], t.units[name]
+			switch {
 			case nr.machine != "" && nr.machine != cur.machine:
 				ops = append(ops, registry.PutSchedule(t.keys, name, nr.machine))
 			case nr.machine == "" && cur.machine != "":
 				ops = append(ops, registry.DeleteSchedule(t.keys, name))
+			}
+			if cur.machine != "" && nr.machine != cur.machine {
+				ops = append(ops, t.dropAssignment(cur.machine, name)...)
 			}
 		}
 		if err := t.commit(ops); err != nil {
@@ -175,6 +193,7 @@ func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
 			if !known || !maps.Equal(cur.metadata, sm.metadata) || cur.capacity != sm.capacity {
 				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: cur.metadata, Capacity: cur.capacity})
 				t.schedMachines[id] = cur
+				t.placeDirty = true
 				if known {
 					drifted = append(drifted, id)
 				} else {
@@ -190,6 +209,7 @@ func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
 			t.sched.RemoveMachine(id)
 			delete(t.schedMachines, id)
 			t.globalsDirty = true
+			t.placeDirty = true
 		}
 		heard := m.lastSeen
 		if heard.Before(t.start) {
@@ -224,6 +244,7 @@ func (t *term) rebuildSched() {
 	t.schedGlobals = map[string]bool{}
 	t.syncMachines(t.e.cfg.Now())
 	t.globalsDirty = true
+	t.placeDirty = true
 	t.syncGlobals(true)
 }
 
@@ -247,19 +268,20 @@ func (t *term) syncGlobals(force bool) {
 		if !r.wanted() {
 			continue
 		}
-		target := t.sched.GlobalMachines(r.su)
+		target := setOf(t.sched.GlobalMachines(r.su))
 		for _, id := range t.sched.GlobalPlacements(name) {
-			if !slices.Contains(target, id) {
+			if _, ok := target[id]; !ok {
 				t.sched.UnplaceFrom(name, id)
 			}
 		}
-		have := t.sched.GlobalPlacements(name)
-		for _, id := range target {
-			if !slices.Contains(have, id) {
+		have := setOf(t.sched.GlobalPlacements(name))
+		for _, id := range slices.Sorted(maps.Keys(target)) {
+			if _, ok := have[id]; !ok {
 				t.sched.Place(r.su, id)
 			}
 		}
 		t.schedGlobals[name] = true
+		t.placeDirty = true // global placements use room other units may want
 		for _, id := range t.sched.GlobalPlacements(name) {
 			if want[id] == nil {
 				want[id] = map[string]struct{}{}
@@ -314,4 +336,12 @@ func (t *term) sendFull() {
 		m.conn.mu.Unlock()
 		signalConn(m.conn)
 	}
+}
+
+func setOf(ids []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		m[id] = struct{}{}
+	}
+	return m
 }

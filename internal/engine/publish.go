@@ -42,7 +42,7 @@ func (t *term) changed() { t.changes.Add(1) }
 func (t *term) state(background bool) *state.Snapshot {
 	t.pubMu.Lock()
 	defer t.pubMu.Unlock()
-	cur := t.e.snapshot.Load()
+	cur := t.snapshot.Load()
 	c := t.changes.Load()
 	if cur != nil && (c == t.pubSeen || time.Since(t.pubAt) < max(SnapshotInterval, 4*(t.pubCost+cur.EncodeCost()))) {
 		return cur
@@ -54,7 +54,7 @@ func (t *term) state(background bool) *state.Snapshot {
 	s := t.buildSnapshot()
 	t.pubCost = time.Since(start)
 	t.pubAt, t.pubSeen = time.Now(), c
-	t.e.snapshot.Store(s)
+	t.snapshot.Store(s)
 	return s
 }
 

@@ -196,6 +196,12 @@ func (t *term) detach(conn *agentConn) {
 }
 
 func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
+	if msg.GetUpdate() == nil {
+		// A heartbeat: the open stream is what keeps the machine alive
+		// (lastSeen matters once it closes, and detach sets it then), so
+		// it takes no lock.
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.machines[conn.machine]

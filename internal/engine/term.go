@@ -12,6 +12,7 @@ import (
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -118,6 +119,15 @@ type term struct {
 	// they may follow moves: followersMoved).
 	followers      map[string]struct{}
 	followersMoved bool
+	// rechecked is set once every placed unit has been checked against its
+	// machine, after the term's first agent TTL (when every live machine
+	// has reconnected): a change a former term committed but did not act on
+	// (a metadata change, then a failed write) is acted on now.
+	rechecked bool
+	// placeDirty says something placement depends on changed since the
+	// last pass (units, machines, metadata, capacity, policy): without it a
+	// pass does not try the unplaced backlog again.
+	placeDirty bool
 	// options are the scheduler's (strategy, roles); shares the roles'
 	// dominant shares after the last pass.
 	options scheduler.Options
@@ -134,6 +144,7 @@ type term struct {
 	// changes counts changes readers could see (see publish.go); the rest
 	// is the state publisher's.
 	changes    atomic.Uint64
+	snapshot   atomic.Pointer[state.Snapshot] // the latest published state
 	pubMu      sync.Mutex
 	pubAt      time.Time
 	pubSeen    uint64
@@ -158,6 +169,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		schedMachines: map[string]schedMachine{},
 		schedGlobals:  map[string]bool{},
 		followers:     map[string]struct{}{},
+		placeDirty:    true,
 		overrides:     map[string]map[string]*string{},
 		events:        newEventLog(el.Info.Rev),
 		reqs:          make(chan *applyReq, 256),
@@ -173,6 +185,9 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		return nil, err
 	}
 	t.rev = snap.Revision
+	for _, key := range snap.Skipped {
+		e.log.Error("a stored record does not decode; leaving it out", "key", key)
+	}
 	t.loadOptions(snap.SchedulerConfig)
 	for id, m := range snap.Machines {
 		t.overrides[id] = m.Metadata
@@ -293,19 +308,18 @@ func (t *term) commit(ops []registry.Op) error {
 		t.cancel(err)
 		return ErrNotLeader
 	}
-	if errors.Is(err, registry.ErrPartial) {
-		// etcd holds part of this change and memory none of it: end the
-		// term, so that the next one (this engine or another) starts from
-		// what etcd holds.
-		t.e.log.Error("a write landed in part; ending the term to reload from etcd", "err", err)
-		t.cancel(err)
-		return fmt.Errorf("%w: %w (part of the change may have been written; the leader reloads the cluster from etcd)", ErrUnavailable, err)
-	}
 	if err != nil && t.ctx.Err() != nil {
 		return ErrNotLeader
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		// The outcome is unknown: a transaction that timed out may have
+		// landed, and a write split over several may have landed in part
+		// (registry.ErrPartial). Memory must not disagree with etcd, so the
+		// term ends and the next one (this engine or another) starts from
+		// what etcd holds. Agents keep their units meanwhile.
+		t.e.log.Error("an etcd write failed; ending the term to reload from etcd", "err", err)
+		t.cancel(err)
+		return fmt.Errorf("%w: %w (the change may or may not have been written; the leader reloads the cluster from etcd, retry)", ErrUnavailable, err)
 	}
 	return nil
 }
@@ -319,6 +333,7 @@ func assignment(r *unitRec) *agentpb.Assignment {
 // indexes and telling the agents concerned. Callers hold mu for writing.
 func (t *term) setUnit(name string, rec *unitRec) {
 	t.changed()
+	t.placeDirty = true
 	old := t.units[name]
 	t.unitEvent(name, rec)
 	if rec != nil && len(rec.file.Fleet.MachineOf) > 0 {

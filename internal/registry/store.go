@@ -30,7 +30,11 @@ type Snapshot struct {
 	Machines map[string]MachineRecord
 	// SchedulerConfig is the stored placement policy (JSON), nil if never set.
 	SchedulerConfig []byte
-	Revision        int64
+	// Skipped names the keys whose values did not decode: they are left out
+	// (and left in etcd), so that one bad record cannot keep every engine
+	// from leading.
+	Skipped  []string
+	Revision int64
 }
 
 // Load reads every unit and the schedule at one consistent revision.
@@ -66,7 +70,8 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	err = read(keys.Units(), func(key string, val []byte) error {
 		var r Record
 		if err := json.Unmarshal(val, &r); err != nil {
-			return fmt.Errorf("registry: decode %s: %w", key, err)
+			snap.Skipped = append(snap.Skipped, key)
+			return nil
 		}
 		if r.Name == "" {
 			r.Name = strings.TrimPrefix(key, keys.Units())
@@ -94,7 +99,8 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	err = read(keys.Machines(), func(key string, val []byte) error {
 		var r MachineRecord
 		if err := json.Unmarshal(val, &r); err != nil {
-			return fmt.Errorf("registry: decode %s: %w", key, err)
+			snap.Skipped = append(snap.Skipped, key)
+			return nil
 		}
 		snap.Machines[strings.TrimPrefix(key, keys.Machines())] = r
 		return nil
