@@ -1,0 +1,89 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+type recorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *recorder) notify(s unit.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, s.Name+" "+s.Active+"/"+s.Sub)
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.got, ", ")
+}
+
+func TestStartDelayStopUnload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder
+		d, err := New(Config{Machine: "m1", Notify: r.notify, StartDelay: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Load(&unit.File{Name: "a.service", Hash: "h"}); err != nil {
+			t.Fatal(err)
+		}
+		d.Start("a.service")
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		if got, want := r.String(), "a.service inactive/dead, a.service activating/start"; got != want {
+			t.Fatalf("before the delay: %s, want %s", got, want)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if s := d.States(); len(s) != 1 || s[0].Active != "active" || s[0].PID == 0 || s[0].Machine != "m1" {
+			t.Fatalf("after the delay: %+v, want active with a PID", s)
+		}
+		d.Stop("a.service")
+		if err := d.Unload(context.Background(), "a.service"); err != nil {
+			t.Fatal(err)
+		}
+		if s := d.States(); len(s) != 0 {
+			t.Errorf("after Unload: %+v, want nothing", s)
+		}
+		if err := d.Start("a.service"); err == nil {
+			t.Error("Start of an unloaded unit succeeded")
+		}
+	})
+}
+
+func TestFailureRateIsRepeatable(t *testing.T) {
+	count := func() int {
+		d, _ := New(Config{Notify: func(unit.Status) {}, FailureRate: 0.3})
+		n := 0
+		for i := range 1000 {
+			name := fmt.Sprintf("u%d.service", i)
+			d.Load(&unit.File{Name: name})
+			d.Start(name)
+		}
+		for _, s := range d.States() {
+			if s.Active == "failed" {
+				n++
+			}
+		}
+		return n
+	}
+	a, b := count(), count()
+	if a != b || a < 200 || a > 400 {
+		t.Errorf("failed units of 1000 at rate 0.3: %d then %d; want the same count, about 300", a, b)
+	}
+	if _, err := New(Config{Notify: func(unit.Status) {}, FailureRate: 2}); err == nil {
+		t.Error("New with failure rate 2 succeeded")
+	}
+}
