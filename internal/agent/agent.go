@@ -96,6 +96,9 @@ type Agent struct {
 	removed   map[string]bool        // units unloaded since the last send
 	lastHeard time.Time
 	fenced    bool
+	// leaderTTL is the agent TTL the leader last told (0: not told); the
+	// watchdog uses the shorter of it and the agent's own.
+	leaderTTL time.Duration
 
 	kick  chan struct{}
 	flush chan struct{}
@@ -369,6 +372,9 @@ func (a *Agent) received(msg *agentpb.EngineMessage) {
 		return
 	}
 	if as.Full {
+		if as.AgentTtlMs > 0 {
+			a.leaderTTL = time.Duration(as.AgentTtlMs) * time.Millisecond
+		}
 		if a.fenced {
 			a.log.Info("leader reached again; resuming units")
 		}
@@ -409,7 +415,11 @@ func (a *Agent) watchdog(ctx context.Context) {
 		case <-tick.C:
 		}
 		a.mu.Lock()
-		if !a.fenced && a.cfg.Now().Sub(a.lastHeard) > a.cfg.TTL {
+		ttl := a.cfg.TTL
+		if a.leaderTTL > 0 && a.leaderTTL < ttl {
+			ttl = a.leaderTTL
+		}
+		if !a.fenced && a.cfg.Now().Sub(a.lastHeard) > ttl {
 			a.fenced = true
 			n := 0
 			for name, w := range a.wants {
@@ -418,7 +428,7 @@ func (a *Agent) watchdog(ctx context.Context) {
 					n++
 				}
 			}
-			a.log.Warn("no leader heard within the agent TTL; stopping non-global units", "ttl", a.cfg.TTL, "units", n)
+			a.log.Warn("no leader heard within the agent TTL; stopping non-global units", "ttl", ttl, "units", n)
 			a.mu.Unlock()
 			signal(a.kick)
 			continue

@@ -130,3 +130,24 @@ func TestAgentAppliesDeltas(t *testing.T) {
 		<-done
 	})
 }
+
+// TestAgentUsesTheLeadersShorterTTL: an agent configured with a longer TTL
+// than its leader's stops its units after the leader's, never keeping a
+// unit the leader has moved.
+func TestAgentUsesTheLeadersShorterTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, d := newTestAgent(t, time.Minute)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, AgentTtlMs: 5000,
+			Units: []*agentpb.Assignment{{Name: "web.service", File: unitText(false), DesiredState: "launched"}}}}})
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		if got := fmt.Sprint(active(d)); got != "map[]" {
+			t.Fatalf("6s without a leader whose TTL is 5s: units = %s, want none", got)
+		}
+		cancel()
+		<-done
+	})
+}

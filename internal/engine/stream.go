@@ -22,6 +22,8 @@ type agentConn struct {
 	wake    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	// agentTTL is the leader's, told to the agent with each full set.
+	agentTTL time.Duration
 }
 
 func newAgentConn(machine string) *agentConn {
@@ -60,6 +62,9 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 		return nil
 	}
 	as := &agentpb.Assignments{Full: c.full, LeaderRev: rev}
+	if c.full {
+		as.AgentTtlMs = c.agentTTL.Milliseconds()
+	}
 	for name, a := range c.pending {
 		if a == nil {
 			if !c.full {
@@ -155,6 +160,7 @@ func (t *term) attach(h *agentpb.Hello) *agentConn {
 // has the loop send it its full desired set.
 func (t *term) attachMachine(pm *agentpb.Machine, units []*agentpb.UnitStatus) *agentConn {
 	conn := newAgentConn(pm.Id)
+	conn.agentTTL = t.e.cfg.AgentTTL
 	t.mu.Lock()
 	m := t.machine(pm.Id)
 	if m.conn != nil {

@@ -665,11 +665,15 @@ func (x *Assignment) GetGlobal() bool {
 // listed must be unloaded) or a delta (units to add or change, names to
 // remove).
 type Assignments struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Full          bool                   `protobuf:"varint,1,opt,name=full,proto3" json:"full,omitempty"`
-	Units         []*Assignment          `protobuf:"bytes,2,rep,name=units,proto3" json:"units,omitempty"`
-	Removed       []string               `protobuf:"bytes,3,rep,name=removed,proto3" json:"removed,omitempty"`
-	LeaderRev     int64                  `protobuf:"varint,4,opt,name=leader_rev,json=leaderRev,proto3" json:"leader_rev,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Full      bool                   `protobuf:"varint,1,opt,name=full,proto3" json:"full,omitempty"`
+	Units     []*Assignment          `protobuf:"bytes,2,rep,name=units,proto3" json:"units,omitempty"`
+	Removed   []string               `protobuf:"bytes,3,rep,name=removed,proto3" json:"removed,omitempty"`
+	LeaderRev int64                  `protobuf:"varint,4,opt,name=leader_rev,json=leaderRev,proto3" json:"leader_rev,omitempty"`
+	// agent_ttl_ms is the leader's agent TTL: the agent stops its units after
+	// the shorter of it and its own, so it never keeps a unit the leader has
+	// moved (set on full assignments).
+	AgentTtlMs    int64 `protobuf:"varint,5,opt,name=agent_ttl_ms,json=agentTtlMs,proto3" json:"agent_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -732,6 +736,13 @@ func (x *Assignments) GetLeaderRev() int64 {
 	return 0
 }
 
+func (x *Assignments) GetAgentTtlMs() int64 {
+	if x != nil {
+		return x.AgentTtlMs
+	}
+	return 0
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -787,13 +798,15 @@ const file_agent_proto_rawDesc = "" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
 	"\x04file\x18\x03 \x01(\tR\x04file\x12#\n" +
 	"\rdesired_state\x18\x04 \x01(\tR\fdesiredState\x12\x16\n" +
-	"\x06global\x18\x05 \x01(\bR\x06global\"\x8f\x01\n" +
+	"\x06global\x18\x05 \x01(\bR\x06global\"\xb1\x01\n" +
 	"\vAssignments\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x123\n" +
 	"\x05units\x18\x02 \x03(\v2\x1d.flotilla.agent.v1.AssignmentR\x05units\x12\x18\n" +
 	"\aremoved\x18\x03 \x03(\tR\aremoved\x12\x1d\n" +
 	"\n" +
-	"leader_rev\x18\x04 \x01(\x03R\tleaderRev2Z\n" +
+	"leader_rev\x18\x04 \x01(\x03R\tleaderRev\x12 \n" +
+	"\fagent_ttl_ms\x18\x05 \x01(\x03R\n" +
+	"agentTtlMs2Z\n" +
 	"\x06Engine\x12P\n" +
 	"\aConnect\x12\x1f.flotilla.agent.v1.AgentMessage\x1a .flotilla.agent.v1.EngineMessage(\x010\x01B,Z*github.com/flotilla/flotilla/proto/agentpbb\x06proto3"
 
