@@ -81,6 +81,7 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 	t.Helper()
 	md := map[string]string{}
 	var cpu, mem int64
+	var stopDelay time.Duration
 	for _, kv := range metadata {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
@@ -88,6 +89,8 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 			cpu, _ = strconv.ParseInt(v, 10, 64)
 		case "mem":
 			mem, _ = unit.ParseSize(v)
+		case "stop": // the sim driver's stop delay
+			stopDelay, _ = time.ParseDuration(v)
 		default:
 			md[k] = v
 		}
@@ -100,7 +103,7 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := sim.New(sim.Config{Machine: name, Notify: a.Notify})
+	d, err := sim.New(sim.Config{Machine: name, Notify: a.Notify, StopDelay: stopDelay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,5 +644,70 @@ func TestEnginePolicy(t *testing.T) {
 	snap, _ := registry.Load(ctx, cli, registry.Keys{})
 	if !strings.Contains(string(snap.SchedulerConfig), `"placement":"spread"`) {
 		t.Errorf("stored policy = %s", snap.SchedulerConfig)
+	}
+}
+
+// TestEngineMoveWaitsForStop: a unit moving between two live machines (its
+// machine's metadata changed) starts on the new one only once the old one
+// has stopped it, so it never runs on both.
+func TestEngineMoveWaitsForStop(t *testing.T) {
+	reg := "grpc"
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, reg, "e1")
+	a1 := startAgent(t, cli, reg, "m1", "disk=ssd", "stop=700ms")
+	a2 := startAgent(t, cli, reg, "m2", "disk=hdd", "stop=700ms")
+	eventually(t, 10*time.Second, "two machines", func() error {
+		if ms, _ := e.Machines(); len(ms) != 2 {
+			return fmt.Errorf("machines %v", ms)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
+	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: db, DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	running := func(a *testAgent) bool {
+		for _, s := range a.driver.States() {
+			if s.Name == "db.service" && s.Running() {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 10*time.Second, "db on m1", func() error {
+		if !running(a1) {
+			return errors.New("not running on m1")
+		}
+		return nil
+	})
+	hdd, ssd := "hdd", "ssd"
+	if err := e.PatchMachine(ctx, "m1", map[string]*string{"disk": &hdd}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.PatchMachine(ctx, "m2", map[string]*string{"disk": &ssd}); err != nil {
+		t.Fatal(err)
+	}
+	sawReason := false
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r1, r2 := running(a1), running(a2)
+		if r1 && r2 {
+			t.Fatal("db.service runs on m1 and m2 at once")
+		}
+		if u, _ := e.Unit("db.service"); strings.Contains(u.Reason, "stopping on m1") {
+			sawReason = true
+		}
+		if r2 && !r1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !running(a2) {
+		t.Fatal("db.service did not move to m2")
+	}
+	if !sawReason {
+		t.Error("while m1 stopped db.service, its reason never said so")
 	}
 }

@@ -187,6 +187,7 @@ func (t *term) statesFromEtcd(conns map[string]*agentConn, evs []*clientv3.Event
 			if s, ok := m.states[name]; ok {
 				delete(m.states, name)
 				t.stateEvent(machine, s, true)
+				t.drained(machine, name, false)
 			}
 			continue
 		}

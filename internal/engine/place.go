@@ -42,6 +42,14 @@ func (t *term) reconcile() {
 		moved[name] = t.units[name].with(func(r *unitRec) { r.machine = "" })
 		t.sched.Unplace(name)
 	}
+	// A unit moving off a live machine is placed again only once that
+	// machine has stopped it, so it never runs on two (see draining).
+	drain := func(name string) {
+		if old := t.units[name].machine; old != "" {
+			t.draining[name] = old
+		}
+		unschedule(name)
+	}
 	// Units whose constraints no longer hold where they are: on machines
 	// whose metadata or capacity changed, and followers (MachineOf=) of
 	// units that moved.
@@ -69,7 +77,7 @@ func (t *term) reconcile() {
 	for _, name := range slices.Sorted(maps.Keys(check)) {
 		if ok, why := t.sched.Fits(t.units[name].su, check[name]); !ok {
 			t.e.log.Info("unit no longer fits its machine; moving it", "unit", name, "machine", check[name], "reason", why)
-			unschedule(name)
+			drain(name)
 		}
 	}
 	for _, id := range lost {
@@ -85,12 +93,19 @@ func (t *term) reconcile() {
 		// Otherwise it would be decided the same way at a cost of up to
 		// every machine per unit.
 		for name := range t.unplaced {
-			pending = append(pending, t.units[name].su)
+			if _, ok := moved[name]; !ok && !t.stillRunning(name) {
+				pending = append(pending, t.units[name].su)
+			}
 		}
 	}
 	t.placeDirty = false
-	for _, r := range moved {
-		if r.wanted() {
+	for name, r := range moved {
+		switch {
+		case !r.wanted():
+		case t.stillRunning(name):
+			old := t.draining[name]
+			moved[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + old + " before it moves" })
+		default:
 			pending = append(pending, r.su)
 		}
 	}
@@ -116,7 +131,8 @@ func (t *term) reconcile() {
 		// unschedule them now and place them on the next pass.
 		for _, x := range d.Displaced {
 			if _, ok := moved[x]; !ok && t.units[x] != nil && t.units[x].machine != "" {
-				moved[x] = t.units[x].with(func(r *unitRec) { r.machine = "" })
+				t.draining[x] = t.units[x].machine
+				moved[x] = t.units[x].with(func(r *unitRec) { r.machine, r.reason = "", "replaced; stopping on "+r.machine+" before it moves" })
 				again = true
 			}
 		}
@@ -344,4 +360,21 @@ func setOf(ids []string) map[string]struct{} {
 		m[id] = struct{}{}
 	}
 	return m
+}
+
+// stillRunning reports whether a unit moving off a machine still runs there
+// (so it must not be placed yet), and forgets the move once it does not.
+// Callers hold mu and run on the loop goroutine.
+func (t *term) stillRunning(name string) bool {
+	old, ok := t.draining[name]
+	if !ok {
+		return false
+	}
+	if m := t.machines[old]; m != nil && m.conn != nil {
+		if s, ok := m.states[name]; ok && s.Running() {
+			return true
+		}
+	}
+	delete(t.draining, name) // stopped, or its machine is gone (and fences itself)
+	return false
 }

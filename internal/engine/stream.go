@@ -223,6 +223,7 @@ func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
 			if s, ok := m.states[name]; ok {
 				delete(m.states, name)
 				t.stateEvent(conn.machine, s, true)
+				t.drained(conn.machine, name, false)
 			}
 		}
 	}

@@ -58,6 +58,7 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 		s.Observed = now
 	}
 	m.states[s.Name] = s
+	t.drained(m.info.ID, s.Name, s.Running())
 	if s.Active == "active" && (!ok || prev.Active != "active") {
 		if r := t.units[s.Name]; r != nil && !r.placedAt.IsZero() && r.machine == m.info.ID {
 			t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("active").Observe(now.Sub(r.placedAt).Seconds())
@@ -128,6 +129,9 @@ type term struct {
 	// last pass (units, machines, metadata, capacity, policy): without it a
 	// pass does not try the unplaced backlog again.
 	placeDirty bool
+	// draining holds units moving off a live machine (unit -> machine): they
+	// are placed again once that machine reports them stopped.
+	draining map[string]string
 	// options are the scheduler's (strategy, roles); shares the roles'
 	// dominant shares after the last pass.
 	options scheduler.Options
@@ -170,6 +174,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		schedGlobals:  map[string]bool{},
 		followers:     map[string]struct{}{},
 		placeDirty:    true,
+		draining:      map[string]string{},
 		overrides:     map[string]map[string]*string{},
 		events:        newEventLog(el.Info.Rev),
 		reqs:          make(chan *applyReq, 256),
@@ -368,6 +373,7 @@ func (t *term) setUnit(name string, rec *unitRec) {
 		delete(t.units, name)
 		delete(t.unplaced, name)
 		delete(t.globals, name)
+		delete(t.draining, name)
 		t.namesStale.Store(true)
 		return
 	}
@@ -413,4 +419,13 @@ func (t *term) metadata(m *machineRec) map[string]string {
 		}
 	}
 	return md
+}
+
+// drained notes a report of a unit that may be moving off machine: once it
+// no longer runs there, the next pass places it. Callers hold mu.
+func (t *term) drained(machine, name string, running bool) {
+	if old, ok := t.draining[name]; ok && old == machine && !running {
+		t.placeDirty = true
+		t.poke()
+	}
 }

@@ -25,6 +25,9 @@ type Config struct {
 	Notify driver.Notify
 	// StartDelay is how long a start takes (default 0: at once).
 	StartDelay time.Duration
+	// StopDelay is how long a stop takes (default 0: at once); meanwhile the
+	// unit is deactivating/stop-sigterm.
+	StopDelay time.Duration
 	// FailureRate in [0,1] is the share of starts that fail. Which units fail
 	// is decided by a hash of the unit name and its start count, so a run is
 	// repeatable.
@@ -38,6 +41,7 @@ type simUnit struct {
 	status  unit.Status
 	starts  int
 	timer   *time.Timer
+	stopped chan struct{} // closed when a delayed stop ends
 	journal []string
 }
 
@@ -57,8 +61,8 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.FailureRate < 0 || cfg.FailureRate > 1 {
 		return nil, fmt.Errorf("sim driver: failure rate %v is not within [0,1]", cfg.FailureRate)
 	}
-	if cfg.StartDelay < 0 {
-		return nil, fmt.Errorf("sim driver: negative start delay %v", cfg.StartDelay)
+	if cfg.StartDelay < 0 || cfg.StopDelay < 0 {
+		return nil, fmt.Errorf("sim driver: negative start or stop delay (%v, %v)", cfg.StartDelay, cfg.StopDelay)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -108,6 +112,10 @@ func (d *Driver) Start(name string) error {
 	if u.status.Active == "active" || u.status.Active == "activating" {
 		d.mu.Unlock()
 		return nil
+	}
+	if u.status.Active == "deactivating" { // a delayed stop: cut it short
+		u.timer.Stop()
+		close(u.stopped)
 	}
 	u.starts++
 	fail := d.fails(name, u.starts)
@@ -161,11 +169,26 @@ func (d *Driver) Stop(name string) error {
 	if u.timer != nil {
 		u.timer.Stop()
 	}
-	if u.status.Active == "inactive" {
+	if u.status.Active == "inactive" || u.status.Active == "deactivating" {
 		d.mu.Unlock()
 		return nil
 	}
-	st := d.set(u, "inactive", "dead", "success", 0)
+	if d.cfg.StopDelay == 0 {
+		st := d.set(u, "inactive", "dead", "success", 0)
+		d.mu.Unlock()
+		d.cfg.Notify(st)
+		return nil
+	}
+	st := d.set(u, "deactivating", "stop-sigterm", "", u.status.PID)
+	u.stopped = make(chan struct{})
+	stopped := u.stopped
+	u.timer = time.AfterFunc(d.cfg.StopDelay, func() {
+		d.mu.Lock()
+		st := d.set(u, "inactive", "dead", "success", 0)
+		close(stopped)
+		d.mu.Unlock()
+		d.cfg.Notify(st)
+	})
 	d.mu.Unlock()
 	d.cfg.Notify(st)
 	return nil
@@ -174,6 +197,19 @@ func (d *Driver) Stop(name string) error {
 func (d *Driver) Unload(ctx context.Context, name string) error {
 	if err := d.Stop(name); err != nil {
 		return err
+	}
+	d.mu.Lock()
+	var stopped chan struct{}
+	if u := d.units[name]; u != nil && u.status.Active == "deactivating" {
+		stopped = u.stopped
+	}
+	d.mu.Unlock()
+	if stopped != nil {
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	d.mu.Lock()
 	delete(d.units, name)
