@@ -31,6 +31,7 @@ const agentTTL = 5 * time.Second
 
 type testEngine struct {
 	*engine.Engine
+	name   string
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -51,7 +52,7 @@ func startEngine(t *testing.T, cli *clientv3.Client, reg, name string) *testEngi
 	agentpb.RegisterEngineServer(srv, e)
 	go srv.Serve(ln)
 	ctx, cancel := context.WithCancel(context.Background())
-	te := &testEngine{Engine: e, cancel: cancel, done: make(chan struct{})}
+	te := &testEngine{Engine: e, name: name, cancel: cancel, done: make(chan struct{})}
 	go func() { e.Run(ctx); close(te.done) }()
 	t.Cleanup(func() { te.stop(); srv.Stop() })
 	return te
@@ -176,6 +177,28 @@ func allActive(e *engine.Engine, want int) (map[string][]string, error) {
 	return per, nil
 }
 
+// waitLeader waits until e leads.
+func waitLeader(t *testing.T, e *testEngine) {
+	t.Helper()
+	eventually(t, 10*time.Second, e.name+" leads", func() error {
+		if leaderOf(e) == nil {
+			return errors.New("it does not lead")
+		}
+		return nil
+	})
+}
+
+// waitMachines waits until the leader e hears from n machines.
+func waitMachines(t *testing.T, e *engine.Engine, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d machines", n), func() error {
+		if ms, err := e.Machines(); len(ms) != n {
+			return fmt.Errorf("machines %v, %v", ms, err)
+		}
+		return nil
+	})
+}
+
 func leaderOf(es ...*testEngine) *testEngine {
 	for _, e := range es {
 		if ok, _ := e.IsLeader(); ok {
@@ -197,21 +220,10 @@ func testEngineLifecycle(t *testing.T, reg string) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	e1 := startEngine(t, cli, reg, "e1")
-	eventually(t, 10*time.Second, "e1 leads", func() error {
-		if leaderOf(e1) == nil {
-			return errors.New("no leader")
-		}
-		return nil
-	})
+	waitLeader(t, e1)
 	e2 := startEngine(t, cli, reg, "e2")
 	agents := []*testAgent{startAgent(t, cli, reg, "m1"), startAgent(t, cli, reg, "m2"), startAgent(t, cli, reg, "m3")}
-	eventually(t, 10*time.Second, "three machines", func() error {
-		ms, err := e1.Machines()
-		if len(ms) != 3 {
-			return fmt.Errorf("machines %v, %v", ms, err)
-		}
-		return nil
-	})
+	waitMachines(t, e1.Engine, 3)
 
 	ctx := context.Background()
 	if err := e2.Apply(ctx, launch(t, 30, "web")); !errors.Is(err, engine.ErrNotLeader) {
@@ -354,13 +366,7 @@ func testEngineMetadataPatch(t *testing.T, reg string) {
 	e := startEngine(t, cli, reg, "e1")
 	startAgent(t, cli, reg, "m1", "disk=ssd")
 	startAgent(t, cli, reg, "m2", "disk=hdd")
-	eventually(t, 10*time.Second, "two machines", func() error {
-		ms, err := e.Machines()
-		if len(ms) != 2 {
-			return fmt.Errorf("machines %v, %v", ms, err)
-		}
-		return nil
-	})
+	waitMachines(t, e.Engine, 2)
 	ctx := context.Background()
 	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
 	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: db}}); err != nil {
@@ -439,23 +445,12 @@ func testEngineGlobalUnits(t *testing.T, reg string) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	e1 := startEngine(t, cli, reg, "e1")
-	eventually(t, 10*time.Second, "e1 leads", func() error {
-		if leaderOf(e1) == nil {
-			return errors.New("no leader")
-		}
-		return nil
-	})
+	waitLeader(t, e1)
 	e2 := startEngine(t, cli, reg, "e2")
 	a1 := startAgent(t, cli, reg, "m1", "role=web")
 	a2 := startAgent(t, cli, reg, "m2", "role=web")
 	a3 := startAgent(t, cli, reg, "m3", "role=db")
-	eventually(t, 10*time.Second, "three machines", func() error {
-		ms, err := e1.Machines()
-		if len(ms) != 3 {
-			return fmt.Errorf("machines %v, %v", ms, err)
-		}
-		return nil
-	})
+	waitMachines(t, e1.Engine, 3)
 	ctx := context.Background()
 	g := parse(t, "mon.service", simple+"[X-Fleet]\nGlobal=true\nMachineMetadata=role=web\n")
 	if err := e1.Apply(ctx, []engine.Change{{Name: "mon.service", File: g, DesiredState: unit.Launched}}); err != nil {
@@ -529,13 +524,7 @@ func TestEnginePolicy(t *testing.T) {
 	e := startEngine(t, cli, reg, "e1")
 	startAgent(t, cli, reg, "m1", "cpu%=200", "mem=1G")
 	startAgent(t, cli, reg, "m2", "cpu%=200", "mem=1G")
-	eventually(t, 10*time.Second, "two machines", func() error {
-		ms, err := e.Machines()
-		if len(ms) != 2 {
-			return fmt.Errorf("machines %v, %v", ms, err)
-		}
-		return nil
-	})
+	waitMachines(t, e.Engine, 2)
 	ctx := context.Background()
 	withNeeds := func(prefix string, n int, needs string) []engine.Change {
 		var cs []engine.Change
@@ -657,12 +646,7 @@ func TestEngineMoveWaitsForStop(t *testing.T) {
 	e := startEngine(t, cli, reg, "e1")
 	a1 := startAgent(t, cli, reg, "m1", "disk=ssd", "stop=700ms")
 	a2 := startAgent(t, cli, reg, "m2", "disk=hdd", "stop=700ms")
-	eventually(t, 10*time.Second, "two machines", func() error {
-		if ms, _ := e.Machines(); len(ms) != 2 {
-			return fmt.Errorf("machines %v", ms)
-		}
-		return nil
-	})
+	waitMachines(t, e.Engine, 2)
 	ctx := context.Background()
 	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
 	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: db, DesiredState: unit.Launched}}); err != nil {
