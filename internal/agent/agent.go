@@ -96,6 +96,9 @@ type Agent struct {
 	removed   map[string]bool        // units unloaded since the last send
 	lastHeard time.Time
 	fenced    bool
+	// kill names units to end at once rather than stop gracefully: the
+	// agent fenced itself and they are being started elsewhere.
+	kill map[string]bool
 	// leaderTTL is the agent TTL the leader last told (0: not told); the
 	// watchdog uses the shorter of it and the agent's own.
 	leaderTTL time.Duration
@@ -142,7 +145,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, log: cfg.Logger.With("component", "agent", "machine", cfg.Machine.ID),
 		wants: map[string]want{}, files: map[string]*unit.File{}, haves: map[string]have{},
-		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{},
+		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
 		kick: make(chan struct{}, 1), flush: make(chan struct{}, 1),
 	}, nil
 }
@@ -399,6 +402,7 @@ func (a *Agent) received(msg *agentpb.EngineMessage) {
 		}
 		a.wants[as.Name] = want{Hash: f.Hash, State: ds, Global: as.Global}
 		a.files[as.Name] = f
+		delete(a.kill, as.Name) // assigned here again: a later unload is an ordinary one
 	}
 	a.mu.Unlock()
 	signal(a.kick)
@@ -425,6 +429,7 @@ func (a *Agent) watchdog(ctx context.Context) {
 			for name, w := range a.wants {
 				if !w.Global {
 					delete(a.wants, name)
+					a.kill[name] = true
 					n++
 				}
 			}
@@ -504,11 +509,19 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		h := a.haves[act.Name]
 		h.Busy = true
 		a.haves[act.Name] = h
+		kill := a.kill[act.Name]
+		delete(a.kill, act.Name)
 		a.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := d.Unload(context.WithoutCancel(ctx), act.Name); err != nil && !errors.Is(err, driver.ErrUnknownUnit) {
+			var err error
+			if k, ok := d.(driver.Killer); ok && kill {
+				err = k.Kill(context.WithoutCancel(ctx), act.Name)
+			} else {
+				err = d.Unload(context.WithoutCancel(ctx), act.Name)
+			}
+			if err != nil && !errors.Is(err, driver.ErrUnknownUnit) {
 				log.Error("unload failed", "err", err)
 			}
 			a.mu.Lock()

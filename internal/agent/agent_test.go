@@ -151,3 +151,29 @@ func TestAgentUsesTheLeadersShorterTTL(t *testing.T) {
 		<-done
 	})
 }
+
+// TestAgentKillsWhenCutOff: units stopped because no leader was heard are
+// killed at once, not stopped gracefully: they are being started elsewhere.
+func TestAgentKillsWhenCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify, StopDelay: time.Minute})
+		a.SetDriver(d)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true,
+			Units: []*agentpb.Assignment{{Name: "web.service", File: unitText(false), DesiredState: "launched"}}}}})
+		synctest.Wait()
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		if got := fmt.Sprint(active(d)); got != "map[]" {
+			t.Fatalf("1s after fencing, with a 1-minute stop: units = %s, want none (killed)", got)
+		}
+		cancel()
+		<-done
+	})
+}

@@ -43,3 +43,11 @@ type Driver interface {
 	// releases the driver's resources.
 	Close(ctx context.Context) error
 }
+
+// Killer is implemented by drivers that can end a unit at once, skipping its
+// stop commands and stop timeout, and forget it. An agent cut off from the
+// leader kills its units this way: they are being started elsewhere, and a
+// graceful stop of TimeoutStopSec= would let them run twice meanwhile.
+type Killer interface {
+	Kill(ctx context.Context, name string) error
+}

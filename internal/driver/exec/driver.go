@@ -326,6 +326,27 @@ func (d *Driver) Unload(ctx context.Context, name string) error {
 	}
 }
 
+// Kill ends a unit at once (SIGKILL to its processes, no ExecStop=, no stop
+// timeout), waits for it to end, and forgets it (driver.Killer).
+func (d *Driver) Kill(ctx context.Context, name string) error {
+	s, err := d.lookup(name)
+	if err == nil {
+		err = s.call(request{kind: reqAbort})
+	}
+	if errors.Is(err, errGone) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kill %s: %w", name, err)
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("kill %s: %w", name, ctx.Err())
+	}
+}
+
 // States returns the status of every loaded unit, sorted by name.
 func (d *Driver) States() []unit.Status {
 	d.mu.Lock()

@@ -854,3 +854,35 @@ func TestAutoRestartUsesNewDefinition(t *testing.T) {
 	}
 	waitLog(t, d, "rolling.service", "]: v2")
 }
+
+// TestKill: Kill ends a unit that ignores SIGTERM at once, without waiting
+// for its stop timeout or running ExecStop=, and forgets it.
+func TestKill(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, nil)
+	marker := filepath.Join(t.TempDir(), "stopped")
+	f := newUnit("doomed.service", nil, func(s *unit.Service) {
+		s.ExecStart = []unit.Command{sh(`trap "" TERM; echo ready; while :; do sleep 0.05; done`)}
+		s.ExecStop = []unit.Command{cmd("/bin/touch", marker)}
+		s.TimeoutStopSec = time.Minute
+	})
+	mustLoadStart(t, d, f)
+	st := rec.waitState(t, "doomed.service", "active", "running")
+	waitLog(t, d, "doomed.service", "ready")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	begin := time.Now()
+	if err := d.Kill(ctx, "doomed.service"); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(begin); el > 5*time.Second {
+		t.Errorf("Kill took %v with a one-minute stop timeout", el)
+	}
+	waitGone(t, st.PID, "the killed unit's process")
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("Kill ran ExecStop=")
+	}
+	if s := d.States(); len(s) != 0 {
+		t.Errorf("after Kill: %+v, want the unit forgotten", s)
+	}
+}

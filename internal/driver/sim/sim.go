@@ -217,6 +217,33 @@ func (d *Driver) Unload(ctx context.Context, name string) error {
 	return nil
 }
 
+// Kill ends a unit at once, whatever its stop delay, and forgets it.
+func (d *Driver) Kill(ctx context.Context, name string) error {
+	d.mu.Lock()
+	u, ok := d.units[name]
+	if !ok {
+		d.mu.Unlock()
+		return nil
+	}
+	if u.timer != nil {
+		u.timer.Stop()
+	}
+	if u.stopped != nil && u.status.Active == "deactivating" {
+		close(u.stopped)
+	}
+	var st unit.Status
+	changed := u.status.Active != "inactive"
+	if changed {
+		st = d.set(u, "inactive", "dead", "signal", 0)
+	}
+	delete(d.units, name)
+	d.mu.Unlock()
+	if changed {
+		d.cfg.Notify(st)
+	}
+	return nil
+}
+
 func (d *Driver) States() []unit.Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
