@@ -14,9 +14,10 @@
 //     heartbeat when idle.
 //  4. When the stream breaks or the leader changes, go back to 1. Units keep
 //     running meanwhile.
-//  5. If no message has come from any leader for the agent TTL, the machine
-//     may have been cut off and its units moved elsewhere: stop every
-//     non-global unit (they are started again when a leader assigns them).
+//  5. If no message has come from any leader for the agent TTL (the shorter
+//     of its own and the one the leader sent), the machine may have been
+//     cut off and its units moved elsewhere: kill every non-global unit at
+//     once (they are started again when a leader assigns them).
 package agent
 
 import (

@@ -38,7 +38,8 @@
 //
 // A machine not heard from for AgentTTL (plus one heartbeat interval of
 // grace) is lost: its non-global units are unscheduled and placed elsewhere.
-// Its agent, not hearing from any leader for AgentTTL, has stopped them by
-// then (package agent), so a unit does not run twice for longer than the
-// grace.
+// Its agent, not hearing from any leader for AgentTTL (which the leader
+// sends it), has killed them by then (package agent), so a unit does not run
+// twice. A unit moving between two live machines is placed again only once
+// the old machine reports it stopped (place.go).
 package engine
