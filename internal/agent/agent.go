@@ -114,18 +114,16 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Machine.ID == "" {
 		return nil, errors.New("agent: machine ID is required")
 	}
-	switch cfg.Registry {
-	case "", "grpc":
-		cfg.Registry = "grpc"
-		if cfg.Leaders == nil {
-			return nil, errors.New("agent: a leader source is required")
-		}
-	case "etcd":
-		if cfg.Etcd == nil {
-			return nil, errors.New("agent: etcd mode needs an etcd client")
-		}
-	default:
-		return nil, fmt.Errorf("agent: unknown registry %q (want grpc or etcd)", cfg.Registry)
+	mode, err := registry.ParseMode(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("agent: registry %w", err)
+	}
+	cfg.Registry = mode
+	if mode == registry.ModeGRPC && cfg.Leaders == nil {
+		return nil, errors.New("agent: a leader source is required")
+	}
+	if mode == registry.ModeEtcd && cfg.Etcd == nil {
+		return nil, errors.New("agent: etcd mode needs an etcd client")
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = 20 * time.Second
@@ -189,7 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); a.reconcileLoop(ctx) }()
 	go func() { defer wg.Done(); a.watchdog(ctx) }()
 	defer wg.Wait()
-	if a.cfg.Registry == "etcd" {
+	if a.cfg.Registry == registry.ModeEtcd {
 		a.runEtcd(ctx)
 		return nil
 	}

@@ -179,12 +179,7 @@ func (s *server) listUnits(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	u, err := s.cfg.Engine.Unit(name)
-	if errors.Is(err, engine.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "not_found", "unit "+name+" not found")
-		return
-	}
+	u, err := s.cfg.Engine.Unit(r.PathValue("name"))
 	if err != nil {
 		s.engineError(w, err)
 		return
@@ -217,7 +212,7 @@ func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if _, err := s.cfg.Engine.Unit(name); errors.Is(err, engine.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "not_found", "unit "+name+" not found")
+		s.engineError(w, err)
 		return
 	}
 	if _, ok := s.apply(w, r, apiv1.Batch{Destroy: []string{name}}); ok {

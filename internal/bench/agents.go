@@ -68,13 +68,11 @@ func (c *AgentsConfig) validate() error {
 	if c.Prefix == "" {
 		c.Prefix = "sim-"
 	}
-	switch c.Registry {
-	case "":
-		c.Registry = "grpc"
-	case "grpc", "etcd":
-	default:
-		return fmt.Errorf("--registry %q: want grpc or etcd", c.Registry)
+	mode, err := registry.ParseMode(c.Registry)
+	if err != nil {
+		return fmt.Errorf("--registry %w", err)
 	}
+	c.Registry = mode
 	if len(c.EtcdEndpoints) == 0 {
 		return errors.New("--etcd-endpoints is required")
 	}

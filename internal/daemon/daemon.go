@@ -122,13 +122,11 @@ func (c *Config) validate() error {
 	if c.GRPCAddr == "" {
 		c.GRPCAddr = "127.0.0.1:0"
 	}
-	switch c.Registry {
-	case "":
-		c.Registry = "grpc"
-	case "grpc", "etcd":
-	default:
-		return fmt.Errorf("--registry %q: want grpc or etcd", c.Registry)
+	mode, err := registry.ParseMode(c.Registry)
+	if err != nil {
+		return fmt.Errorf("--registry %w", err)
 	}
+	c.Registry = mode
 	switch c.Driver {
 	case "":
 		c.Driver = "exec"

@@ -82,13 +82,11 @@ func (c *Config) validate() error {
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = min(c.AgentTTL/10, time.Second)
 	}
-	switch c.Registry {
-	case "":
-		c.Registry = "grpc"
-	case "grpc", "etcd":
-	default:
-		return fmt.Errorf("engine: unknown registry %q (want grpc or etcd)", c.Registry)
+	mode, err := registry.ParseMode(c.Registry)
+	if err != nil {
+		return fmt.Errorf("engine: registry %w", err)
 	}
+	c.Registry = mode
 	if c.MaxTxnOps == 0 {
 		c.MaxTxnOps = 128
 	}

@@ -265,7 +265,7 @@ func (t *term) writeAssignments(c *agentConn) {
 // while the machine is present: without this, a machine coming back after
 // its units were moved would read stale assignments and start them.
 func (t *term) dropAssignment(machine, name string) []registry.Op {
-	if t.e.cfg.Registry != "etcd" {
+	if t.e.cfg.Registry != registry.ModeEtcd {
 		return nil
 	}
 	return []registry.Op{{Key: t.keys.Assignments(machine) + name, Delete: true}}

@@ -162,8 +162,9 @@ func (t *term) reconcile() {
 			}
 		}
 		if err := t.commit(ops); err != nil {
-			t.e.log.Warn("reconcile: could not write schedule; will retry", "err", err, "ops", len(ops))
-			t.rebuildSched()
+			// commit has ended the term (the next one reloads from etcd),
+			// so the tentative placements left in t.sched do not matter.
+			t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", len(ops))
 			return
 		}
 		t.mu.Lock()
@@ -247,21 +248,6 @@ func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
 	sort.Strings(lost)
 	sort.Strings(drifted)
 	return lost, drifted
-}
-
-// rebuildSched rebuilds the scheduler's view from memory after a failed
-// commit left tentative placements in it.
-func (t *term) rebuildSched() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.sched = scheduler.NewCluster()
-	t.sched.SetOptions(t.options)
-	t.schedMachines = map[string]schedMachine{}
-	t.schedGlobals = map[string]bool{}
-	t.syncMachines(t.e.cfg.Now())
-	t.globalsDirty = true
-	t.placeDirty = true
-	t.syncGlobals(true)
 }
 
 // syncGlobals places every wanted global unit on the machines where it fits

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"path"
 	"sort"
 	"time"
@@ -49,7 +50,7 @@ func (e *Engine) Unit(name string) (apiv1.Unit, error) {
 	defer t.mu.RUnlock()
 	r := t.units[name]
 	if r == nil {
-		return apiv1.Unit{}, ErrNotFound
+		return apiv1.Unit{}, fmt.Errorf("unit %s %w", name, ErrNotFound)
 	}
 	return t.unitView(r, true), nil
 }

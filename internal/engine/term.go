@@ -228,7 +228,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 	go func() { defer t.wg.Done(); t.loop() }()
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.publishLoop() }()
-	if e.cfg.Registry == "etcd" {
+	if e.cfg.Registry == registry.ModeEtcd {
 		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.followAgentsEtcd() }()
 	}

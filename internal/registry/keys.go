@@ -23,7 +23,10 @@
 // writes fail with ErrFenced instead of landing.
 package registry
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // DefaultPrefix is the key prefix of a cluster's data in etcd.
 const DefaultPrefix = "/flotilla/"
@@ -57,3 +60,23 @@ func (k Keys) Assignments(machine string) string   { return k.p() + "assignments
 func (k Keys) States() string                      { return k.p() + "states/" }
 func (k Keys) MachineStates(machine string) string { return k.States() + machine + "/" }
 func (k Keys) Machine(id string) string            { return k.Machines() + id }
+
+// The coordination modes between agents and the engine leader: agents
+// stream to the leader (ModeGRPC, the default), or coordinate through etcd
+// under the keys above (ModeEtcd, fleet's original way).
+const (
+	ModeGRPC = "grpc"
+	ModeEtcd = "etcd"
+)
+
+// ParseMode returns the mode named s ("" means ModeGRPC), or an error
+// naming s that a caller prefixes with its flag or field.
+func ParseMode(s string) (string, error) {
+	switch s {
+	case "":
+		return ModeGRPC, nil
+	case ModeGRPC, ModeEtcd:
+		return s, nil
+	}
+	return "", fmt.Errorf("%q: want %s or %s", s, ModeGRPC, ModeEtcd)
+}
