@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 
+	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -50,4 +51,27 @@ type Driver interface {
 // graceful stop of TimeoutStopSec= would let them run twice meanwhile.
 type Killer interface {
 	Kill(ctx context.Context, name string) error
+}
+
+// Fencer is implemented by drivers that can kill units at a deadline on their
+// own, without the agent's help. The agent fences its Singleton=true units:
+// each time it hears from a current leader it moves their deadline to when
+// that word was sent plus LostAfter=. The driver must kill a unit whose
+// deadline passes (as Kill does, but leaving it loaded, inactive/dead, with
+// a Status.Message saying it was cut off) even when the agent's process is
+// frozen: the deadline is on the machine's monotonic clock, which the
+// supervisor of the units reads for itself.
+type Fencer interface {
+	// Fence sets the deadline of exactly the named units: every other unit
+	// has none. A deadline already passed kills them at once. A unit started
+	// later keeps the deadline it was given (it is armed before Start).
+	Fence(deadline monotime.Time, names []string) error
+}
+
+// Detacher is implemented by drivers whose units outlive the daemon: Detach
+// releases the driver's resources in this process and leaves every unit
+// running, to be adopted by the next driver made on the same state (whose
+// States then reports them). Close, by contrast, stops them.
+type Detacher interface {
+	Detach(ctx context.Context) error
 }

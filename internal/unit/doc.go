@@ -37,13 +37,17 @@
 //
 // [X-Fleet] holds fleet's scheduling options, stored in File.Fleet:
 // MachineID=, MachineOf=, MachineMetadata=, Conflicts=, Global=, Replaces=
-// and Role=. List options take several space-separated, optionally quoted
+// and Role=, and Flotilla's cut-off policy: LostAfter= (a time span or
+// "infinity": how long the unit's machine may go unheard before the unit is
+// started elsewhere; default the cluster's agent TTL) and Singleton= (the
+// unit never runs on two machines at once: a cut-off machine kills its copy
+// once LostAfter= has passed, before the leader places another). List options take several space-separated, optionally quoted
 // values per line and may be repeated; an empty assignment clears them.
 // fleet's deprecated spellings (X-ConditionMachineID=, X-ConditionMachineOf=,
 // X-ConditionMachineMetadata=, X-Conflicts=) are accepted with a warning.
 // Combinations fleet could never schedule are rejected: MachineID= with
-// MachineOf=, Conflicts=, Global= or Replaces=; Global= with MachineOf= or
-// Replaces=; Conflicts= with Replaces=; and a MachineOf= unit matching a
+// MachineOf=, Conflicts=, Global= or Replaces=; Global= with MachineOf=,
+// Replaces=, Singleton= or LostAfter= (global units are never replaced); Conflicts= with Replaces=; and a MachineOf= unit matching a
 // Conflicts= pattern. ParseMetadata parses a machine's metadata and
 // MetadataRequirements a unit's requirements on it.
 //

@@ -50,14 +50,30 @@ func (p *parser) fleetOption(o option) error {
 			}
 			f.Placement = v
 		}
-	case "Global":
-		f.Global, canon = false, ""
+	case "Global", "Singleton":
+		target := &f.Global
+		if o.name == "Singleton" {
+			target = &f.Singleton
+		}
+		*target, canon = false, ""
 		if o.value != "" {
 			b, err := parseBool(o.value)
 			if err != nil {
 				return p.valueError(o, err)
 			}
-			f.Global, canon = b, strconv.FormatBool(b)
+			*target, canon = b, strconv.FormatBool(b)
+		}
+	case "LostAfter":
+		f.LostAfter, canon = 0, ""
+		if o.value != "" {
+			d, err := parseDuration(o.value)
+			if err != nil {
+				return p.valueError(o, err)
+			}
+			if d <= 0 {
+				return p.errorf(o, "must be a positive time span or infinity, not %s", quote(o.value))
+			}
+			f.LostAfter, canon = d, o.value
 		}
 	case "MachineOf", "Replaces":
 		for _, v := range values {
@@ -180,6 +196,8 @@ var fleetConflicts = [][2]string{
 	{"MachineID", "Replaces"},
 	{"Global", "MachineOf"},
 	{"Global", "Replaces"},
+	{"Global", "Singleton"},
+	{"Global", "LostAfter"},
 	{"Conflicts", "Replaces"},
 }
 
@@ -192,6 +210,8 @@ func (p *parser) checkFleet() error {
 		"Conflicts": len(f.Conflicts) > 0,
 		"Global":    f.Global,
 		"Replaces":  len(f.Replaces) > 0,
+		"Singleton": f.Singleton,
+		"LostAfter": f.LostAfter != 0,
 	}
 	fleetErr := func(line int, format string, args ...any) error {
 		return &Error{Unit: p.f.Name, Section: sectionFleet, Msg: linePrefix(line) + fmt.Sprintf(format, args...)}

@@ -3,6 +3,7 @@ package unit
 import (
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestParseMetadata(t *testing.T) {
@@ -110,5 +111,49 @@ func TestPlacementHash(t *testing.T) {
 	}
 	if got := hash("Placement = spread  \n"); got != spread {
 		t.Errorf("hash with Placement = spread = %s, want %s as for Placement=spread", got, spread)
+	}
+}
+
+func TestParseCutOffPolicy(t *testing.T) {
+	tests := []struct {
+		body      string
+		lostAfter time.Duration
+		singleton bool
+	}{
+		{"", 0, false},
+		{"LostAfter=30s", 30 * time.Second, false},
+		{"LostAfter=1min 30s", 90 * time.Second, false},
+		{"LostAfter=infinity", Infinity, false},
+		{"LostAfter=30s\nLostAfter=", 0, false},
+		{"Singleton=true", 0, true},
+		{"Singleton=yes\nLostAfter=5s", 5 * time.Second, true},
+		{"Singleton=true\nSingleton=false", 0, false},
+	}
+	for _, tt := range tests {
+		data := minimal + "[X-Fleet]\n" + tt.body + "\n"
+		f := mustParse(t, "a.service", data)
+		if f.Fleet.LostAfter != tt.lostAfter || f.Fleet.Singleton != tt.singleton {
+			t.Errorf("Parse(%q).Fleet = LostAfter %v Singleton %v, want %v %v", data, f.Fleet.LostAfter, f.Fleet.Singleton, tt.lostAfter, tt.singleton)
+		}
+	}
+	errs := []struct{ body, want string }{
+		{"LostAfter=soon", `invalid time span "soon"`},
+		{"LostAfter=0", "must be a positive time span or infinity"},
+		{"LostAfter=-5s", "negative time span"},
+		{"Singleton=maybe", "maybe"},
+		{"Global=true\nSingleton=true", "Global= cannot be used with Singleton="},
+		{"Global=true\nLostAfter=10s", "Global= cannot be used with LostAfter="},
+		{"Singelton=true", "did you mean Singleton=?"},
+	}
+	for _, tt := range errs {
+		data := minimal + "[X-Fleet]\n" + tt.body + "\n"
+		_, err := Parse("a.service", []byte(data))
+		checkError(t, "Parse("+quote(data)+")", err, "[X-Fleet]", tt.want)
+	}
+	// The policy changes the hash: it is part of the unit's meaning.
+	a := mustParse(t, "a.service", minimal)
+	b := mustParse(t, "a.service", minimal+"[X-Fleet]\nSingleton=true\n")
+	if a.Hash == b.Hash {
+		t.Errorf("Singleton=true did not change the hash %s", a.Hash)
 	}
 }

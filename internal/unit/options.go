@@ -446,12 +446,14 @@ var installOptions = []string{
 var fleetOptions = []string{
 	"Conflicts",
 	"Global",
+	"LostAfter",
 	"MachineID",
 	"MachineMetadata",
 	"MachineOf",
 	"Placement",
 	"Replaces",
 	"Role",
+	"Singleton",
 }
 
 // deprecatedFleetOptions maps fleet's old [X-Fleet] spellings to the current

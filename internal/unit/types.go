@@ -103,6 +103,13 @@ type Fleet struct {
 	// Placement is how the scheduler ranks the machines a unit may run on:
 	// PlacementSpread, PlacementBinpack, or "" for the cluster's default.
 	Placement string
+	// LostAfter is the cut-off policy's grace: how long the unit's machine
+	// may go unheard before the leader starts the unit elsewhere. Zero means
+	// the cluster's agent TTL; Infinity means never.
+	LostAfter time.Duration
+	// Singleton units never run on two machines at once: a machine cut off
+	// for LostAfter kills its copy before the leader places another.
+	Singleton bool
 }
 
 // The values of [X-Fleet] Placement=.
