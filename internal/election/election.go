@@ -8,12 +8,27 @@
 // A leader stays leader while its session's lease is kept alive. If the
 // process dies, the lease expires after the session TTL and the next
 // candidate's key becomes the lowest: that is the failover time.
+//
+// # Knowing the lease is valid
+//
+// A leader must stop acting for the cluster before its lease could have
+// expired, or two leaders act at once. etcd expires a lease TTL after the
+// last renewal it granted; that renewal happened after the leader sent its
+// request. So a Term renews the lease itself (KeepAliveOnce, a third of the
+// TTL apart, beside the session's own keep-alive), notes when it sent each
+// request that etcd answered, and Valid reports whether that moment plus the
+// granted TTL, less a safety margin for clock rates, is still ahead. A new
+// leader also reads its own election key once after winning: a candidate
+// can win with a lease that etcd has already expired (after etcd's own
+// raft leader was lost) and must not lead then.
 package election
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,11 +45,71 @@ type Info struct {
 	Rev      int64  `json:"-"`
 }
 
+// ErrLeaseExpired is returned by Campaign when the candidate won with a
+// lease etcd had already expired (its key is gone).
+var ErrLeaseExpired = errors.New("election: won with an expired lease")
+
 // Term is a won election.
 type Term struct {
 	Info    Info
 	session *concurrency.Session
 	elec    *concurrency.Election
+	ttl     time.Duration
+	// validUntil is when the lease may expire at the earliest, as
+	// time.Time's monotonic reading in this process (UnixNano of a
+	// time.Time built from the monotonic base; see Valid).
+	validUntil atomic.Int64
+	base       time.Time // the zero of validUntil's scale (monotonic)
+	stop       context.CancelFunc
+}
+
+// safetyMargin is how long before the lease's earliest expiry the leader
+// stops acting: a tenth of the TTL, at least 100ms, covering the difference
+// between etcd's and this machine's clock rates and the time a message takes
+// to leave.
+func safetyMargin(ttl time.Duration) time.Duration {
+	return max(ttl/10, 100*time.Millisecond)
+}
+
+// Valid reports whether the term's lease is known to be held at now (a
+// time.Now reading), with the safety margin to spare.
+func (t *Term) Valid(now time.Time) bool {
+	return now.Sub(t.base) < time.Duration(t.validUntil.Load())-safetyMargin(t.ttl)
+}
+
+// ValidUntil returns the time, less the safety margin, until which the lease
+// is known to be held.
+func (t *Term) ValidUntil() time.Time {
+	return t.base.Add(time.Duration(t.validUntil.Load()) - safetyMargin(t.ttl))
+}
+
+// renew keeps validUntil current until ctx ends.
+func (t *Term) renew(ctx context.Context, cli *clientv3.Client) {
+	for ctx.Err() == nil {
+		t.renewOnce(ctx, cli)
+		sleep(ctx, t.ttl/3)
+	}
+}
+
+// renewOnce renews the lease once and, if etcd granted it, moves validUntil.
+func (t *Term) renewOnce(ctx context.Context, cli *clientv3.Client) error {
+	rctx, cancel := context.WithTimeout(ctx, t.ttl/3)
+	defer cancel()
+	sent := time.Since(t.base)
+	resp, err := cli.KeepAliveOnce(rctx, t.session.Lease())
+	if err != nil {
+		return err
+	}
+	if resp.TTL <= 0 {
+		return ErrLeaseExpired
+	}
+	until := int64(sent + time.Duration(resp.TTL)*time.Second)
+	for {
+		cur := t.validUntil.Load()
+		if until <= cur || t.validUntil.CompareAndSwap(cur, until) {
+			return nil
+		}
+	}
 }
 
 // Fence is the condition under which this term's writes may land.
@@ -48,6 +123,7 @@ func (t *Term) Done() <-chan struct{} { return t.session.Done() }
 // Resign gives up leadership at once so a standby can take over without
 // waiting for the lease to expire.
 func (t *Term) Resign(ctx context.Context) error {
+	t.stop()
 	err := t.elec.Resign(ctx)
 	t.session.Close()
 	return err
@@ -72,7 +148,33 @@ func Campaign(ctx context.Context, cli *clientv3.Client, prefix string, ttl time
 	}
 	me.Key = e.Key()
 	me.Rev = e.Rev()
-	return &Term{Info: me, session: s, elec: e}, nil
+	t := &Term{Info: me, session: s, elec: e, ttl: time.Duration(secs) * time.Second, base: time.Now()}
+	// Renew once now: validity starts at a renewal etcd granted after the
+	// win, then check the key is still there (the lease may have expired
+	// while this candidate waited).
+	if err := t.renewOnce(ctx, cli); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("election: first renewal: %w", err)
+	}
+	resp, err := cli.Get(ctx, me.Key)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("election: check own key: %w", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != me.Rev {
+		s.Close()
+		return nil, ErrLeaseExpired
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	t.stop = cancel
+	go func() {
+		t.renew(rctx, cli)
+	}()
+	go func() {
+		<-s.Done()
+		cancel()
+	}()
+	return t, nil
 }
 
 // Current returns the current leader, or ok=false when there is none.

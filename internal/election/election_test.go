@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/etcdtest"
 )
@@ -66,4 +68,50 @@ func TestCampaignAndObserve(t *testing.T) {
 		t.Errorf("a's fence after it resigned: succeeded=%v, %v; want it to fail", resp != nil && resp.Succeeded, err)
 	}
 	b.Resign(ctx)
+}
+
+// TestValidEndsWithTheLease: a term is valid while its lease is renewed and
+// stops being valid, by itself, within the TTL of the last renewal once
+// renewals fail (here the lease is revoked behind its back).
+func TestValidEndsWithTheLease(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := election.Campaign(ctx, cli, "/t/valid/", time.Second, election.Info{Machine: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Valid(time.Now()) {
+		t.Fatalf("Valid right after Campaign = false (valid until %v)", a.ValidUntil())
+	}
+	time.Sleep(1500 * time.Millisecond) // renewals keep it valid past one TTL
+	if !a.Valid(time.Now()) {
+		t.Fatalf("Valid after 1.5s of renewals = false (valid until %v)", a.ValidUntil())
+	}
+	resp, err := cli.Get(ctx, a.Info.Key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("get own key: %v", err)
+	}
+	// etcd may grant more than was asked (its minimum TTL).
+	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	ttl, err := cli.TimeToLive(ctx, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Duration(ttl.GrantedTTL) * time.Second
+	revoked := time.Now()
+	if _, err := cli.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if until := a.ValidUntil(); until.Sub(revoked) > granted {
+		t.Errorf("ValidUntil is %v after the lease was revoked, more than its granted TTL %v", until.Sub(revoked), granted)
+	}
+	deadline := revoked.Add(granted)
+	for a.Valid(time.Now()) {
+		if time.Now().After(deadline) {
+			t.Fatal("still valid a whole TTL after the lease was revoked")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
