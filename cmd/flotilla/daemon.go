@@ -53,7 +53,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.cfg.EtcdPeerAddr, "etcd-peer-addr", "127.0.0.1:2380", "embedded etcd member's peer address")
 	fs.StringVar(&f.cfg.EtcdInitialCluster, "etcd-initial-cluster", "", "embedded etcd's initial cluster, n1=http://ADDR1,n2=http://ADDR2,... (default: this member alone)")
 	fs.StringVar(&f.cfg.Prefix, "etcd-prefix", "/flotilla/", "etcd key prefix of the cluster's data")
-	fs.IntVar(&f.cfg.MaxTxnOps, "etcd-max-txn-ops", 128, "most operations in one etcd transaction (etcd's --max-txn-ops)")
+	fs.IntVar(&f.cfg.MaxTxnOps, "etcd-max-txn-ops", 128, "most operations in one etcd transaction: an embedded member is started with it; an external etcd needs at least this --max-txn-ops")
 }
 
 func (f *daemonFlags) finish() error {

@@ -87,13 +87,21 @@ type Config struct {
 	AgentTTL time.Duration
 	// ElectionTTL: see engine.Config.ElectionTTL (default 5s).
 	ElectionTTL time.Duration
-	// MaxTxnOps bounds one etcd transaction (default 128).
+	// MaxTxnOps bounds one etcd transaction (default 128, etcd's default
+	// --max-txn-ops; at least 1, at most MaxTxnOpsLimit). An embedded member
+	// is started with it; an external etcd must be run with at least as
+	// much (its --max-txn-ops).
 	MaxTxnOps int
 
 	Logger *slog.Logger
 	// Ready, if set, is called once every listener is up with their addresses.
 	Ready func(Addrs)
 }
+
+// MaxTxnOpsLimit is the largest --etcd-max-txn-ops accepted: a transaction
+// of that many ops is also bounded by etcd's --max-request-bytes (1.5 MiB),
+// which the engine keeps each transaction under (1 MiB).
+const MaxTxnOpsLimit = 1 << 16
 
 // Addrs are the addresses a running daemon listens on.
 type Addrs struct {
@@ -146,6 +154,12 @@ func (c *Config) validate() error {
 	}
 	if min := engine.MinAgentTTL(et); at < min {
 		return fmt.Errorf("--agent-ttl %v is too short for --election-ttl %v: a leader failover can take up to %v, so use at least %v", at, et, min-engine.FailoverMargin, min)
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = 128
+	}
+	if c.MaxTxnOps < 1 || c.MaxTxnOps > MaxTxnOpsLimit {
+		return fmt.Errorf("--etcd-max-txn-ops %d: want 1 to %d (etcd's --max-txn-ops; 128 by default)", c.MaxTxnOps, MaxTxnOpsLimit)
 	}
 	if c.SimFailureRate < 0 || c.SimFailureRate > 1 {
 		return fmt.Errorf("--sim-failure-rate %v: want a share between 0 and 1", c.SimFailureRate)
@@ -220,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var etcdClientAddr string
 	if cfg.EtcdEmbed {
 		e, err := startEtcd(etcdMember{Name: cfg.Name, Dir: cfg.DataDir, ClientAddr: cfg.EtcdClientAddr,
-			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster}, 60*time.Second)
+			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, MaxTxnOps: uint(cfg.MaxTxnOps)}, 60*time.Second)
 		if err != nil {
 			return err
 		}
