@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -105,7 +106,14 @@ func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop c
 	if g.RequestTimeout < 0 {
 		return nil, nil, nil, fmt.Errorf("invalid --request-timeout %s: must not be negative", g.RequestTimeout)
 	}
-	c, err := client.New(g.Endpoint, client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli"))
+	errOut := cmd.ErrOrStderr()
+	var warnOnce sync.Once
+	warn := func(since string) {
+		warnOnce.Do(func() {
+			fmt.Fprintf(errOut, "warning: etcd unreachable since %s; showing the leader's memory (writes are refused until etcd is back)\n", since)
+		})
+	}
+	c, err := client.New(g.Endpoint, client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli"), client.WithEtcdWarning(warn))
 	if err != nil {
 		return nil, nil, nil, err // it names the endpoint
 	}
@@ -113,7 +121,7 @@ func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop c
 	return &env{
 		c:      c,
 		out:    cmd.OutOrStdout(),
-		errOut: cmd.ErrOrStderr(),
+		errOut: errOut,
 		json:   g.Output == outputJSON,
 		g:      g,
 	}, ctx, stop, nil

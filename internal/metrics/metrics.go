@@ -34,8 +34,12 @@ type Set struct {
 	EtcdRequestDuration *prometheus.HistogramVec
 	// LeaderChanges counts changes of the engine leader this daemon saw.
 	LeaderChanges prometheus.Counter
-	// IsLeader is 1 while this daemon's engine leads.
+	// IsLeader is 1 while this daemon's engine leads (a degraded term too).
 	IsLeader prometheus.Gauge
+	// EtcdUnreachableSince is the Unix time at which the leader found etcd
+	// unreachable and degraded its term (reads from memory, writes refused);
+	// 0 while etcd answers or this daemon does not lead.
+	EtcdUnreachableSince prometheus.Gauge
 	// StateRequestDuration and StateResponseBytes observe GET /v1/state.
 	StateRequestDuration prometheus.Histogram
 	StateResponseBytes   prometheus.Histogram
@@ -60,12 +64,14 @@ func New() *Set {
 		Help: "Duration of the engine's etcd requests, by kind.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)}, []string{"kind"})
 	s.LeaderChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "flotilla_leader_changes_total", Help: "Changes of the engine leader this daemon saw."})
 	s.IsLeader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_is_leader", Help: "1 while this daemon's engine leads."})
+	s.EtcdUnreachableSince = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_etcd_unreachable_since_seconds",
+		Help: "Unix time since which the leader has found etcd unreachable (it answers reads from memory and refuses writes); 0 while etcd answers."})
 	s.StateRequestDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_request_duration_seconds",
 		Help: "Time to answer GET /v1/state.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)})
 	s.StateResponseBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_response_bytes",
 		Help: "Size of GET /v1/state answers.", Buckets: prometheus.ExponentialBuckets(1024, 4, 10)})
 	for _, c := range []prometheus.Collector{s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.SchedulingLatency, s.ReconcileDuration,
-		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.StateRequestDuration, s.StateResponseBytes,
+		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.StateRequestDuration, s.StateResponseBytes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
