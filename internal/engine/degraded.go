@@ -219,17 +219,43 @@ func (t *term) watchLease() {
 
 // reader returns the term that may answer reads: a term whose lease is
 // known valid, or a degraded one (its answers say since when etcd has been
-// unreachable). A term whose lease is unconfirmed while etcd answers does
-// not answer reads: it is about to step down or to be confirmed.
+// unreachable). While the lease is unconfirmed and etcd is being probed
+// (watchLease), a read waits for the outcome, up to the probe's timeout:
+// a term that steps down, or stays unconfirmed, does not answer.
 func (e *Engine) reader() (*term, error) {
 	t := e.leader()
 	if t == nil {
 		return nil, ErrNotLeader
 	}
-	if t.deg.since.Load() != 0 || t.deg.el.Valid(time.Now()) {
-		return t, nil
+	deadline := time.Now().Add(e.probeTimeout() + 100*time.Millisecond)
+	for {
+		if t.deg.since.Load() != 0 || t.deg.el.Valid(time.Now()) {
+			return t, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: its election lease is not confirmed (etcd is slow to answer)", ErrNotLeader)
+		}
+		timer := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-timer.C:
+		case <-t.deg.c:
+		case <-t.deg.lost:
+		case <-t.ctx.Done():
+		}
+		timer.Stop()
+		if t.ctx.Err() != nil || isClosed(t.deg.lost) {
+			return nil, ErrNotLeader
+		}
 	}
-	return nil, fmt.Errorf("%w: its election lease is not confirmed (etcd is slow to answer)", ErrNotLeader)
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // install makes t the current term, stopping a degraded term it replaces.

@@ -83,6 +83,23 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Reads are answered throughout: before, during and after the outage.
+	stopReads := make(chan struct{})
+	readErrs := make(chan error, 1)
+	go func() {
+		defer close(readErrs)
+		for {
+			select {
+			case <-stopReads:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if us, err := e1.Units(nil); err != nil || len(us) != 6 {
+				readErrs <- fmt.Errorf("Units() = %d units, %v", len(us), err)
+				return
+			}
+		}
+	}()
 	cutAt := time.Now()
 	px.Cut()
 	since := waitDegraded(t, e1)
@@ -152,6 +169,10 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 		_, err := allActive(e1.Engine, 6)
 		return err
 	})
+	close(stopReads)
+	if err := <-readErrs; err != nil {
+		t.Errorf("a read failed around the outage: %v", err)
+	}
 	if got := placement(t, e1.Engine); !maps.Equal(got, before) {
 		t.Errorf("after the outage units are placed %v, want %v", got, before)
 	}
