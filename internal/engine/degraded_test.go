@@ -103,6 +103,7 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 	cutAt := time.Now()
 	px.Cut()
 	since := waitDegraded(t, e1)
+	t.Logf("degraded %v after etcd was cut off", since.Sub(cutAt).Round(time.Millisecond))
 	if since.Before(cutAt) || since.After(time.Now()) {
 		t.Errorf("etcd unreachable since %v, want between the cut (%v) and now", since, cutAt)
 	}
@@ -158,6 +159,14 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 
 	// etcd is back: a new term loads from etcd and leads with the same units.
 	px.Restore()
+	restoredAt := time.Now()
+	eventually(t, 20*time.Second, "a new term leads", func() error {
+		if ok, rev := e1.IsLeader(); !ok || rev == rev0 {
+			return fmt.Errorf("IsLeader() = %v, %d", ok, rev)
+		}
+		return nil
+	})
+	t.Logf("a new term led %v after etcd was back", time.Since(restoredAt).Round(time.Millisecond))
 	eventually(t, 20*time.Second, "a new term with every unit active", func() error {
 		ok, rev := e1.IsLeader()
 		if !ok || rev == rev0 {
