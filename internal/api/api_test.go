@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/flotilla/flotilla/internal/agent"
@@ -37,8 +38,12 @@ type cluster struct {
 
 func start(t *testing.T) *cluster {
 	t.Helper()
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	return startOn(t, etcdtest.Start(t).Client(t))
+}
+
+// startOn is start with the etcd client cli.
+func startOn(t *testing.T, cli *clientv3.Client) *cluster {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -2,28 +2,19 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
-	"github.com/flotilla/flotilla/internal/agent"
 	"github.com/flotilla/flotilla/internal/api"
 	"github.com/flotilla/flotilla/internal/apiv1"
 	"github.com/flotilla/flotilla/internal/cli"
-	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
-	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/etcdtest"
-	"github.com/flotilla/flotilla/internal/metrics"
-	"github.com/flotilla/flotilla/internal/registry"
-	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
 // TestEtcdUnreachable: a leader cut off from etcd answers reads with the
@@ -33,42 +24,14 @@ import (
 func TestEtcdUnreachable(t *testing.T) {
 	srv := etcdtest.Start(t)
 	px := srv.Proxy(t)
-	ecli := px.Client(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := metrics.New()
-	ts := httptest.NewUnstartedServer(nil)
-	eng, err := engine.New(engine.Config{Machine: "m1", Client: ecli, ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
-		GRPCAddr: ln.Addr().String(), APIAddr: ts.Listener.Addr().String(), Metrics: ms})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	agentpb.RegisterEngineServer(gs, eng)
-	go gs.Serve(ln)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	go func() { eng.Run(ctx); done <- struct{}{} }()
-	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: 5 * time.Second,
-		Leaders: func(ctx context.Context) <-chan election.Info {
-			return election.Observe(ctx, ecli, registry.Keys{}.Election())
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
-	a.SetDriver(d)
-	go func() { a.Run(ctx); done <- struct{}{} }()
-	ts.Config.Handler = api.New(api.Config{Machine: "m1", Engine: eng, Driver: d, Metrics: ms})
-	ts.Start()
+	c := startOn(t, px.Client(t))
+	eng, leaderURL := c.eng, c.url
 	// A follower without an engine forwards to the leader it last knew.
 	follower := httptest.NewServer(api.New(api.Config{Machine: "m2",
-		Leader: func() (election.Info, bool) { return election.Info{Machine: "m1", APIAddr: ts.Listener.Addr().String()}, true }}))
-	t.Cleanup(func() { follower.Close(); ts.Close(); cancel(); <-done; <-done; gs.Stop() })
-	c := &cluster{url: ts.URL, eng: eng}
-	waitFor(t, 10*time.Second, "one machine", func() bool { ms, _ := eng.Machines(); return len(ms) == 1 })
+		Leader: func() (election.Info, bool) {
+			return election.Info{Machine: "m1", APIAddr: strings.TrimPrefix(c.url, "http://")}, true
+		}}))
+	t.Cleanup(follower.Close)
 	if resp, body := c.do(t, "POST", "/v1/batch", batch(apiv1.UnitChange{Name: "web.service", File: okUnit, DesiredState: "launched"})); resp.StatusCode != 200 {
 		t.Fatalf("batch: %s %s", resp.Status, body)
 	}
@@ -80,10 +43,10 @@ func TestEtcdUnreachable(t *testing.T) {
 	waitFor(t, 10*time.Second, "the leader degraded", func() bool { _, ok := eng.EtcdUnreachableSince(); return ok })
 	since, _ := eng.EtcdUnreachableSince()
 	want := since.UTC().Format(time.RFC3339)
-	for _, base := range []string{ts.URL, follower.URL} {
+	for _, base := range []string{leaderURL, follower.URL} {
 		c := &cluster{url: base}
 		paths := []string{"/v1/units", "/v1/units/web.service", "/v1/unit-states", "/v1/machines", "/v1/scheduler", "/v1/state"}
-		if base == ts.URL {
+		if base == leaderURL {
 			paths = append(paths, "/v1/status", "/metrics") // answered by the daemon asked, not forwarded
 		}
 		for _, path := range paths {
@@ -120,7 +83,7 @@ func TestEtcdUnreachable(t *testing.T) {
 	}
 
 	// The CLI warns on stderr and shows the leader's memory.
-	for _, base := range []string{ts.URL, follower.URL} {
+	for _, base := range []string{leaderURL, follower.URL} {
 		root := &cobra.Command{Use: "flotilla", SilenceErrors: true, SilenceUsage: true}
 		cli.AddCommands(root)
 		var out, errOut bytes.Buffer

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Proxy is a TCP proxy in front of an etcd server that a test can cut, to
@@ -52,12 +51,7 @@ func (s *Server) Proxy(t testing.TB) *Proxy {
 // the test ends.
 func (p *Proxy) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatalf("etcdtest: client: %v", err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return client(t, p.Endpoint)
 }
 
 // Cut stops all traffic through the proxy.
