@@ -107,13 +107,13 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 
-	mu        sync.Mutex
-	wants     map[string]want
-	files     map[string]*unit.File
-	haves     map[string]have
-	statuses  map[string]unit.Status // the driver's latest report per unit
-	dirty     map[string]bool        // units whose status is to be sent
-	removed   map[string]bool        // units unloaded since the last send
+	mu       sync.Mutex
+	wants    map[string]want
+	files    map[string]*unit.File
+	haves    map[string]have
+	statuses map[string]unit.Status // the driver's latest report per unit
+	dirty    map[string]bool        // units whose status is to be sent
+	removed  map[string]bool        // units unloaded since the last send
 	// word is when the latest word from a current leader was sent, on the
 	// machine's monotonic clock (0: none since the agent started); started
 	// is when the agent started, which stands in for it until then.
