@@ -15,6 +15,21 @@ type Unit struct {
 	File         string     `json:"file,omitempty"`    // the unit file; only in single-unit answers
 	CurrentState string     `json:"currentState"`      // inactive, loaded, launched: as reported by the target machine
 	State        *UnitState `json:"state,omitempty"`   // the target machine's report, if any
+	// The cut-off policy ([X-Fleet]): Singleton units never run on two
+	// machines at once; LostAfter is how long the unit's machine may go
+	// unheard before the unit is started elsewhere ("infinity": never;
+	// empty: the cluster's agent TTL, shown in LostAfterDefault).
+	Singleton bool   `json:"singleton,omitempty"`
+	LostAfter string `json:"lostAfter,omitempty"`
+	// History is the unit's recent notable events (lost with its machine,
+	// moved, placed again), oldest first; only in single-unit answers.
+	History []HistoryEntry `json:"history,omitempty"`
+}
+
+// HistoryEntry is one notable event of a unit.
+type HistoryEntry struct {
+	Time  string `json:"time"` // RFC 3339, the leader's clock
+	Event string `json:"event"`
 }
 
 // UnitState is what an agent reported about a unit (systemd's load/active/sub).

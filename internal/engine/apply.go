@@ -176,6 +176,9 @@ func (t *term) applyRound(round []*applyReq) {
 			continue
 		case next == nil:
 			ops = append(ops, registry.DeleteUnit(t.keys, name))
+			if _, moving := t.draining[name]; moving {
+				ops = append(ops, registry.DeleteMove(t.keys, name))
+			}
 		case cur == nil || cur.desired != next.desired || cur.file.Hash != next.file.Hash:
 			ops = append(ops, registry.PutUnit(t.keys, registry.Record{Name: name, File: next.file.Raw, DesiredState: string(next.desired)}))
 		}
