@@ -23,11 +23,11 @@ type agentConn struct {
 	// take no lock.
 	heardNano, sentNano atomic.Int64
 	mu                  sync.Mutex
-	full    bool                           // the next send is the full set
-	pending map[string]*agentpb.Assignment // nil value: removed
-	wake    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	full                bool                           // the next send is the full set
+	pending             map[string]*agentpb.Assignment // nil value: removed
+	wake                chan struct{}
+	done                chan struct{}
+	once                sync.Once
 	// agentTTL is the leader's, told to the agent with each full set.
 	agentTTL time.Duration
 }
