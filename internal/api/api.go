@@ -410,16 +410,24 @@ func (s *server) patchMachine(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &p) {
 		return
 	}
-	if len(p.Metadata) == 0 {
-		writeError(w, http.StatusBadRequest, "bad_request", `the patch changes nothing: give {"metadata": {"key": "value" or null}}`)
+	if len(p.Metadata) == 0 && p.Drain == nil {
+		writeError(w, http.StatusBadRequest, "bad_request", `the patch changes nothing: give {"metadata": {"key": "value" or null}} or {"drain": true or false}`)
 		return
 	}
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
-	if err := s.cfg.Engine.PatchMachine(ctx, id, p.Metadata); err != nil {
-		s.engineError(w, err)
-		return
+	if len(p.Metadata) > 0 {
+		if err := s.cfg.Engine.PatchMachine(ctx, id, p.Metadata); err != nil {
+			s.engineError(w, err)
+			return
+		}
+	}
+	if p.Drain != nil {
+		if err := s.cfg.Engine.DrainMachine(ctx, id, *p.Drain); err != nil {
+			s.engineError(w, err)
+			return
+		}
 	}
 	ms, err := s.cfg.Engine.Machines()
 	if err != nil {

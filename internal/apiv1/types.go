@@ -62,6 +62,8 @@ type Machine struct {
 	// units leave of it (0 in a dimension: not limited).
 	Capacity Resources `json:"capacity"`
 	Free     Resources `json:"free"`
+	// Draining is set while flotilla drain empties the machine.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // MachinePatch is the body of PATCH /v1/machines/{id}: each metadata key is
@@ -69,6 +71,10 @@ type Machine struct {
 // and overrides what the machine's daemon reports (--metadata).
 type MachinePatch struct {
 	Metadata map[string]*string `json:"metadata"`
+	// Drain, when set, starts (true) or ends (false) draining the machine:
+	// a draining machine takes no units, and its units move elsewhere, each
+	// stopped there before it starts on another machine (flotilla drain).
+	Drain *bool `json:"drain,omitempty"`
 }
 
 // Resources are CPU, in percent of one CPU (400 = four CPUs), and memory in bytes.

@@ -79,6 +79,7 @@ func Commands(g *Globals) []*cobra.Command {
 		newListUnitFilesCommand(g),
 		newListMachinesCommand(g),
 		newSetMetadataCommand(g),
+		newDrainCommand(g),
 		newStatusCommand(g),
 		newJournalCommand(g),
 		newCatCommand(g),

@@ -33,9 +33,10 @@ type Change struct {
 
 type applyReq struct {
 	changes []Change
-	// or a change of one machine's metadata
+	// or a change of one machine's metadata, or of whether it drains
 	machine string
 	patch   map[string]*string
+	drain   *bool
 	// or a new placement policy
 	options *scheduler.Options
 	res     chan applyRes
@@ -63,6 +64,14 @@ func (e *Engine) PatchMachine(ctx context.Context, id string, patch map[string]*
 		}
 	}
 	return e.submit(ctx, &applyReq{machine: id, patch: patch, res: make(chan applyRes, 1)})
+}
+
+// DrainMachine sets whether a machine drains, durably: a draining machine
+// takes no units, and its units move elsewhere, each stopped there before
+// it is started on another machine (as every move). Undraining lets it take
+// units again; nothing moves back by itself.
+func (e *Engine) DrainMachine(ctx context.Context, id string, drain bool) error {
+	return e.submit(ctx, &applyReq{machine: id, drain: &drain, res: make(chan applyRes, 1)})
 }
 
 func (e *Engine) submit(ctx context.Context, r *applyReq) error {
@@ -99,6 +108,7 @@ func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 func (t *term) applyRound(round []*applyReq) {
 	roundRecs := map[string]*unitRec{} // nil value: destroyed
 	roundMachines := map[string]map[string]*string{}
+	roundDrain := map[string]bool{}
 	var (
 		ops      []registry.Op
 		accepted []*applyReq
@@ -137,6 +147,12 @@ func (t *term) applyRound(round []*applyReq) {
 				ov[k] = v
 			}
 			roundMachines[req.machine] = ov
+			if _, ok := roundDrain[req.machine]; !ok {
+				roundDrain[req.machine] = t.drainMachines[req.machine]
+			}
+			if req.drain != nil {
+				roundDrain[req.machine] = *req.drain
+			}
 			accepted = append(accepted, req)
 			continue
 		}
@@ -164,7 +180,7 @@ func (t *term) applyRound(round []*applyReq) {
 	// refuses a key twice in a transaction, and a unit may be changed by
 	// several requests of a round.
 	for id, ov := range roundMachines {
-		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov}))
+		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov, Drain: roundDrain[id]}))
 	}
 	if newOptions != nil {
 		ops = append(ops, putOptions(t.keys, *newOptions))
@@ -201,6 +217,16 @@ func (t *term) applyRound(round []*applyReq) {
 	t.mu.Lock()
 	for id, ov := range roundMachines {
 		t.overrides[id] = ov
+		if roundDrain[id] != t.drainMachines[id] {
+			if roundDrain[id] {
+				t.drainMachines[id] = true
+			} else {
+				delete(t.drainMachines, id)
+			}
+			t.placeDirty = true
+			t.globalsDirty = true
+			t.changed()
+		}
 	}
 	if newOptions != nil {
 		t.options = *newOptions

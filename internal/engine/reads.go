@@ -110,7 +110,8 @@ func (t *term) machineViews() []apiv1.Machine {
 		out = append(out, apiv1.Machine{ID: id, IP: m.info.IP, Metadata: md, Leader: id == t.info.Machine,
 			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units) + len(m.globals),
 			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes},
-			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)}})
+			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)},
+			Draining: t.drainMachines[id]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
