@@ -154,13 +154,13 @@ func (e *env) listUnits(ctx context.Context) ([]unitRow, error) {
 
 // unitFileRow is one line of list-unit-files.
 type unitFileRow struct {
-	Unit     string `json:"unit"`
-	Hash     string `json:"hash"`
-	DState   string `json:"dstate"`
-	State    string `json:"state"`
-	Target   string `json:"tmachine"`
-	Desc     string `json:"desc"`
-	Reason   string `json:"reason"`
+	Unit   string `json:"unit"`
+	Hash   string `json:"hash"`
+	DState string `json:"dstate"`
+	State  string `json:"state"`
+	Target string `json:"tmachine"`
+	Desc   string `json:"desc"`
+	Reason string `json:"reason"`
 	// The cut-off policy: "singleton" for Singleton=true units, and
 	// LostAfter= ("" for the agent TTL).
 	Policy    string `json:"policy,omitempty"`
