@@ -156,6 +156,8 @@ type StateUnit struct {
 	DesiredState string `json:"desiredState"`
 	Machine      string `json:"machine,omitempty"` // target machine; "" when unscheduled or global
 	Global       bool   `json:"global,omitempty"`
+	Singleton    bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
+	LostAfter    string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, "" for the agent TTL
 	Load         string `json:"load,omitempty"`
 	Active       string `json:"active,omitempty"`
 	Sub          string `json:"sub,omitempty"`
