@@ -117,6 +117,10 @@ func (t *term) reconcile() {
 	for _, name := range p.MoveDone {
 		done[name] = true
 	}
+	lostFrom := map[string]string{}
+	for _, l := range p.Lost {
+		lostFrom[l.Name] = l.Machine
+	}
 	// Commit and apply in slices, so that agents start on the first units
 	// while the rest are written, and the lock is released in between. Only
 	// this goroutine changes t.units, so it reads them without the lock.
@@ -173,7 +177,11 @@ func (t *term) reconcile() {
 			if rec == nil || cur == nil || cur.desired != rec.desired {
 				continue
 			}
-			if rec.machine != "" && cur.machine == "" && cur.reason != "" && strings.HasPrefix(cur.reason, "stopping on ") {
+			switch {
+			case rec.machine == "" || rec.machine == cur.machine:
+			case lostFrom[name] != "":
+				t.history(name, "replaced on "+rec.machine+" (its machine "+lostFrom[name]+" was lost)")
+			case done[name] || strings.HasPrefix(cur.reason, "stopping on "):
 				t.history(name, "placed on "+rec.machine+" once its old copy stopped")
 			}
 			t.setUnit(name, rec)
