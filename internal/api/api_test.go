@@ -84,6 +84,9 @@ func start(t *testing.T) *cluster {
 func (c *cluster) do(t *testing.T, method, path, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, c.url+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
