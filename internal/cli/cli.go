@@ -50,7 +50,7 @@ type Globals struct {
 	RequestTimeout time.Duration
 	// Token is the API token (--token); CAFile, CertFile and KeyFile are
 	// the TLS files of an https endpoint (--ca-file, --cert-file, --key-file).
-	Token                    string
+	Token                     string
 	CAFile, CertFile, KeyFile string
 
 	// pollMin and pollMax bound the interval between polls while waiting
