@@ -267,4 +267,3 @@ func TestRequired(t *testing.T) {
 		}
 	}
 }
-
