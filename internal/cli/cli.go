@@ -77,7 +77,9 @@ func (g *Globals) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&g.Endpoint, "endpoint", endpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
 	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
-	fs.StringVar(&g.Token, "token", os.Getenv(TokenEnv), "API token of a cluster run with --acl; $"+TokenEnv+" sets the default")
+	// The token's default is read in clientOptions, so that help output
+	// never prints the secret.
+	fs.StringVar(&g.Token, "token", "", "API token of a cluster run with --acl (default $"+TokenEnv+")")
 	fs.StringVar(&g.CAFile, "ca-file", os.Getenv(CAFileEnv), "CA certificate to verify an https endpoint with; $"+CAFileEnv+" sets the default")
 	fs.StringVar(&g.CertFile, "cert-file", os.Getenv(CertFileEnv), "client certificate for an https endpoint (flotilla tls cert create --client); $"+CertFileEnv+" sets the default")
 	fs.StringVar(&g.KeyFile, "key-file", os.Getenv(KeyFileEnv), "key of --cert-file; $"+KeyFileEnv+" sets the default")
@@ -86,8 +88,12 @@ func (g *Globals) AddFlags(fs *pflag.FlagSet) {
 // clientOptions are the client options the global flags ask for.
 func (g *Globals) clientOptions() ([]client.Option, error) {
 	opts := []client.Option{client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli")}
-	if g.Token != "" {
-		opts = append(opts, client.WithToken(g.Token))
+	token := g.Token
+	if token == "" {
+		token = os.Getenv(TokenEnv)
+	}
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
 	}
 	if g.CAFile != "" || g.CertFile != "" || g.KeyFile != "" {
 		tc, err := auth.ClientConfig(auth.Files{CA: g.CAFile, Cert: g.CertFile, Key: g.KeyFile})

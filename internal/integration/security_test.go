@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -37,9 +38,16 @@ func run(t *testing.T, args ...string) string {
 
 func runErr(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return runEnv(t, nil, args...)
+}
+
+// runEnv runs the flotilla binary with args and env added to the environment.
+func runEnv(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, flotillaBin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -171,6 +179,12 @@ func TestSecureCluster(t *testing.T) {
 	}
 	if out, err := cli(nodes[0], secrets["write"], "token", "list"); err == nil || !strings.Contains(out, "needs role admin") {
 		t.Errorf("token list with a write token = %v, %q; want a refusal", err, out)
+	}
+	// The same settings from the environment.
+	env := []string{"FLOTILLA_ENDPOINT=https://" + nodes[1].api, "FLOTILLA_CA_FILE=" + p.ca, "FLOTILLA_CERT_FILE=" + p.cert("alice"),
+		"FLOTILLA_KEY_FILE=" + p.key("alice"), "FLOTILLA_TOKEN=" + secrets["read"]}
+	if out, err := runEnv(t, env, "list-units", "--no-legend"); err != nil || !strings.Contains(out, "hello.service") {
+		t.Errorf("list-units configured by FLOTILLA_* = %v, %q", err, out)
 	}
 	if out, err := cli(nodes[0], "flt_guessed", "list-units"); err == nil || !strings.Contains(out, "unknown") {
 		t.Errorf("list-units with a made-up token = %v, %q; want a refusal", err, out)
