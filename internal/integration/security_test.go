@@ -323,12 +323,7 @@ func leaderName(cli func(*node, string, ...string) (string, error), nd *node, se
 	if err := json.Unmarshal([]byte(out), &ms); err != nil {
 		return "", err
 	}
-	for _, m := range ms {
-		if m.Leader {
-			return m.Machine, nil
-		}
-	}
-	return "", fmt.Errorf("no leader in %q", out)
+	return leaderAmong(ms)
 }
 
 // TestDevDriveBy: `flotilla dev` runs open on loopback with no setup, but
