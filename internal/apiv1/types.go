@@ -212,6 +212,37 @@ type RolePolicy struct {
 type Error struct {
 	Error string `json:"error"`
 	// Code is a stable machine-readable kind: bad_request, not_found,
-	// conflict, too_large, unavailable, internal.
+	// conflict, too_large, unavailable, internal; and for refused requests
+	// unauthorized (401: no token, or an unknown one), forbidden (403: the
+	// token's role is too small, or a foreign Origin or Host),
+	// unsupported_media_type (415: a write that is not JSON), acl_disabled.
 	Code string `json:"code"`
+}
+
+// Token is an API token as listed (GET /v1/acl/tokens): never its secret.
+// Role is read, write or admin.
+type Token struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Role    string `json:"role"`
+	Created string `json:"created"` // RFC 3339
+}
+
+// TokenList is the answer of GET /v1/acl/tokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// TokenRequest is the body of POST /v1/acl/tokens.
+type TokenRequest struct {
+	Name string `json:"name,omitempty"`
+	Role string `json:"role"`
+}
+
+// NewToken is the answer of POST /v1/acl/tokens and POST /v1/acl/bootstrap:
+// the token and, in Secret, what to send as "Authorization: Bearer SECRET".
+// The secret is shown this once and is not stored.
+type NewToken struct {
+	Token
+	Secret string `json:"token"`
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,9 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	if hello == nil || hello.Machine == nil || hello.Machine.Id == "" {
 		return status.Error(codes.InvalidArgument, "the first message must be a Hello naming the machine")
 	}
+	if err := e.helloAllowed(stream.Context(), hello.Machine.Id); err != nil {
+		return err
+	}
 	if hello.LeaderRev != 0 && hello.LeaderRev != t.info.Rev {
 		return status.Errorf(codes.FailedPrecondition, "stale leader revision %d; the leader's is %d", hello.LeaderRev, t.info.Rev)
 	}
@@ -140,6 +144,22 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	case <-t.ctx.Done():
 		return status.Error(codes.Unavailable, "leadership term ended")
 	}
+}
+
+// helloAllowed refuses a Hello from a peer that may not speak for machine
+// (Config.AuthorizeAgent): another machine's agent, or one whose
+// certificate the cluster's CA did not sign. It is checked before the
+// stream touches any state, so a refused Hello cuts no agent off and learns
+// nothing of the machine's units.
+func (e *Engine) helloAllowed(ctx context.Context, machine string) error {
+	if e.cfg.AuthorizeAgent == nil {
+		return nil
+	}
+	if err := e.cfg.AuthorizeAgent(ctx, machine); err != nil {
+		e.log.Warn("refused an agent's Hello", "machine", machine, "err", err)
+		return status.Errorf(codes.PermissionDenied, "hello as machine %q refused: %v", machine, err)
+	}
+	return nil
 }
 
 // send sends an agent its assignments and, when idle, heartbeats, each

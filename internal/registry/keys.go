@@ -11,6 +11,9 @@
 //	                 leader sees it go
 //	machines/<id>    JSON MachineRecord: metadata set through the API
 //	config/scheduler JSON: the placement policy (strategy, roles) set through the API
+//	acl/tokens/<h>   JSON auth.Token: an API token, h the SHA-256 of its secret
+//	acl/bootstrap    the ID of the first admin token (package auth writes both,
+//	                 through any daemon, unfenced: they are not the schedule's)
 //
 // and, in the etcd registry mode only, the transient state fleet kept there
 // (protocol buffers of proto/agentpb):
