@@ -40,6 +40,12 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.Float64Var(&f.cfg.SimFailureRate, "sim-failure-rate", 0, "sim driver: share of starts that fail, 0 to 1")
 	fs.StringVar(&f.cpus, "capacity-cpu", "", "CPUs this machine offers to units, e.g. 4 or 0.5 (default: detected)")
 	fs.StringVar(&f.memory, "capacity-memory", "", "memory this machine offers to units, e.g. 8G (default: detected)")
+	fs.StringVar(&f.cfg.TLS.CA, "tls-ca", "", "the cluster CA's certificate (flotilla tls ca create): with --tls-cert and --tls-key, every connection is mutual TLS")
+	fs.StringVar(&f.cfg.TLS.Cert, "tls-cert", "", "this machine's certificate, signed by --tls-ca and naming --name (flotilla tls cert create)")
+	fs.StringVar(&f.cfg.TLS.Key, "tls-key", "", "the key of --tls-cert")
+	fs.BoolVar(&f.cfg.ACL, "acl", false, "require an API token with a role on every request (flotilla acl bootstrap makes the first)")
+	fs.BoolVar(&f.cfg.MetricsPublic, "metrics-public", false, "with --acl, serve /metrics without a token")
+	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "listen beyond loopback without TLS and --acl (warns at start and every hour)")
 	if !full {
 		return
 	}
@@ -51,7 +57,10 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.BoolVar(&f.cfg.EtcdEmbed, "etcd-embed", false, "run an etcd member in this process")
 	fs.StringVar(&f.cfg.EtcdClientAddr, "etcd-client-addr", "127.0.0.1:2379", "embedded etcd member's client address")
 	fs.StringVar(&f.cfg.EtcdPeerAddr, "etcd-peer-addr", "127.0.0.1:2380", "embedded etcd member's peer address")
-	fs.StringVar(&f.cfg.EtcdInitialCluster, "etcd-initial-cluster", "", "embedded etcd's initial cluster, n1=http://ADDR1,n2=http://ADDR2,... (default: this member alone)")
+	fs.StringVar(&f.cfg.EtcdInitialCluster, "etcd-initial-cluster", "", "embedded etcd's initial cluster, n1=http://ADDR1,n2=http://ADDR2,... (https:// with --tls-cert; default: this member alone)")
+	fs.StringVar(&f.cfg.EtcdTLS.CA, "etcd-ca", "", "CA certificate of an external etcd's servers (default: --tls-ca)")
+	fs.StringVar(&f.cfg.EtcdTLS.Cert, "etcd-cert", "", "client certificate for an external etcd (default: --tls-cert)")
+	fs.StringVar(&f.cfg.EtcdTLS.Key, "etcd-key", "", "key of --etcd-cert (default: --tls-key)")
 	fs.StringVar(&f.cfg.Prefix, "etcd-prefix", "/flotilla/", "etcd key prefix of the cluster's data")
 	fs.IntVar(&f.cfg.MaxTxnOps, "etcd-max-txn-ops", 128, "most operations in one etcd transaction: an embedded member is started with it; an external etcd needs at least this --max-txn-ops")
 }

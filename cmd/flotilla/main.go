@@ -24,6 +24,7 @@ func main() {
 	cli.AddCommands(root)
 	root.AddCommand(devCommand(), daemonCommand())
 	root.AddCommand(benchCommand(), benchAgentsCommand())
+	root.AddCommand(tlsCommand())
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}

@@ -4,6 +4,9 @@
 //
 // The protocol, from the agent's side:
 //
+//  0. On start, adopt what the driver already runs (units outlive the
+//     daemon: the exec driver's supervisor kept them): they are reported
+//     as they are and nothing is restarted.
 //  1. Find the leader (its gRPC address and term revision) through etcd.
 //  2. Open the stream; send Hello with the machine and every loaded unit's
 //     status. The leader answers with the machine's full desired set; any
@@ -14,10 +17,21 @@
 //     heartbeat when idle.
 //  4. When the stream breaks or the leader changes, go back to 1. Units keep
 //     running meanwhile.
-//  5. If no message has come from any leader for the agent TTL (the shorter
-//     of its own and the one the leader sent), the machine may have been
-//     cut off and its units moved elsewhere: kill every non-global unit at
-//     once (they are started again when a leader assigns them).
+//  5. The cut-off policy. Every message from the leader carries the
+//     leader's monotonic send time; the agent maps it onto the machine's
+//     monotonic clock (monotime) with the smallest offset seen on the
+//     stream, so a message that waited in a socket while this process was
+//     frozen counts as old, and keeps the latest as its word from a current
+//     leader (a leader sends nothing once its lease may have lapsed).
+//     Ordinary units keep running however long the machine is cut off; the
+//     leader replaces them elsewhere after their LostAfter= and stops the
+//     extra copy when the machine is back. A Singleton=true unit is killed
+//     once LostAfter= (default: the shorter of the agent's TTL and the
+//     leader's) has passed since that word: by the driver itself where it
+//     can (driver.Fencer: the supervisor holds the deadline, so a frozen
+//     daemon still has it killed on time), and by the agent's watchdog
+//     otherwise. The leader places it elsewhere only after that. Global
+//     units are never stopped for being cut off.
 package agent
 
 import (
@@ -36,6 +50,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -70,8 +85,9 @@ type Config struct {
 	Keys registry.Keys
 	// Driver runs the units. Required.
 	Driver driver.Driver
-	// TTL is how long the agent keeps its units running without hearing from
-	// any leader (default 20s); it must match the engines' agent TTL.
+	// TTL is the default LostAfter= of singleton units: how long they keep
+	// running without word from a current leader (default 20s); it should
+	// match the engines' agent TTL (the shorter of the two is used).
 	TTL time.Duration
 	// HeartbeatInterval is how often an idle stream carries a heartbeat
 	// (default TTL/10, at most 1s).
@@ -80,6 +96,9 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
 	Now         func() time.Time
+	// Mono is the machine's monotonic clock; nil means monotime.Now. Tests
+	// under testing/synctest substitute one that follows their fake time.
+	Mono func() monotime.Time
 }
 
 // Agent is one machine's agent. Make it with New; Notify must be wired to
@@ -88,21 +107,35 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 
-	mu        sync.Mutex
-	wants     map[string]want
-	files     map[string]*unit.File
-	haves     map[string]have
-	statuses  map[string]unit.Status // the driver's latest report per unit
-	dirty     map[string]bool        // units whose status is to be sent
-	removed   map[string]bool        // units unloaded since the last send
-	lastHeard time.Time
-	fenced    bool
-	// kill names units to end at once rather than stop gracefully: the
-	// agent fenced itself and they are being started elsewhere.
+	mu       sync.Mutex
+	wants    map[string]want
+	files    map[string]*unit.File
+	haves    map[string]have
+	statuses map[string]unit.Status // the driver's latest report per unit
+	dirty    map[string]bool        // units whose status is to be sent
+	removed  map[string]bool        // units unloaded since the last send
+	// word is when the latest word from a current leader was sent, on the
+	// machine's monotonic clock (0: none since the agent started); started
+	// is when the agent started, which stands in for it until then.
+	word    monotime.Time
+	started monotime.Time
+	// fenced names the singleton units killed for want of word: they are
+	// started again only when a leader assigns them anew.
+	fenced map[string]bool
+	// kill names units to end at once rather than stop gracefully: they
+	// were cut off and are being started elsewhere.
 	kill map[string]bool
 	// leaderTTL is the agent TTL the leader last told (0: not told); the
-	// watchdog uses the shorter of it and the agent's own.
+	// default LostAfter= is the shorter of it and the agent's own.
 	leaderTTL time.Duration
+	// fencedAt is the deadline and units last handed to the driver's
+	// Fencer, so an unchanged fence is not sent again.
+	fencedAt    monotime.Time
+	fencedUnits string
+	// resync asks the session to start over (a new Hello and full set)
+	// after the watchdog killed units: the leader must learn of it and may
+	// assign them again.
+	resync chan struct{}
 
 	kick  chan struct{}
 	flush chan struct{}
@@ -141,11 +174,15 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Mono == nil {
+		cfg.Mono = monotime.Now
+	}
 	return &Agent{
 		cfg: cfg, log: cfg.Logger.With("component", "agent", "machine", cfg.Machine.ID),
 		wants: map[string]want{}, files: map[string]*unit.File{}, haves: map[string]have{},
 		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
-		kick: make(chan struct{}, 1), flush: make(chan struct{}, 1),
+		fenced: map[string]bool{},
+		kick:   make(chan struct{}, 1), flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -179,9 +216,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Driver == nil {
 		return errors.New("agent: no driver")
 	}
-	a.mu.Lock()
-	a.lastHeard = a.cfg.Now()
-	a.mu.Unlock()
+	a.adopt()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); a.reconcileLoop(ctx) }()
@@ -263,19 +298,22 @@ func (a *Agent) session(ctx context.Context, leader election.Info, changed chan 
 	errc := make(chan error, 2)
 	go func() { errc <- a.sendLoop(sctx, stream) }()
 	go func() {
+		var clock sendClock
 		for {
 			msg, err := stream.Recv()
 			if err != nil {
 				errc <- err
 				return
 			}
-			a.received(msg)
+			a.received(msg, clock.sent(msg.SentMonoNano, a.cfg.Mono()))
 		}
 	}()
 	for {
 		select {
 		case err := <-errc:
 			return err
+		case <-a.resync:
+			return errors.New("units were killed for want of word from a leader; saying hello again")
 		case <-changed:
 			if current().Rev != leader.Rev {
 				return errors.New("leader changed")
@@ -364,23 +402,72 @@ func (a *Agent) takeUpdate() *agentpb.AgentMessage {
 	return &agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Update{Update: u}}
 }
 
-// received handles one message from the leader.
-func (a *Agent) received(msg *agentpb.EngineMessage) {
+// sendClock maps a leader's send times onto this machine's monotonic clock.
+// The offset between the two clocks is estimated as the smallest difference
+// of arrival and send time seen on the stream: transit only ever adds to it,
+// so the estimate errs by the quickest transit (well under a millisecond
+// on a LAN), never by a wait in a socket.
+type sendClock struct {
+	offset int64
+	known  bool
+}
+
+// sent returns when a message sent at the leader's sentMono was sent, on
+// this machine's clock, given that it arrived at now. A message without a
+// send time counts from its arrival.
+func (c *sendClock) sent(sentMono int64, now monotime.Time) monotime.Time {
+	if sentMono == 0 {
+		return now
+	}
+	off := int64(now) - sentMono
+	if !c.known || off < c.offset {
+		c.offset, c.known = off, true
+	}
+	return monotime.Time(sentMono + c.offset)
+}
+
+// adopt takes the units the driver already has (left running by an earlier
+// daemon on this machine) as the agent's own, as they are: the leader's full
+// set then keeps them, or unloads those no longer assigned here.
+func (a *Agent) adopt() {
+	states := a.cfg.Driver.States()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.started = a.cfg.Mono()
+	for _, s := range states {
+		applied := unit.Loaded
+		if s.Running() || s.Result != "" {
+			applied = unit.Launched // it was started, and may have ended since
+		}
+		a.haves[s.Name] = have{Hash: s.Hash, Applied: applied}
+		a.statuses[s.Name] = s
+	}
+	if len(states) > 0 {
+		a.log.Info("adopted the units the driver runs", "units", len(states))
+	}
+}
+
+// received handles one message from a leader, sent at sent (on the
+// machine's monotonic clock).
+func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 	as := msg.GetAssignments()
 	a.mu.Lock()
-	a.lastHeard = a.cfg.Now()
+	if sent > a.word {
+		a.word = sent
+	}
 	if as == nil {
 		a.mu.Unlock()
+		a.fence(false)
 		return
 	}
 	if as.Full {
 		if as.AgentTtlMs > 0 {
 			a.leaderTTL = time.Duration(as.AgentTtlMs) * time.Millisecond
 		}
-		if a.fenced {
-			a.log.Info("leader reached again; resuming units")
+		if len(a.fenced) > 0 {
+			a.log.Info("leader reached again; units it assigns here run again", "killed", len(a.fenced))
 		}
-		a.fenced = false
+		clear(a.fenced)
 		clear(a.wants)
 		clear(a.files)
 	}
@@ -399,15 +486,85 @@ func (a *Agent) received(msg *agentpb.EngineMessage) {
 			delete(a.wants, as.Name)
 			continue
 		}
-		a.wants[as.Name] = want{Hash: f.Hash, State: ds, Global: as.Global}
+		a.wants[as.Name] = want{Hash: f.Hash, State: ds, Global: as.Global || f.Fleet.Global,
+			Singleton: f.Fleet.Singleton, LostAfter: f.Fleet.LostAfter}
 		a.files[as.Name] = f
 		delete(a.kill, as.Name) // assigned here again: a later unload is an ordinary one
+		delete(a.fenced, as.Name)
 	}
 	a.mu.Unlock()
+	a.fence(true)
 	signal(a.kick)
 }
 
-// watchdog stops non-global units once no leader has been heard for the TTL.
+// lostAfterLocked is a unit's LostAfter=: its own, or the shorter of the
+// agent's TTL and the leader's. Callers hold mu.
+func (a *Agent) lostAfterLocked(w want) time.Duration {
+	if w.LostAfter > 0 {
+		return w.LostAfter
+	}
+	ttl := a.cfg.TTL
+	if a.leaderTTL > 0 && a.leaderTTL < ttl {
+		ttl = a.leaderTTL
+	}
+	return ttl
+}
+
+// wordLocked is the time the cut-off policy counts from: the latest word
+// from a leader, or the agent's start before any. Callers hold mu.
+func (a *Agent) wordLocked() monotime.Time {
+	if a.word == 0 {
+		return a.started
+	}
+	return a.word
+}
+
+// fence hands the driver the deadline of the singleton units, if it can
+// kill them by itself (driver.Fencer): the word plus the shortest of their
+// LostAfter=. A fence that has not changed is not sent again, unless force
+// (the singleton units may have changed).
+func (a *Agent) fence(force bool) {
+	f, ok := a.cfg.Driver.(driver.Fencer)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	if a.word == 0 {
+		// No word yet from any leader since this agent started: the
+		// deadline an earlier agent set stands, and must not be extended.
+		a.mu.Unlock()
+		return
+	}
+	var names []string
+	shortest := time.Duration(-1)
+	for name, w := range a.wants {
+		if w.Singleton && w.State == unit.Launched {
+			names = append(names, name)
+			if d := a.lostAfterLocked(w); shortest < 0 || d < shortest {
+				shortest = d
+			}
+		}
+	}
+	sort.Strings(names)
+	var deadline monotime.Time
+	if len(names) > 0 {
+		deadline = a.word.Add(shortest)
+	}
+	key := fmt.Sprint(names)
+	if !force && key == a.fencedUnits && deadline-a.fencedAt < monotime.Time(a.cfg.HeartbeatInterval/2) {
+		a.mu.Unlock()
+		return // renewed less than half a heartbeat ago
+	}
+	a.fencedAt, a.fencedUnits = deadline, key
+	a.mu.Unlock()
+	if err := f.Fence(deadline, names); err != nil {
+		a.log.Error("could not hand the singleton units' deadline to the driver", "units", len(names), "err", err)
+	}
+}
+
+// watchdog kills each Singleton=true unit once its LostAfter= has passed
+// without word from a current leader. Other units keep running however
+// long the machine is cut off: the leader replaces them elsewhere.
 func (a *Agent) watchdog(ctx context.Context) {
 	tick := time.NewTicker(max(a.cfg.HeartbeatInterval/2, 10*time.Millisecond))
 	defer tick.Stop()
@@ -418,26 +575,23 @@ func (a *Agent) watchdog(ctx context.Context) {
 		case <-tick.C:
 		}
 		a.mu.Lock()
-		ttl := a.cfg.TTL
-		if a.leaderTTL > 0 && a.leaderTTL < ttl {
-			ttl = a.leaderTTL
-		}
-		if !a.fenced && a.cfg.Now().Sub(a.lastHeard) > ttl {
-			a.fenced = true
-			n := 0
-			for name, w := range a.wants {
-				if !w.Global {
-					delete(a.wants, name)
-					a.kill[name] = true
-					n++
-				}
+		now, word := a.cfg.Mono(), a.wordLocked()
+		var killed []string
+		for name, w := range a.wants {
+			if w.Singleton && !w.Global && now.Sub(word) > a.lostAfterLocked(w) {
+				delete(a.wants, name)
+				a.kill[name] = true
+				a.fenced[name] = true
+				killed = append(killed, name)
 			}
-			a.log.Warn("no leader heard within the agent TTL; stopping non-global units", "ttl", ttl, "units", n)
-			a.mu.Unlock()
-			signal(a.kick)
-			continue
 		}
 		a.mu.Unlock()
+		if len(killed) > 0 {
+			sort.Strings(killed)
+			a.log.Warn("no word from a current leader within LostAfter=; killing singleton units", "units", killed, "since", now.Sub(word).Round(time.Millisecond))
+			signal(a.kick)
+			signal(a.resync)
+		}
 	}
 }
 

@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -30,7 +32,7 @@ func noLeader(ctx context.Context) <-chan election.Info {
 
 func newTestAgent(t *testing.T, ttl time.Duration) (*Agent, *sim.Driver) {
 	t.Helper()
-	a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: ttl})
+	a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: ttl, Mono: fakeMono()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,45 +52,226 @@ func active(d *sim.Driver) map[string]string {
 	return m
 }
 
-// TestAgentStopsUnitsWhenCutOff: an agent that hears from no leader for the
-// TTL stops its non-global units, and keeps its global ones.
-func TestAgentStopsUnitsWhenCutOff(t *testing.T) {
+// TestAgentCutOffPolicy: an agent that hears from no leader keeps its
+// ordinary and global units running however long it lasts, and kills each
+// Singleton=true unit once its LostAfter= (default: the TTL) has passed.
+func TestAgentCutOffPolicy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = 10 * time.Second
 		a, d := newTestAgent(t, ttl)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { a.Run(ctx); close(done) }()
-		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
-			{Name: "web.service", File: unitText(false), DesiredState: "launched"},
-			{Name: "mon.service", File: unitText(true), DesiredState: "launched", Global: true},
-		}}}})
-		synctest.Wait()
-		if got, want := fmt.Sprint(active(d)), "map[mon.service:active web.service:active]"; got != want {
-			t.Fatalf("after assignment: units = %s, want %s", got, want)
+		full := func() {
+			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+				{Name: "web.service", File: unitText(false), DesiredState: "launched"},
+				{Name: "mon.service", File: unitText(true), DesiredState: "launched", Global: true},
+				{Name: "db.service", File: singletonText(""), DesiredState: "launched"},
+				{Name: "queue.service", File: singletonText("30s"), DesiredState: "launched"},
+			}}}}, a.cfg.Mono())
+			synctest.Wait()
+		}
+		full()
+		all := "map[db.service:active mon.service:active queue.service:active web.service:active]"
+		if got := fmt.Sprint(active(d)); got != all {
+			t.Fatalf("after assignment: units = %s, want %s", got, all)
 		}
 		time.Sleep(ttl - time.Second)
 		synctest.Wait()
-		if got := active(d); got["web.service"] != "active" {
-			t.Fatalf("before the TTL: units = %v, want web.service still active", got)
+		if got := fmt.Sprint(active(d)); got != all {
+			t.Fatalf("before the TTL: units = %s, want %s", got, all)
 		}
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if got, want := fmt.Sprint(active(d)), "map[mon.service:active]"; got != want {
-			t.Fatalf("after the TTL without a leader: units = %s, want %s", got, want)
+		if got, want := fmt.Sprint(active(d)), "map[mon.service:active queue.service:active web.service:active]"; got != want {
+			t.Fatalf("past the TTL without a leader: units = %s, want %s (db.service, a singleton, killed)", got, want)
 		}
-		// A leader reached again restores the assignment.
-		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
-			{Name: "web.service", File: unitText(false), DesiredState: "launched"},
-			{Name: "mon.service", File: unitText(true), DesiredState: "launched", Global: true},
-		}}}})
+		time.Sleep(20 * time.Second)
 		synctest.Wait()
 		if got, want := fmt.Sprint(active(d)), "map[mon.service:active web.service:active]"; got != want {
-			t.Fatalf("after the leader came back: units = %s, want %s", got, want)
+			t.Fatalf("past LostAfter=30s: units = %s, want %s", got, want)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if got, want := fmt.Sprint(active(d)), "map[mon.service:active web.service:active]"; got != want {
+			t.Fatalf("an hour cut off: units = %s, want %s", got, want)
+		}
+		// A leader reached again restores what it assigns here.
+		full()
+		if got := fmt.Sprint(active(d)); got != all {
+			t.Fatalf("after the leader came back: units = %s, want %s", got, all)
 		}
 		cancel()
 		<-done
 	})
+}
+
+func singletonText(lostAfter string) string {
+	s := "[Service]\nExecStart=/bin/true\n[X-Fleet]\nSingleton=true\n"
+	if lostAfter != "" {
+		s += "LostAfter=" + lostAfter + "\n"
+	}
+	return s
+}
+
+// TestAgentJudgesWordBySendTime: a message that waited (in a socket, while
+// the agent was frozen) counts from when the leader sent it, not from when
+// it arrived, so it does not keep a singleton unit alive past its deadline.
+func TestAgentJudgesWordBySendTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 10 * time.Second
+		a, d := newTestAgent(t, ttl)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		var clock sendClock
+		leader := func() int64 { return int64(a.cfg.Mono()) + 5e9 } // another process's clock
+		leaderAt := leader()
+		a.received(&agentpb.EngineMessage{SentMonoNano: leaderAt, Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+			{Name: "db.service", File: singletonText(""), DesiredState: "launched"},
+		}}}}, clock.sent(leaderAt, a.cfg.Mono()))
+		synctest.Wait()
+		// Frozen for 12s; heartbeats the leader sent 1s and 2s in arrive
+		// only now, together.
+		time.Sleep(12 * time.Second)
+		for _, after := range []int64{1e9, 2e9} {
+			a.received(&agentpb.EngineMessage{SentMonoNano: leaderAt + after, Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}},
+				clock.sent(leaderAt+after, a.cfg.Mono()))
+		}
+		time.Sleep(time.Second) // the watchdog's tick
+		synctest.Wait()
+		if got := fmt.Sprint(active(d)); got != "map[]" {
+			t.Fatalf("10s after the last word was sent (12s frozen): units = %s, want db.service killed", got)
+		}
+		cancel()
+		<-done
+	})
+}
+
+// TestSendClock: the offset is the smallest arrival-minus-send seen.
+func TestSendClock(t *testing.T) {
+	var c sendClock
+	if got := c.sent(0, 500); got != 500 {
+		t.Errorf("sent(0, 500) = %d, want the arrival 500", got)
+	}
+	if got := c.sent(100, 1100); got != 1100 {
+		t.Errorf("first message sent at 100 arriving at 1100: %d, want 1100", got)
+	}
+	if got := c.sent(200, 1150); got != 1150 {
+		t.Errorf("a quicker message sent at 200 arriving at 1150: %d, want 1150 (offset 950)", got)
+	}
+	if got := c.sent(300, 9000); got != 1250 {
+		t.Errorf("a message sent at 300 that waited until 9000: %d, want 1250", got)
+	}
+}
+
+// TestAgentAdoptsUnits: units the driver already runs when the agent
+// starts are reported as they are and left running: the leader's full set
+// keeps them without a restart, and unloads those it does not list.
+func TestAgentAdoptsUnits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, d := newTestAgent(t, time.Minute)
+		for _, name := range []string{"web.service", "old.service"} {
+			f, err := unit.Parse(name, []byte(unitText(false)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Load(f)
+			d.Start(name)
+		}
+		synctest.Wait()
+		pids := map[string]int{}
+		for _, s := range d.States() {
+			pids[s.Name] = s.PID
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		synctest.Wait()
+		h := a.hello(1)
+		if len(h.Units) != 2 || h.Units[1].Name != "web.service" || h.Units[1].Applied != "launched" || h.Units[1].Active != "active" {
+			t.Fatalf("hello after adopting = %v, want both units, launched and active", h.Units)
+		}
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+			{Name: "web.service", File: unitText(false), DesiredState: "launched"},
+		}}}}, a.cfg.Mono())
+		synctest.Wait()
+		st := d.States()
+		if len(st) != 1 || st[0].Name != "web.service" || st[0].PID != pids["web.service"] || st[0].Active != "active" {
+			t.Fatalf("after the full set: %v, want only web.service, active with its PID %d", st, pids["web.service"])
+		}
+		cancel()
+		<-done
+	})
+}
+
+// fencer records the fences an agent hands its driver.
+type fencer struct {
+	*sim.Driver
+	mu       sync.Mutex
+	deadline monotime.Time
+	names    []string
+	calls    int
+}
+
+func (f *fencer) Fence(deadline monotime.Time, names []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deadline, f.names = deadline, names
+	f.calls++
+	return nil
+}
+
+// TestAgentFencesSingletons: the driver is handed the singleton units and
+// the deadline of the word plus their shortest LostAfter=, renewed as word
+// comes, and never before any word since the agent started.
+func TestAgentFencesSingletons(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: 10 * time.Second, Mono: fakeMono()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
+		f := &fencer{Driver: d}
+		a.SetDriver(f)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		synctest.Wait()
+		if f.calls != 0 {
+			t.Fatalf("fenced %d times before any word from a leader, want none", f.calls)
+		}
+		sent := a.cfg.Mono()
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+			{Name: "web.service", File: unitText(false), DesiredState: "launched"},
+			{Name: "db.service", File: singletonText("30s"), DesiredState: "launched"},
+			{Name: "queue.service", File: singletonText(""), DesiredState: "launched"},
+		}}}}, sent)
+		synctest.Wait()
+		f.mu.Lock()
+		if got := fmt.Sprint(f.names); got != "[db.service queue.service]" || f.deadline != sent.Add(10*time.Second) {
+			t.Errorf("fence = %s until +%v, want [db.service queue.service] until +10s", got, f.deadline.Sub(sent))
+		}
+		f.mu.Unlock()
+		time.Sleep(3 * time.Second)
+		later := a.cfg.Mono()
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}}, later)
+		synctest.Wait()
+		f.mu.Lock()
+		if f.deadline != later.Add(10*time.Second) {
+			t.Errorf("after word 3s later: deadline +%v from the first word, want +13s", f.deadline.Sub(sent))
+		}
+		f.mu.Unlock()
+		cancel()
+		<-done
+	})
+}
+
+// fakeMono is a monotonic clock that follows time.Now, so that it moves
+// with testing/synctest's fake time.
+func fakeMono() func() monotime.Time {
+	base := time.Now()
+	return func() monotime.Time { return monotime.Time(time.Since(base) + time.Second) }
 }
 
 // TestAgentAppliesDeltas: deltas start, stop and remove units; a full
@@ -100,7 +283,7 @@ func TestAgentAppliesDeltas(t *testing.T) {
 		done := make(chan struct{})
 		go func() { a.Run(ctx); close(done) }()
 		send := func(full bool, removed []string, units ...*agentpb.Assignment) {
-			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: full, Units: units, Removed: removed}}})
+			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: full, Units: units, Removed: removed}}}, a.cfg.Mono())
 			synctest.Wait()
 		}
 		as := func(name, state string) *agentpb.Assignment {
@@ -131,9 +314,9 @@ func TestAgentAppliesDeltas(t *testing.T) {
 	})
 }
 
-// TestAgentUsesTheLeadersShorterTTL: an agent configured with a longer TTL
-// than its leader's stops its units after the leader's, never keeping a
-// unit the leader has moved.
+// TestAgentUsesTheLeadersShorterTTL: a singleton unit's default LostAfter=
+// is the shorter of the agent's TTL and the leader's, so the agent never
+// keeps one the leader has moved.
 func TestAgentUsesTheLeadersShorterTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, d := newTestAgent(t, time.Minute)
@@ -141,7 +324,7 @@ func TestAgentUsesTheLeadersShorterTTL(t *testing.T) {
 		done := make(chan struct{})
 		go func() { a.Run(ctx); close(done) }()
 		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, AgentTtlMs: 5000,
-			Units: []*agentpb.Assignment{{Name: "web.service", File: unitText(false), DesiredState: "launched"}}}}})
+			Units: []*agentpb.Assignment{{Name: "db.service", File: singletonText(""), DesiredState: "launched"}}}}}, a.cfg.Mono())
 		time.Sleep(6 * time.Second)
 		synctest.Wait()
 		if got := fmt.Sprint(active(d)); got != "map[]" {
@@ -152,11 +335,11 @@ func TestAgentUsesTheLeadersShorterTTL(t *testing.T) {
 	})
 }
 
-// TestAgentKillsWhenCutOff: units stopped because no leader was heard are
-// killed at once, not stopped gracefully: they are being started elsewhere.
+// TestAgentKillsWhenCutOff: singleton units ended for want of word are
+// killed at once, not stopped gracefully: they may be started elsewhere.
 func TestAgentKillsWhenCutOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: 5 * time.Second})
+		a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: 5 * time.Second, Mono: fakeMono()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,12 +349,12 @@ func TestAgentKillsWhenCutOff(t *testing.T) {
 		done := make(chan struct{})
 		go func() { a.Run(ctx); close(done) }()
 		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true,
-			Units: []*agentpb.Assignment{{Name: "web.service", File: unitText(false), DesiredState: "launched"}}}}})
+			Units: []*agentpb.Assignment{{Name: "db.service", File: singletonText(""), DesiredState: "launched"}}}}}, a.cfg.Mono())
 		synctest.Wait()
 		time.Sleep(6 * time.Second)
 		synctest.Wait()
 		if got := fmt.Sprint(active(d)); got != "map[]" {
-			t.Fatalf("1s after fencing, with a 1-minute stop: units = %s, want none (killed)", got)
+			t.Fatalf("1s after its deadline, with a 1-minute stop: units = %s, want none (killed)", got)
 		}
 		cancel()
 		<-done

@@ -6,19 +6,24 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
 // The etcd registry mode, fleet's original way: instead of a stream to the
 // leader, the agent keeps a lease of its own TTL and, under it, a presence
 // key and one key per unit state; it watches assignments/<machine>/ for
-// what to run. "Hearing from the leader" becomes hearing from etcd: the
-// agent stops its non-global units when its lease has not been renewed for
-// the TTL (the leader moves them once the lease, and so the presence key,
-// expires).
+// what to run. "Word from a current leader" becomes a lease renewal etcd
+// granted, counted from when its request was sent (a renewal is asked
+// for a third of the TTL apart): the leader counts a machine's LostAfter=
+// from a TTL before its presence key expired, which is no earlier than the
+// last renewal granted. A daemon that stops leaves its lease to expire
+// rather than revoking it: its units keep running, and the leader must not
+// count the machine lost before its TTL has passed.
 
 // runEtcd keeps an etcd session going until ctx is done.
 func (a *Agent) runEtcd(ctx context.Context) {
@@ -50,17 +55,10 @@ func (a *Agent) etcdSession(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer func() {
-		if ctx.Err() != nil { // shutting down: let the leader know at once
-			rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-			cli.Revoke(rctx, lease.ID)
-			rcancel()
-		}
-	}()
-	ka, err := cli.KeepAlive(sctx, lease.ID)
-	if err != nil {
-		return err
-	}
+	ttl := time.Duration(lease.TTL) * time.Second
+	ka := make(chan monotime.Time, 1) // send times of granted renewals
+	kaErr := make(chan error, 1)
+	go func() { kaErr <- a.renewLease(sctx, lease.ID, ttl, ka) }()
 	hello := a.hello(0)
 	pm, _ := proto.Marshal(hello.Machine)
 	ops := []clientv3.Op{clientv3.OpPut(keys.Presence(a.cfg.Machine.ID), string(pm), clientv3.WithLease(lease.ID))}
@@ -83,18 +81,19 @@ func (a *Agent) etcdSession(ctx context.Context) error {
 			full.Units = append(full.Units, &as)
 		}
 	}
-	a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: full}})
+	a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: full}}, 0)
 
 	wch := cli.Watch(clientv3.WithRequireLeader(sctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case _, ok := <-ka:
-			if !ok {
-				return errors.New("lease keep-alive ended")
-			}
-			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}})
+		case err := <-kaErr:
+			return err
+		case <-a.resync:
+			return errors.New("units were killed for want of word; registering again")
+		case sent := <-ka:
+			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}}, sent)
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
 				if !ok {
@@ -114,7 +113,7 @@ func (a *Agent) etcdSession(ctx context.Context) error {
 					delta.Units = append(delta.Units, &as)
 				}
 			}
-			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: delta}})
+			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: delta}}, 0)
 		case <-a.flush:
 			time.Sleep(5 * time.Millisecond) // let a burst gather
 			msg := a.takeUpdate()
@@ -134,6 +133,34 @@ func (a *Agent) etcdSession(ctx context.Context) error {
 				a.requeue(u)
 				return err
 			}
+		}
+	}
+}
+
+// renewLease renews the agent's lease a third of its TTL apart and sends
+// on granted the time each granted renewal was asked for, until ctx ends or
+// the lease is gone.
+func (a *Agent) renewLease(ctx context.Context, id clientv3.LeaseID, ttl time.Duration, granted chan<- monotime.Time) error {
+	for {
+		sent := a.cfg.Mono()
+		rctx, cancel := context.WithTimeout(ctx, ttl/3)
+		resp, err := a.cfg.Etcd.KeepAliveOnce(rctx, id)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL <= 0):
+			return errors.New("the agent's lease expired")
+		case err == nil:
+			select {
+			case granted <- sent:
+			default: // the session is busy; the next renewal tells it
+			}
+		}
+		select {
+		case <-time.After(ttl / 3):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"sort"
+	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -11,6 +12,9 @@ type want struct {
 	Hash   string
 	State  unit.DesiredState // loaded or launched
 	Global bool
+	// The cut-off policy ([X-Fleet] Singleton=, LostAfter=; 0: default).
+	Singleton bool
+	LostAfter time.Duration
 }
 
 // have is what the agent has done with a unit.

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
@@ -61,6 +62,20 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+
+	// Tokens, when set (--acl), are the API tokens every request but the
+	// dashboard's files and the ACL bootstrap must carry (see guard).
+	Tokens *auth.Tokens
+	// MetricsPublic serves /metrics without a token (--metrics-public).
+	MetricsPublic bool
+	// ServerNames are the host names, besides IP addresses and localhost,
+	// that requests may name in Host (the names of the daemon's certificate).
+	ServerNames []string
+	// Forward is the transport of requests forwarded to the leader and to
+	// the machine that holds a journal (default http.DefaultTransport), and
+	// ForwardScheme their scheme: "https" when daemons speak TLS (default "http").
+	Forward       http.RoundTripper
+	ForwardScheme string
 }
 
 type server struct {
@@ -77,6 +92,9 @@ func New(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if cfg.ForwardScheme == "" {
+		cfg.ForwardScheme = "http"
+	}
 	if cfg.Leader == nil {
 		cfg.Leader = func() (election.Info, bool) { return election.Info{}, false }
 	}
@@ -84,6 +102,7 @@ func New(cfg Config) http.Handler {
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       func(*httputil.ProxyRequest) {}, // set per request in forward
 		FlushInterval: -1,
+		Transport:     cfg.Forward,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadGateway, "unavailable", fmt.Sprintf("forwarding to %s: %v", r.URL.Host, err))
 		},
@@ -107,11 +126,16 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
 	mux.HandleFunc("GET /v1/units/{name}/journal", s.leaderOnly(s.journal))
 	mux.HandleFunc("GET /v1/local/journal/{name}", s.localJournal)
+	mux.HandleFunc("POST /v1/acl/bootstrap", s.aclBootstrap)
+	mux.HandleFunc("GET /v1/acl/tokens", s.listTokens)
+	mux.HandleFunc("POST /v1/acl/tokens", s.createToken)
+	mux.HandleFunc("DELETE /v1/acl/tokens/{id}", s.revokeToken)
 	mux.Handle("GET /ui/", ui.Handler()) // the dashboard; GET /ui redirects here
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
+	guarded := s.guard(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Engine != nil {
 			if since, ok := cfg.Engine.EtcdUnreachableSince(); ok {
@@ -119,7 +143,7 @@ func New(cfg Config) http.Handler {
 			}
 		}
 		_, pretty := r.URL.Query()["pretty"]
-		mux.ServeHTTP(&prettyWriter{ResponseWriter: w, pretty: pretty}, r)
+		guarded.ServeHTTP(&prettyWriter{ResponseWriter: w, pretty: pretty}, r)
 	})
 }
 
@@ -146,13 +170,16 @@ func (s *server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *server) forward(w http.ResponseWriter, r *http.Request, addr, path string) {
-	target := &url.URL{Scheme: "http", Host: addr}
+	target := &url.URL{Scheme: s.cfg.ForwardScheme, Host: addr}
 	p := *s.proxy
 	p.Rewrite = func(pr *httputil.ProxyRequest) {
 		pr.SetURL(target)
 		pr.Out.URL.Path = path
 		pr.Out.URL.RawPath = ""
 		pr.Out.Header.Set(forwardedHeader, s.cfg.Machine)
+		// guard checked the Origin against this daemon's address, which
+		// the next one does not answer to.
+		pr.Out.Header.Del("Origin")
 	}
 	p.ServeHTTP(w, r)
 }
@@ -415,16 +442,24 @@ func (s *server) patchMachine(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &p) {
 		return
 	}
-	if len(p.Metadata) == 0 {
-		writeError(w, http.StatusBadRequest, "bad_request", `the patch changes nothing: give {"metadata": {"key": "value" or null}}`)
+	if len(p.Metadata) == 0 && p.Drain == nil {
+		writeError(w, http.StatusBadRequest, "bad_request", `the patch changes nothing: give {"metadata": {"key": "value" or null}} or {"drain": true or false}`)
 		return
 	}
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
-	if err := s.cfg.Engine.PatchMachine(ctx, id, p.Metadata); err != nil {
-		s.engineError(w, err)
-		return
+	if len(p.Metadata) > 0 {
+		if err := s.cfg.Engine.PatchMachine(ctx, id, p.Metadata); err != nil {
+			s.engineError(w, err)
+			return
+		}
+	}
+	if p.Drain != nil {
+		if err := s.cfg.Engine.DrainMachine(ctx, id, *p.Drain); err != nil {
+			s.engineError(w, err)
+			return
+		}
 	}
 	ms, err := s.cfg.Engine.Machines()
 	if err != nil {

@@ -36,13 +36,14 @@ type cluster struct {
 	eng *engine.Engine
 }
 
-func start(t *testing.T) *cluster {
+// start runs the cluster; opts may change the API's configuration.
+func start(t *testing.T, opts ...func(*api.Config, *clientv3.Client)) *cluster {
 	t.Helper()
-	return startOn(t, etcdtest.Start(t).Client(t))
+	return startOn(t, etcdtest.Start(t).Client(t), opts...)
 }
 
 // startOn is start with the etcd client cli.
-func startOn(t *testing.T, cli *clientv3.Client) *cluster {
+func startOn(t *testing.T, cli *clientv3.Client, opts ...func(*api.Config, *clientv3.Client)) *cluster {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,7 +72,11 @@ func startOn(t *testing.T, cli *clientv3.Client) *cluster {
 	d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
 	a.SetDriver(d)
 	go func() { a.Run(ctx); done <- struct{}{} }()
-	ts.Config.Handler = api.New(api.Config{Machine: "m1", Engine: eng, Driver: d, Metrics: ms, MaxBodyBytes: 1 << 20})
+	acfg := api.Config{Machine: "m1", Engine: eng, Driver: d, Metrics: ms, MaxBodyBytes: 1 << 20}
+	for _, o := range opts {
+		o(&acfg, cli)
+	}
+	ts.Config.Handler = api.New(acfg)
 	ts.Start()
 	t.Cleanup(func() { ts.Close(); cancel(); <-done; <-done; gs.Stop() })
 	c := &cluster{url: ts.URL, eng: eng}
@@ -89,7 +94,14 @@ func startOn(t *testing.T, cli *clientv3.Client) *cluster {
 func (c *cluster) do(t *testing.T, method, path, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, c.url+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultTransport.RoundTrip(req) // no transparent gzip

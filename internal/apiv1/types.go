@@ -20,6 +20,21 @@ type Unit struct {
 	File         string     `json:"file,omitempty"`    // the unit file; only in single-unit answers
 	CurrentState string     `json:"currentState"`      // inactive, loaded, launched: as reported by the target machine
 	State        *UnitState `json:"state,omitempty"`   // the target machine's report, if any
+	// The cut-off policy ([X-Fleet]): Singleton units never run on two
+	// machines at once; LostAfter is how long the unit's machine may go
+	// unheard before the unit is started elsewhere ("infinity": never;
+	// empty: the cluster's agent TTL, shown in LostAfterDefault).
+	Singleton bool   `json:"singleton,omitempty"`
+	LostAfter string `json:"lostAfter,omitempty"`
+	// History is the unit's recent notable events (lost with its machine,
+	// moved, placed again), oldest first; only in single-unit answers.
+	History []HistoryEntry `json:"history,omitempty"`
+}
+
+// HistoryEntry is one notable event of a unit.
+type HistoryEntry struct {
+	Time  string `json:"time"` // RFC 3339, the leader's clock
+	Event string `json:"event"`
 }
 
 // UnitState is what an agent reported about a unit (systemd's load/active/sub).
@@ -52,6 +67,8 @@ type Machine struct {
 	// units leave of it (0 in a dimension: not limited).
 	Capacity Resources `json:"capacity"`
 	Free     Resources `json:"free"`
+	// Draining is set while flotilla drain empties the machine.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // MachinePatch is the body of PATCH /v1/machines/{id}: each metadata key is
@@ -59,6 +76,10 @@ type Machine struct {
 // and overrides what the machine's daemon reports (--metadata).
 type MachinePatch struct {
 	Metadata map[string]*string `json:"metadata"`
+	// Drain, when set, starts (true) or ends (false) draining the machine:
+	// a draining machine takes no units, and its units move elsewhere, each
+	// stopped there before it starts on another machine (flotilla drain).
+	Drain *bool `json:"drain,omitempty"`
 }
 
 // Resources are CPU, in percent of one CPU (400 = four CPUs), and memory in bytes.
@@ -143,6 +164,8 @@ type StateUnit struct {
 	DesiredState string `json:"desiredState"`
 	Machine      string `json:"machine,omitempty"` // target machine; "" when unscheduled or global
 	Global       bool   `json:"global,omitempty"`
+	Singleton    bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
+	LostAfter    string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, "" for the agent TTL
 	Load         string `json:"load,omitempty"`
 	Active       string `json:"active,omitempty"`
 	Sub          string `json:"sub,omitempty"`
@@ -197,6 +220,38 @@ type RolePolicy struct {
 type Error struct {
 	Error string `json:"error"`
 	// Code is a stable machine-readable kind: bad_request, not_found,
-	// conflict, too_large, unavailable, etcd_unreachable, internal.
+	// conflict, too_large, unavailable, etcd_unreachable, internal; and for
+	// refused requests unauthorized (401: no token, or an unknown one),
+	// forbidden (403: the token's role is too small, or a foreign Origin or
+	// Host), unsupported_media_type (415: a write that is not JSON),
+	// acl_disabled.
 	Code string `json:"code"`
+}
+
+// Token is an API token as listed (GET /v1/acl/tokens): never its secret.
+// Role is read, write or admin.
+type Token struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Role    string `json:"role"`
+	Created string `json:"created"` // RFC 3339
+}
+
+// TokenList is the answer of GET /v1/acl/tokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// TokenRequest is the body of POST /v1/acl/tokens.
+type TokenRequest struct {
+	Name string `json:"name,omitempty"`
+	Role string `json:"role"`
+}
+
+// NewToken is the answer of POST /v1/acl/tokens and POST /v1/acl/bootstrap:
+// the token and, in Secret, what to send as "Authorization: Bearer SECRET".
+// The secret is shown this once and is not stored.
+type NewToken struct {
+	Token
+	Secret string `json:"token"`
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/client"
 )
 
@@ -27,6 +28,15 @@ const DefaultEndpoint = "http://127.0.0.1:7480"
 
 // EndpointEnv names the environment variable holding the default endpoint.
 const EndpointEnv = "FLOTILLA_ENDPOINT"
+
+// Environment variables holding the defaults of --token, --ca-file,
+// --cert-file and --key-file.
+const (
+	TokenEnv    = "FLOTILLA_TOKEN"
+	CAFileEnv   = "FLOTILLA_CA_FILE"
+	CertFileEnv = "FLOTILLA_CERT_FILE"
+	KeyFileEnv  = "FLOTILLA_KEY_FILE"
+)
 
 // Output formats of --output.
 const (
@@ -39,6 +49,10 @@ type Globals struct {
 	Endpoint       string
 	Output         string
 	RequestTimeout time.Duration
+	// Token is the API token (--token); CAFile, CertFile and KeyFile are
+	// the TLS files of an https endpoint (--ca-file, --cert-file, --key-file).
+	Token                     string
+	CAFile, CertFile, KeyFile string
 
 	// pollMin and pollMax bound the interval between polls while waiting
 	// for units; zero means 100ms and 1s.
@@ -64,6 +78,32 @@ func (g *Globals) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&g.Endpoint, "endpoint", endpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
 	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
+	// The token's default is read in clientOptions, so that help output
+	// never prints the secret.
+	fs.StringVar(&g.Token, "token", "", "API token of a cluster run with --acl (default $"+TokenEnv+")")
+	fs.StringVar(&g.CAFile, "ca-file", os.Getenv(CAFileEnv), "CA certificate to verify an https endpoint with; $"+CAFileEnv+" sets the default")
+	fs.StringVar(&g.CertFile, "cert-file", os.Getenv(CertFileEnv), "client certificate for an https endpoint (flotilla tls cert create --client); $"+CertFileEnv+" sets the default")
+	fs.StringVar(&g.KeyFile, "key-file", os.Getenv(KeyFileEnv), "key of --cert-file; $"+KeyFileEnv+" sets the default")
+}
+
+// clientOptions are the client options the global flags ask for.
+func (g *Globals) clientOptions() ([]client.Option, error) {
+	opts := []client.Option{client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli")}
+	token := g.Token
+	if token == "" {
+		token = os.Getenv(TokenEnv)
+	}
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	if g.CAFile != "" || g.CertFile != "" || g.KeyFile != "" {
+		tc, err := auth.ClientConfig(auth.Files{CA: g.CAFile, Cert: g.CertFile, Key: g.KeyFile})
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file, --cert-file, --key-file: %w", err)
+		}
+		opts = append(opts, client.WithTLS(tc))
+	}
+	return opts, nil
 }
 
 // Commands returns the commands, bound to the flags in g.
@@ -80,9 +120,12 @@ func Commands(g *Globals) []*cobra.Command {
 		newListUnitFilesCommand(g),
 		newListMachinesCommand(g),
 		newSetMetadataCommand(g),
+		newDrainCommand(g),
 		newStatusCommand(g),
 		newJournalCommand(g),
 		newCatCommand(g),
+		newACLCommand(g),
+		newTokenCommand(g),
 	}
 }
 
@@ -106,14 +149,18 @@ func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop c
 	if g.RequestTimeout < 0 {
 		return nil, nil, nil, fmt.Errorf("invalid --request-timeout %s: must not be negative", g.RequestTimeout)
 	}
+	opts, err := g.clientOptions()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	errOut := cmd.ErrOrStderr()
 	var warnOnce sync.Once
-	warn := func(since string) {
+	opts = append(opts, client.WithEtcdWarning(func(since string) {
 		warnOnce.Do(func() {
 			fmt.Fprintf(errOut, "warning: etcd unreachable since %s; showing the leader's memory (writes are refused until etcd is back)\n", since)
 		})
-	}
-	c, err := client.New(g.Endpoint, client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli"), client.WithEtcdWarning(warn))
+	}))
+	c, err := client.New(g.Endpoint, opts...)
 	if err != nil {
 		return nil, nil, nil, err // it names the endpoint
 	}

@@ -154,14 +154,18 @@ func (e *env) listUnits(ctx context.Context) ([]unitRow, error) {
 
 // unitFileRow is one line of list-unit-files.
 type unitFileRow struct {
-	Unit     string `json:"unit"`
-	Hash     string `json:"hash"`
-	DState   string `json:"dstate"`
-	State    string `json:"state"`
-	Target   string `json:"tmachine"`
-	Desc     string `json:"desc"`
-	Reason   string `json:"reason"`
-	targetIP string
+	Unit   string `json:"unit"`
+	Hash   string `json:"hash"`
+	DState string `json:"dstate"`
+	State  string `json:"state"`
+	Target string `json:"tmachine"`
+	Desc   string `json:"desc"`
+	Reason string `json:"reason"`
+	// The cut-off policy: "singleton" for Singleton=true units, and
+	// LostAfter= ("" for the agent TTL).
+	Policy    string `json:"policy,omitempty"`
+	LostAfter string `json:"lostAfter,omitempty"`
+	targetIP  string
 }
 
 func unitFileFields() []field[unitFileRow] {
@@ -175,6 +179,8 @@ func unitFileFields() []field[unitFileRow] {
 		{"tmachine", target},
 		{"desc", func(r unitFileRow, _ bool) string { return dash(r.Desc) }},
 		{"reason", func(r unitFileRow, _ bool) string { return dash(r.Reason) }},
+		{"policy", func(r unitFileRow, _ bool) string { return dash(r.Policy) }},
+		{"lostafter", func(r unitFileRow, _ bool) string { return dash(r.LostAfter) }},
 	}
 }
 
@@ -187,6 +193,7 @@ func unitFileRows(units []apiv1.Unit, machines []apiv1.Machine) []unitFileRow {
 		rows = append(rows, unitFileRow{
 			Unit: u.Name, Hash: u.Hash, DState: u.DesiredState, State: u.CurrentState,
 			Target: u.Machine, targetIP: ips[u.Machine], Desc: u.Description, Reason: u.Reason,
+			Policy: unitPolicy(u), LostAfter: u.LostAfter,
 		})
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Unit < rows[j].Unit })
@@ -266,6 +273,7 @@ type machineRow struct {
 	Metadata map[string]string `json:"metadata"`
 	Leader   bool              `json:"leader"`
 	Units    int               `json:"units"`
+	Draining bool              `json:"draining,omitempty"`
 }
 
 func machineFields() []field[machineRow] {
@@ -275,6 +283,7 @@ func machineFields() []field[machineRow] {
 		{"metadata", func(r machineRow, _ bool) string { return formatMetadata(r.Metadata) }},
 		{"leader", func(r machineRow, _ bool) string { return strconv.FormatBool(r.Leader) }},
 		{"units", func(r machineRow, _ bool) string { return strconv.Itoa(r.Units) }},
+		{"draining", func(r machineRow, _ bool) string { return strconv.FormatBool(r.Draining) }},
 	}
 }
 
@@ -287,7 +296,7 @@ func machineRows(machines []apiv1.Machine) []machineRow {
 		if md == nil {
 			md = map[string]string{}
 		}
-		rows = append(rows, machineRow{Machine: m.ID, IP: m.IP, Metadata: md, Leader: m.Leader, Units: m.Units})
+		rows = append(rows, machineRow{Machine: m.ID, IP: m.IP, Metadata: md, Leader: m.Leader, Units: m.Units, Draining: m.Draining})
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Machine < rows[j].Machine })
 	return rows
@@ -339,4 +348,17 @@ machine IDs and metadata as an object.`,
 	}
 	lf.register(cmd, defaultMachineFields, fieldNames(machineFields()))
 	return cmd
+}
+
+// unitPolicy names a unit's cut-off policy for list-unit-files: "singleton"
+// (never on two machines at once), "global", or "" (kept running when cut
+// off, replaced after LostAfter=).
+func unitPolicy(u apiv1.Unit) string {
+	switch {
+	case u.Singleton:
+		return "singleton"
+	case u.Global:
+		return "global"
+	}
+	return ""
 }

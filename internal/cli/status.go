@@ -100,6 +100,39 @@ func writeStatus(w io.Writer, u apiv1.Unit, machine string, now time.Time, loc *
 		fmt.Fprintf(w, "   Reason: %s\n", u.Reason)
 	}
 	fmt.Fprintf(w, "  Desired: %s\n", dash(u.DesiredState))
+	if p := cutOffPolicy(u); p != "" {
+		fmt.Fprintf(w, "   Policy: %s\n", p)
+	}
+	for i, h := range u.History {
+		label := "         "
+		if i == 0 {
+			label = "  History:"
+		}
+		when := h.Time
+		if t, err := time.Parse(time.RFC3339Nano, h.Time); err == nil {
+			when = t.In(loc).Format("Mon 2006-01-02 15:04:05 MST")
+		}
+		fmt.Fprintf(w, "%s %s %s\n", label, when, h.Event)
+	}
+}
+
+// cutOffPolicy describes what happens to u when its machine is cut off.
+func cutOffPolicy(u apiv1.Unit) string {
+	after := u.LostAfter
+	if after == "" {
+		after = "the agent TTL"
+	}
+	switch {
+	case u.Global:
+		return ""
+	case u.Singleton:
+		return "singleton: killed on its machine after " + after + " cut off, then started elsewhere"
+	case u.LostAfter == "infinity":
+		return "kept running when its machine is cut off; never replaced"
+	case u.LostAfter != "":
+		return "kept running when its machine is cut off; replaced elsewhere after " + after
+	}
+	return ""
 }
 
 // activeLine is systemctl's Active: value, e.g.

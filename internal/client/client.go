@@ -6,6 +6,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ type Client struct {
 	hc        *http.Client
 	timeout   time.Duration
 	userAgent string
+	token     string
 	etcdWarn  func(since string)
 }
 
@@ -46,6 +48,22 @@ func WithTimeout(d time.Duration) Option {
 // should be zero: a Timeout there would also cut followed journals.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) { c.hc = hc }
+}
+
+// WithToken sends token, an API token's secret, with every request
+// ("Authorization: Bearer TOKEN"), as daemons run with --acl require.
+func WithToken(token string) Option {
+	return func(c *Client) { c.token = token }
+}
+
+// WithTLS sends requests through a transport that uses cfg: the CA to
+// verify the daemon with and the client certificate to present.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *Client) {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = cfg
+		c.hc = &http.Client{Transport: t}
+	}
 }
 
 // WithEtcdWarning has f called with the value of the
@@ -319,6 +337,9 @@ func (c *Client) newRequest(ctx context.Context, method string, u *url.URL, body
 	req.Header.Set("Accept", "application/json")
 	if c.userAgent != "" {
 		req.Header.Set("User-Agent", c.userAgent)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	return req, nil
 }

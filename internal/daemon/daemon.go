@@ -5,6 +5,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,10 +22,12 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flotilla/flotilla/internal/agent"
 	"github.com/flotilla/flotilla/internal/api"
+	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/driver/sim"
@@ -93,6 +96,22 @@ type Config struct {
 	// much (its --max-txn-ops).
 	MaxTxnOps int
 
+	// TLS are the machine's credentials (--tls-ca, --tls-cert, --tls-key):
+	// when set, every connection is mutual TLS: the API (HTTPS), the agents'
+	// gRPC streams, forwarding between daemons, and the embedded etcd
+	// member's client and peer URLs. The certificate must name this machine.
+	TLS auth.Files
+	// EtcdTLS are the credentials to dial an external etcd (--etcd-ca,
+	// --etcd-cert, --etcd-key); each file left empty is TLS's.
+	EtcdTLS auth.Files
+	// ACL requires an API token with a role on every request (--acl).
+	ACL bool
+	// MetricsPublic serves /metrics without a token (--metrics-public).
+	MetricsPublic bool
+	// Insecure lets a daemon listen beyond loopback without TLS and ACL
+	// (--insecure); it then warns at start and every hour.
+	Insecure bool
+
 	Logger *slog.Logger
 	// Ready, if set, is called once every listener is up with their addresses.
 	Ready func(Addrs)
@@ -107,6 +126,10 @@ const MaxTxnOpsLimit = 1 << 16
 type Addrs struct {
 	API, GRPC, EtcdClient string
 }
+
+// insecureWarningEvery is how often a daemon run with --insecure beyond
+// loopback says so again.
+const insecureWarningEvery = time.Hour
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
@@ -210,6 +233,76 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// exposed returns the first listener address that is not on loopback.
+func (c *Config) exposed() (flag, addr string) {
+	ls := [][2]string{{"--api-addr", c.APIAddr}, {"--grpc-addr", c.GRPCAddr}}
+	if c.EtcdEmbed {
+		ls = append(ls, [2]string{"--etcd-client-addr", c.EtcdClientAddr}, [2]string{"--etcd-peer-addr", c.EtcdPeerAddr})
+	}
+	for _, l := range ls {
+		if !auth.Loopback(l[1]) {
+			return l[0], l[1]
+		}
+	}
+	return "", ""
+}
+
+// credentials loads the machine's TLS credentials (nil without --tls-*)
+// and refuses to listen beyond loopback without TLS and ACL unless
+// --insecure.
+func (c *Config) credentials() (*auth.Credentials, error) {
+	var creds *auth.Credentials
+	if c.TLS.Set() {
+		var err error
+		if creds, err = auth.Load(c.TLS, "--tls", c.Name); err != nil {
+			return nil, err
+		}
+	}
+	if flag, addr := c.exposed(); flag != "" && (creds == nil || !c.ACL) && !c.Insecure {
+		return nil, fmt.Errorf("%s %s listens beyond loopback, where anyone who reaches it could run commands as root on every machine: "+
+			"give --tls-ca, --tls-cert, --tls-key and --acl (see docs/security.md), or --insecure to run open anyway", flag, addr)
+	}
+	if c.EtcdEmbed && c.EtcdInitialCluster != "" {
+		want := "http://"
+		if creds != nil {
+			want = "https://"
+		}
+		for _, part := range strings.Split(c.EtcdInitialCluster, ",") {
+			if _, u, _ := strings.Cut(part, "="); !strings.HasPrefix(u, want) {
+				return nil, fmt.Errorf("--etcd-initial-cluster: %q: with%s --tls-cert the peer URLs are %s...", part, map[bool]string{true: "", false: "out"}[creds != nil], want)
+			}
+		}
+	}
+	return creds, nil
+}
+
+// etcdClientTLS is the TLS configuration to dial etcd: nil for plain
+// http, the machine's for the embedded member, --etcd-* (falling back to
+// --tls-*) for an external cluster.
+func (c *Config) etcdClientTLS(creds *auth.Credentials) (*tls.Config, error) {
+	if c.EtcdEmbed {
+		if creds == nil {
+			return nil, nil
+		}
+		return creds.ClientConfig(), nil
+	}
+	f := c.EtcdTLS
+	if f.CA == "" {
+		f.CA = c.TLS.CA
+	}
+	if f.Cert == "" && f.Key == "" {
+		f.Cert, f.Key = c.TLS.Cert, c.TLS.Key
+	}
+	if !f.Set() {
+		return nil, nil
+	}
+	tc, err := auth.ClientConfig(f)
+	if err != nil {
+		return nil, fmt.Errorf("--etcd-ca, --etcd-cert, --etcd-key: %w", err)
+	}
+	return tc, nil
+}
+
 // Run runs the daemon until ctx is done, then shuts down in order: API,
 // engine (resigning leadership at once), agent and its units, etcd.
 func Run(ctx context.Context, cfg Config) (err error) {
@@ -220,6 +313,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	log := cfg.Logger.With("machine", cfg.Name)
+	creds, err := cfg.credentials()
+	if err != nil {
+		return err
+	}
+	etcdTLS, err := cfg.etcdClientTLS(creds)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
@@ -234,19 +335,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var etcdClientAddr string
 	if cfg.EtcdEmbed {
 		e, err := startEtcd(etcdMember{Name: cfg.Name, Dir: cfg.DataDir, ClientAddr: cfg.EtcdClientAddr,
-			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, MaxTxnOps: uint(cfg.MaxTxnOps)}, 60*time.Second)
+			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, TLS: creds, MaxTxnOps: uint(cfg.MaxTxnOps)}, 60*time.Second)
 		if err != nil {
 			return err
 		}
 		cleanups = append(cleanups, func() { closeEtcd(e) })
 		etcdClientAddr = e.Clients[0].Addr().String()
-		endpoints = []string{"http://" + etcdClientAddr}
+		endpoints = []string{scheme(creds) + "://" + etcdClientAddr}
 		log.Info("embedded etcd member ready", "client", etcdClientAddr, "peer", cfg.EtcdPeerAddr)
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: endpoints, DialTimeout: 5 * time.Second,
 		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 		Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
+		TLS: etcdTLS,
 	})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
@@ -277,14 +379,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	gsrv := grpc.NewServer(
-		grpc.MaxRecvMsgSize(64<<20),
+	gopts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(64 << 20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
-	)
+	}
+	var authorizeAgent func(context.Context, string) error
+	if creds != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(creds.ServerConfig())))
+		authorizeAgent = auth.CheckAgent
+	}
+	gsrv := grpc.NewServer(gopts...)
 	if !cfg.NoEngine {
 		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
-			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger, Metrics: ms})
+			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger, Metrics: ms,
+			AuthorizeAgent: authorizeAgent})
 		if err != nil {
 			apiLn.Close()
 			grpcLn.Close()
@@ -326,7 +435,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var drv driver.Driver
 	var ag *agent.Agent
 	if !cfg.NoAgent {
+		var dial []grpc.DialOption
+		if creds != nil {
+			dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(creds.ClientConfig()))}
+		}
 		ag, err = agent.New(agent.Config{
+			DialOptions: dial,
 			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version,
 				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes},
 			Leaders: leaders, TTL: agentTTL(cfg), Logger: cfg.Logger,
@@ -347,9 +461,34 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	durable := func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
-	srv := &http.Server{Handler: api.New(api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Durable: durable, Metrics: ms,
-		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger}), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(apiLn)
+	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Durable: durable, Metrics: ms,
+		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name}}
+	if h, err := os.Hostname(); err == nil {
+		acfg.ServerNames = append(acfg.ServerNames, h)
+	}
+	if cfg.ACL {
+		acfg.Tokens = auth.NewTokens(cli, cfg.Prefix, cfg.Logger)
+		wg.Add(1)
+		go func() { defer wg.Done(); acfg.Tokens.Run(runCtx) }()
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
+	if creds != nil {
+		acfg.ServerNames = append(acfg.ServerNames, creds.Names()...)
+		acfg.ForwardScheme = "https"
+		acfg.Forward = &http.Transport{TLSClientConfig: creds.ClientConfig(), ForceAttemptHTTP2: true,
+			MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
+		srv.TLSConfig = creds.ServerConfig()
+	}
+	srv.Handler = api.New(acfg)
+	if creds != nil {
+		go srv.ServeTLS(apiLn, "", "")
+	} else {
+		go srv.Serve(apiLn)
+	}
+	if flag, addr := cfg.exposed(); flag != "" && (creds == nil || !cfg.ACL) {
+		wg.Add(1)
+		go func() { defer wg.Done(); warnInsecure(runCtx, log, flag, addr, creds != nil, cfg.ACL) }()
+	}
 
 	if eng != nil {
 		wg.Add(1)
@@ -361,7 +500,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	} else {
 		close(agentDone)
 	}
-	log.Info("daemon running", "api", addrs.API, "grpc", addrs.GRPC, "engine", eng != nil, "agent", ag != nil)
+	log.Info("daemon running", "api", scheme(creds)+"://"+addrs.API, "grpc", addrs.GRPC, "engine", eng != nil, "agent", ag != nil,
+		"tls", creds != nil, "acl", cfg.ACL)
 	if cfg.Ready != nil {
 		cfg.Ready(addrs)
 	}
@@ -380,6 +520,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cancel()
 	}
 	return nil
+}
+
+func scheme(creds *auth.Credentials) string {
+	if creds != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// warnInsecure says, at once and every hour, that the daemon listens
+// beyond loopback without the credentials it should require.
+func warnInsecure(ctx context.Context, log *slog.Logger, flag, addr string, tls, acl bool) {
+	t := time.NewTicker(insecureWarningEvery)
+	defer t.Stop()
+	for {
+		log.Warn("--insecure: listening beyond loopback without TLS and API tokens; anyone who reaches this daemon can run commands on every machine",
+			"listener", flag, "addr", addr, "tls", tls, "acl", acl)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func agentTTL(cfg Config) time.Duration {

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/flotilla/flotilla/internal/auth"
 )
 
 // etcdMember is the configuration of an embedded etcd member.
@@ -16,8 +19,11 @@ type etcdMember struct {
 	Dir            string
 	ClientAddr     string // host:port
 	PeerAddr       string // host:port
-	InitialCluster string // name=http://peer,...; "" for a single member
+	InitialCluster string // name=http(s)://peer,...; "" for a single member
 	MaxTxnOps      uint
+	// TLS, when set, makes the client and peer URLs https, each requiring
+	// a machine certificate of the cluster.
+	TLS *auth.Credentials
 }
 
 // startEtcd starts an embedded etcd member and waits until it serves
@@ -26,11 +32,23 @@ func startEtcd(m etcdMember, timeout time.Duration) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = m.Name
 	cfg.Dir = filepath.Join(m.Dir, "etcd")
-	cu, err := url.Parse("http://" + m.ClientAddr)
+	sch := "http://"
+	if m.TLS != nil {
+		sch = "https://"
+		info := transport.TLSInfo{
+			CertFile: m.TLS.Files.Cert, KeyFile: m.TLS.Files.Key, TrustedCAFile: m.TLS.Files.CA,
+			ClientCertAuth: true,
+			// Only machines: a person's client certificate, signed by the
+			// same CA for the API, must not reach etcd behind the roles.
+			AllowedHostnames: []string{auth.MachineSAN},
+		}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
+	}
+	cu, err := url.Parse(sch + m.ClientAddr)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client address %q: %w", m.ClientAddr, err)
 	}
-	pu, err := url.Parse("http://" + m.PeerAddr)
+	pu, err := url.Parse(sch + m.PeerAddr)
 	if err != nil {
 		return nil, fmt.Errorf("etcd peer address %q: %w", m.PeerAddr, err)
 	}
@@ -75,8 +93,8 @@ func parseInitialCluster(s, name string) error {
 		if !ok || n == "" || u == "" {
 			return fmt.Errorf("--etcd-initial-cluster: %q is not name=URL", part)
 		}
-		if _, err := url.Parse(u); err != nil || !strings.HasPrefix(u, "http") {
-			return fmt.Errorf("--etcd-initial-cluster: %q has a bad URL %q (want http://host:port)", part, u)
+		if _, err := url.Parse(u); err != nil || !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("--etcd-initial-cluster: %q has a bad URL %q (want http://host:port, or https://host:port with TLS)", part, u)
 		}
 		if n == name {
 			found = true

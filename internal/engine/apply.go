@@ -33,9 +33,10 @@ type Change struct {
 
 type applyReq struct {
 	changes []Change
-	// or a change of one machine's metadata
+	// or a change of one machine's metadata, or of whether it drains
 	machine string
 	patch   map[string]*string
+	drain   *bool
 	// or a new placement policy
 	options *scheduler.Options
 	res     chan applyRes
@@ -63,6 +64,14 @@ func (e *Engine) PatchMachine(ctx context.Context, id string, patch map[string]*
 		}
 	}
 	return e.submit(ctx, &applyReq{machine: id, patch: patch, res: make(chan applyRes, 1)})
+}
+
+// DrainMachine sets whether a machine drains, durably: a draining machine
+// takes no units, and its units move elsewhere, each stopped there before
+// it is started on another machine (as every move). Undraining lets it take
+// units again; nothing moves back by itself.
+func (e *Engine) DrainMachine(ctx context.Context, id string, drain bool) error {
+	return e.submit(ctx, &applyReq{machine: id, drain: &drain, res: make(chan applyRes, 1)})
 }
 
 func (e *Engine) submit(ctx context.Context, r *applyReq) error {
@@ -102,6 +111,7 @@ func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 func (t *term) applyRound(round []*applyReq) {
 	roundRecs := map[string]*unitRec{} // nil value: destroyed
 	roundMachines := map[string]map[string]*string{}
+	roundDrain := map[string]bool{}
 	var (
 		ops      []registry.Op
 		accepted []*applyReq
@@ -145,6 +155,12 @@ func (t *term) applyRound(round []*applyReq) {
 				continue
 			}
 			roundMachines[req.machine] = ov
+			if _, ok := roundDrain[req.machine]; !ok {
+				roundDrain[req.machine] = t.drainMachines[req.machine]
+			}
+			if req.drain != nil {
+				roundDrain[req.machine] = *req.drain
+			}
 			accepted = append(accepted, req)
 			continue
 		}
@@ -172,7 +188,7 @@ func (t *term) applyRound(round []*applyReq) {
 	// refuses a key twice in a transaction, and a unit may be changed by
 	// several requests of a round.
 	for id, ov := range roundMachines {
-		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov}))
+		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov, Drain: roundDrain[id]}))
 	}
 	if newOptions != nil {
 		ops = append(ops, putOptions(t.keys, *newOptions))
@@ -184,6 +200,9 @@ func (t *term) applyRound(round []*applyReq) {
 			continue
 		case next == nil:
 			ops = append(ops, registry.DeleteUnit(t.keys, name))
+			if _, moving := t.draining[name]; moving {
+				ops = append(ops, registry.DeleteMove(t.keys, name))
+			}
 		case cur == nil || cur.desired != next.desired || cur.file.Hash != next.file.Hash:
 			ops = append(ops, registry.PutUnit(t.keys, registry.Record{Name: name, File: next.file.Raw, DesiredState: string(next.desired)}))
 		}
@@ -214,6 +233,16 @@ func (t *term) applyRound(round []*applyReq) {
 	t.mu.Lock()
 	for id, ov := range roundMachines {
 		t.overrides[id] = ov
+		if roundDrain[id] != t.drainMachines[id] {
+			if roundDrain[id] {
+				t.drainMachines[id] = true
+			} else {
+				delete(t.drainMachines, id)
+			}
+			t.placeDirty = true
+			t.globalsDirty = true
+			t.changed()
+		}
 	}
 	if newOptions != nil {
 		t.options = *newOptions

@@ -39,15 +39,14 @@ import (
 
 // degradation is a term's view of its lease and of etcd.
 type degradation struct {
-	el    *election.Term
 	since atomic.Int64 // UnixNano when etcd was found unreachable; 0 while it answers
 	once  sync.Once
 	c     chan struct{} // closed when the term degrades
 	lost  chan struct{} // closed when etcd answered that the lease is gone
 }
 
-func newDegradation(el *election.Term) *degradation {
-	return &degradation{el: el, c: make(chan struct{}), lost: make(chan struct{})}
+func newDegradation() *degradation {
+	return &degradation{c: make(chan struct{}), lost: make(chan struct{})}
 }
 
 // EtcdUnreachableError is the error of a write refused (or of unknown
@@ -95,7 +94,7 @@ func (t *term) degradedSince() (time.Time, bool) {
 // then may it decide, heartbeat as the cluster's voice, or answer reads as
 // current. A degraded term's lease is never valid.
 func (t *term) leaseValid() bool {
-	return t.deg.since.Load() == 0 && t.deg.el.Valid(time.Now())
+	return t.deg.since.Load() == 0 && t.el.Valid(time.Now())
 }
 
 // degrade makes the term degraded (once): it keeps memory and streams and
@@ -187,7 +186,7 @@ func (e *Engine) probeEtcd(in election.Info) (reachable, ours bool) {
 // deg.lost (the key is gone), or waits for the next renewal (the key is
 // still ours). It returns when the term ends or either happened.
 func (t *term) watchLease() {
-	el := t.deg.el
+	el := t.el
 	for {
 		wait := max(time.Until(el.ValidUntil()), 0) + time.Millisecond
 		if el.Valid(time.Now()) {
@@ -229,7 +228,7 @@ func (e *Engine) reader() (*term, error) {
 	}
 	deadline := time.Now().Add(e.probeTimeout() + 100*time.Millisecond)
 	for {
-		if t.deg.since.Load() != 0 || t.deg.el.Valid(time.Now()) {
+		if t.deg.since.Load() != 0 || t.el.Valid(time.Now()) {
 			return t, nil
 		}
 		if time.Now().After(deadline) {

@@ -42,12 +42,26 @@
 // The leader refuses a Hello naming another term (leader_rev), and ends every
 // stream when its term ends; the agent then looks the leader up again.
 //
-// # Liveness
+// Every message the leader sends carries its monotonic send time; the
+// leader sends nothing while its lease is not known to be held
+// (election.Term.Valid) or to an agent silent for muteAfter.
 //
-// A machine not heard from for AgentTTL (plus one heartbeat interval of
-// grace) is lost: its non-global units are unscheduled and placed elsewhere.
-// Its agent, not hearing from any leader for AgentTTL (which the leader
-// sends it), has killed them by then (package agent), so a unit does not run
-// twice. A unit moving between two live machines is placed again only once
-// the old machine reports it stopped (place.go).
+// # Liveness and the cut-off policy
+//
+// The reconcile pass is a pure plan (plan.go: planReconcile, of a planInput
+// and the time, to buckets lost, misfit, waiting, done moving, place and
+// gone) carried out by term.reconcile (place.go). A machine is reachable
+// while its stream is open and its agent speaks. A unreachable machine's
+// units stay scheduled there until their [X-Fleet] LostAfter= (default the
+// agent TTL, "infinity" never) has passed since it was last heard, or since
+// the term began: then ordinary units are placed elsewhere, while the
+// cut-off machine may still run its copy, which is stopped when it is back.
+// A Singleton=true unit waits until LostAfter= (plus a margin) has passed
+// since the leader last sent the machine anything, by when its agent (or
+// the supervisor holding its deadline) has killed it. Global units are
+// never replaced. A unit moving off a reachable machine (its constraints no
+// longer hold there, the machine drains, or Replaces=) is recorded under
+// moves/ in etcd with the machine, and placed again only once that copy is
+// gone: a new leader loads the moves, so a change of leader never lets it
+// run twice.
 package engine

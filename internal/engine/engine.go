@@ -55,6 +55,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests substitute it.
 	Now func() time.Time
+	// AuthorizeAgent, if set, is asked whether the peer of an agent stream
+	// (ctx is the stream's) may speak for machine; a Hello it refuses ends
+	// the stream with PermissionDenied (see helloAllowed). Daemons with TLS
+	// set auth.CheckAgent; nil lets any agent in.
+	AuthorizeAgent func(ctx context.Context, machine string) error
 }
 
 func (c *Config) validate() error {

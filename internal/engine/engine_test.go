@@ -695,3 +695,161 @@ func TestEngineMoveWaitsForStop(t *testing.T) {
 		t.Error("while m1 stopped db.service, its reason never said so")
 	}
 }
+
+// TestEngineMoveSurvivesLeaderChange: a unit moving off a machine whose copy
+// takes long to stop is not started elsewhere by a new leader before that
+// copy has stopped: the move is in etcd, not only in the old leader's memory.
+func TestEngineMoveSurvivesLeaderChange(t *testing.T) {
+	for _, reg := range []string{"grpc", "etcd"} {
+		t.Run(reg, func(t *testing.T) { testEngineMoveSurvivesLeaderChange(t, reg) })
+	}
+}
+
+func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e1 := startEngine(t, cli, reg, "e1")
+	waitLeader(t, e1)
+	e2 := startEngine(t, cli, reg, "e2")
+	a1 := startAgent(t, cli, reg, "m1", "disk=ssd", "stop=3s")
+	a2 := startAgent(t, cli, reg, "m2", "disk=hdd", "stop=3s")
+	waitMachines(t, e1.Engine, 2)
+	ctx := context.Background()
+	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
+	if err := e1.Apply(ctx, []engine.Change{{Name: "db.service", File: db, DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	running := func(a *testAgent) bool {
+		for _, s := range a.driver.States() {
+			if s.Name == "db.service" && s.Running() {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 10*time.Second, "db on m1", func() error {
+		if !running(a1) {
+			return errors.New("not running on m1")
+		}
+		return nil
+	})
+	hdd, ssd := "hdd", "ssd"
+	if err := e1.PatchMachine(ctx, "m2", map[string]*string{"disk": &ssd}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e1.PatchMachine(ctx, "m1", map[string]*string{"disk": &hdd}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the move to be decided", func() error {
+		if u, _ := e1.Unit("db.service"); !strings.Contains(u.Reason, "stopping on m1") {
+			return fmt.Errorf("reason %q", u.Reason)
+		}
+		return nil
+	})
+	e1.stop() // resigns: e2 leads at once, while m1 still stops db
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		r1, r2 := running(a1), running(a2)
+		if r1 && r2 {
+			t.Fatal("db.service runs on m1 and m2 at once after the leader changed")
+		}
+		if r2 && !r1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !running(a2) {
+		t.Fatal("db.service did not move to m2 under the new leader")
+	}
+	// The move is forgotten once done.
+	eventually(t, 5*time.Second, "the move's key to go", func() error {
+		resp, err := cli.Get(ctx, registry.Keys{}.Moves(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			return fmt.Errorf("%d moves in etcd, %v", resp.Count, err)
+		}
+		return nil
+	})
+	_ = e2
+}
+
+// TestEngineDrain: a drained machine's units move elsewhere, each stopped
+// before it starts on another machine, and it takes no new units until the
+// drain is cancelled.
+func TestEngineDrain(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "grpc", "e1")
+	a1 := startAgent(t, cli, "grpc", "m1", "stop=300ms")
+	a2 := startAgent(t, cli, "grpc", "m2", "stop=300ms")
+	waitMachines(t, e.Engine, 2)
+	ctx := context.Background()
+	if err := e.Apply(ctx, launch(t, 4, "web")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "4 units active", func() error { _, err := allActive(e.Engine, 4); return err })
+	copies := func() (most int, on1 int) {
+		n := map[string]int{}
+		for _, a := range []*testAgent{a1, a2} {
+			for _, s := range a.driver.States() {
+				if s.Running() {
+					n[s.Name]++
+					if a == a1 {
+						on1++
+					}
+				}
+			}
+		}
+		for _, c := range n {
+			most = max(most, c)
+		}
+		return most, on1
+	}
+	if err := e.DrainMachine(ctx, "m1", true); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		most, on1 := copies()
+		if most > 1 {
+			t.Fatal("a unit ran on both machines during the drain")
+		}
+		if on1 == 0 {
+			if placed, err := allActive(e.Engine, 4); err == nil && len(placed["m1"]) == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("m1 still runs %d units 15s into its drain", on1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ms, _ := e.Machines()
+	for _, m := range ms {
+		if m.Draining != (m.ID == "m1") {
+			t.Errorf("machine %s draining = %v", m.ID, m.Draining)
+		}
+	}
+	if err := e.Apply(ctx, launch(t, 2, "more")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "6 units active", func() error { _, err := allActive(e.Engine, 6); return err })
+	if placed, _ := allActive(e.Engine, 6); len(placed["m1"]) != 0 {
+		t.Fatalf("a draining machine was given units: %v", placed["m1"])
+	}
+	if err := e.DrainMachine(ctx, "m1", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Apply(ctx, launch(t, 1, "after")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the new unit on m1, undrained", func() error {
+		placed, err := allActive(e.Engine, 7)
+		if err != nil {
+			return err
+		}
+		if len(placed["m1"]) != 1 {
+			return fmt.Errorf("m1 runs %v", placed["m1"])
+		}
+		return nil
+	})
+}

@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/registry"
@@ -26,90 +28,62 @@ type schedMachine struct {
 	capacity scheduler.Resources
 }
 
-// reconcile runs one pass. It runs on the loop goroutine.
+// reconcile runs one pass: it takes the plan's input under the lock,
+// decides with planReconcile (plan.go), allocates the units to place, and
+// commits and applies the outcome. It runs on the loop goroutine.
 func (t *term) reconcile() {
 	now := t.e.cfg.Now()
 	defer func() { t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds()) }()
 	t.mu.Lock()
-	lost, drifted := t.syncMachines(now)
+	drifted := t.syncMachines(now)
 	t.syncGlobals(len(drifted) > 0)
 	t.sendFull()
 	t.mu.Unlock()
 
 	t.mu.RLock()
+	in := t.planInput(now, drifted)
+	p := planReconcile(in)
+	t.placeDirty = false
+
 	moved := map[string]*unitRec{}
-	unschedule := func(name string) {
-		moved[name] = t.units[name].with(func(r *unitRec) { r.machine = "" })
+	newMoves := map[string]string{} // moves to record durably
+	unschedule := func(name, reason string) {
+		moved[name] = t.units[name].with(func(r *unitRec) { r.machine, r.reason = "", reason })
 		t.sched.Unplace(name)
 	}
-	// A unit moving off a live machine is placed again only once that
-	// machine has stopped it, so it never runs on two (see draining).
-	drain := func(name string) {
-		if old := t.units[name].machine; old != "" {
-			t.draining[name] = old
-		}
-		unschedule(name)
+	for _, l := range p.Lost {
+		t.e.log.Warn("machine unreachable beyond the unit's LostAfter=; placing the unit elsewhere", "unit", l.Name, "machine", l.Machine, "unheard", l.Unheard.Round(time.Millisecond))
+		unschedule(l.Name, "")
+		t.history(l.Name, fmt.Sprintf("lost on %s (unheard for %s)", l.Machine, l.Unheard.Round(time.Millisecond)))
 	}
-	// Units whose constraints no longer hold where they are: on machines
-	// whose metadata or capacity changed, and followers (MachineOf=) of
-	// units that moved.
-	check := map[string]string{}
-	for _, id := range drifted {
-		for name := range t.machines[id].units {
-			check[name] = id
+	for _, mf := range p.Misfit {
+		t.e.log.Info("unit no longer fits its machine; moving it", "unit", mf.Name, "machine", mf.Machine, "reason", mf.Reason)
+		unschedule(mf.Name, "")
+		if _, waiting := p.Waiting[mf.Name]; waiting {
+			newMoves[mf.Name] = mf.Machine
 		}
+		t.history(mf.Name, fmt.Sprintf("moving off %s: %s", mf.Machine, mf.Reason))
 	}
-	if !t.rechecked && now.Sub(t.start) > t.e.cfg.AgentTTL+t.e.cfg.HeartbeatInterval {
-		t.rechecked = true
-		for name, r := range t.units {
-			if r.machine != "" && t.sched.HasMachine(r.machine) {
-				check[name] = r.machine
-			}
+	for _, name := range slices.Sorted(maps.Keys(p.Waiting)) {
+		why := p.Waiting[name]
+		rec := moved[name]
+		if rec == nil {
+			rec = t.units[name]
 		}
-	}
-	if t.followersMoved {
-		for name := range t.followers {
-			if r := t.units[name]; r != nil && r.machine != "" {
-				check[name] = r.machine
-			}
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(check)) {
-		if ok, why := t.sched.Fits(t.units[name].su, check[name]); !ok {
-			t.e.log.Info("unit no longer fits its machine; moving it", "unit", name, "machine", check[name], "reason", why)
-			drain(name)
-		}
-	}
-	for _, id := range lost {
-		for name := range t.machines[id].units {
-			if _, ok := moved[name]; !ok {
-				unschedule(name)
-			}
+		if rec.reason != why || rec.machine != "" {
+			moved[name] = rec.with(func(r *unitRec) { r.machine, r.reason = "", why })
 		}
 	}
 	var pending []*scheduler.Unit
-	if t.placeDirty || len(lost) > 0 || len(drifted) > 0 {
-		// Something placement depends on changed: try the backlog again.
-		// Otherwise it would be decided the same way at a cost of up to
-		// every machine per unit.
-		for name := range t.unplaced {
-			if _, ok := moved[name]; !ok && !t.stillRunning(name) {
-				pending = append(pending, t.units[name].su)
-			}
+	for _, name := range p.Place {
+		rec := moved[name]
+		if rec == nil {
+			rec = t.units[name]
+		}
+		if rec != nil && rec.wanted() && !rec.file.Fleet.Global {
+			pending = append(pending, rec.su)
 		}
 	}
-	t.placeDirty = false
-	for name, r := range moved {
-		switch {
-		case !r.wanted():
-		case t.stillRunning(name):
-			old := t.draining[name]
-			moved[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + old + " before it moves" })
-		default:
-			pending = append(pending, r.su)
-		}
-	}
-	sort.Slice(pending, func(i, j int) bool { return pending[i].Name < pending[j].Name })
 	again := false
 	for i, d := range t.sched.Allocate(pending) {
 		name := pending[i].Name
@@ -128,29 +102,54 @@ func (t *term) reconcile() {
 			moved[name] = nr
 		}
 		// Replaces=: the units this one displaced were unplaced by Allocate;
-		// unschedule them now and place them on the next pass.
+		// they move: placed again once stopped where they ran.
 		for _, x := range d.Displaced {
 			if _, ok := moved[x]; !ok && t.units[x] != nil && t.units[x].machine != "" {
-				t.draining[x] = t.units[x].machine
-				moved[x] = t.units[x].with(func(r *unitRec) { r.machine, r.reason = "", "replaced; stopping on "+r.machine+" before it moves" })
+				from := t.units[x].machine
+				newMoves[x] = from
+				moved[x] = t.units[x].with(func(r *unitRec) { r.machine, r.reason = "", "replaced; stopping on "+from+" before it moves" })
 				again = true
 			}
 		}
 	}
 	t.mu.RUnlock()
+	done := map[string]bool{}
+	for _, name := range p.MoveDone {
+		done[name] = true
+	}
+	lostFrom := map[string]string{}
+	for _, l := range p.Lost {
+		lostFrom[l.Name] = l.Machine
+	}
 	// Commit and apply in slices, so that agents start on the first units
 	// while the rest are written, and the lock is released in between. Only
 	// this goroutine changes t.units, so it reads them without the lock.
 	names := slices.Sorted(maps.Keys(moved))
+	for _, name := range p.MoveDone {
+		if _, ok := moved[name]; !ok {
+			names = append(names, name) // a move forgotten without a new placement (the unit is no longer wanted)
+		}
+	}
 	for len(names) > 0 {
 		part := names[:min(len(names), placeSlice)]
 		names = names[len(part):]
-		// One op per unit, from the outcome: a unit moved off a machine and
+		// One op per key, from the outcome: a unit moved off a machine and
 		// placed again in the same pass is one put (etcd refuses a key twice
 		// in a transaction).
 		var ops []registry.Op
 		for _, name := range part {
 			nr, cur := moved[name], t.units[name]
+			if cur == nil {
+				continue
+			}
+			if from, ok := newMoves[name]; ok {
+				ops = append(ops, registry.PutMove(t.keys, name, from))
+			} else if done[name] {
+				ops = append(ops, registry.DeleteMove(t.keys, name))
+			}
+			if nr == nil {
+				continue
+			}
 			switch {
 			case nr.machine != "" && nr.machine != cur.machine:
 				ops = append(ops, registry.PutSchedule(t.keys, name, nr.machine))
@@ -169,15 +168,29 @@ func (t *term) reconcile() {
 		}
 		t.mu.Lock()
 		for _, name := range part {
-			if rec, cur := moved[name], t.units[name]; cur != nil && cur.desired == rec.desired {
-				t.setUnit(name, rec)
+			if from, ok := newMoves[name]; ok {
+				t.draining[name] = from
+			} else if done[name] {
+				delete(t.draining, name)
 			}
+			rec, cur := moved[name], t.units[name]
+			if rec == nil || cur == nil || cur.desired != rec.desired {
+				continue
+			}
+			switch {
+			case rec.machine == "" || rec.machine == cur.machine:
+			case lostFrom[name] != "":
+				t.history(name, "replaced on "+rec.machine+" (its machine "+lostFrom[name]+" was lost)")
+			case done[name] || strings.HasPrefix(cur.reason, "stopping on "):
+				t.history(name, "placed on "+rec.machine+" once its old copy stopped")
+			}
+			t.setUnit(name, rec)
 		}
 		t.mu.Unlock()
 	}
 	t.mu.Lock()
 	t.followersMoved = false
-	for _, id := range lost {
+	for _, id := range p.Gone {
 		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
 			delete(t.machines, id)
 		}
@@ -189,23 +202,97 @@ func (t *term) reconcile() {
 	}
 	t.shares = t.sched.Shares()
 	t.mu.Unlock()
-	if len(lost) > 0 {
-		t.e.log.Info("moved units off lost machines", "machines", lost)
-	}
 	if again {
 		t.poke()
 	}
 }
 
-// syncMachines makes the scheduler's machines the connected ones, with
-// their metadata and capacity, and returns the machines lost (unheard for
-// the agent TTL plus grace) and those whose metadata or capacity changed.
-// Callers hold mu and run on the loop goroutine.
-func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
-	deadline := t.e.cfg.AgentTTL + t.e.cfg.HeartbeatInterval
+// planInput gathers what the pass decides from. Callers hold mu (for
+// reading) and run on the loop goroutine.
+func (t *term) planInput(now time.Time, drifted []string) planInput {
+	in := planInput{
+		Now: now, TermStart: t.start, AgentTTL: t.e.cfg.AgentTTL, Grace: t.e.cfg.HeartbeatInterval,
+		Machines: make(map[string]planMachine, len(t.machines)),
+		Check:    map[string]string{},
+		Moves:    t.draining,
+		Units:    map[string]planUnit{},
+		Fits: func(name, machine string) (bool, string) {
+			return t.sched.Fits(t.units[name].su, machine)
+		},
+		Running: func(name, machine string) bool {
+			if m := t.machines[machine]; m != nil {
+				s, ok := m.states[name]
+				return ok && s.Running()
+			}
+			return false
+		},
+	}
+	describe := func(name string) {
+		if r := t.units[name]; r != nil {
+			in.Units[name] = planUnit{Wanted: r.wanted(), Singleton: r.file.Fleet.Singleton, LostAfter: r.file.Fleet.LostAfter}
+		}
+	}
+	for id, m := range t.machines {
+		pm := planMachine{Reachable: t.reachable(m, now), Draining: t.drainMachines[id], HeardAt: m.heardAt(), SentAt: m.sentAt()}
+		if !pm.Reachable || pm.Draining {
+			pm.Units = slices.Collect(maps.Keys(m.units))
+			for _, name := range pm.Units {
+				describe(name)
+			}
+		}
+		in.Machines[id] = pm
+	}
+	for name := range t.draining {
+		describe(name)
+	}
+	// Units whose constraints may no longer hold where they are: on
+	// machines whose metadata or capacity changed, followers (MachineOf=)
+	// of units that moved, and, once per term after every live machine has
+	// had the agent TTL to reconnect, every placed unit (a change a former
+	// term committed but did not act on is acted on now).
+	for _, id := range drifted {
+		for name := range t.machines[id].units {
+			in.Check[name] = id
+		}
+	}
+	if !t.rechecked && now.Sub(t.start) > t.e.cfg.AgentTTL+t.e.cfg.HeartbeatInterval {
+		t.rechecked = true
+		for name, r := range t.units {
+			if r.machine != "" && t.sched.HasMachine(r.machine) {
+				in.Check[name] = r.machine
+			}
+		}
+	}
+	if t.followersMoved {
+		for name := range t.followers {
+			if r := t.units[name]; r != nil && r.machine != "" {
+				in.Check[name] = r.machine
+			}
+		}
+	}
+	for name := range in.Check {
+		describe(name)
+	}
+	if t.placeDirty || len(drifted) > 0 {
+		// Something placement depends on changed: try the backlog again.
+		// Otherwise it would be decided the same way at a cost of up to
+		// every machine per unit.
+		for name := range t.unplaced {
+			describe(name)
+			in.Backlog = append(in.Backlog, name)
+		}
+	}
+	return in
+}
+
+// syncMachines makes the scheduler's machines the reachable ones that do
+// not drain, with their metadata and capacity, and returns those whose
+// metadata or capacity changed. Callers hold mu and run on the loop
+// goroutine.
+func (t *term) syncMachines(now time.Time) (drifted []string) {
 	for id, m := range t.machines {
 		sm, known := t.schedMachines[id]
-		if m.conn != nil {
+		if t.reachable(m, now) && !t.drainMachines[id] {
 			cur := schedMachine{metadata: t.metadata(m), capacity: scheduler.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}}
 			if !known || !maps.Equal(cur.metadata, sm.metadata) || cur.capacity != sm.capacity {
 				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: cur.metadata, Capacity: cur.capacity})
@@ -228,13 +315,6 @@ func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
 			t.globalsDirty = true
 			t.placeDirty = true
 		}
-		heard := m.lastSeen
-		if heard.Before(t.start) {
-			heard = t.start
-		}
-		if now.Sub(heard) > deadline {
-			lost = append(lost, id)
-		}
 	}
 	for id := range t.schedMachines {
 		if _, ok := t.machines[id]; !ok {
@@ -245,9 +325,8 @@ func (t *term) syncMachines(now time.Time) (lost, drifted []string) {
 	if len(drifted) > 0 {
 		t.globalsDirty = true
 	}
-	sort.Strings(lost)
 	sort.Strings(drifted)
-	return lost, drifted
+	return drifted
 }
 
 // syncGlobals places every wanted global unit on the machines where it fits
@@ -346,21 +425,4 @@ func setOf(ids []string) map[string]struct{} {
 		m[id] = struct{}{}
 	}
 	return m
-}
-
-// stillRunning reports whether a unit moving off a machine still runs there
-// (so it must not be placed yet), and forgets the move once it does not.
-// Callers hold mu and run on the loop goroutine.
-func (t *term) stillRunning(name string) bool {
-	old, ok := t.draining[name]
-	if !ok {
-		return false
-	}
-	if m := t.machines[old]; m != nil && m.conn != nil {
-		if s, ok := m.states[name]; ok && s.Running() {
-			return true
-		}
-	}
-	delete(t.draining, name) // stopped, or its machine is gone (and fences itself)
-	return false
 }

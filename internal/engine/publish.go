@@ -92,7 +92,7 @@ func (t *term) buildSnapshot() *state.Snapshot {
 			continue
 		}
 		u := apiv1.StateUnit{Name: r.file.Name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
-			Global: r.file.Fleet.Global, Reason: r.reason}
+			Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter), Reason: r.reason}
 		if r.machine != "" {
 			if m := t.machines[r.machine]; m != nil {
 				if st, ok := m.states[u.Name]; ok {

@@ -110,7 +110,8 @@ func (t *term) machineViews() []apiv1.Machine {
 		out = append(out, apiv1.Machine{ID: id, IP: m.info.IP, Metadata: md, Leader: id == t.info.Machine,
 			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units) + len(m.globals),
 			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes},
-			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)}})
+			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)},
+			Draining: t.drainMachines[id]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -143,10 +144,11 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	u := apiv1.Unit{
 		Name: r.file.Name, Hash: r.file.Hash, Description: r.file.Description,
 		DesiredState: string(r.desired), Machine: r.machine, Reason: r.reason, CurrentState: string(unit.Inactive),
-		Global: r.file.Fleet.Global,
+		Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter),
 	}
 	if withFile {
 		u.File = r.file.Raw
+		u.History = t.unitHistory(r.file.Name)
 	}
 	if r.file.Fleet.Global {
 		// A global unit is where it fits: it has reached its desired state
@@ -218,4 +220,16 @@ func free(capacity, used int64) int64 {
 		return 0
 	}
 	return max(capacity-used, 0)
+}
+
+// lostAfterText renders [X-Fleet] LostAfter= for the API: "" when unset (the
+// agent TTL applies), "infinity", or a Go duration.
+func lostAfterText(d time.Duration) string {
+	switch d {
+	case 0:
+		return ""
+	case unit.Infinity:
+		return "infinity"
+	}
+	return d.String()
 }

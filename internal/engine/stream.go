@@ -1,12 +1,15 @@
 package engine
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -16,12 +19,16 @@ import (
 // slow agent: a unit changed twice before the agent read it is sent once.
 type agentConn struct {
 	machine string
-	mu      sync.Mutex
-	full    bool                           // the next send is the full set
-	pending map[string]*agentpb.Assignment // nil value: removed
-	wake    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	// heardNano and sentNano are when the agent was last heard and last
+	// sent anything (Unix nanoseconds of the engine's clock): heartbeats
+	// take no lock.
+	heardNano, sentNano atomic.Int64
+	mu                  sync.Mutex
+	full                bool                           // the next send is the full set
+	pending             map[string]*agentpb.Assignment // nil value: removed
+	wake                chan struct{}
+	done                chan struct{}
+	once                sync.Once
 	// agentTTL is the leader's, told to the agent with each full set.
 	agentTTL time.Duration
 }
@@ -31,6 +38,16 @@ func newAgentConn(machine string) *agentConn {
 }
 
 func (c *agentConn) close() { c.once.Do(func() { close(c.done) }) }
+
+func (c *agentConn) heard() time.Time { return unixNano(c.heardNano.Load()) }
+func (c *agentConn) sent() time.Time  { return unixNano(c.sentNano.Load()) }
+
+func unixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
 
 func (c *agentConn) queue(name string, a *agentpb.Assignment) {
 	c.mu.Lock()
@@ -93,6 +110,9 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	if hello == nil || hello.Machine == nil || hello.Machine.Id == "" {
 		return status.Error(codes.InvalidArgument, "the first message must be a Hello naming the machine")
 	}
+	if err := e.helloAllowed(stream.Context(), hello.Machine.Id); err != nil {
+		return err
+	}
 	if hello.LeaderRev != 0 && hello.LeaderRev != t.info.Rev {
 		return status.Errorf(codes.FailedPrecondition, "stale leader revision %d; the leader's is %d", hello.LeaderRev, t.info.Rev)
 	}
@@ -126,21 +146,54 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	}
 }
 
+// helloAllowed refuses a Hello from a peer that may not speak for machine
+// (Config.AuthorizeAgent): another machine's agent, or one whose
+// certificate the cluster's CA did not sign. It is checked before the
+// stream touches any state, so a refused Hello cuts no agent off and learns
+// nothing of the machine's units.
+func (e *Engine) helloAllowed(ctx context.Context, machine string) error {
+	if e.cfg.AuthorizeAgent == nil {
+		return nil
+	}
+	if err := e.cfg.AuthorizeAgent(ctx, machine); err != nil {
+		e.log.Warn("refused an agent's Hello", "machine", machine, "err", err)
+		return status.Errorf(codes.PermissionDenied, "hello as machine %q refused: %v", machine, err)
+	}
+	return nil
+}
+
+// send sends an agent its assignments and, when idle, heartbeats, each
+// stamped with the leader's monotonic send time: the agent times its
+// singleton units' deadline from it. Nothing is sent while the term's lease
+// is not known to be held (a deposed leader must not renew anyone's
+// deadline) or while the agent has been silent for muteAfter (a frozen
+// agent would read the queued messages late; the leader's count of the
+// machine's cut-off time starts from the last message it sent).
 func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
 	hb := time.NewTicker(t.e.cfg.HeartbeatInterval)
 	defer hb.Stop()
+	emit := func(msg *agentpb.EngineMessage) error {
+		now := t.e.cfg.Now()
+		msg.SentMonoNano = int64(monotime.Now())
+		c.sentNano.Store(now.UnixNano())
+		return stream.Send(msg)
+	}
 	for {
-		if msg := c.take(t.info.Rev); msg != nil {
-			if err := stream.Send(msg); err != nil {
-				return err
+		if t.maySpeak(c) {
+			if msg := c.take(t.info.Rev); msg != nil {
+				if err := emit(msg); err != nil {
+					return err
+				}
+				hb.Reset(t.e.cfg.HeartbeatInterval)
 			}
-			hb.Reset(t.e.cfg.HeartbeatInterval)
 		}
 		select {
 		case <-c.wake:
 		case <-hb.C:
-			if err := stream.Send(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{UnixNano: t.e.cfg.Now().UnixNano()}}}); err != nil {
-				return err
+			if t.maySpeak(c) {
+				if err := emit(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{UnixNano: t.e.cfg.Now().UnixNano()}}}); err != nil {
+					return err
+				}
 			}
 		case <-c.done:
 			return nil
@@ -148,6 +201,16 @@ func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
 			return stream.Context().Err()
 		}
 	}
+}
+
+// maySpeak reports whether the leader may send c anything now: its lease
+// is known to be held and the agent has spoken within muteAfter.
+func (t *term) maySpeak(c *agentConn) bool {
+	now := t.e.cfg.Now()
+	if t.el != nil && !t.el.Valid(time.Now()) {
+		return false
+	}
+	return now.Sub(c.heard()) <= t.muteAfter()
 }
 
 // attach registers an agent's stream and queues its full desired set.
@@ -161,6 +224,7 @@ func (t *term) attach(h *agentpb.Hello) *agentConn {
 func (t *term) attachMachine(pm *agentpb.Machine, units []*agentpb.UnitStatus) *agentConn {
 	conn := newAgentConn(pm.Id)
 	conn.agentTTL = t.e.cfg.AgentTTL
+	conn.heardNano.Store(t.e.cfg.Now().UnixNano())
 	t.mu.Lock()
 	m := t.machine(pm.Id)
 	if m.conn != nil {
@@ -193,8 +257,10 @@ func (t *term) detach(conn *agentConn) {
 	conn.close()
 	t.mu.Lock()
 	if m := t.machines[conn.machine]; m != nil && m.conn == conn {
+		// The machine's cut-off time counts from when it was last heard,
+		// not from when the broken stream was noticed (seconds later).
+		m.lastSeen, m.lastSent = m.heardAt(), m.sentAt()
 		m.conn = nil
-		m.lastSeen = t.e.cfg.Now()
 		t.machineEvent(conn.machine, false)
 	}
 	t.mu.Unlock()
@@ -202,11 +268,17 @@ func (t *term) detach(conn *agentConn) {
 }
 
 func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
+	now := t.e.cfg.Now()
+	prev := conn.heard()
+	conn.heardNano.Store(now.UnixNano())
+	if now.Sub(prev) > t.muteAfter() {
+		// The agent speaks again after a silence: the leader speaks to it
+		// again, and the next pass sees the machine reachable.
+		signalConn(conn)
+		t.poke()
+	}
 	if msg.GetUpdate() == nil {
-		// A heartbeat: the open stream is what keeps the machine alive
-		// (lastSeen matters once it closes, and detach sets it then), so
-		// it takes no lock.
-		return
+		return // a heartbeat takes no lock
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/apiv1"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
@@ -83,9 +85,13 @@ type MachineInfo struct {
 }
 
 type machineRec struct {
-	info     MachineInfo
-	conn     *agentConn // nil while disconnected
+	info MachineInfo
+	conn *agentConn // nil while disconnected
+	// lastSeen is when the machine's agent was last heard and lastSent when
+	// the leader last sent it anything, as of its last stream (the open
+	// stream keeps its own: see heardAt and sentAt).
 	lastSeen time.Time
+	lastSent time.Time
 	states   map[string]agentStatus
 	units    map[string]struct{} // units scheduled here
 	globals  map[string]struct{} // global units assigned here
@@ -93,9 +99,45 @@ type machineRec struct {
 	used     scheduler.Resources // what placed units need here (after the last pass)
 }
 
+// heardAt is when the machine's agent was last heard.
+func (m *machineRec) heardAt() time.Time {
+	if m.conn != nil {
+		return latest(m.lastSeen, m.conn.heard())
+	}
+	return m.lastSeen
+}
+
+// sentAt is when the leader last sent the machine's agent anything.
+func (m *machineRec) sentAt() time.Time {
+	if m.conn != nil {
+		return latest(m.lastSent, m.conn.sent())
+	}
+	return m.lastSent
+}
+
+// reachable reports whether the machine's agent can be told anything: its
+// stream is open and it has spoken within muteAfter (in the etcd registry
+// mode: its presence key exists). Callers hold mu.
+func (t *term) reachable(m *machineRec, now time.Time) bool {
+	if m.conn == nil {
+		return false
+	}
+	return t.e.cfg.Registry == registry.ModeEtcd || now.Sub(m.heardAt()) <= t.muteAfter()
+}
+
+// muteAfter is how long an agent may be silent on an open stream before
+// the leader stops sending it anything (it may be frozen, or its replies
+// lost): from then on, the leader's word does not reach it, so its units'
+// cut-off policy runs from the last message sent. An idle agent sends a
+// heartbeat every heartbeat interval.
+func (t *term) muteAfter() time.Duration {
+	return 3*t.e.cfg.HeartbeatInterval + time.Second
+}
+
 // term is the leader's state for one election term.
 type term struct {
 	e         *Engine
+	el        *election.Term
 	info      election.Info
 	start     time.Time
 	keys      registry.Keys
@@ -130,9 +172,17 @@ type term struct {
 	// last pass (units, machines, metadata, capacity, policy): without it a
 	// pass does not try the unplaced backlog again.
 	placeDirty bool
-	// draining holds units moving off a live machine (unit -> machine): they
-	// are placed again once that machine reports them stopped.
+	// draining holds units moving off a machine (unit -> machine), as
+	// recorded under moves/ in etcd: they are placed again once that
+	// machine's copy is gone (see plan.go).
 	draining map[string]string
+	// drainMachines are the machines flotilla drain emptied: they take no
+	// units (stored in their MachineRecord).
+	drainMachines map[string]bool
+	// hist keeps each unit's recent notable events (lost, moved, placed
+	// again), shown with the unit.
+	histMu sync.Mutex
+	hist   map[string][]apiv1.HistoryEntry
 	// options are the scheduler's (strategy, roles); shares the roles'
 	// dominant shares after the last pass.
 	options scheduler.Options
@@ -163,7 +213,7 @@ type term struct {
 func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &term{
-		e: e, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(el),
+		e: e, el: el, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
 		committer: registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps,
 			Observe: func(d time.Duration) { e.cfg.Metrics.ObserveEtcd("txn", d) }}),
 		units:         map[string]*unitRec{},
@@ -176,6 +226,8 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		followers:     map[string]struct{}{},
 		placeDirty:    true,
 		draining:      map[string]string{},
+		drainMachines: map[string]bool{},
+		hist:          map[string][]apiv1.HistoryEntry{},
 		overrides:     map[string]map[string]*string{},
 		events:        newEventLog(el.Info.Rev),
 		reqs:          make(chan *applyReq, 256),
@@ -197,6 +249,9 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 	t.loadOptions(snap.SchedulerConfig)
 	for id, m := range snap.Machines {
 		t.overrides[id] = m.Metadata
+		if m.Drain {
+			t.drainMachines[id] = true
+		}
 	}
 	for _, r := range snap.Units {
 		f, err := unit.ParseStored(r.Name, r.File)
@@ -223,6 +278,14 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 			t.unplaced[r.Name] = struct{}{}
 		}
 		t.units[r.Name] = rec
+	}
+	for name, from := range snap.Moves {
+		if r := t.units[name]; r != nil && r.machine == "" && !r.file.Fleet.Global {
+			t.draining[name] = from
+			t.units[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" })
+		}
+		// A move of a unit since destroyed or placed is stale; the next
+		// pass of a move completing deletes its key.
 	}
 	t.wg.Add(2)
 	go func() { defer t.wg.Done(); t.committer.Run(ctx) }()
@@ -428,6 +491,27 @@ func (t *term) metadata(m *machineRec) map[string]string {
 		}
 	}
 	return md
+}
+
+// historyLen is how many notable events a unit keeps.
+const historyLen = 8
+
+// history records a notable event of a unit (lost, moved, placed again).
+func (t *term) history(name, what string) {
+	t.histMu.Lock()
+	h := append(t.hist[name], apiv1.HistoryEntry{Time: t.e.cfg.Now().UTC().Format(time.RFC3339Nano), Event: what})
+	if len(h) > historyLen {
+		h = h[len(h)-historyLen:]
+	}
+	t.hist[name] = h
+	t.histMu.Unlock()
+}
+
+// unitHistory returns a copy of a unit's recent notable events.
+func (t *term) unitHistory(name string) []apiv1.HistoryEntry {
+	t.histMu.Lock()
+	defer t.histMu.Unlock()
+	return slices.Clone(t.hist[name])
 }
 
 // drained notes a report of a unit that may be moving off machine: once it

@@ -49,6 +49,11 @@ func leaderOf(t *testing.T, nd *node) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return leaderAmong(ms)
+}
+
+// leaderAmong returns the machine list-machines marks as the leader.
+func leaderAmong(ms []machineRow) (string, error) {
 	for _, m := range ms {
 		if m.Leader {
 			return m.Machine, nil

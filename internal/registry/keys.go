@@ -6,8 +6,14 @@
 //
 //	units/<name>     JSON Record: the unit file and its desired state
 //	schedule/<name>  the ID of the machine the unit is scheduled to
+//	moves/<name>     the ID of the machine a moving unit is stopping on: it is
+//	                 placed again only once that copy is gone, by whichever
+//	                 leader sees it go
 //	machines/<id>    JSON MachineRecord: metadata set through the API
 //	config/scheduler JSON: the placement policy (strategy, roles) set through the API
+//	acl/tokens/<h>   JSON auth.Token: an API token, h the SHA-256 of its secret
+//	acl/bootstrap    the ID of the first admin token (package auth writes both,
+//	                 through any daemon, unfenced: they are not the schedule's)
 //
 // and, in the etcd registry mode only, the transient state fleet kept there
 // (protocol buffers of proto/agentpb):
@@ -49,6 +55,8 @@ func (k Keys) Unit(name string) string     { return k.Units() + name }
 func (k Keys) Schedules() string           { return k.p() + "schedule/" }
 func (k Keys) Schedule(name string) string { return k.Schedules() + name }
 func (k Keys) Election() string            { return k.p() + "election/" }
+func (k Keys) Moves() string               { return k.p() + "moves/" }
+func (k Keys) Move(name string) string     { return k.Moves() + name }
 func (k Keys) SchedulerConfig() string     { return k.p() + "config/scheduler" }
 func (k Keys) Machines() string            { return k.p() + "machines/" }
 

@@ -22,12 +22,18 @@ type Record struct {
 // nil value removes that key.
 type MachineRecord struct {
 	Metadata map[string]*string `json:"metadata"`
+	// Drain is set by flotilla drain: the machine takes no units and its
+	// units move elsewhere (stopped there first).
+	Drain bool `json:"drain,omitempty"`
 }
 
 // Snapshot is the whole durable record at one revision.
 type Snapshot struct {
 	Units    []Record
 	Schedule map[string]string // unit name -> machine ID
+	// Moves are the units moving off a machine: unit name -> the machine
+	// whose copy must stop before the unit is placed again.
+	Moves    map[string]string
 	Machines map[string]MachineRecord
 	// SchedulerConfig is the stored placement policy (JSON), nil if never set.
 	SchedulerConfig []byte
@@ -46,7 +52,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 		return nil, fmt.Errorf("registry: load: %w", err)
 	}
 	rev := first.Header.Revision
-	snap := &Snapshot{Schedule: map[string]string{}, Machines: map[string]MachineRecord{}, Revision: rev}
+	snap := &Snapshot{Schedule: map[string]string{}, Moves: map[string]string{}, Machines: map[string]MachineRecord{}, Revision: rev}
 	read := func(prefix string, fn func(key string, val []byte) error) error {
 		const page = 5000
 		start := prefix
@@ -85,6 +91,13 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	}
 	err = read(keys.Schedules(), func(key string, val []byte) error {
 		snap.Schedule[strings.TrimPrefix(key, keys.Schedules())] = string(val)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = read(keys.Moves(), func(key string, val []byte) error {
+		snap.Moves[strings.TrimPrefix(key, keys.Moves())] = string(val)
 		return nil
 	})
 	if err != nil {
@@ -131,6 +144,13 @@ func PutMachine(keys Keys, id string, r MachineRecord) Op {
 	b, _ := json.Marshal(r)
 	return Op{Key: keys.Machine(id), Value: string(b)}
 }
+
+// PutMove is the op that records a unit moving off machine: it is placed
+// again once that machine's copy is gone.
+func PutMove(keys Keys, name, machine string) Op { return Op{Key: keys.Move(name), Value: machine} }
+
+// DeleteMove is the op that forgets a move.
+func DeleteMove(keys Keys, name string) Op { return Op{Key: keys.Move(name), Delete: true} }
 
 // DeleteSchedule is the op that unschedules a unit.
 func DeleteSchedule(keys Keys, name string) Op { return Op{Key: keys.Schedule(name), Delete: true} }

@@ -102,6 +102,10 @@ func appendUnit(b []byte, u *apiv1.StateUnit) []byte {
 	if u.Global {
 		b = append(b, `,"global":true`...)
 	}
+	if u.Singleton {
+		b = append(b, `,"singleton":true`...)
+	}
+	b = appendOpt(b, `,"lostAfter":`, u.LostAfter)
 	b = appendOpt(b, `,"load":`, u.Load)
 	b = appendOpt(b, `,"active":`, u.Active)
 	b = appendOpt(b, `,"sub":`, u.Sub)

@@ -30,6 +30,12 @@ func sample(units, machines int) *Snapshot {
 		if i%77 == 0 {
 			u.Global, u.Machine = true, ""
 		}
+		if i%13 == 0 {
+			u.Singleton = true
+		}
+		if i%17 == 0 {
+			u.LostAfter = "1m30s"
+		}
 		s.Units = append(s.Units, u)
 	}
 	return s

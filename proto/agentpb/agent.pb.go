@@ -505,7 +505,14 @@ type EngineMessage struct {
 	//
 	//	*EngineMessage_Assignments
 	//	*EngineMessage_Heartbeat
-	Msg           isEngineMessage_Msg `protobuf_oneof:"msg"`
+	Msg isEngineMessage_Msg `protobuf_oneof:"msg"`
+	// sent_mono_nano is the leader's monotonic clock when it sent the message
+	// (comparable only with other messages of the same stream). The agent
+	// judges how fresh its word from the leader is by this, not by when the
+	// message reached it: a message that waited in a socket while the agent
+	// was frozen is old. The leader sends nothing once its lease may have
+	// lapsed, so every message is word from a current leader.
+	SentMonoNano  int64 `protobuf:"varint,3,opt,name=sent_mono_nano,json=sentMonoNano,proto3" json:"sent_mono_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +572,13 @@ func (x *EngineMessage) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *EngineMessage) GetSentMonoNano() int64 {
+	if x != nil {
+		return x.SentMonoNano
+	}
+	return 0
+}
+
 type isEngineMessage_Msg interface {
 	isEngineMessage_Msg()
 }
@@ -590,7 +604,8 @@ type Assignment struct {
 	File string `protobuf:"bytes,3,opt,name=file,proto3" json:"file,omitempty"`
 	// desired_state is "loaded" or "launched".
 	DesiredState string `protobuf:"bytes,4,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
-	// global units keep running when the agent loses the leader.
+	// global units keep running when the agent loses the leader, and are
+	// never replaced.
 	Global        bool `protobuf:"varint,5,opt,name=global,proto3" json:"global,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -670,9 +685,10 @@ type Assignments struct {
 	Units     []*Assignment          `protobuf:"bytes,2,rep,name=units,proto3" json:"units,omitempty"`
 	Removed   []string               `protobuf:"bytes,3,rep,name=removed,proto3" json:"removed,omitempty"`
 	LeaderRev int64                  `protobuf:"varint,4,opt,name=leader_rev,json=leaderRev,proto3" json:"leader_rev,omitempty"`
-	// agent_ttl_ms is the leader's agent TTL: the agent stops its units after
-	// the shorter of it and its own, so it never keeps a unit the leader has
-	// moved (set on full assignments).
+	// agent_ttl_ms is the leader's agent TTL, the default LostAfter= of the
+	// cut-off policy: a Singleton=true unit without LostAfter= is killed after
+	// the shorter of it and the agent's own TTL without word from the leader
+	// (set on full assignments).
 	AgentTtlMs    int64 `protobuf:"varint,5,opt,name=agent_ttl_ms,json=agentTtlMs,proto3" json:"agent_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -787,10 +803,11 @@ const file_agent_proto_rawDesc = "" +
 	"\x05units\x18\x01 \x03(\v2\x1d.flotilla.agent.v1.UnitStatusR\x05units\x12\x18\n" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\"(\n" +
 	"\tHeartbeat\x12\x1b\n" +
-	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\x98\x01\n" +
+	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\xbe\x01\n" +
 	"\rEngineMessage\x12B\n" +
 	"\vassignments\x18\x01 \x01(\v2\x1e.flotilla.agent.v1.AssignmentsH\x00R\vassignments\x12<\n" +
-	"\theartbeat\x18\x02 \x01(\v2\x1c.flotilla.agent.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1c.flotilla.agent.v1.HeartbeatH\x00R\theartbeat\x12$\n" +
+	"\x0esent_mono_nano\x18\x03 \x01(\x03R\fsentMonoNanoB\x05\n" +
 	"\x03msg\"\x85\x01\n" +
 	"\n" +
 	"Assignment\x12\x12\n" +

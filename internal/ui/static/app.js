@@ -8,6 +8,11 @@
 // more than one page of units. On "reset" (or a reconnection) everything
 // is re-read.
 //
+// Tokens. A cluster run with --acl answers 401 without an API token: the
+// page then asks for one (role read is enough) and keeps it in
+// sessionStorage, for this tab only, sending it as "Authorization: Bearer"
+// (and as ?token= to /v1/events, which EventSource cannot give headers).
+//
 // Safety. Every piece of data reaches the DOM through textContent or
 // attribute setters (see h() below), never parsed as HTML; the page's CSP
 // forbids inline script.
@@ -123,6 +128,29 @@ class APIError extends Error {
   constructor(status, message, code) { super(message); this.status = status; this.code = code; }
 }
 
+const TOKEN_KEY = 'flotilla-token';
+const apiToken = () => sessionStorage.getItem(TOKEN_KEY) || '';
+
+// withToken adds the tab's API token, if any, to request headers.
+function withToken(headers) {
+  const t = apiToken();
+  if (t) headers.Authorization = 'Bearer ' + t;
+  return headers;
+}
+
+// askToken asks for an API token after a 401 and reloads with it; it
+// returns false when the user gives none.
+let askedToken = false;
+function askToken(message) {
+  if (askedToken) return false;
+  askedToken = true;
+  const t = window.prompt('This Flotilla cluster needs an API token (flotilla token create --role read).\n' + message, '');
+  if (!t) return false;
+  sessionStorage.setItem(TOKEN_KEY, t.trim());
+  window.location.reload();
+  return true;
+}
+
 // The last answer per URL, for If-None-Match: an unchanged answer costs the
 // server a 304 and no encoding.
 const cache = new Map();
@@ -142,7 +170,7 @@ async function apiError(r) {
 // said 304 (the data is the previous answer's).
 async function getJSON(url, signal) {
   const prev = cache.get(url);
-  const headers = { Accept: 'application/json' };
+  const headers = withToken({ Accept: 'application/json' });
   if (prev) headers['If-None-Match'] = prev.etag;
   let r;
   try {
@@ -152,7 +180,11 @@ async function getJSON(url, signal) {
     throw new APIError(0, 'cannot reach the Flotilla API: ' + e.message, 'unreachable');
   }
   if (r.status === 304 && prev) return { data: prev.data, source: prev.source, fresh: false };
-  if (!r.ok) throw await apiError(r);
+  if (!r.ok) {
+    const e = await apiError(r);
+    if (e.status === 401) askToken(e.message);
+    throw e;
+  }
   const data = await r.json();
   const source = r.headers.get('X-Flotilla-State-Source') || 'leader';
   const etag = r.headers.get('ETag');
@@ -270,7 +302,10 @@ class EventStream {
 
   open() {
     this.timer = null;
-    const url = API + '/events' + (this.lastId ? '?since=' + encodeURIComponent(this.lastId) : '');
+    const q = new URLSearchParams();
+    if (this.lastId) q.set('since', this.lastId);
+    if (apiToken()) q.set('token', apiToken());
+    const url = API + '/events' + (q.toString() ? '?' + q.toString() : '');
     const es = new EventSource(url);
     this.es = es;
     es.onopen = () => {
@@ -925,7 +960,7 @@ class UnitView {
     this.journalLines = [];
     let partial = '';
     try {
-      const r = await fetch(url, { signal: this.abort.signal, headers: { Accept: 'text/plain' } });
+      const r = await fetch(url, { signal: this.abort.signal, headers: withToken({ Accept: 'text/plain' }) });
       if (!r.ok) {
         const e = await apiError(r);
         this.journalState = 'waiting';

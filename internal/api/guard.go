@@ -1,0 +1,231 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/auth"
+)
+
+// guard refuses what a web page could forge and, with tokens on, what the
+// caller's token does not allow, before h sees the request. In order:
+//
+//  1. a Host that is not this API's own (an IP address, localhost, or one
+//     of Config.ServerNames): 403, so a page on a name that an attacker
+//     rebinds to this address (DNS rebinding) gets nothing;
+//  2. an Origin that is not this API's own (scheme://Host): 403, so no
+//     other site's page can make the daemon act, even with a request a
+//     browser sends without asking (a form or text/plain POST);
+//  3. a write (POST, PUT, PATCH) whose body is not application/json: 415;
+//  4. with tokens on (--acl): no token or an unknown one, 401; a token whose
+//     role is below what the request needs (auth.Required), 403.
+func (s *server) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.ownHost(r.Host) {
+			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("Host %q is not an address of this API: call it by IP address, localhost or a name its certificate covers", r.Host))
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(r, o) {
+			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("Origin %q is not this API's own: cross-site requests are refused", o))
+			return
+		}
+		switch r.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch:
+			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+				writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Sprintf("%s %s needs a JSON body with Content-Type: application/json, got %q", r.Method, r.URL.Path, r.Header.Get("Content-Type")))
+				return
+			}
+		}
+		if s.cfg.Tokens != nil && !s.allowed(w, r) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// allowed checks the request's token against the role it needs; on refusal
+// it has written the answer.
+func (s *server) allowed(w http.ResponseWriter, r *http.Request) bool {
+	need := auth.Required(r.Method, r.URL.Path)
+	if need == auth.RoleNone || r.URL.Path == "/metrics" && s.cfg.MetricsPublic {
+		return true
+	}
+	secret := bearer(r)
+	tok, err := s.cfg.Tokens.Lookup(r.Context(), secret)
+	switch {
+	case errors.Is(err, auth.ErrNoToken):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla"`)
+		writeError(w, http.StatusUnauthorized, "unauthorized", fmt.Sprintf("%s %s needs an API token with role %s or more: give --token or $FLOTILLA_TOKEN (header Authorization: Bearer TOKEN)", r.Method, r.URL.Path, need))
+		return false
+	case errors.Is(err, auth.ErrUnknownToken):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla", error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the API token is unknown to this cluster (mistyped or revoked)")
+		return false
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "checking the API token: "+err.Error())
+		return false
+	}
+	role, err := auth.ParseRole(tok.Role)
+	if err != nil || role < need {
+		name := tok.ID
+		if tok.Name != "" {
+			name = tok.Name + " (" + tok.ID + ")"
+		}
+		writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("token %s has role %s, but %s %s needs role %s", name, tok.Role, r.Method, r.URL.Path, need))
+		return false
+	}
+	return true
+}
+
+// bearer returns the request's token: "Authorization: Bearer TOKEN", or for
+// GET /v1/events alone (a browser's EventSource cannot set headers) ?token=.
+func bearer(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); a != "" {
+		if scheme, tok, ok := strings.Cut(a, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok)
+		}
+		return ""
+	}
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/events" {
+		return r.URL.Query().Get("token")
+	}
+	return ""
+}
+
+// ownHost reports whether a request's Host names this API: an IP address
+// (a page cannot rebind those), localhost, or a configured name.
+func (s *server) ownHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "" {
+		return false
+	}
+	if net.ParseIP(strings.Trim(host, "[]")) != nil || host == "localhost" {
+		return true
+	}
+	for _, n := range s.cfg.ServerNames {
+		if strings.EqualFold(n, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameOrigin reports whether origin is the request's own: scheme://Host.
+func sameOrigin(r *http.Request, origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false // "null" and other opaque origins are foreign
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return u.Scheme == scheme && strings.EqualFold(u.Host, r.Host)
+}
+
+// ACL endpoints: served by any daemon straight from etcd.
+
+func (s *server) aclOn(w http.ResponseWriter) bool {
+	if s.cfg.Tokens == nil {
+		writeError(w, http.StatusBadRequest, "acl_disabled", "API tokens are off: start every daemon with --acl to use them")
+		return false
+	}
+	return true
+}
+
+func (s *server) aclBootstrap(w http.ResponseWriter, r *http.Request) {
+	if !s.aclOn(w) {
+		return
+	}
+	var empty struct{}
+	if !s.decode(w, r, &empty) {
+		return
+	}
+	tok, secret, err := s.cfg.Tokens.Bootstrap(r.Context())
+	if err != nil {
+		s.aclError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, newToken(tok, secret))
+}
+
+func (s *server) createToken(w http.ResponseWriter, r *http.Request) {
+	if !s.aclOn(w) {
+		return
+	}
+	var req apiv1.TokenRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	role, err := auth.ParseRole(req.Role)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	tok, secret, err := s.cfg.Tokens.Create(r.Context(), req.Name, role)
+	if err != nil {
+		s.aclError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, newToken(tok, secret))
+}
+
+func (s *server) listTokens(w http.ResponseWriter, r *http.Request) {
+	if !s.aclOn(w) {
+		return
+	}
+	ts, err := s.cfg.Tokens.List(r.Context())
+	if err != nil {
+		s.aclError(w, err)
+		return
+	}
+	out := apiv1.TokenList{Tokens: []apiv1.Token{}}
+	for _, t := range ts {
+		out.Tokens = append(out.Tokens, tokenJSON(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if !s.aclOn(w) {
+		return
+	}
+	tok, err := s.cfg.Tokens.Revoke(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.aclError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, tokenJSON(tok))
+}
+
+func (s *server) aclError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, auth.ErrBootstrapped):
+		writeError(w, http.StatusConflict, "conflict", "the ACL is already bootstrapped: ask an admin for a token (flotilla token create)")
+	case errors.Is(err, auth.ErrTokenNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, auth.ErrInvalidTokenArg):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	}
+}
+
+func tokenJSON(t auth.Token) apiv1.Token {
+	return apiv1.Token{ID: t.ID, Name: t.Name, Role: t.Role, Created: t.Created.UTC().Format(time.RFC3339)}
+}
+
+func newToken(t auth.Token, secret string) apiv1.NewToken {
+	return apiv1.NewToken{Token: tokenJSON(t), Secret: secret}
+}

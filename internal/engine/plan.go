@@ -1,0 +1,243 @@
+package engine
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// The reconcile pass is split as fleet's engine/reconciler.go and Nomad's
+// scheduler reconciler are: planReconcile is a pure function of what the
+// leader knows (a planInput, taken under the term's lock) and the time, to
+// named buckets of actions (a reconcilePlan); term.reconcile (place.go)
+// carries them out: it asks the scheduler where the units to place go,
+// commits the outcome to etcd and tells the agents.
+//
+// The cut-off policy. A machine is reachable while its agent's stream is
+// open and the agent has spoken within muteAfter (in the etcd registry mode:
+// while its presence key exists). The units of an unreachable machine stay
+// scheduled there until their LostAfter= has passed (default: the agent
+// TTL; infinity: never), counted from when the machine was last heard, or
+// from the term's start if later:
+//
+//   - an ordinary unit is then lost: it is placed elsewhere at once, while
+//     the cut-off machine may still run its copy (availability first); when
+//     the machine is back, its full set no longer lists the unit and the
+//     extra copy is stopped;
+//   - a Singleton=true unit is lost only once LostAfter= plus singleMargin
+//     has passed since the leader last sent anything to the machine (or the
+//     term started): the agent kills its copy LostAfter= after the last
+//     word it had, which was sent no later than that (a leader stops
+//     sending before its lease can lapse, and a new term starts after the
+//     old lease is gone);
+//   - global units are never lost: they run wherever they fit.
+//
+// A unit moving off a machine (its constraints no longer hold there, the
+// machine drains, or a unit that Replaces= it took its place) is a move:
+// it is unscheduled and recorded durably (registry moves/<unit>), and is
+// placed again only once the old machine reports it stopped, or the old
+// machine is unreachable for longer than the unit's cut-off policy allows.
+// A new leader loads the moves, so a change of leader never lets a moving
+// unit run twice.
+
+// singleMargin is what a singleton unit waits beyond LostAfter= after the
+// leader last spoke to its machine: the agent's error in timing that word
+// (the quickest transit of a message), the supervisor's timer, and clock
+// rates, with room to spare.
+const singleMargin = 500 * time.Millisecond
+
+// planInput is what a reconcile pass decides from.
+type planInput struct {
+	Now       time.Time
+	TermStart time.Time
+	// AgentTTL is the default LostAfter=; Grace is added to every ordinary
+	// unit's (a heartbeat interval).
+	AgentTTL, Grace time.Duration
+	// Machines are every machine the leader knows (connected or not).
+	Machines map[string]planMachine
+	// Check are the units to check against the machine they run on (its
+	// metadata or capacity changed, a peer moved, or the term's recheck).
+	Check map[string]string
+	// Fits reports whether a unit still fits the machine, and why not.
+	Fits func(name, machine string) (bool, string)
+	// Moves are the units moving off a machine (unit -> old machine).
+	Moves map[string]string
+	// Units describes every unit named in Machines' Units, Check and
+	// Moves.
+	Units map[string]planUnit
+	// Running reports whether a reachable machine reports the unit running.
+	Running func(name, machine string) bool
+	// Backlog are the wanted units without a machine to try to place
+	// (empty when nothing placement depends on has changed).
+	Backlog []string
+}
+
+// planMachine is what the plan knows of one machine.
+type planMachine struct {
+	Reachable bool
+	// Draining machines (flotilla drain) take no units and their units
+	// move off.
+	Draining bool
+	// HeardAt is when its agent was last heard, SentAt when the leader
+	// last sent it anything (zero: not this term).
+	HeardAt, SentAt time.Time
+	// Units are the non-global units scheduled to it.
+	Units []string
+}
+
+// planUnit is what the plan knows of one unit.
+type planUnit struct {
+	Wanted    bool
+	Singleton bool
+	// LostAfter is [X-Fleet] LostAfter= (0: the agent TTL; unit.Infinity:
+	// never).
+	LostAfter time.Duration
+}
+
+// reconcilePlan is what a pass does, by bucket. Every list is sorted.
+type reconcilePlan struct {
+	// Lost are units whose machine has been unreachable for longer than
+	// their cut-off policy allows: they are placed elsewhere now.
+	Lost []lostUnit
+	// Misfit are units that no longer fit their reachable machine, or
+	// whose machine drains: they move (stop there, then place).
+	Misfit []misfitUnit
+	// Waiting are moving units whose old copy may still run (unit ->
+	// reason shown to users).
+	Waiting map[string]string
+	// MoveDone are moves whose old copy is gone: they are forgotten and
+	// the units placed.
+	MoveDone []string
+	// Place are the units to allocate now: lost, done moving, or from the
+	// backlog.
+	Place []string
+	// Gone are machines to forget: unreachable for longer than the agent
+	// TTL, with no unit scheduled.
+	Gone []string
+}
+
+type lostUnit struct {
+	Name, Machine string
+	// Unheard is how long the machine had not been heard.
+	Unheard time.Duration
+}
+
+type misfitUnit struct {
+	Name, Machine, Reason string
+}
+
+// lostAfter is a unit's LostAfter=, defaulted.
+func (in *planInput) lostAfter(u planUnit) time.Duration {
+	if u.LostAfter > 0 {
+		return u.LostAfter
+	}
+	return in.AgentTTL
+}
+
+// isLost reports whether unit u, on machine m that is not reachable, may
+// run elsewhere now (its copy there is gone or is allowed to be doubled).
+func (in *planInput) isLost(u planUnit, m planMachine) (bool, time.Duration) {
+	after := in.lostAfter(u)
+	if after == unit.Infinity {
+		return false, 0
+	}
+	from := latest(m.HeardAt, in.TermStart)
+	unheard := in.Now.Sub(from)
+	if u.Singleton {
+		from = latest(from, m.SentAt)
+		return in.Now.Sub(from) > after+singleMargin, unheard
+	}
+	return unheard > after+in.Grace, unheard
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// planReconcile decides a reconcile pass. It is pure: everything it reads
+// is in the input.
+func planReconcile(in planInput) reconcilePlan {
+	p := reconcilePlan{Waiting: map[string]string{}}
+	moving := maps.Clone(in.Moves)
+	if moving == nil {
+		moving = map[string]string{}
+	}
+	place := map[string]bool{}
+
+	// Units on machines that are unreachable, or draining.
+	for _, id := range slices.Sorted(maps.Keys(in.Machines)) {
+		m := in.Machines[id]
+		for _, name := range slices.Sorted(slices.Values(m.Units)) {
+			u := in.Units[name]
+			switch {
+			case m.Draining && m.Reachable:
+				p.Misfit = append(p.Misfit, misfitUnit{Name: name, Machine: id, Reason: "machine " + id + " is draining"})
+				moving[name] = id
+			case !m.Reachable:
+				if lost, unheard := in.isLost(u, m); lost {
+					p.Lost = append(p.Lost, lostUnit{Name: name, Machine: id, Unheard: unheard})
+					if u.Wanted {
+						place[name] = true
+					}
+				}
+			}
+		}
+		if !m.Reachable && len(m.Units) == 0 && in.Now.Sub(latest(m.HeardAt, in.TermStart)) > in.AgentTTL+in.Grace {
+			p.Gone = append(p.Gone, id)
+		}
+	}
+	// Units that no longer fit their machine.
+	for _, name := range slices.Sorted(maps.Keys(in.Check)) {
+		id := in.Check[name]
+		if _, ok := moving[name]; ok {
+			continue
+		}
+		if m, ok := in.Machines[id]; !ok || !m.Reachable {
+			continue
+		}
+		if ok, why := in.Fits(name, id); !ok {
+			p.Misfit = append(p.Misfit, misfitUnit{Name: name, Machine: id, Reason: why})
+			moving[name] = id
+		}
+	}
+	// Moves: placed again once the old copy is gone.
+	for _, name := range slices.Sorted(maps.Keys(moving)) {
+		from := moving[name]
+		u := in.Units[name]
+		m, known := in.Machines[from]
+		var gone bool
+		switch {
+		case known && m.Reachable:
+			gone = !in.Running(name, from)
+		case known:
+			gone, _ = in.isLost(u, m)
+		default: // never heard this term: as unreachable since it began
+			gone, _ = in.isLost(u, planMachine{})
+		}
+		if !gone {
+			p.Waiting[name] = "stopping on " + from + " before it moves"
+			continue
+		}
+		if _, ok := in.Moves[name]; ok {
+			p.MoveDone = append(p.MoveDone, name)
+		}
+		if u.Wanted {
+			place[name] = true
+		}
+	}
+	for _, name := range in.Backlog {
+		if _, ok := moving[name]; !ok {
+			place[name] = true
+		}
+	}
+	for name := range p.Waiting {
+		delete(place, name)
+	}
+	p.Place = slices.Sorted(maps.Keys(place))
+	return p
+}

@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// TestPlanReconcile checks the reconcile plan's buckets on tables of
+// cluster states, as fleet's reconciler tests do. Times are seconds after
+// the term started; the agent TTL is 20s and the grace 1s.
+func TestPlanReconcile(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	ordinary := planUnit{Wanted: true}
+	single := planUnit{Wanted: true, Singleton: true}
+	never := planUnit{Wanted: true, LostAfter: unit.Infinity}
+	quick := planUnit{Wanted: true, LostAfter: 5 * time.Second}
+	tests := []struct {
+		name     string
+		now      float64
+		machines map[string]planMachine
+		units    map[string]planUnit
+		moves    map[string]string
+		check    map[string]string
+		misfits  map[string]string // unit -> why it does not fit
+		running  map[string]string // unit -> machine reporting it running
+		backlog  []string
+		want     string
+	}{{
+		name:     "an unreachable machine's ordinary unit waits the agent TTL and grace from when it was last heard",
+		now:      30,
+		machines: map[string]planMachine{"m1": {HeardAt: at(9.5), Units: []string{"web"}}},
+		units:    map[string]planUnit{"web": ordinary},
+		want:     "place=[]",
+	}, {
+		name:     "then it is lost and placed elsewhere",
+		now:      31,
+		machines: map[string]planMachine{"m1": {HeardAt: at(9.5), Units: []string{"web"}}},
+		units:    map[string]planUnit{"web": ordinary},
+		want:     "lost=[web@m1 after 21.5s] place=[web]",
+	}, {
+		name:     "a machine last heard by a former leader counts from the term's start",
+		now:      20.5,
+		machines: map[string]planMachine{"m1": {HeardAt: at(-100), Units: []string{"web"}}},
+		units:    map[string]planUnit{"web": ordinary},
+		want:     "place=[]",
+	}, {
+		name:     "a singleton unit counts from the last message sent to its machine, plus the margin",
+		now:      35.4,
+		machines: map[string]planMachine{"m1": {HeardAt: at(10), SentAt: at(15), Units: []string{"db", "web"}}},
+		units:    map[string]planUnit{"db": single, "web": ordinary},
+		want:     "lost=[web@m1 after 25.4s] place=[web]",
+	}, {
+		name:     "and is lost once its machine has surely killed it",
+		now:      35.6,
+		machines: map[string]planMachine{"m1": {HeardAt: at(10), SentAt: at(15), Units: []string{"db", "web"}}},
+		units:    map[string]planUnit{"db": single, "web": ordinary},
+		want:     "lost=[db@m1 after 25.6s web@m1 after 25.6s] place=[db web]",
+	}, {
+		name:     "LostAfter=infinity is never lost; LostAfter=5s is lost after 6s",
+		now:      6.5,
+		machines: map[string]planMachine{"m1": {Units: []string{"batch", "quick"}}},
+		units:    map[string]planUnit{"batch": never, "quick": quick},
+		want:     "lost=[quick@m1 after 6.5s] place=[quick]",
+	}, {
+		name:     "a reachable machine's units stay; an unwanted lost unit is not placed",
+		now:      100,
+		machines: map[string]planMachine{"m1": {Reachable: true, Units: []string{"web"}}, "m2": {Units: []string{"old"}}},
+		units:    map[string]planUnit{"web": ordinary, "old": {}},
+		want:     "lost=[old@m2 after 1m40s] place=[]",
+	}, {
+		name:     "a unit that no longer fits waits for its copy to stop",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true}},
+		units:    map[string]planUnit{"db": ordinary},
+		check:    map[string]string{"db": "m1"},
+		misfits:  map[string]string{"db": "needs disk=ssd"},
+		running:  map[string]string{"db": "m1"},
+		want:     "misfit=[db@m1: needs disk=ssd] waiting=[db: stopping on m1 before it moves] place=[]",
+	}, {
+		name:     "a unit that no longer fits and is not running is placed at once",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true}},
+		units:    map[string]planUnit{"db": ordinary},
+		check:    map[string]string{"db": "m1"},
+		misfits:  map[string]string{"db": "needs disk=ssd"},
+		want:     "misfit=[db@m1: needs disk=ssd] place=[db]",
+	}, {
+		name:     "a recorded move completes when the old machine reports the unit stopped",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true}},
+		units:    map[string]planUnit{"db": ordinary},
+		moves:    map[string]string{"db": "m1"},
+		want:     "done=[db] place=[db]",
+	}, {
+		name:     "a move off a machine not heard this term waits for its cut-off policy",
+		now:      15,
+		machines: map[string]planMachine{},
+		units:    map[string]planUnit{"db": ordinary},
+		moves:    map[string]string{"db": "m1"},
+		want:     "waiting=[db: stopping on m1 before it moves] place=[]",
+	}, {
+		name:     "and completes once it has passed",
+		now:      21.5,
+		machines: map[string]planMachine{},
+		units:    map[string]planUnit{"db": ordinary},
+		moves:    map[string]string{"db": "m1"},
+		want:     "done=[db] place=[db]",
+	}, {
+		name:     "a draining machine's units move off it, stopped first",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"a", "b"}}},
+		units:    map[string]planUnit{"a": ordinary, "b": ordinary},
+		running:  map[string]string{"a": "m1"},
+		want:     "misfit=[a@m1: machine m1 is draining b@m1: machine m1 is draining] waiting=[a: stopping on m1 before it moves] place=[b]",
+	}, {
+		name:     "the backlog is placed, but not a unit still moving",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true}},
+		units:    map[string]planUnit{"a": ordinary, "b": ordinary},
+		moves:    map[string]string{"b": "m1"},
+		running:  map[string]string{"b": "m1"},
+		backlog:  []string{"a", "b"},
+		want:     "waiting=[b: stopping on m1 before it moves] place=[a]",
+	}, {
+		name:     "a machine unreachable past the agent TTL with no units is forgotten",
+		now:      25,
+		machines: map[string]planMachine{"m1": {HeardAt: at(2)}, "m2": {HeardAt: at(10)}},
+		want:     "gone=[m1] place=[]",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := planInput{
+				Now: at(tt.now), TermStart: t0, AgentTTL: 20 * time.Second, Grace: time.Second,
+				Machines: tt.machines, Units: tt.units, Moves: tt.moves, Check: tt.check, Backlog: tt.backlog,
+				Fits: func(name, machine string) (bool, string) {
+					why, misfit := tt.misfits[name]
+					return !misfit, why
+				},
+				Running: func(name, machine string) bool { return tt.running[name] == machine },
+			}
+			if got := renderPlan(planReconcile(in)); got != tt.want {
+				t.Errorf("planReconcile =\n  %s\nwant\n  %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func renderPlan(p reconcilePlan) string {
+	var parts []string
+	if len(p.Lost) > 0 {
+		var l []string
+		for _, u := range p.Lost {
+			l = append(l, fmt.Sprintf("%s@%s after %v", u.Name, u.Machine, u.Unheard))
+		}
+		parts = append(parts, "lost=["+strings.Join(l, " ")+"]")
+	}
+	if len(p.Misfit) > 0 {
+		var l []string
+		for _, u := range p.Misfit {
+			l = append(l, fmt.Sprintf("%s@%s: %s", u.Name, u.Machine, u.Reason))
+		}
+		parts = append(parts, "misfit=["+strings.Join(l, " ")+"]")
+	}
+	if len(p.Waiting) > 0 {
+		var l []string
+		for _, name := range slices.Sorted(maps.Keys(p.Waiting)) {
+			l = append(l, name+": "+p.Waiting[name])
+		}
+		parts = append(parts, "waiting=["+strings.Join(l, " ")+"]")
+	}
+	if len(p.MoveDone) > 0 {
+		parts = append(parts, fmt.Sprintf("done=%v", p.MoveDone))
+	}
+	if len(p.Gone) > 0 {
+		parts = append(parts, fmt.Sprintf("gone=%v", p.Gone))
+	}
+	parts = append(parts, fmt.Sprintf("place=%v", p.Place))
+	return strings.Join(parts, " ")
+}
