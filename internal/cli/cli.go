@@ -21,7 +21,8 @@ import (
 )
 
 // DefaultEndpoint is where the commands look for the API when neither
-// --endpoint nor $FLOTILLA_ENDPOINT say otherwise.
+// --endpoint nor $FLOTILLA_ENDPOINT say otherwise (cmd/flotilla sets every
+// flag from its $FLOTILLA_<FLAG>).
 const DefaultEndpoint = "http://127.0.0.1:7480"
 
 // EndpointEnv names the environment variable holding the default endpoint.
@@ -56,11 +57,7 @@ func AddCommands(root *cobra.Command) {
 
 // AddFlags registers the global flags in fs, bound to g.
 func (g *Globals) AddFlags(fs *pflag.FlagSet) {
-	endpoint := os.Getenv(EndpointEnv)
-	if endpoint == "" {
-		endpoint = DefaultEndpoint
-	}
-	fs.StringVar(&g.Endpoint, "endpoint", endpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
+	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
 	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
 }
@@ -82,6 +79,7 @@ func Commands(g *Globals) []*cobra.Command {
 		newStatusCommand(g),
 		newJournalCommand(g),
 		newCatCommand(g),
+		newVersionCommand(g),
 	}
 }
 
