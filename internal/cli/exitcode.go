@@ -57,7 +57,7 @@ type inactiveError struct {
 
 func (e *inactiveError) Error() string {
 	if len(e.units) == 1 {
-		return "unit " + e.units[0] + " is not active"
+		return "unit is not active: " + e.units[0]
 	}
 	return fmt.Sprintf("%d units are not active: %s", len(e.units), strings.Join(e.units, ", "))
 }
