@@ -71,6 +71,10 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 		}
 		return err
 	}), "capacity-memory", "memory this machine offers to units, e.g. 8G (default: detected)")
+	cmd.MarkFlagFilename("config", "yaml", "yml")
+	cmd.MarkFlagDirname("data-dir")
+	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
+	completeValues(cmd, "driver", "exec", "sim")
 	if !full {
 		return
 	}
@@ -85,6 +89,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.cfg.EtcdInitialCluster, "etcd-initial-cluster", "", "embedded etcd's initial cluster, n1=http://ADDR1,n2=http://ADDR2,... (default: this member alone)")
 	fs.StringVar(&f.cfg.Prefix, "etcd-prefix", "/flotilla/", "etcd key prefix of the cluster's data")
 	fs.IntVar(&f.cfg.MaxTxnOps, "etcd-max-txn-ops", 128, "most operations in one etcd transaction (etcd's --max-txn-ops)")
+	completeValues(cmd, "registry", "grpc", "etcd")
 }
 
 // load merges the configuration file (if --config names one) into the
@@ -109,6 +114,11 @@ func (f *daemonFlags) finish() {
 		}
 	}
 	f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.level}))
+}
+
+// completeValues makes shells complete flag with values.
+func completeValues(cmd *cobra.Command, flag string, values ...string) {
+	cmd.RegisterFlagCompletionFunc(flag, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // parsedValue is a string flag parsed when it is set, so that a bad value

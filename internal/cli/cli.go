@@ -48,11 +48,14 @@ type Globals struct {
 }
 
 // AddCommands registers the global flags (--endpoint, --output/-o,
-// --request-timeout) as persistent flags of root and adds the commands.
+// --request-timeout) as persistent flags of root, adds the commands, and
+// teaches cobra's completion command their unit names, machines, --fields
+// and --output values.
 func AddCommands(root *cobra.Command) {
 	g := &Globals{}
 	g.AddFlags(root.PersistentFlags())
 	root.AddCommand(Commands(g)...)
+	g.addCompletions(root)
 }
 
 // AddFlags registers the global flags in fs, bound to g.

@@ -18,7 +18,9 @@ import (
 )
 
 // startDaemon runs a real one-machine daemon (embedded etcd, engine, agent
-// with the exec driver, API) in the test process and returns its API URL.
+// with the exec driver, API) in the test process and returns its API URL
+// once it leads with its machine up; with noEngine, a daemon with neither
+// engine nor agent, whose cluster never has a leader.
 func startDaemon(t *testing.T, noEngine bool) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -37,7 +39,16 @@ func startDaemon(t *testing.T, noEngine bool) string {
 	})
 	select {
 	case a := <-ready:
-		return "http://" + a.API
+		api := "http://" + a.API
+		for deadline := time.Now().Add(30 * time.Second); !noEngine; time.Sleep(50 * time.Millisecond) {
+			if code, out, _ := flotilla(t, api, "list-machines", "--no-legend"); code == 0 && strings.HasPrefix(out, "m1") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no leader with machine m1 within 30s")
+			}
+		}
+		return api
 	case err := <-done:
 		t.Fatalf("daemon ended before it was ready: %v", err)
 	case <-time.After(60 * time.Second):
@@ -46,9 +57,9 @@ func startDaemon(t *testing.T, noEngine bool) string {
 	return ""
 }
 
-// flotilla runs the CLI as cmd/flotilla does and returns its exit code and
-// standard error.
-func flotilla(t *testing.T, endpoint string, args ...string) (int, string) {
+// flotilla runs the CLI as cmd/flotilla does and returns its exit code,
+// standard output and standard error.
+func flotilla(t *testing.T, endpoint string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	root := &cobra.Command{Use: "flotilla", SilenceErrors: true, SilenceUsage: true}
 	cli.AddCommands(root)
@@ -56,11 +67,14 @@ func flotilla(t *testing.T, endpoint string, args ...string) (int, string) {
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetArgs(append([]string{"--endpoint", endpoint}, args...))
+	if args[0] == cobra.ShellCompRequestCmd {
+		root.SetArgs(append(args[:1:1], append([]string{"--endpoint", endpoint}, args[1:]...)...))
+	}
 	err := root.Execute()
 	if err != nil {
 		errOut.WriteString("Error: " + err.Error() + "\n")
 	}
-	return cli.ExitCode(err), errOut.String()
+	return cli.ExitCode(err), out.String(), errOut.String()
 }
 
 // TestExitCodes: each exit code of docs/cli.md, against a real daemon.
@@ -107,7 +121,7 @@ func TestExitCodes(t *testing.T) {
 		{noLeader, []string{"list-units"}, cli.ExitUnavailable, "no engine leader"},
 		{noLeader, []string{"start", file("ok.service")}, cli.ExitUnavailable, "no engine leader"},
 	} {
-		code, stderr := flotilla(t, tc.endpoint, tc.args...)
+		code, _, stderr := flotilla(t, tc.endpoint, tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
 			t.Errorf("flotilla %s: exit %d, stderr %q; want exit %d, stderr containing %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.stderr)
 		}
