@@ -72,3 +72,18 @@ func TestBinaryExitCodesAndConfig(t *testing.T) {
 		t.Errorf("flotilla version -o json: exit %d, %q (%v); want an object with version, goVersion and platform", code, out, err)
 	}
 }
+
+// TestShippedConfig: contrib/systemd/flotilla.yaml, which the shipped
+// systemd unit names, is a valid configuration of flotilla daemon.
+func TestShippedConfig(t *testing.T) {
+	conf, err := filepath.Abs("../../contrib/systemd/flotilla.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := flotillaExit(t, nil, "daemon", "--config", conf, "--print-config")
+	for _, want := range []string{"data-dir: /var/lib/flotilla # " + conf, "etcd-embed: true # " + conf} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("flotilla daemon --config %s --print-config: exit %d, want %q in\n%s", conf, code, want, out)
+		}
+	}
+}
