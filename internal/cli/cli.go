@@ -23,7 +23,8 @@ import (
 )
 
 // DefaultEndpoint is where the commands look for the API when neither
-// --endpoint nor $FLOTILLA_ENDPOINT say otherwise.
+// --endpoint nor $FLOTILLA_ENDPOINT say otherwise (cmd/flotilla sets every
+// flag from its $FLOTILLA_<FLAG>).
 const DefaultEndpoint = "http://127.0.0.1:7480"
 
 // EndpointEnv names the environment variable holding the default endpoint.
@@ -62,20 +63,19 @@ type Globals struct {
 }
 
 // AddCommands registers the global flags (--endpoint, --output/-o,
-// --request-timeout) as persistent flags of root and adds the commands.
+// --request-timeout) as persistent flags of root, adds the commands, and
+// teaches cobra's completion command their unit names, machines, --fields
+// and --output values.
 func AddCommands(root *cobra.Command) {
 	g := &Globals{}
 	g.AddFlags(root.PersistentFlags())
 	root.AddCommand(Commands(g)...)
+	g.addCompletions(root)
 }
 
 // AddFlags registers the global flags in fs, bound to g.
 func (g *Globals) AddFlags(fs *pflag.FlagSet) {
-	endpoint := os.Getenv(EndpointEnv)
-	if endpoint == "" {
-		endpoint = DefaultEndpoint
-	}
-	fs.StringVar(&g.Endpoint, "endpoint", endpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
+	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
 	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
 	// The token's default is read in clientOptions, so that help output
@@ -126,6 +126,7 @@ func Commands(g *Globals) []*cobra.Command {
 		newCatCommand(g),
 		newACLCommand(g),
 		newTokenCommand(g),
+		newVersionCommand(g),
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -37,11 +38,12 @@ import (
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
+	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
 // Version is Flotilla's version, reported to the leader and by /v1/status.
-var Version = "0.1.0-dev"
+var Version = version.Get().Version
 
 // Config is one daemon's configuration. Addresses are host:port; a port of 0
 // picks a free one.
@@ -344,8 +346,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		endpoints = []string{scheme(creds) + "://" + etcdClientAddr}
 		log.Info("embedded etcd member ready", "client", etcdClientAddr, "peer", cfg.EtcdPeerAddr)
 	}
+	ms := metrics.New()
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: ms.EtcdDialOptions(),
 		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 		Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
 		TLS: etcdTLS,
@@ -374,7 +377,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var (
 		wg  sync.WaitGroup
 		eng *engine.Engine
-		ms  = metrics.New()
 	)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -505,9 +507,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Ready != nil {
 		cfg.Ready(addrs)
 	}
+	notifySystemd(log, sddaemon.SdNotifyReady)
 
 	<-ctx.Done()
 	log.Info("shutting down")
+	notifySystemd(log, sddaemon.SdNotifyStopping)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Shutdown(sctx)
 	cancel()
