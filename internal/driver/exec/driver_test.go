@@ -351,6 +351,28 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
+// TestEnvironmentFileFIFO: a unit whose EnvironmentFile= is a FIFO with no
+// writer fails to start at once, saying why, and its driver keeps answering.
+func TestEnvironmentFileFIFO(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, nil)
+	fifo := filepath.Join(t.TempDir(), "env.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newUnit("fifo.service", []string{"/bin/sleep", "60"}, func(s *unit.Service) {
+		s.EnvironmentFiles = []unit.EnvFile{{Path: fifo}}
+	})
+	mustLoadStart(t, d, f)
+	st := rec.waitEnded(t, "fifo.service", "failed")
+	if !strings.Contains(st.Message, fifo) || !strings.Contains(st.Message, "not a regular file") {
+		t.Errorf("message %q, want one naming %s as not a regular file", st.Message, fifo)
+	}
+	if err := d.Stop("fifo.service"); err != nil {
+		t.Errorf("Stop after the failed start: %v", err)
+	}
+}
+
 func TestUser(t *testing.T) {
 	t.Parallel()
 	if os.Geteuid() != 0 {
