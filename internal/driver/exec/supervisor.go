@@ -57,7 +57,7 @@ func activeSub(p phase, result string) (active, sub string) {
 	case phaseAutoRestart:
 		return "activating", "auto-restart"
 	}
-	if result == "" || result == resultSuccess {
+	if result == "" || result == resultSuccess || result == resultFenced {
 		return "inactive", "dead"
 	}
 	return "failed", "failed"
@@ -81,6 +81,7 @@ const (
 	reqStop                 // stop
 	reqQuit                 // stop, then forget the unit (Unload, Close)
 	reqAbort                // SIGKILL everything now, then forget (Close past its deadline)
+	reqFence                // SIGKILL everything now, stay loaded (a fence deadline passed)
 )
 
 type request struct {
@@ -138,6 +139,7 @@ type supervisor struct {
 	kick         bool      // a start was admitted; run it after replying
 	quit         bool      // forget the unit once dead
 	abort        bool      // skip to SIGKILL and skip ExecStopPost=
+	fenced       bool      // this run is being killed by a fence: every process group, ending inactive/dead "fenced"
 	postKilled   bool      // the ExecStopPost= command timed out and was SIGKILLed
 	phaseAt      time.Time // when the current stop-sigterm or stop-sigkill began
 	limiter      startLimiter
@@ -236,6 +238,11 @@ func (s *supervisor) finish() {
 		<-copied
 	}
 	s.log.close()
+	if s.d.cfg.Unloaded != nil {
+		// Before the unit leaves the map: a Load of the same name meanwhile
+		// waits for done, so its first status follows this.
+		s.d.cfg.Unloaded(s.name)
+	}
 	s.d.mu.Lock()
 	if s.d.units[s.name] == s {
 		delete(s.d.units, s.name)
@@ -325,6 +332,19 @@ func (s *supervisor) handle(r request) error {
 	case reqQuit:
 		s.quit, s.pendingStart = true, false
 		s.stop()
+	case reqFence:
+		s.pendingStart = false
+		switch s.ph {
+		case phaseDead:
+		case phaseAutoRestart:
+			s.fenced = true
+			s.stop()
+		default:
+			s.event("%s: No word from a current leader before the LostAfter= deadline. Killing.", s.name)
+			s.slog.Warn("fence deadline passed; killing unit")
+			s.fenced, s.abort, s.stopReq = true, true, true
+			s.enterStopSigkill()
+		}
 	case reqAbort:
 		s.quit, s.abort, s.pendingStart = true, true, false
 		switch s.ph {
@@ -356,7 +376,7 @@ func (s *supervisor) start() error {
 	s.cur = s.file
 	s.ph = phaseStartPre
 	s.result, s.message, s.mainResult = resultSuccess, "", ""
-	s.stopReq, s.postKilled = false, false
+	s.stopReq, s.postKilled, s.fenced, s.abort = false, false, false, false
 	s.cmds = refs(s.cur.Service.ExecStartPre, "ExecStartPre")
 	s.kick = true
 	return nil
@@ -533,6 +553,9 @@ func (s *supervisor) fail(result, message string) {
 }
 
 func (s *supervisor) killMode() string {
+	if s.fenced {
+		return "control-group" // a fenced unit must leave nothing running
+	}
 	return cmp.Or(s.cur.Service.KillMode, "control-group")
 }
 
@@ -684,6 +707,9 @@ func (s *supervisor) enterDead() {
 	s.ph = phaseDead
 
 	switch {
+	case s.fenced:
+		s.result, s.message = resultFenced, fencedMessage
+		s.event("Killed %s: no word from a current leader before the LostAfter= deadline.", s.describe())
 	case s.stopReq:
 		s.result = resultSuccess
 		s.event("Stopped %s.", s.describe())
@@ -912,6 +938,7 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 // was logged (for the order of the log) or readerGrace passed.
 func (s *supervisor) wait(p *proc) {
 	p.c.Wait()
+	s.d.kids.remove(p.pid)
 	select {
 	case <-p.copied:
 	case <-time.After(readerGrace):
