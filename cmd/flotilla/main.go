@@ -22,7 +22,7 @@ func main() {
 		SilenceErrors: false,
 	}
 	cli.AddCommands(root)
-	root.AddCommand(devCommand(), daemonCommand())
+	root.AddCommand(devCommand(), daemonCommand(), supervisorCommand())
 	root.AddCommand(benchCommand(), benchAgentsCommand())
 	if err := root.Execute(); err != nil {
 		os.Exit(1)

@@ -30,6 +30,9 @@ var (
 	// than StartLimitBurst times within StartLimitInterval; the unit is then
 	// failed with result start-limit-hit.
 	ErrStartLimitHit = errors.New("execdriver: start request repeated too quickly")
+	// ErrInUse is returned by New when another driver holds the state
+	// directory.
+	ErrInUse = errors.New("execdriver: state directory is in use by another driver")
 )
 
 // errUnloading is returned for a unit that Unload or Close is stopping.
@@ -147,7 +150,7 @@ func New(cfg Config) (*Driver, error) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lock.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("execdriver: state directory %s is in use by another driver", cfg.Dir)
+			return nil, fmt.Errorf("%w: %s", ErrInUse, cfg.Dir)
 		}
 		return nil, fmt.Errorf("execdriver: lock %s: %w", lockPath, err)
 	}
