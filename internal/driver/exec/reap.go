@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // children is the set of processes the driver started and has not yet
@@ -102,4 +104,27 @@ func childPids() []int {
 		}
 	}
 	return pids
+}
+
+// awaitExit returns once the child pid has exited, leaving it to be reaped.
+// It waits through the runtime's poller on a pidfd, so that the processes
+// of a thousand units do not hold a thousand threads blocked in wait (as
+// os.Process.Wait alone would); where pidfds do not work it returns at
+// once and the caller's Wait blocks as before.
+func awaitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != nil || info.Signo != 0
+	})
 }

@@ -937,6 +937,7 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 // wait reaps p and reports its exit to the supervisor, after its last output
 // was logged (for the order of the log) or readerGrace passed.
 func (s *supervisor) wait(p *proc) {
+	awaitExit(p.pid)
 	p.c.Wait()
 	s.d.kids.remove(p.pid)
 	select {
