@@ -142,6 +142,25 @@ func (r *recorder) wait(t *testing.T, name, what string, ok func(unit.Status) bo
 	}
 }
 
+// activePID waits for the unit to be active with a main process and
+// returns its pid.
+func (r *recorder) activePID(t *testing.T, name string) int {
+	t.Helper()
+	return r.wait(t, name, "active", func(st unit.Status) bool { return st.Active == "active" && st.PID != 0 }).PID
+}
+
+// pidIn waits for a unit to write a pid to path and returns it.
+func pidIn(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	waitUntil(t, "a pid in "+path, func() bool {
+		b, _ := os.ReadFile(path)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid > 0
+	})
+	return pid
+}
+
 // newClient makes a client on dir; the test's end stops the supervisor
 // (newTestDir's cleanup).
 func newClient(t *testing.T, dir string) (*Client, *recorder) {
@@ -315,6 +334,17 @@ func TestAdoptAfterDetach(t *testing.T) {
 	if supervisorPID(t, dir) != sup {
 		t.Errorf("the new client did not reuse supervisor %d", sup)
 	}
+	// Loading the same file again (what an agent given the same
+	// assignments does) leaves it running and reports it.
+	if err := c2.Load(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Start("web.service"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec2.activePID(t, "web.service"); got != st.PID {
+		t.Errorf("after Load and Start of the adopted unit: pid %d, want %d", got, st.PID)
+	}
 	waitUntil(t, "the log to go on", func() bool {
 		return strings.Count(journal(t, c2, "web.service"), "tick") > ticks+3
 	})
@@ -415,7 +445,7 @@ func TestRestartWhileDetached(t *testing.T) {
 	dir := newTestDir(t)
 	c1, rec := newClient(t, dir)
 	mustLoadStart(t, c1, parseUnit(t, "always.service", "[Service]\nExecStart=/bin/sleep 300\nRestart=always\nRestartSec=100ms\n"))
-	old := rec.wait(t, "always.service", "active", func(st unit.Status) bool { return st.Active == "active" && st.PID != 0 }).PID
+	old := rec.activePID(t, "always.service")
 	c1.Detach(context.Background())
 	syscall.Kill(old, syscall.SIGKILL)
 	time.Sleep(500 * time.Millisecond) // RestartSec= passes with no client
@@ -468,13 +498,8 @@ func TestFreshSupervisorKillsStale(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "bg.pid")
 	c1, rec := newClient(t, dir)
 	mustLoadStart(t, c1, parseUnit(t, "bg.service", "[Service]\nExecStart=/bin/sh -c 'sleep 300 & echo $! > "+pidFile+"; exec sleep 300'\n"))
-	main := rec.wait(t, "bg.service", "active", func(st unit.Status) bool { return st.Active == "active" && st.PID != 0 }).PID
-	var bg int
-	waitUntil(t, "the background pid", func() bool {
-		b, _ := os.ReadFile(pidFile)
-		bg, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return bg > 0
-	})
+	main := rec.activePID(t, "bg.service")
+	bg := pidIn(t, pidFile)
 	c1.Detach(context.Background())
 	old := supervisorPID(t, dir)
 	syscall.Kill(old, syscall.SIGKILL)
@@ -508,7 +533,7 @@ func TestSupervisorReplaced(t *testing.T) {
 	if err := c.Load(parseUnit(t, "idle.service", "[Service]\nExecStart=/bin/sleep 300\n")); err != nil {
 		t.Fatal(err)
 	}
-	old := rec.wait(t, "web.service", "active", func(st unit.Status) bool { return st.Active == "active" && st.PID != 0 }).PID
+	old := rec.activePID(t, "web.service")
 	sup := supervisorPID(t, dir)
 	syscall.Kill(sup, syscall.SIGKILL)
 	st := rec.wait(t, "web.service", "running again", func(st unit.Status) bool {
@@ -533,7 +558,7 @@ func TestFrozenSupervisorDoesNotBlock(t *testing.T) {
 	dir := newTestDir(t)
 	c, rec := newClient(t, dir)
 	mustLoadStart(t, c, parseUnit(t, "web.service", "[Service]\nExecStart=/bin/sleep 300\n"))
-	pid := rec.wait(t, "web.service", "active", func(st unit.Status) bool { return st.Active == "active" && st.PID != 0 }).PID
+	pid := rec.activePID(t, "web.service")
 	sup := supervisorPID(t, dir)
 	syscall.Kill(sup, syscall.SIGSTOP)
 	defer syscall.Kill(sup, syscall.SIGCONT)
@@ -567,13 +592,8 @@ func TestOrphansReaped(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "orphan.pid")
 	c, rec := newClient(t, dir)
 	mustLoadStart(t, c, parseUnit(t, "fork.service", "[Service]\nExecStart=/bin/sh -c '(sleep 300 & echo $! > "+pidFile+") ; exec sleep 300'\n"))
-	rec.wait(t, "fork.service", "active", func(st unit.Status) bool { return st.Active == "active" && st.PID != 0 })
-	var orphan int
-	waitUntil(t, "the orphan's pid", func() bool {
-		b, _ := os.ReadFile(pidFile)
-		orphan, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return orphan > 0
-	})
+	rec.activePID(t, "fork.service")
+	orphan := pidIn(t, pidFile)
 	sup := supervisorPID(t, dir)
 	waitUntil(t, "the orphan to be reparented to the supervisor", func() bool {
 		p, ok := readProc(orphan)

@@ -187,7 +187,9 @@ func (d *Driver) pidPath(name string) string {
 // definition of a loaded unit. A unit that is running keeps running with the
 // definition it was started with, and keeps reporting that definition's
 // hash, until it next stops or restarts: a restart (by Start or by Restart=)
-// uses the newest definition.
+// uses the newest definition. Every Load is followed by a Notify of the
+// unit's status, changed or not, so that a caller that loads a unit the
+// driver already runs (adopting it) hears how it is.
 func (d *Driver) Load(f *unit.File) error {
 	if f == nil {
 		return errors.New("execdriver: load: nil unit file")

@@ -501,6 +501,21 @@ func TestLoadNewHashWhileRunning(t *testing.T) {
 	if got := d.States()[0]; got.Hash != v1.Hash || got.PID != st.PID {
 		t.Errorf("after loading v2 while running: %+v, want v1 still running", got)
 	}
+	// Every Load is answered with a Notify, even when nothing changed (a
+	// caller adopting a running unit learns how it is).
+	for _, f := range []*unit.File{v2, v2} {
+		rec.mu.Lock()
+		before := len(rec.seen)
+		rec.mu.Unlock()
+		if err := d.Load(f); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return len(rec.seen) > before && rec.seen[len(rec.seen)-1].PID == st.PID
+		}, "a status after Load")
+	}
 	d.Stop("app.service")
 	st = rec.waitState(t, "app.service", "inactive", "dead")
 	if st.Hash != v2.Hash {

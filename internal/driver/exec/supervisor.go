@@ -144,6 +144,7 @@ type supervisor struct {
 	phaseAt      time.Time // when the current stop-sigterm or stop-sigkill began
 	limiter      startLimiter
 	restarts     int
+	renotify     bool // notify the status at the next publish even if unchanged
 	timer        *time.Timer
 	ticker       *time.Ticker // while waiting for process groups to empty
 }
@@ -283,7 +284,8 @@ func (s *supervisor) publish() {
 	s.mu.Lock()
 	prev := s.status
 	st := s.compute(prev)
-	changed := st != prev
+	changed := st != prev || s.renotify
+	s.renotify = false
 	s.status = st
 	s.mu.Unlock()
 	if changed {
@@ -315,6 +317,7 @@ func (s *supervisor) handle(r request) error {
 			return errUnloading
 		}
 		s.file = r.file
+		s.renotify = true // each Load is answered with the unit's status, even unchanged
 	case reqStart:
 		if s.quit {
 			return errUnloading
