@@ -40,7 +40,7 @@ test:
 test-short:
 	$(GO) test -short -count=1 ./...
 
-# Regenerate proto/agentpb (needs protoc: apt-get install protobuf-compiler).
+# Regenerate proto/agentpb and proto/supervisorpb (needs protoc: apt-get install protobuf-compiler).
 proto:
 	$(GO) generate ./proto/...
 

@@ -30,7 +30,6 @@ import (
 	"github.com/flotilla/flotilla/internal/api"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
-	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
@@ -38,6 +37,7 @@ import (
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
+	"github.com/flotilla/flotilla/internal/supervisor"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -63,8 +63,13 @@ type Config struct {
 	// stream per agent to the leader) or "etcd" (fleet's way: agents watch
 	// their assignments in etcd and write states and presence there).
 	Registry string
-	// Driver runs units: "exec" (default) or "sim" (in memory, for benchmarks).
+	// Driver runs units: "exec" (default; in the machine's supervisor
+	// process, so they outlive the daemon) or "sim" (in memory, for
+	// benchmarks).
 	Driver string
+	// SupervisorBinary is the program started as the supervisor
+	// (`SupervisorBinary supervisor --dir DIR`); default: this executable.
+	SupervisorBinary string
 	// SimStartDelay and SimFailureRate configure the sim driver.
 	SimStartDelay  time.Duration
 	SimFailureRate float64
@@ -454,7 +459,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if cfg.Driver == "sim" {
 			drv, err = sim.New(sim.Config{Machine: cfg.Name, Notify: ag.Notify, StartDelay: cfg.SimStartDelay, FailureRate: cfg.SimFailureRate})
 		} else {
-			drv, err = execdriver.New(execdriver.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify, Logger: cfg.Logger})
+			// Units run in the machine's supervisor process, so that they
+			// outlive this one; it is started if none runs.
+			drv, err = supervisor.New(supervisor.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify,
+				Logger: cfg.Logger, Binary: cfg.SupervisorBinary, Version: Version})
 		}
 		if err != nil {
 			return fmt.Errorf("%s driver: %w", cfg.Driver, err)
@@ -519,8 +527,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	wg.Wait() // the engine has resigned
 	<-agentDone
 	if drv != nil {
+		// The supervisor's units keep running for the next daemon on this
+		// data dir to adopt; the sim driver's units end with the process.
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		drv.Close(cctx)
+		if det, ok := drv.(driver.Detacher); ok {
+			det.Detach(cctx)
+		} else {
+			drv.Close(cctx)
+		}
 		cancel()
 	}
 	return nil

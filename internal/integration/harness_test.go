@@ -128,6 +128,39 @@ func (n *node) stop(t *testing.T) {
 	}
 }
 
+// stopSupervisor ends the machine's supervisor, which the daemon started
+// and which outlives it, with its units: SIGTERM (it stops them), then
+// SIGKILL if it has not ended within 30s.
+func (n *node) stopSupervisor(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(n.dir, "units", "supervisor.pid"))
+	if err != nil {
+		return
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 1 {
+		t.Errorf("%s: supervisor.pid holds %q", n.name, b)
+		return
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(30 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Errorf("%s: supervisor %d still runs 30s after SIGTERM; killing it", n.name, pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// shutdown stops the daemon, then its supervisor and units: what a test's
+// cleanup does, so that nothing it started outlives it.
+func (n *node) shutdown(t *testing.T) {
+	n.stop(t)
+	n.stopSupervisor(t)
+}
+
 type cluster struct {
 	t     *testing.T
 	nodes []*node
@@ -155,7 +188,7 @@ func newCluster(t *testing.T, n int, extra func(i int) []string) *cluster {
 	}
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
-			nd.stop(t)
+			nd.shutdown(t)
 		}
 		if t.Failed() {
 			for _, nd := range c.nodes {
