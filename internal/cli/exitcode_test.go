@@ -15,7 +15,12 @@ import (
 
 	"github.com/flotilla/flotilla/internal/cli"
 	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 )
+
+// TestMain lets this test binary be the supervisor of the daemons the
+// tests run in process.
+func TestMain(m *testing.M) { supervisortest.Main(m) }
 
 // startDaemon runs a real one-machine daemon (embedded etcd, engine, agent
 // with the exec driver, API) in the test process and returns its API URL
@@ -23,11 +28,12 @@ import (
 // engine nor agent, whose cluster never has a leader.
 func startDaemon(t *testing.T, noEngine bool) string {
 	t.Helper()
+	dataDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan daemon.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- daemon.Run(ctx, daemon.Config{Name: "m1", DataDir: t.TempDir(), APIAddr: "127.0.0.1:0", EtcdEmbed: true,
+		done <- daemon.Run(ctx, daemon.Config{Name: "m1", DataDir: dataDir, APIAddr: "127.0.0.1:0", EtcdEmbed: true,
 			EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0", ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
 			NoEngine: noEngine, NoAgent: noEngine, Logger: slog.New(slog.DiscardHandler), Ready: func(a daemon.Addrs) { ready <- a }})
 	}()
@@ -36,6 +42,7 @@ func startDaemon(t *testing.T, noEngine bool) string {
 		if err := <-done; err != nil {
 			t.Errorf("daemon: %v", err)
 		}
+		supervisortest.Stop(t, filepath.Join(dataDir, "units"))
 	})
 	select {
 	case a := <-ready:

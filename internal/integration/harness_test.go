@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 )
 
 var flotillaBin string
@@ -129,29 +131,9 @@ func (n *node) stop(t *testing.T) {
 }
 
 // stopSupervisor ends the machine's supervisor, which the daemon started
-// and which outlives it, with its units: SIGTERM (it stops them), then
-// SIGKILL if it has not ended within 30s.
+// and which outlives it, with its units.
 func (n *node) stopSupervisor(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(n.dir, "units", "supervisor.pid"))
-	if err != nil {
-		return
-	}
-	var pid int
-	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 1 {
-		t.Errorf("%s: supervisor.pid holds %q", n.name, b)
-		return
-	}
-	syscall.Kill(pid, syscall.SIGCONT)
-	syscall.Kill(pid, syscall.SIGTERM)
-	deadline := time.Now().Add(30 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Errorf("%s: supervisor %d still runs 30s after SIGTERM; killing it", n.name, pid)
-			syscall.Kill(pid, syscall.SIGKILL)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	supervisortest.Stop(t, filepath.Join(n.dir, "units"))
 }
 
 // shutdown stops the daemon, then its supervisor and units: what a test's
