@@ -358,7 +358,7 @@ func (s *scenario) cmdWaitActive(a args) (string, error) {
 		return fmt.Sprintf("FAIL: %v: %s", err, strings.Join(notActive, ", ")), nil
 	}
 	s.tl.add("%d units active, %.2fs after wait-active began", want, time.Since(start).Seconds())
-	return fmt.Sprintf("%d units active", want), nil
+	return units(want) + " active", nil
 }
 
 // copyProblems lists the units of names that do not run exactly one copy.
@@ -391,7 +391,7 @@ func (s *scenario) cmdWaitCopies(a args) (string, error) {
 		return fmt.Sprintf("FAIL: %v not running exactly one copy: %s", err, strings.Join(bad, ", ")), nil
 	}
 	s.tl.add("each unit runs one copy, %.2fs after wait-copies began", time.Since(start).Seconds())
-	return fmt.Sprintf("each of %d units runs exactly one copy", len(names)), nil
+	return fmt.Sprintf("one copy of each unit (%s)", units(len(names))), nil
 }
 
 func (s *scenario) cmdRecordPIDs(a args) (string, error) {
@@ -412,7 +412,7 @@ func (s *scenario) cmdRecordPIDs(a args) (string, error) {
 		s.pids[n] = copies[n][0]
 		s.tl.add("recorded %s: pid %d on %s", n, copies[n][0].pid, copies[n][0].node)
 	}
-	return fmt.Sprintf("recorded the PIDs of %d units", len(names)), nil
+	return "recorded the PIDs of " + units(len(names)), nil
 }
 
 func (s *scenario) cmdWhere(a args) (string, error) {
@@ -667,12 +667,26 @@ func (s *scenario) cmdDrain(a args) (string, error) {
 		return "", errors.New("no daemon answers")
 	}
 	s.tl.faultAt("drain " + p.name)
-	out, err := cli(live[0], 90*time.Second, "drain", p.name)
-	if err != nil {
-		return fmt.Sprintf("FAIL: flotilla drain %s: %v: %s", a.pos[0], err, strings.TrimSpace(out)), nil
+	// A drain may wait until the machine is empty; the scenario goes on
+	// after two seconds, with the drain under way (faults during a drain).
+	type result struct {
+		out string
+		err error
 	}
-	s.tl.add("drain %s returned", p.name)
-	return "drain " + a.pos[0] + ": done", nil
+	done := make(chan result, 1)
+	go func() {
+		out, err := cli(live[0], 5*time.Minute, "drain", p.name)
+		s.tl.add("flotilla drain %s returned: %v %s", p.name, err, firstLine(out))
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return fmt.Sprintf("FAIL: flotilla drain %s: %v: %s", a.pos[0], r.err, firstLine(r.out)), nil
+		}
+	case <-time.After(2 * time.Second):
+	}
+	return "drain " + a.pos[0] + ": under way", nil
 }
 
 // cmdOversized sends PATCH /v1/machines/{node} with one metadata value of
@@ -726,7 +740,7 @@ func (s *scenario) cmdOversized(a args) (string, error) {
 		rev = "changed: the term ended"
 		s.tl.add("election revision %d (%s) became %d (%s)", before.ElectionRev, before.Leader, after.ElectionRev, after.Leader)
 	}
-	return fmt.Sprintf("PATCH of %s bytes answered %s\nleader's election revision %s", a.kv["size"], answer, rev), nil
+	return fmt.Sprintf("PATCH with a %s value answered %s\nleader's election revision %s", a.kv["size"], answer, rev), nil
 }
 
 func parseSize(v string) (int, error) {
@@ -757,7 +771,7 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 		if len(bad) > 0 {
 			return fmt.Sprintf("FAIL: %d of %d units ran more than one copy at once: %s", len(bad), len(names), strings.Join(bad, ", ")), nil
 		}
-		return fmt.Sprintf("never more than one copy of each of %d units", len(names)), nil
+		return fmt.Sprintf("never two copies of a unit at once (%s)", units(len(names))), nil
 	case "no-restarts":
 		var skip *proc
 		if n := a.kv["not-on"]; n != "" {
@@ -794,7 +808,7 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 		if len(bad) > 0 {
 			return fmt.Sprintf("FAIL: %d of %d units%s restarted or stopped: %s", len(bad), n, scope, strings.Join(bad, ", ")), nil
 		}
-		return fmt.Sprintf("%d units%s kept their PIDs", n, scope), nil
+		return fmt.Sprintf("%s%s kept their PIDs", units(n), scope), nil
 	case "none-on":
 		p, err := s.oneNode(a)
 		if err != nil {
@@ -932,4 +946,12 @@ func (s *scenario) checkWritesRefused() string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// units says "1 unit" or "N units".
+func units(n int) string {
+	if n == 1 {
+		return "1 unit"
+	}
+	return fmt.Sprintf("%d units", n)
 }

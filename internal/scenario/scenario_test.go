@@ -82,7 +82,11 @@ func TestScenarios(t *testing.T) {
 	}
 	caps := capabilities()
 	all := os.Getenv("FLOTILLA_SCENARIOS") == "all"
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	dir := "testdata"
+	if d := os.Getenv("SCENARIO_TESTDATA"); d != "" {
+		dir = d // e.g. a copy to -rewrite, to see what today's binary does
+	}
+	datadriven.Walk(t, dir, func(t *testing.T, path string) {
 		reqs, err := requirements(path)
 		if err != nil {
 			t.Fatal(err)
