@@ -376,7 +376,7 @@ func (s *scenario) startDaemons(n int, registry string, embedded bool, metadata 
 func isLeader(p *proc) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := p.client(2*time.Second).Status(ctx)
+	st, err := p.client(2 * time.Second).Status(ctx)
 	if err != nil {
 		return err
 	}

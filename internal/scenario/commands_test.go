@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -447,6 +448,9 @@ func (s *scenario) cmdWaitLeader(a args) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if len(s.nodes) == 0 {
+		return "", errors.New("wait-leader: no daemons; start-daemons first")
+	}
 	var not *proc
 	if a.kv["not"] != "" {
 		if not, err = s.node(a.kv["not"]); err != nil {
@@ -530,7 +534,7 @@ func (s *scenario) cmdProcess(cmd string, a args) (string, error) {
 			if !p.running() {
 				return errors.New("exited")
 			}
-			_, err := p.client(2*time.Second).Status(context.Background())
+			_, err := p.client(2 * time.Second).Status(context.Background())
 			return err
 		}); err != nil {
 			return fmt.Sprintf("FAIL: %s does not answer after starting again: %v", name, err), nil
@@ -705,7 +709,7 @@ func (s *scenario) cmdOversized(a args) (string, error) {
 	if l == nil {
 		return "", errors.New("no leader")
 	}
-	before, err := l.client(5*time.Second).Status(context.Background())
+	before, err := l.client(5 * time.Second).Status(context.Background())
 	if err != nil {
 		return "", err
 	}
@@ -729,7 +733,7 @@ func (s *scenario) cmdOversized(a args) (string, error) {
 		if nl == nil {
 			return errors.New("no leader")
 		}
-		after, err = nl.client(5*time.Second).Status(context.Background())
+		after, err = nl.client(5 * time.Second).Status(context.Background())
 		return err
 	})
 	if err != nil {
@@ -787,7 +791,7 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 		copies := s.smp.now()
 		var bad []string
 		n := 0
-		for _, u := range sortedKeys(s.pids) {
+		for _, u := range matchUnits(sortedKeys(s.pids), a.kv["glob"]) {
 			rec := s.pids[u]
 			if skip != nil && rec.node == skip.name {
 				continue
@@ -802,39 +806,68 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 			}
 		}
 		scope := ""
+		if g := a.kv["glob"]; g != "" {
+			scope = " " + g
+		}
 		if skip != nil {
-			scope = " not on " + a.kv["not-on"]
+			scope += " not on " + a.kv["not-on"]
 		}
 		if len(bad) > 0 {
 			return fmt.Sprintf("FAIL: %d of %d units%s restarted or stopped: %s", len(bad), n, scope, strings.Join(bad, ", ")), nil
 		}
 		return fmt.Sprintf("%s%s kept their PIDs", units(n), scope), nil
-	case "none-on":
+	case "none-on", "elsewhere":
 		p, err := s.oneNode(a)
 		if err != nil {
 			return "", err
 		}
-		var on []string
-		for u, cs := range s.smp.now() {
-			for _, c := range cs {
+		names := s.launched(a.kv["glob"])
+		copies := s.smp.now()
+		var bad []string
+		for _, u := range names {
+			on, off := 0, 0
+			for _, c := range copies[u] {
 				if c.node == p.name {
-					on = append(on, u)
+					on++
+				} else {
+					off++
 				}
 			}
+			if what == "none-on" && on > 0 || what == "elsewhere" && off == 0 {
+				bad = append(bad, u)
+			}
 		}
-		if len(on) > 0 {
-			return fmt.Sprintf("FAIL: %d units still run on %s: %s", len(on), a.pos[0], strings.Join(matchUnits(on, ""), ", ")), nil
+		scope := units(len(names))
+		if g := a.kv["glob"]; g != "" {
+			scope += " " + g
 		}
-		return "no unit runs on " + a.pos[0], nil
+		switch {
+		case what == "none-on" && len(bad) > 0:
+			return fmt.Sprintf("FAIL: %d of %s still run on %s: %s", len(bad), scope, a.pos[0], strings.Join(bad, ", ")), nil
+		case what == "none-on":
+			return fmt.Sprintf("none of %s runs on %s", scope, a.pos[0]), nil
+		case len(bad) > 0:
+			return fmt.Sprintf("FAIL: %d of %s run nowhere but %s: %s", len(bad), scope, a.pos[0], strings.Join(bad, ", ")), nil
+		}
+		return fmt.Sprintf("each of %s runs somewhere other than %s", scope, a.pos[0]), nil
 	case "lost-writes":
 		if s.writer == nil {
 			return "", errors.New("check lost-writes: start-writer first")
 		}
 		return s.writer.check(), nil
 	case "reads":
-		return s.checkReads(len(a.pos) > 0 && a.pos[0] == "etcd-gone"), nil
+		gone := len(a.pos) > 0 && a.pos[0] == "etcd-gone"
+		out := s.checkReads(gone)
+		if gone {
+			return out, s.etcdStillDown()
+		}
+		return out, nil
 	case "writes-refused":
-		return s.checkWritesRefused(), nil
+		if len(a.pos) != 1 || a.pos[0] != "etcd" {
+			return "", errors.New("check writes-refused etcd")
+		}
+		out := s.checkWritesRefused()
+		return out, s.etcdStillDown()
 	}
 	return "", fmt.Errorf("check %s: unknown check", what)
 }
@@ -844,8 +877,7 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 // unreachable (promise 4): the CLI's output and a header of /v1/state
 // mention etcd.
 func (s *scenario) checkReads(etcdGone bool) string {
-	var lines []string
-	for _, p := range s.live() {
+	return s.eachLive(func(p *proc) string {
 		var probs []string
 		out, err := cli(p, 15*time.Second, "list-units", "--no-legend")
 		if err != nil {
@@ -863,16 +895,14 @@ func (s *scenario) checkReads(etcdGone bool) string {
 			probs = append(probs, "/v1/state has no header saying etcd is unreachable")
 		}
 		if len(probs) > 0 {
-			lines = append(lines, fmt.Sprintf("%s: FAIL: %s", p.name, strings.Join(probs, "; ")))
-			continue
+			return fmt.Sprintf("%s: FAIL: %s", p.name, strings.Join(probs, "; "))
 		}
 		line := fmt.Sprintf("%s: list-units answered; /v1/state has %d units", p.name, n)
 		if etcdGone {
 			line += "; both say etcd is unreachable"
 		}
-		lines = append(lines, line)
-	}
-	return strings.Join(lines, "\n")
+		return line
+	})
 }
 
 func firstLine(s string) string {
@@ -926,26 +956,23 @@ func (s *scenario) readState(p *proc) (int, bool, error) {
 // checkWritesRefused submits a new unit through every live daemon: each
 // must answer 503 with an error naming etcd.
 func (s *scenario) checkWritesRefused() string {
-	var lines []string
-	for _, p := range s.live() {
+	return s.eachLive(func(p *proc) string {
 		name := fmt.Sprintf("refused-%s.service", p.name)
 		_, err := p.client(20*time.Second).PutUnit(context.Background(), apiv1.UnitChange{Name: name, File: writerFile, DesiredState: "inactive"})
-		var ae *client.APIError
-		switch {
-		case err == nil:
-			lines = append(lines, fmt.Sprintf("%s: FAIL: the write was acknowledged", p.name))
-		case !errors.As(err, &ae):
-			lines = append(lines, fmt.Sprintf("%s: FAIL: %v", p.name, err))
-		case ae.Status != http.StatusServiceUnavailable || !strings.Contains(strings.ToLower(ae.Message), "etcd"):
-			lines = append(lines, fmt.Sprintf("%s: FAIL: %d %s: %s", p.name, ae.Status, ae.Code, ae.Message))
-		default:
-			lines = append(lines, fmt.Sprintf("%s: 503, naming etcd", p.name))
-		}
 		if err != nil {
 			s.tl.add("write through %s refused: %v", p.name, err)
 		}
-	}
-	return strings.Join(lines, "\n")
+		var ae *client.APIError
+		switch {
+		case err == nil:
+			return fmt.Sprintf("%s: FAIL: the write was acknowledged", p.name)
+		case !errors.As(err, &ae):
+			return fmt.Sprintf("%s: FAIL: %v", p.name, err)
+		case ae.Status != http.StatusServiceUnavailable || !strings.Contains(strings.ToLower(ae.Message), "etcd"):
+			return fmt.Sprintf("%s: FAIL: %d %s: %s", p.name, ae.Status, ae.Code, ae.Message)
+		}
+		return fmt.Sprintf("%s: 503, naming etcd", p.name)
+	})
 }
 
 // units says "1 unit" or "N units".
@@ -954,4 +981,27 @@ func units(n int) string {
 		return "1 unit"
 	}
 	return fmt.Sprintf("%d units", n)
+}
+
+// etcdStillDown is called after a check meant to run during an etcd
+// outage: the outage must have lasted until the check's end.
+func (s *scenario) etcdStillDown() error {
+	if s.etcd == nil || !s.isFrozen(s.etcd) {
+		return errors.New("etcd is not down (any more): the check must run between \"etcd down\" and \"etcd up\"")
+	}
+	return nil
+}
+
+// eachLive runs f for every live daemon at once and returns their lines
+// in the daemons' order.
+func (s *scenario) eachLive(f func(p *proc) string) string {
+	live := s.live()
+	lines := make([]string, len(live))
+	var wg sync.WaitGroup
+	for i, p := range live {
+		wg.Add(1)
+		go func() { defer wg.Done(); lines[i] = f(p) }()
+	}
+	wg.Wait()
+	return strings.Join(lines, "\n")
 }

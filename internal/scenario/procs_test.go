@@ -120,7 +120,9 @@ func (s *sampler) scan() map[string][]unitCopy {
 		copies[unit] = append(copies[unit], unitCopy{pid: pid, node: node})
 	}
 	for _, cs := range copies {
-		sort.Slice(cs, func(i, j int) bool { return cs[i].node < cs[j].node || cs[i].node == cs[j].node && cs[i].pid < cs[j].pid })
+		sort.Slice(cs, func(i, j int) bool {
+			return cs[i].node < cs[j].node || cs[i].node == cs[j].node && cs[i].pid < cs[j].pid
+		})
 	}
 	return copies
 }

@@ -156,3 +156,28 @@ func requirements(path string) ([]string, error) {
 	sort.Strings(reqs)
 	return reqs, sc.Err()
 }
+
+// TestScenarioFiles checks, without running anything, that every scenario
+// names only known capabilities and unit specs the runner understands.
+func TestScenarioFiles(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios in testdata: %v", err)
+	}
+	for _, f := range files {
+		if _, err := requirements(f); err != nil {
+			t.Error(err)
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if spec, ok := strings.CutPrefix(line, "start "); ok {
+				if _, _, err := unitNames(strings.Fields(spec)[0]); err != nil {
+					t.Errorf("%s:%d: %v", f, i+1, err)
+				}
+			}
+		}
+	}
+}
