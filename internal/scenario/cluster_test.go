@@ -45,6 +45,7 @@ type proc struct {
 	args []string
 	logf string
 
+	mu   sync.Mutex // guards cmd and done, replaced by each start
 	cmd  *exec.Cmd
 	done chan struct{}
 
@@ -55,12 +56,20 @@ type proc struct {
 	heal   *time.Timer
 }
 
+// current returns the process started last and its done channel.
+func (p *proc) current() (*exec.Cmd, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd, p.done
+}
+
 func (p *proc) running() bool {
-	if p.cmd == nil {
+	cmd, done := p.current()
+	if cmd == nil {
 		return false
 	}
 	select {
-	case <-p.done:
+	case <-done:
 		return false
 	default:
 		return true
@@ -81,8 +90,10 @@ func (p *proc) start() error {
 		log.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	done := p.done
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
 	go func() { cmd.Wait(); log.Close(); close(done) }()
 	return nil
 }
@@ -91,16 +102,18 @@ func (p *proc) signal(sig syscall.Signal) error {
 	if !p.running() {
 		return fmt.Errorf("%s is not running", p.name)
 	}
-	return p.cmd.Process.Signal(sig)
+	cmd, _ := p.current()
+	return cmd.Process.Signal(sig)
 }
 
 // wait waits up to d for the process to end.
 func (p *proc) wait(d time.Duration) bool {
-	if p.cmd == nil {
+	cmd, done := p.current()
+	if cmd == nil {
 		return true
 	}
 	select {
-	case <-p.done:
+	case <-done:
 		return true
 	case <-time.After(d):
 		return false

@@ -773,7 +773,7 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 			}
 		}
 		if len(bad) > 0 {
-			return fmt.Sprintf("FAIL: %d of %d units ran more than one copy at once: %s", len(bad), len(names), strings.Join(bad, ", ")), nil
+			return fmt.Sprintf("FAIL: %d of %s ran more than one copy at once: %s", len(bad), units(len(names)), strings.Join(bad, ", ")), nil
 		}
 		return fmt.Sprintf("never two copies of a unit at once (%s)", units(len(names))), nil
 	case "no-restarts":
@@ -843,7 +843,9 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 		}
 		switch {
 		case what == "none-on" && len(bad) > 0:
-			return fmt.Sprintf("FAIL: %d of %s still run on %s: %s", len(bad), scope, a.pos[0], strings.Join(bad, ", ")), nil
+			return fmt.Sprintf("FAIL: still running on %s: %s", a.pos[0], strings.Join(bad, ", ")), nil
+		case what == "none-on" && a.kv["glob"] == "":
+			return "no unit runs on " + a.pos[0], nil
 		case what == "none-on":
 			return fmt.Sprintf("none of %s runs on %s", scope, a.pos[0]), nil
 		case len(bad) > 0:

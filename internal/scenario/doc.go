@@ -106,15 +106,20 @@
 // Checks, judged from outside:
 //
 //	check at-most-one [glob=G]    no unit ever had two copies at once, for the whole scenario
-//	check no-restarts [not-on=NODE]
+//	check no-restarts [glob=G] [not-on=NODE]
 //	                              each unit recorded (except on NODE) still runs its recorded PID
-//	check none-on NODE            no copy of any unit runs on NODE now
+//	check none-on NODE [glob=G]   no copy of a unit runs on NODE now
+//	check elsewhere NODE [glob=G] each unit has a copy on a node other than NODE now
 //	check lost-writes             stops the writer; every acknowledged write is in the state
 //	                              read back (an unacknowledged one may or may not be)
 //	check reads [etcd-gone]       every live daemon answers list-units (the CLI) and /v1/state
 //	                              with every unit; with etcd-gone, both also say etcd is
 //	                              unreachable (CLI output, a response header)
 //	check writes-refused etcd     a write through every live daemon answers 503 naming etcd
+//
+// The two checks of an etcd outage (reads etcd-gone, writes-refused) fail
+// the test if etcd is no longer down when they end: put them between
+// "etcd down" and "etcd up".
 //
 // A check or wait that does not hold prints FAIL and why, which differs from
 // the golden output; an error of the script or the harness fails the test.
