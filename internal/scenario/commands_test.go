@@ -496,7 +496,7 @@ func (s *scenario) cmdProcess(cmd string, a args) (string, error) {
 		if err := s.freeze(p, d); err != nil {
 			return "", err
 		}
-		s.tl.faultAt(fmt.Sprintf("freeze %s (%s) for %v", name, p.name, d))
+		s.tl.faultAt(fmt.Sprintf("freeze %s (%s) %s", name, p.name, forHow(d)))
 		return name + " frozen (SIGSTOP)", nil
 	case "thaw":
 		s.thaw(p)
@@ -563,7 +563,7 @@ func (s *scenario) cmdEtcd(a args) (string, error) {
 		if err := s.freeze(s.etcd, d); err != nil {
 			return "", err
 		}
-		s.tl.faultAt(fmt.Sprintf("etcd down (SIGSTOP) for %v", d))
+		s.tl.faultAt("etcd down (SIGSTOP) " + forHow(d))
 		return "etcd frozen (SIGSTOP)", nil
 	case "up":
 		s.thaw(s.etcd)
@@ -620,7 +620,7 @@ func (s *scenario) cmdPartition(a args) (string, error) {
 	if err := s.partition(p, ips, all, peerOnly, d); err != nil {
 		return "", err
 	}
-	s.tl.faultAt(fmt.Sprintf("partition %s (%s) from %s (%v) for %v", a.pos[0], p.name, from, ips, d))
+	s.tl.faultAt(fmt.Sprintf("partition %s (%s) from %s %v %s", a.pos[0], p.name, from, ips, forHow(d)))
 	return fmt.Sprintf("%s cut off from %s", a.pos[0], what), nil
 }
 
@@ -1006,4 +1006,12 @@ func (s *scenario) eachLive(f func(p *proc) string) string {
 	}
 	wg.Wait()
 	return strings.Join(lines, "\n")
+}
+
+// forHow says how long a fault lasts, for the timeline.
+func forHow(d time.Duration) string {
+	if d <= 0 {
+		return "until undone"
+	}
+	return "for " + d.String()
 }
