@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -136,6 +137,9 @@ type Agent struct {
 	// after the watchdog killed units: the leader must learn of it and may
 	// assign them again.
 	resync chan struct{}
+	// engines are the engine candidates' gRPC addresses, as the leader last
+	// told them: asked who leads when word stops and etcd does not say.
+	engines []string
 
 	kick  chan struct{}
 	flush chan struct{}
@@ -251,7 +255,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() {
 		for in := range a.cfg.Leaders(ctx) {
 			lmu.Lock()
-			leader = in
+			if in.Machine == "" || in.Rev >= leader.Rev {
+				leader = in // never back to an older term an engine told of
+			}
 			lmu.Unlock()
 			signal(changed)
 		}
@@ -261,6 +267,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer lmu.Unlock()
 		return leader
 	}
+	go a.findLeader(ctx, current, func(in election.Info) {
+		lmu.Lock()
+		newer := in.Rev > leader.Rev
+		if newer {
+			leader = in
+		}
+		lmu.Unlock()
+		if newer {
+			a.log.Info("found a newer leader through the engines, not etcd", "leader", in.Machine, "leader_rev", in.Rev)
+			signal(changed)
+		}
+	})
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		cur := current()
@@ -471,6 +489,9 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 	if sent > a.word {
 		a.word = sent
 	}
+	if len(msg.Engines) > 0 {
+		a.engines = msg.Engines
+	}
 	if as == nil {
 		a.mu.Unlock()
 		a.fence(false)
@@ -511,6 +532,58 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 	a.mu.Unlock()
 	a.fence(true)
 	signal(a.kick)
+}
+
+// findLeader asks the engines the leader named who leads now, whenever
+// word from the leader has stopped for longer than a few heartbeats: an
+// agent cut off from etcd but not from the other daemons learns of a new
+// leader this way. found is given the answer with the highest revision.
+func (a *Agent) findLeader(ctx context.Context, current func() election.Info, found func(election.Info)) {
+	tick := time.NewTicker(max(a.cfg.HeartbeatInterval, 250*time.Millisecond))
+	defer tick.Stop()
+	stale := 2*a.cfg.HeartbeatInterval + 250*time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		a.mu.Lock()
+		quiet := a.cfg.Mono().Sub(a.wordLocked())
+		engines := slices.Clone(a.engines)
+		a.mu.Unlock()
+		if quiet < stale || len(engines) == 0 {
+			continue
+		}
+		if best, ok := a.askEngines(ctx, engines); ok && best.Rev > current().Rev {
+			found(best)
+		}
+	}
+}
+
+// askEngines asks each engine who leads and returns the answer with the
+// highest election revision.
+func (a *Agent) askEngines(ctx context.Context, engines []string) (election.Info, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	answers := make(chan *agentpb.LeaderInfo, len(engines))
+	for _, addr := range engines {
+		go func() {
+			var li *agentpb.LeaderInfo
+			if conn, err := grpc.NewClient(addr, a.cfg.DialOptions...); err == nil {
+				li, _ = agentpb.NewEngineClient(conn).Leader(ctx, &agentpb.LeaderRequest{})
+				conn.Close()
+			}
+			answers <- li
+		}()
+	}
+	var best election.Info
+	for range engines {
+		if li := <-answers; li != nil && li.GrpcAddr != "" && li.Rev > best.Rev {
+			best = election.Info{Machine: li.Machine, GRPCAddr: li.GrpcAddr, APIAddr: li.ApiAddr, Rev: li.Rev}
+		}
+	}
+	return best, best.Rev > 0
 }
 
 // lostAfterLocked is a unit's LostAfter=: its own, or the shorter of the

@@ -386,32 +386,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	gopts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(64 << 20),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
-	}
-	var authorizeAgent func(context.Context, string) error
-	if creds != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(creds.ServerConfig())))
-		authorizeAgent = auth.CheckAgent
-	}
-	gsrv := grpc.NewServer(gopts...)
-	if !cfg.NoEngine {
-		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
-			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger, Metrics: ms,
-			AuthorizeAgent: authorizeAgent})
-		if err != nil {
-			apiLn.Close()
-			grpcLn.Close()
-			return err
-		}
-		agentpb.RegisterEngineServer(gsrv, eng)
-	}
-	go gsrv.Serve(grpcLn)
-	cleanups = append(cleanups, gsrv.Stop)
-
-	// The current leader, for forwarding API requests.
+	// The current leader, for forwarding API requests and for agents that ask
+	// the engine (when etcd cannot tell them).
 	var (
 		lmu    sync.Mutex
 		leader election.Info
@@ -438,6 +414,31 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer lmu.Unlock()
 		return leader, leader.Machine != ""
 	}
+
+	gopts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
+	}
+	var authorizeAgent func(context.Context, string) error
+	if creds != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(creds.ServerConfig())))
+		authorizeAgent = auth.CheckAgent
+	}
+	gsrv := grpc.NewServer(gopts...)
+	if !cfg.NoEngine {
+		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
+			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, LeaderInfo: currentLeader, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger, Metrics: ms,
+			AuthorizeAgent: authorizeAgent})
+		if err != nil {
+			apiLn.Close()
+			grpcLn.Close()
+			return err
+		}
+		agentpb.RegisterEngineServer(gsrv, eng)
+	}
+	go gsrv.Serve(grpcLn)
+	cleanups = append(cleanups, gsrv.Stop)
 
 	var drv driver.Driver
 	var ag *agent.Agent

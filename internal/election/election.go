@@ -196,6 +196,25 @@ func Current(ctx context.Context, cli *clientv3.Client, prefix string) (Info, in
 	return in, resp.Header.Revision, true, nil
 }
 
+// Candidates returns every campaigning engine (the leader first), in order
+// of their keys' creation, and the revision read at.
+func Candidates(ctx context.Context, cli *clientv3.Client, prefix string) ([]Info, int64, error) {
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, 0, fmt.Errorf("election: read candidates: %w", err)
+	}
+	var out []Info
+	for _, kv := range resp.Kvs {
+		var in Info
+		if json.Unmarshal(kv.Value, &in) != nil {
+			continue
+		}
+		in.Key, in.Rev = string(kv.Key), kv.CreateRevision
+		out = append(out, in)
+	}
+	return out, resp.Header.Revision, nil
+}
+
 // Observe sends the current leader (or the zero Info while there is none)
 // each time it changes, until ctx is done. Errors are retried.
 func Observe(ctx context.Context, cli *clientv3.Client, prefix string) <-chan Info {

@@ -55,6 +55,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests substitute it.
 	Now func() time.Time
+	// LeaderInfo returns the leader as this daemon last learnt it from etcd,
+	// for the Leader RPC agents ask when etcd cannot tell them; nil leaves
+	// it unanswered.
+	LeaderInfo func() (election.Info, bool)
 	// AuthorizeAgent, if set, is asked whether the peer of an agent stream
 	// (ctx is the stream's) may speak for machine; a Hello it refuses ends
 	// the stream with PermissionDenied (see helloAllowed). Daemons with TLS

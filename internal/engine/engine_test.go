@@ -43,8 +43,27 @@ func startEngine(t *testing.T, cli *clientv3.Client, reg, name string) *testEngi
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The leader as this engine's daemon would know it, for agents that ask.
+	var (
+		lmu    sync.Mutex
+		leader election.Info
+	)
+	octx, ocancel := context.WithCancel(context.Background())
+	t.Cleanup(ocancel)
+	go func() {
+		for in := range election.Observe(octx, cli, registry.Keys{}.Election()) {
+			lmu.Lock()
+			leader = in
+			lmu.Unlock()
+		}
+	}()
 	e, err := engine.New(engine.Config{Machine: name, Client: cli, Registry: reg, ElectionTTL: time.Second, AgentTTL: agentTTL,
-		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t)})
+		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t),
+		LeaderInfo: func() (election.Info, bool) {
+			lmu.Lock()
+			defer lmu.Unlock()
+			return leader, leader.Machine != ""
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -852,4 +871,66 @@ func TestEngineDrain(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestEngineAgentFindsLeaderWithoutEtcd: an agent that cannot learn of a
+// new leader from etcd (its machine is cut off from etcd, not from the
+// daemons) finds it by asking the engines its old leader named, and keeps
+// its units: nothing restarts.
+func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e1 := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e1)
+	e2 := startEngine(t, cli, "grpc", "e2")
+	// The agent's view of etcd: the first leader, then nothing.
+	first, _, _, err := election.Current(context.Background(), cli, registry.Keys{}.Election())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: agentTTL, Logger: testLogger(t),
+		Leaders: func(ctx context.Context) <-chan election.Info {
+			ch := make(chan election.Info, 1)
+			ch <- first
+			go func() { <-ctx.Done(); close(ch) }()
+			return ch
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
+	a.SetDriver(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitMachines(t, e1.Engine, 1)
+	if err := e1.Apply(context.Background(), launch(t, 2, "web")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "2 units active", func() error { _, err := allActive(e1.Engine, 2); return err })
+	// Let the leader tell the agent where the engines are (both campaign).
+	eventually(t, 10*time.Second, "e2 campaigning", func() error {
+		cs, _, err := election.Candidates(context.Background(), cli, registry.Keys{}.Election())
+		if err != nil || len(cs) != 2 {
+			return fmt.Errorf("candidates %v, %v", cs, err)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond)
+	pids := map[string]int{}
+	for _, s := range d.States() {
+		pids[s.Name] = s.PID
+	}
+	e1.stop() // resigns; e2 leads; the agent's etcd view still says e1
+	waitLeader(t, e2)
+	eventually(t, 15*time.Second, "the agent at e2", func() error {
+		_, err := allActive(e2.Engine, 2)
+		return err
+	})
+	for _, s := range d.States() {
+		if s.PID != pids[s.Name] || s.Active != "active" {
+			t.Errorf("%s: pid %d, %s; want pid %d, active (not restarted)", s.Name, s.PID, s.Active, pids[s.Name])
+		}
+	}
 }

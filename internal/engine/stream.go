@@ -172,7 +172,9 @@ func (e *Engine) helloAllowed(ctx context.Context, machine string) error {
 func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
 	hb := time.NewTicker(t.e.cfg.HeartbeatInterval)
 	defer hb.Stop()
+	var enginesSent uint64
 	emit := func(msg *agentpb.EngineMessage) error {
+		withEngines(msg, &t.engines, &enginesSent)
 		now := t.e.cfg.Now()
 		msg.SentMonoNano = int64(monotime.Now())
 		c.sentNano.Store(now.UnixNano())

@@ -195,6 +195,8 @@ type term struct {
 
 	reqs chan *applyReq
 	kick chan struct{}
+	// engines are the engine candidates' gRPC addresses (discovery.go).
+	engines atomic.Pointer[engineList]
 
 	// changes counts changes readers could see (see publish.go); the rest
 	// is the state publisher's.
@@ -290,6 +292,10 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 	t.wg.Add(2)
 	go func() { defer t.wg.Done(); t.committer.Run(ctx) }()
 	go func() { defer t.wg.Done(); t.loop() }()
+	if e.cfg.Registry == registry.ModeGRPC {
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); t.followCandidates() }()
+	}
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.publishLoop() }()
 	if e.cfg.Registry == registry.ModeEtcd {

@@ -85,6 +85,7 @@ func (p *proc) start() error {
 	// ip netns exec execs the program: the process is the daemon itself.
 	cmd := exec.Command("ip", append([]string{"netns", "exec", p.ns, flotillaBin}, p.args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = daemonEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -279,7 +280,9 @@ func (s *scenario) startEtcd() error {
 	if err != nil {
 		return err
 	}
-	p.args = []string{"daemon", "--name", "etcd", "--etcd-embed", "--no-engine", "--no-agent", "--log-level", "warn",
+	// The test's own namespaces are the network: --insecure (no TLS, no
+	// tokens) is what lets a daemon listen beyond loopback there.
+	p.args = []string{"daemon", "--name", "etcd", "--etcd-embed", "--no-engine", "--no-agent", "--log-level", "warn", "--insecure",
 		"--etcd-client-addr", fmt.Sprintf("%s:%d", p.ip, etcdPort), "--etcd-peer-addr", fmt.Sprintf("%s:%d", p.ip, peerPort),
 		"--api-addr", fmt.Sprintf("%s:%d", p.ip, apiPort), "--data-dir", p.dir}
 	s.mu.Lock()
@@ -330,7 +333,7 @@ func (s *scenario) startDaemons(n int, registry string, embedded bool, metadata 
 		p.args = []string{"daemon", "--name", p.name, "--data-dir", p.dir,
 			"--api-addr", fmt.Sprintf("%s:%d", p.ip, apiPort), "--grpc-addr", fmt.Sprintf("%s:%d", p.ip, grpcPort),
 			"--public-ip", p.ip, "--registry", registry, "--agent-ttl", agentTTL, "--election-ttl", electionTTL,
-			"--log-level", "debug"}
+			"--log-level", "debug", "--insecure"}
 		if embedded {
 			p.args = append(p.args, "--etcd-embed", "--etcd-client-addr", fmt.Sprintf("%s:%d", p.ip, etcdPort),
 				"--etcd-peer-addr", fmt.Sprintf("%s:%d", p.ip, peerPort), "--etcd-initial-cluster", strings.Join(initial, ","))
@@ -590,4 +593,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// daemonEnv is the test's environment without its own FLOTILLA_
+// variables (FLOTILLA_SCENARIOS, FLOTILLA_CAPS, ...), which a daemon would
+// take for flags of its own and warn about.
+func daemonEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLOTILLA_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }

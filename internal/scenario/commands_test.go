@@ -657,6 +657,7 @@ func cli(p *proc, timeout time.Duration, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, flotillaBin, append([]string{"--endpoint", fmt.Sprintf("http://%s:%d", p.ip, apiPort)}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = daemonEnv()
 	err := cmd.Run()
 	return out.String(), err
 }

@@ -36,7 +36,7 @@ import (
 //	record-limits  a request that would make too large an etcd record gets
 //	               400 and leaves the leader's term alone
 //	drain          flotilla drain MACHINE
-var built = []string{}
+var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain"}
 
 var (
 	flotillaBin string

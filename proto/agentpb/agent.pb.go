@@ -24,6 +24,111 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type LeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderRequest) Reset() {
+	*x = LeaderRequest{}
+	mi := &file_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderRequest) ProtoMessage() {}
+
+func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
+func (*LeaderRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{0}
+}
+
+type LeaderInfo struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Machine  string                 `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	GrpcAddr string                 `protobuf:"bytes,2,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	// rev is the election revision of the leader's term.
+	Rev           int64 `protobuf:"varint,4,opt,name=rev,proto3" json:"rev,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderInfo) Reset() {
+	*x = LeaderInfo{}
+	mi := &file_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderInfo) ProtoMessage() {}
+
+func (x *LeaderInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderInfo.ProtoReflect.Descriptor instead.
+func (*LeaderInfo) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LeaderInfo) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *LeaderInfo) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *LeaderInfo) GetApiAddr() string {
+	if x != nil {
+		return x.ApiAddr
+	}
+	return ""
+}
+
+func (x *LeaderInfo) GetRev() int64 {
+	if x != nil {
+		return x.Rev
+	}
+	return 0
+}
+
 type Machine struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -43,7 +148,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_agent_proto_msgTypes[0]
+	mi := &file_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +160,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[0]
+	mi := &file_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +173,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{0}
+	return file_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Machine) GetId() string {
@@ -141,7 +246,7 @@ type UnitStatus struct {
 
 func (x *UnitStatus) Reset() {
 	*x = UnitStatus{}
-	mi := &file_agent_proto_msgTypes[1]
+	mi := &file_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -153,7 +258,7 @@ func (x *UnitStatus) String() string {
 func (*UnitStatus) ProtoMessage() {}
 
 func (x *UnitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[1]
+	mi := &file_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -166,7 +271,7 @@ func (x *UnitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitStatus.ProtoReflect.Descriptor instead.
 func (*UnitStatus) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{1}
+	return file_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UnitStatus) GetName() string {
@@ -253,7 +358,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +370,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +383,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{2}
+	return file_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -352,7 +457,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +469,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +482,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{3}
+	return file_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hello) GetMachine() *Machine {
@@ -413,7 +518,7 @@ type StatusUpdate struct {
 
 func (x *StatusUpdate) Reset() {
 	*x = StatusUpdate{}
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +530,7 @@ func (x *StatusUpdate) String() string {
 func (*StatusUpdate) ProtoMessage() {}
 
 func (x *StatusUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +543,7 @@ func (x *StatusUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusUpdate.ProtoReflect.Descriptor instead.
 func (*StatusUpdate) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{4}
+	return file_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatusUpdate) GetUnits() []*UnitStatus {
@@ -464,7 +569,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +581,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +594,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Heartbeat) GetUnixNano() int64 {
@@ -512,14 +617,18 @@ type EngineMessage struct {
 	// message reached it: a message that waited in a socket while the agent
 	// was frozen is old. The leader sends nothing once its lease may have
 	// lapsed, so every message is word from a current leader.
-	SentMonoNano  int64 `protobuf:"varint,3,opt,name=sent_mono_nano,json=sentMonoNano,proto3" json:"sent_mono_nano,omitempty"`
+	SentMonoNano int64 `protobuf:"varint,3,opt,name=sent_mono_nano,json=sentMonoNano,proto3" json:"sent_mono_nano,omitempty"`
+	// engines are the gRPC addresses of every engine candidate, sent on a
+	// stream's first message and whenever they change: where the agent asks
+	// for the leader when etcd cannot tell it.
+	Engines       []string `protobuf:"bytes,4,rep,name=engines,proto3" json:"engines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EngineMessage) Reset() {
 	*x = EngineMessage{}
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +640,7 @@ func (x *EngineMessage) String() string {
 func (*EngineMessage) ProtoMessage() {}
 
 func (x *EngineMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +653,7 @@ func (x *EngineMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineMessage.ProtoReflect.Descriptor instead.
 func (*EngineMessage) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EngineMessage) GetMsg() isEngineMessage_Msg {
@@ -577,6 +686,13 @@ func (x *EngineMessage) GetSentMonoNano() int64 {
 		return x.SentMonoNano
 	}
 	return 0
+}
+
+func (x *EngineMessage) GetEngines() []string {
+	if x != nil {
+		return x.Engines
+	}
+	return nil
 }
 
 type isEngineMessage_Msg interface {
@@ -613,7 +729,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +741,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +754,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Assignment) GetName() string {
@@ -696,7 +812,7 @@ type Assignments struct {
 
 func (x *Assignments) Reset() {
 	*x = Assignments{}
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +824,7 @@ func (x *Assignments) String() string {
 func (*Assignments) ProtoMessage() {}
 
 func (x *Assignments) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +837,7 @@ func (x *Assignments) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignments.ProtoReflect.Descriptor instead.
 func (*Assignments) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Assignments) GetFull() bool {
@@ -763,7 +879,14 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x11flotilla.agent.v1\"\xa5\x02\n" +
+	"\vagent.proto\x12\x11flotilla.agent.v1\"\x0f\n" +
+	"\rLeaderRequest\"p\n" +
+	"\n" +
+	"LeaderInfo\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12\x1b\n" +
+	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x19\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x10\n" +
+	"\x03rev\x18\x04 \x01(\x03R\x03rev\"\xa5\x02\n" +
 	"\aMachine\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
 	"\x02ip\x18\x02 \x01(\tR\x02ip\x12D\n" +
@@ -803,11 +926,12 @@ const file_agent_proto_rawDesc = "" +
 	"\x05units\x18\x01 \x03(\v2\x1d.flotilla.agent.v1.UnitStatusR\x05units\x12\x18\n" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\"(\n" +
 	"\tHeartbeat\x12\x1b\n" +
-	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\xbe\x01\n" +
+	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\xd8\x01\n" +
 	"\rEngineMessage\x12B\n" +
 	"\vassignments\x18\x01 \x01(\v2\x1e.flotilla.agent.v1.AssignmentsH\x00R\vassignments\x12<\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1c.flotilla.agent.v1.HeartbeatH\x00R\theartbeat\x12$\n" +
-	"\x0esent_mono_nano\x18\x03 \x01(\x03R\fsentMonoNanoB\x05\n" +
+	"\x0esent_mono_nano\x18\x03 \x01(\x03R\fsentMonoNano\x12\x18\n" +
+	"\aengines\x18\x04 \x03(\tR\aenginesB\x05\n" +
 	"\x03msg\"\x85\x01\n" +
 	"\n" +
 	"Assignment\x12\x12\n" +
@@ -823,9 +947,10 @@ const file_agent_proto_rawDesc = "" +
 	"\n" +
 	"leader_rev\x18\x04 \x01(\x03R\tleaderRev\x12 \n" +
 	"\fagent_ttl_ms\x18\x05 \x01(\x03R\n" +
-	"agentTtlMs2Z\n" +
+	"agentTtlMs2\xa5\x01\n" +
 	"\x06Engine\x12P\n" +
-	"\aConnect\x12\x1f.flotilla.agent.v1.AgentMessage\x1a .flotilla.agent.v1.EngineMessage(\x010\x01B,Z*github.com/flotilla/flotilla/proto/agentpbb\x06proto3"
+	"\aConnect\x12\x1f.flotilla.agent.v1.AgentMessage\x1a .flotilla.agent.v1.EngineMessage(\x010\x01\x12I\n" +
+	"\x06Leader\x12 .flotilla.agent.v1.LeaderRequest\x1a\x1d.flotilla.agent.v1.LeaderInfoB,Z*github.com/flotilla/flotilla/proto/agentpbb\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -839,34 +964,38 @@ func file_agent_proto_rawDescGZIP() []byte {
 	return file_agent_proto_rawDescData
 }
 
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_agent_proto_goTypes = []any{
-	(*Machine)(nil),       // 0: flotilla.agent.v1.Machine
-	(*UnitStatus)(nil),    // 1: flotilla.agent.v1.UnitStatus
-	(*AgentMessage)(nil),  // 2: flotilla.agent.v1.AgentMessage
-	(*Hello)(nil),         // 3: flotilla.agent.v1.Hello
-	(*StatusUpdate)(nil),  // 4: flotilla.agent.v1.StatusUpdate
-	(*Heartbeat)(nil),     // 5: flotilla.agent.v1.Heartbeat
-	(*EngineMessage)(nil), // 6: flotilla.agent.v1.EngineMessage
-	(*Assignment)(nil),    // 7: flotilla.agent.v1.Assignment
-	(*Assignments)(nil),   // 8: flotilla.agent.v1.Assignments
-	nil,                   // 9: flotilla.agent.v1.Machine.MetadataEntry
+	(*LeaderRequest)(nil), // 0: flotilla.agent.v1.LeaderRequest
+	(*LeaderInfo)(nil),    // 1: flotilla.agent.v1.LeaderInfo
+	(*Machine)(nil),       // 2: flotilla.agent.v1.Machine
+	(*UnitStatus)(nil),    // 3: flotilla.agent.v1.UnitStatus
+	(*AgentMessage)(nil),  // 4: flotilla.agent.v1.AgentMessage
+	(*Hello)(nil),         // 5: flotilla.agent.v1.Hello
+	(*StatusUpdate)(nil),  // 6: flotilla.agent.v1.StatusUpdate
+	(*Heartbeat)(nil),     // 7: flotilla.agent.v1.Heartbeat
+	(*EngineMessage)(nil), // 8: flotilla.agent.v1.EngineMessage
+	(*Assignment)(nil),    // 9: flotilla.agent.v1.Assignment
+	(*Assignments)(nil),   // 10: flotilla.agent.v1.Assignments
+	nil,                   // 11: flotilla.agent.v1.Machine.MetadataEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	9,  // 0: flotilla.agent.v1.Machine.metadata:type_name -> flotilla.agent.v1.Machine.MetadataEntry
-	3,  // 1: flotilla.agent.v1.AgentMessage.hello:type_name -> flotilla.agent.v1.Hello
-	4,  // 2: flotilla.agent.v1.AgentMessage.update:type_name -> flotilla.agent.v1.StatusUpdate
-	5,  // 3: flotilla.agent.v1.AgentMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
-	0,  // 4: flotilla.agent.v1.Hello.machine:type_name -> flotilla.agent.v1.Machine
-	1,  // 5: flotilla.agent.v1.Hello.units:type_name -> flotilla.agent.v1.UnitStatus
-	1,  // 6: flotilla.agent.v1.StatusUpdate.units:type_name -> flotilla.agent.v1.UnitStatus
-	8,  // 7: flotilla.agent.v1.EngineMessage.assignments:type_name -> flotilla.agent.v1.Assignments
-	5,  // 8: flotilla.agent.v1.EngineMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
-	7,  // 9: flotilla.agent.v1.Assignments.units:type_name -> flotilla.agent.v1.Assignment
-	2,  // 10: flotilla.agent.v1.Engine.Connect:input_type -> flotilla.agent.v1.AgentMessage
-	6,  // 11: flotilla.agent.v1.Engine.Connect:output_type -> flotilla.agent.v1.EngineMessage
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
+	11, // 0: flotilla.agent.v1.Machine.metadata:type_name -> flotilla.agent.v1.Machine.MetadataEntry
+	5,  // 1: flotilla.agent.v1.AgentMessage.hello:type_name -> flotilla.agent.v1.Hello
+	6,  // 2: flotilla.agent.v1.AgentMessage.update:type_name -> flotilla.agent.v1.StatusUpdate
+	7,  // 3: flotilla.agent.v1.AgentMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
+	2,  // 4: flotilla.agent.v1.Hello.machine:type_name -> flotilla.agent.v1.Machine
+	3,  // 5: flotilla.agent.v1.Hello.units:type_name -> flotilla.agent.v1.UnitStatus
+	3,  // 6: flotilla.agent.v1.StatusUpdate.units:type_name -> flotilla.agent.v1.UnitStatus
+	10, // 7: flotilla.agent.v1.EngineMessage.assignments:type_name -> flotilla.agent.v1.Assignments
+	7,  // 8: flotilla.agent.v1.EngineMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
+	9,  // 9: flotilla.agent.v1.Assignments.units:type_name -> flotilla.agent.v1.Assignment
+	4,  // 10: flotilla.agent.v1.Engine.Connect:input_type -> flotilla.agent.v1.AgentMessage
+	0,  // 11: flotilla.agent.v1.Engine.Leader:input_type -> flotilla.agent.v1.LeaderRequest
+	8,  // 12: flotilla.agent.v1.Engine.Connect:output_type -> flotilla.agent.v1.EngineMessage
+	1,  // 13: flotilla.agent.v1.Engine.Leader:output_type -> flotilla.agent.v1.LeaderInfo
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -877,12 +1006,12 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
-	file_agent_proto_msgTypes[2].OneofWrappers = []any{
+	file_agent_proto_msgTypes[4].OneofWrappers = []any{
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_Update)(nil),
 		(*AgentMessage_Heartbeat)(nil),
 	}
-	file_agent_proto_msgTypes[6].OneofWrappers = []any{
+	file_agent_proto_msgTypes[8].OneofWrappers = []any{
 		(*EngineMessage_Assignments)(nil),
 		(*EngineMessage_Heartbeat)(nil),
 	}
@@ -892,7 +1021,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Engine_Connect_FullMethodName = "/flotilla.agent.v1.Engine/Connect"
+	Engine_Leader_FullMethodName  = "/flotilla.agent.v1.Engine/Leader"
 )
 
 // EngineClient is the client API for Engine service.
@@ -34,6 +35,12 @@ type EngineClient interface {
 	// sends deltas and heartbeats; the agent sends status updates and
 	// heartbeats. Either side ends the stream on any protocol error.
 	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AgentMessage, EngineMessage], error)
+	// Leader says which engine leads, as this daemon last learnt it from etcd.
+	// An agent that hears nothing from its leader and cannot learn of a new
+	// one from etcd (its machine is cut off from etcd, not from the other
+	// daemons) asks the engines it knows, and goes to the answer with the
+	// highest election revision.
+	Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderInfo, error)
 }
 
 type engineClient struct {
@@ -57,6 +64,16 @@ func (c *engineClient) Connect(ctx context.Context, opts ...grpc.CallOption) (gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_ConnectClient = grpc.BidiStreamingClient[AgentMessage, EngineMessage]
 
+func (c *engineClient) Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaderInfo)
+	err := c.cc.Invoke(ctx, Engine_Leader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -66,6 +83,12 @@ type EngineServer interface {
 	// sends deltas and heartbeats; the agent sends status updates and
 	// heartbeats. Either side ends the stream on any protocol error.
 	Connect(grpc.BidiStreamingServer[AgentMessage, EngineMessage]) error
+	// Leader says which engine leads, as this daemon last learnt it from etcd.
+	// An agent that hears nothing from its leader and cannot learn of a new
+	// one from etcd (its machine is cut off from etcd, not from the other
+	// daemons) asks the engines it knows, and goes to the answer with the
+	// highest election revision.
+	Leader(context.Context, *LeaderRequest) (*LeaderInfo, error)
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -78,6 +101,9 @@ type UnimplementedEngineServer struct{}
 
 func (UnimplementedEngineServer) Connect(grpc.BidiStreamingServer[AgentMessage, EngineMessage]) error {
 	return status.Error(codes.Unimplemented, "method Connect not implemented")
+}
+func (UnimplementedEngineServer) Leader(context.Context, *LeaderRequest) (*LeaderInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method Leader not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -107,13 +133,36 @@ func _Engine_Connect_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_ConnectServer = grpc.BidiStreamingServer[AgentMessage, EngineMessage]
 
+func _Engine_Leader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).Leader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_Leader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).Leader(ctx, req.(*LeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Engine_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "flotilla.agent.v1.Engine",
 	HandlerType: (*EngineServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Leader",
+			Handler:    _Engine_Leader_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Connect",
