@@ -50,6 +50,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -167,7 +168,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.DialOptions == nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.AgentRecvBytes)))
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
