@@ -18,7 +18,7 @@ func benchCommand() *cobra.Command {
 		Use:   "bench --agents M --units N",
 		Short: "Measure how fast a real cluster on this host starts N units on M simulated agents",
 		Long: `Starts a cluster on this host (an etcd process, engine daemons, and M simulated
-agents in helper processes), starts N units through the API in one request, and
+agents in helper processes), starts N units through the API in one request (one per 100,000 units), and
 reports how long each unit took until the leader saw it active (a histogram and
 percentiles), units per second, etcd requests by kind, and the CPU time and peak
 memory of the engine, the agents and etcd. Everything it starts and every

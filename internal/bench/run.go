@@ -14,6 +14,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/apiv1"
 	"github.com/flotilla/flotilla/internal/client"
+	"github.com/flotilla/flotilla/internal/limits"
 )
 
 // Config configures `flotilla bench`. Zero fields take the defaults named.
@@ -249,9 +250,12 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 		defer pollers.stop() // on an early return; stopping twice is harmless
 	}
 
-	prog.phase("starting %s units (one batch request to the leader's API)", thousands(int64(cfg.Units)))
+	prog.phase("starting %s units (batch requests of up to %s units to the leader's API)", thousands(int64(cfg.Units)), thousands(limits.BatchUnits))
 	t0 := time.Now()
-	_, startErr := api.Batch(ctx, batch)
+	var startErr error
+	for i := 0; i < len(batch.Units) && startErr == nil; i += limits.BatchUnits {
+		_, startErr = api.Batch(ctx, apiv1.Batch{Units: batch.Units[i:min(i+limits.BatchUnits, len(batch.Units))]})
+	}
 	submitted := time.Since(t0)
 	var observed map[string]time.Time
 	if startErr != nil {
