@@ -477,6 +477,12 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		delete(a.files, name)
 	}
 	for _, as := range as.Units {
+		if unit.IsTemplate(as.Name) {
+			// A template is never run, only its instances (the leader
+			// refuses to launch one): an assignment of one is a leader's error.
+			a.log.Error("assigned a template unit; only its instances run", "unit", as.Name)
+			continue
+		}
 		f, err := unit.ParseStored(as.Name, as.File)
 		if err != nil {
 			a.log.Error("assigned unit does not parse; not running it", "unit", as.Name, "err", err)
