@@ -51,6 +51,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.DurationVar(&cfg.Latency, "latency", 0, "one-way delay added between daemons and etcd and between agents and the leader (25ms: a 50ms round trip)")
 	fs.IntVar(&cfg.StatePollers, "state-pollers", 0, "clients polling the full cluster state (/v1/state) during and after the run")
 	fs.BoolVar(&cfg.StateConditional, "state-conditional", false, "state pollers send If-None-Match with the last ETag (304 when nothing changed), as well-behaved pollers do")
+	fs.BoolVar(&cfg.TLS, "tls", false, "run the cluster with mutual TLS on every connection (a CA and certificates made for the run)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print each run's report as one JSON object per line")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long a run waits for every unit to become active")
 	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 500, "most simulated agents in one helper process")

@@ -57,6 +57,10 @@ type Config struct {
 	SimStartDelay time.Duration
 	// AgentTTL is the engines' and agents' agent TTL (default 20s).
 	AgentTTL time.Duration
+	// TLS runs the cluster with mutual TLS on every connection: a CA and
+	// certificates made for the run (as `flotilla tls` makes them) for
+	// etcd, the engines, every agent and the bench's own requests.
+	TLS bool
 	// JSON prints each run's report as one JSON object on one line.
 	JSON bool
 	// Out receives the reports (default os.Stdout); Progress the progress
@@ -223,8 +227,8 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	}
 	prog.done()
 
-	base := "http://" + c.leaderAPI
-	api, err := client.New(base, client.WithTimeout(cfg.Timeout), client.WithUserAgent("flotilla-bench"))
+	base := c.tls.scheme() + "://" + c.leaderAPI
+	api, err := c.client(c.leaderAPI, client.WithTimeout(cfg.Timeout))
 	if err != nil {
 		return nil, err
 	}
@@ -235,8 +239,9 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 		batch.Units[i] = apiv1.UnitChange{Name: name, DesiredState: "launched",
 			File: fmt.Sprintf("[Unit]\nDescription=flotilla bench unit %d\n\n[Service]\nExecStart=/bin/sleep infinity\n", i+1)}
 	}
-	hc := &http.Client{Timeout: 30 * time.Second}
-	etcdBefore, err := scrapeEtcd(ctx, hc, c.etcdAddr)
+	hc := c.tls.httpClient(30 * time.Second)
+	etcdURL := c.tls.scheme() + "://" + c.etcdAddr
+	etcdBefore, err := scrapeEtcd(ctx, hc, etcdURL)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +251,7 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	}
 	var pollers *statePollers
 	if cfg.StatePollers > 0 {
-		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath, cfg.StateConditional)
+		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath, cfg.StateConditional, c.tls.transport())
 		defer pollers.stop() // on an early return; stopping twice is harmless
 	}
 
@@ -280,14 +285,14 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	if err != nil {
 		return nil, err
 	}
-	etcdAfter, err := scrapeEtcd(ctx, hc, c.etcdAddr)
+	etcdAfter, err := scrapeEtcd(ctx, hc, etcdURL)
 	if err != nil {
 		return nil, err
 	}
 
 	r := &Report{
 		Registry: registry, Engines: cfg.Engines, Agents: cfg.Agents, AgentProcesses: len(c.agents),
-		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000,
+		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000, TLS: cfg.TLS,
 		SubmitSeconds:    round6(submitted.Seconds()),
 		EtcdRequests:     etcdAfter.Sub(etcdBefore),
 		EngineCPUSeconds: round3((statsAfter.engineCPU - statsBefore.engineCPU).Seconds()),
@@ -350,7 +355,7 @@ func waitActive(ctx context.Context, c *cluster, base string, t0 time.Time, batc
 	for _, u := range batch.Units {
 		want[u.Name] = true
 	}
-	hc := &http.Client{Timeout: 2 * time.Minute}
+	hc := c.tls.httpClient(2 * time.Minute)
 	deadline := t0.Add(c.cfg.Timeout)
 	countURL := base + "/v1/state?" + url.Values{"unit": {unitPrefix + "*"}, "state": {"active"}, "limit": {"1"}}.Encode()
 	var (
