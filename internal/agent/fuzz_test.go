@@ -9,8 +9,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/flotilla/flotilla/internal/driver/sim"
-	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -42,16 +40,7 @@ func FuzzAssignments(f *testing.F) {
 	f.Add(hb, []byte{0x0a, 0x02, 0x08, 0x01})
 
 	f.Fuzz(func(t *testing.T, first, second []byte) {
-		a, err := New(Config{Machine: Machine{ID: "m1"},
-			Leaders: func(context.Context) <-chan election.Info { return nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.SetDriver(d)
+		a, d := newTestAgent(t, 0)
 		defer d.Close(context.Background())
 		a.adopt()
 		for _, b := range [][]byte{first, second} {

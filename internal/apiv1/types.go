@@ -212,10 +212,12 @@ type RolePolicy struct {
 type Error struct {
 	Error string `json:"error"`
 	// Code is a stable machine-readable kind: bad_request, not_found,
-	// conflict, too_large, unavailable, internal; and for refused requests
-	// unauthorized (401: no token, or an unknown one), forbidden (403: the
-	// token's role is too small, or a foreign Origin or Host),
-	// unsupported_media_type (415: a write that is not JSON), acl_disabled.
+	// conflict, too_large (413: over a limit, see docs/api.md),
+	// too_many_requests (429: too many journal follows), unavailable,
+	// internal; and for refused requests unauthorized (401: no token, or
+	// an unknown one), forbidden (403: the token's role is too small, or a
+	// foreign Origin or Host), unsupported_media_type (415: a write that is
+	// not JSON), acl_disabled.
 	Code string `json:"code"`
 }
 
