@@ -3,6 +3,11 @@
 // API is documented for curl users in docs/api.md.
 package apiv1
 
+// EtcdUnreachableHeader is set on every answer of a leader that cannot
+// reach etcd, to the time (RFC 3339) since when: its answers come from its
+// memory, and it refuses writes (503, code "etcd_unreachable").
+const EtcdUnreachableHeader = "X-Flotilla-Etcd-Unreachable-Since"
+
 // Unit is one unit as the cluster knows it.
 type Unit struct {
 	Name         string     `json:"name"`
@@ -139,10 +144,13 @@ type State struct {
 	Revision int64 `json:"revision"`
 	// Generation changes each time the leader publishes a new state; it is
 	// the ETag.
-	Generation uint64      `json:"generation"`
-	Leader     string      `json:"leader"`
-	Machines   []Machine   `json:"machines"`
-	Units      []StateUnit `json:"units"`
+	Generation uint64 `json:"generation"`
+	Leader     string `json:"leader"`
+	// EtcdUnreachableSince (RFC 3339) is set while the leader cannot reach
+	// etcd: the state is the leader's memory, and writes are refused.
+	EtcdUnreachableSince string      `json:"etcdUnreachableSince,omitempty"`
+	Machines             []Machine   `json:"machines"`
+	Units                []StateUnit `json:"units"`
 	// Total is the number of units that match the filters; Units holds at
 	// most ?limit of them, and Next is the ?after= of the next page.
 	Total int    `json:"total"`
@@ -212,12 +220,11 @@ type RolePolicy struct {
 type Error struct {
 	Error string `json:"error"`
 	// Code is a stable machine-readable kind: bad_request, not_found,
-	// conflict, too_large (413: over a limit, see docs/api.md),
-	// too_many_requests (429: too many journal follows), unavailable,
-	// internal; and for refused requests unauthorized (401: no token, or
-	// an unknown one), forbidden (403: the token's role is too small, or a
-	// foreign Origin or Host), unsupported_media_type (415: a write that is
-	// not JSON), acl_disabled.
+	// conflict, too_large, unavailable, etcd_unreachable, internal; and for
+	// refused requests unauthorized (401: no token, or an unknown one),
+	// forbidden (403: the token's role is too small, or a foreign Origin or
+	// Host), unsupported_media_type (415: a write that is not JSON),
+	// acl_disabled.
 	Code string `json:"code"`
 }
 
