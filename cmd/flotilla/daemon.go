@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,39 +13,74 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/flagconfig"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
 type daemonFlags struct {
-	cfg                 daemon.Config
-	metadata, endpoints string
-	cpus, memory        string
-	logLevel            string
+	cfg         daemon.Config
+	endpoints   string
+	level       slog.Level
+	config      string
+	printConfig bool
 }
+
+// Flags of daemon and dev that are not configuration: they cannot be keys
+// of the configuration file.
+var notConfig = []string{"config", "print-config"}
 
 func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs := cmd.Flags()
+	fs.StringVar(&f.config, "config", "", "YAML configuration file whose keys are these flags' names (data-dir: /var/lib/flotilla); flags and $FLOTILLA_<FLAG> override it")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the configuration merged from flags, environment, file and defaults as YAML (with where each value came from), then exit")
 	fs.StringVar(&f.cfg.DataDir, "data-dir", "", "directory for the etcd member, unit logs and state")
 	fs.StringVar(&f.cfg.APIAddr, "api-addr", "127.0.0.1:7480", "address the HTTP API listens on")
 	fs.StringVar(&f.cfg.GRPCAddr, "grpc-addr", "127.0.0.1:0", "address the engine serves agents on (port 0: a free port)")
 	fs.StringVar(&f.cfg.Name, "name", "", "machine name, used as its ID (default: the host name; \"dev\" for flotilla dev)")
-	fs.StringVar(&f.metadata, "metadata", "", "machine metadata, k=v,k2=v2")
+	fs.Var(parsed(func(v string) (err error) {
+		f.cfg.Metadata = nil
+		if v != "" {
+			f.cfg.Metadata, err = unit.ParseMetadata(v)
+		}
+		return err
+	}), "metadata", "machine metadata, k=v,k2=v2")
 	fs.StringVar(&f.cfg.PublicIP, "public-ip", "127.0.0.1", "the machine's IP, shown by list-machines")
 	fs.DurationVar(&f.cfg.AgentTTL, "agent-ttl", 20*time.Second, "how long a machine may go unheard before its units move (and its agent stops them)")
 	fs.DurationVar(&f.cfg.ElectionTTL, "election-ttl", 0, "engine leader lease TTL, whole seconds (default 5s; 2s for dev); must be under half the agent TTL")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Var(parsed(func(v string) error {
+		if err := f.level.UnmarshalText([]byte(v)); err != nil {
+			return errors.New("want debug, info, warn or error")
+		}
+		return nil
+	}).init("info"), "log-level", "debug, info, warn or error")
 	fs.StringVar(&f.cfg.Driver, "driver", "exec", "how units run: exec (processes) or sim (in memory, for benchmarks)")
 	fs.DurationVar(&f.cfg.SimStartDelay, "sim-start-delay", 0, "sim driver: how long a unit takes to start")
 	fs.Float64Var(&f.cfg.SimFailureRate, "sim-failure-rate", 0, "sim driver: share of starts that fail, 0 to 1")
-	fs.StringVar(&f.cpus, "capacity-cpu", "", "CPUs this machine offers to units, e.g. 4 or 0.5 (default: detected)")
-	fs.StringVar(&f.memory, "capacity-memory", "", "memory this machine offers to units, e.g. 8G (default: detected)")
+	fs.Var(parsed(func(v string) (err error) {
+		f.cfg.Capacity.CPUPercent = 0
+		if v != "" {
+			f.cfg.Capacity.CPUPercent, err = machine.ParseCPUs(v)
+		}
+		return err
+	}), "capacity-cpu", "CPUs this machine offers to units, e.g. 4 or 0.5 (default: detected)")
+	fs.Var(parsed(func(v string) (err error) {
+		f.cfg.Capacity.MemoryBytes = 0
+		if v != "" {
+			f.cfg.Capacity.MemoryBytes, err = unit.ParseSize(v)
+		}
+		return err
+	}), "capacity-memory", "memory this machine offers to units, e.g. 8G (default: detected)")
 	fs.StringVar(&f.cfg.TLS.CA, "tls-ca", "", "the cluster CA's certificate (flotilla tls ca create): with --tls-cert and --tls-key, every connection is mutual TLS")
 	fs.StringVar(&f.cfg.TLS.Cert, "tls-cert", "", "this machine's certificate, signed by --tls-ca and naming --name (flotilla tls cert create)")
 	fs.StringVar(&f.cfg.TLS.Key, "tls-key", "", "the key of --tls-cert")
 	fs.BoolVar(&f.cfg.ACL, "acl", false, "require an API token with a role on every request (flotilla acl bootstrap makes the first)")
 	fs.BoolVar(&f.cfg.MetricsPublic, "metrics-public", false, "with --acl, serve /metrics without a token")
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "listen beyond loopback without TLS and --acl (warns at start and every hour)")
+	cmd.MarkFlagFilename("config", "yaml", "yml")
+	cmd.MarkFlagDirname("data-dir")
+	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
+	completeValues(cmd, "driver", "exec", "sim")
 	if !full {
 		return
 	}
@@ -62,43 +97,64 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.cfg.EtcdTLS.Cert, "etcd-cert", "", "client certificate for an external etcd (default: --tls-cert)")
 	fs.StringVar(&f.cfg.EtcdTLS.Key, "etcd-key", "", "key of --etcd-cert (default: --tls-key)")
 	fs.StringVar(&f.cfg.Prefix, "etcd-prefix", "/flotilla/", "etcd key prefix of the cluster's data")
-	fs.IntVar(&f.cfg.MaxTxnOps, "etcd-max-txn-ops", 128, "most operations in one etcd transaction (etcd's --max-txn-ops)")
+	fs.IntVar(&f.cfg.MaxTxnOps, "etcd-max-txn-ops", 128, "most operations in one etcd transaction: an embedded member is started with it; an external etcd needs at least this --max-txn-ops")
+	completeValues(cmd, "registry", "grpc", "etcd")
 }
 
-func (f *daemonFlags) finish() error {
-	if f.metadata != "" {
-		md, err := unit.ParseMetadata(f.metadata)
-		if err != nil {
-			return fmt.Errorf("--metadata: %w", err)
-		}
-		f.cfg.Metadata = md
-	}
-	if f.endpoints != "" {
-		for _, e := range strings.Split(f.endpoints, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				f.cfg.EtcdEndpoints = append(f.cfg.EtcdEndpoints, e)
-			}
+// load merges the configuration file (if --config names one) into the
+// flags, and prints the result if --print-config asks; done tells that the
+// command has nothing more to do.
+func (f *daemonFlags) load(cmd *cobra.Command, src *flagconfig.Sources) (done bool, err error) {
+	if f.config != "" {
+		if err := src.LoadFile(cmd.LocalFlags(), f.config, notConfig...); err != nil {
+			return false, err
 		}
 	}
-	if f.cpus != "" {
-		c, err := machine.ParseCPUs(f.cpus)
-		if err != nil {
-			return fmt.Errorf("--capacity-cpu: %w", err)
+	if f.printConfig {
+		return true, src.Print(cmd.OutOrStdout(), cmd.LocalFlags(), notConfig...)
+	}
+	return false, nil
+}
+
+func (f *daemonFlags) finish() {
+	for _, e := range strings.Split(f.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			f.cfg.EtcdEndpoints = append(f.cfg.EtcdEndpoints, e)
 		}
-		f.cfg.Capacity.CPUPercent = c
 	}
-	if f.memory != "" {
-		m, err := unit.ParseSize(f.memory)
-		if err != nil {
-			return fmt.Errorf("--capacity-memory: %w", err)
-		}
-		f.cfg.Capacity.MemoryBytes = m
+	f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.level}))
+}
+
+// completeValues makes shells complete flag with values.
+func completeValues(cmd *cobra.Command, flag string, values ...string) {
+	cmd.RegisterFlagCompletionFunc(flag, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// parsedValue is a string flag parsed when it is set, so that a bad value
+// is refused naming where it came from: the flag, $FLOTILLA_<FLAG>, or the
+// configuration file's line.
+type parsedValue struct {
+	s     string
+	parse func(string) error
+}
+
+func parsed(parse func(string) error) *parsedValue { return &parsedValue{parse: parse} }
+
+// init sets the default value v, which must parse.
+func (p *parsedValue) init(v string) *parsedValue {
+	if err := p.Set(v); err != nil {
+		panic(err)
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	return p
+}
+
+func (p *parsedValue) String() string { return p.s }
+func (p *parsedValue) Type() string   { return "string" }
+func (p *parsedValue) Set(v string) error {
+	if err := p.parse(v); err != nil {
+		return err
 	}
-	f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	p.s = v
 	return nil
 }
 
@@ -106,16 +162,17 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-func devCommand() *cobra.Command {
+func devCommand(src *flagconfig.Sources) *cobra.Command {
 	var f daemonFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a one-machine cluster: embedded etcd, engine, agent and API in one process",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.finish(); err != nil {
+			if done, err := f.load(cmd, src); done || err != nil {
 				return err
 			}
+			f.finish()
 			if f.cfg.DataDir == "" {
 				f.cfg.DataDir = "flotilla-dev"
 			}
@@ -125,20 +182,36 @@ func devCommand() *cobra.Command {
 		},
 	}
 	f.register(cmd, false)
-	cmd.Flags().Lookup("data-dir").DefValue = "flotilla-dev"
+	f.cfg.DataDir = "flotilla-dev"
+	cmd.Flags().Lookup("data-dir").DefValue = f.cfg.DataDir
 	return cmd
 }
 
-func daemonCommand() *cobra.Command {
+func daemonCommand(src *flagconfig.Sources) *cobra.Command {
 	var f daemonFlags
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run one machine of a cluster: engine candidate, agent and API",
-		Args:  cobra.NoArgs,
+		Long: `Run one machine of a cluster: an engine candidate, an agent that runs units,
+and the HTTP API (docs/cluster.md).
+
+Every flag can also be set by the environment variable FLOTILLA_<FLAG>
+(FLOTILLA_DATA_DIR for --data-dir) and by the key of the same name in the
+YAML file --config names (data-dir: /var/lib/flotilla), as etcd's
+--config-file. A flag on the command line wins over its variable, which wins
+over the file. --print-config shows the result (docs/operations.md).
+
+Under systemd (contrib/systemd/flotilla.service), the daemon tells systemd
+it is ready (Type=notify) once its API serves.`,
+		Example: `  flotilla daemon --config /etc/flotilla/flotilla.yaml
+  flotilla daemon --config /etc/flotilla/flotilla.yaml --print-config
+  FLOTILLA_LOG_LEVEL=debug flotilla daemon --data-dir /var/lib/flotilla --etcd-embed`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.finish(); err != nil {
+			if done, err := f.load(cmd, src); done || err != nil {
 				return err
 			}
+			f.finish()
 			ctx, cancel := signalContext()
 			defer cancel()
 			return daemon.Run(ctx, f.cfg)

@@ -191,17 +191,33 @@ func New(cfg Config) (*Agent, error) {
 // notifications go to the agent). It must be called before Run.
 func (a *Agent) SetDriver(d driver.Driver) { a.cfg.Driver = d }
 
+// resultFenced is the Result of a unit the driver killed at its fence's
+// deadline (driver.Fencer).
+const resultFenced = "fenced"
+
 // Notify is the driver's notification sink.
 func (a *Agent) Notify(s unit.Status) {
 	a.mu.Lock()
-	if _, ok := a.haves[s.Name]; !ok {
+	h, ok := a.haves[s.Name]
+	if !ok {
 		a.mu.Unlock()
 		return // a late report about a unit already unloaded
 	}
 	a.statuses[s.Name] = s
 	a.dirty[s.Name] = true
+	fenced := s.Result == resultFenced && h.Applied == unit.Launched
+	if fenced {
+		// The driver killed it at its deadline: it is started again if a
+		// leader still assigns it here once word comes (the driver refuses
+		// until then).
+		h.Applied = unit.Loaded
+		a.haves[s.Name] = h
+	}
 	a.mu.Unlock()
 	signal(a.flush)
+	if fenced {
+		signal(a.kick)
+	}
 }
 
 func signal(c chan struct{}) {
@@ -437,7 +453,7 @@ func (a *Agent) adopt() {
 	a.started = a.cfg.Mono()
 	for _, s := range states {
 		applied := unit.Loaded
-		if s.Running() || s.Result != "" {
+		if s.Running() || (s.Result != "" && s.Result != resultFenced) {
 			applied = unit.Launched // it was started, and may have ended since
 		}
 		a.haves[s.Name] = have{Hash: s.Hash, Applied: applied}
@@ -566,6 +582,10 @@ func (a *Agent) fence(force bool) {
 	a.mu.Unlock()
 	if err := f.Fence(deadline, names); err != nil {
 		a.log.Error("could not hand the singleton units' deadline to the driver", "units", len(names), "err", err)
+		return
+	}
+	if len(names) > 0 {
+		signal(a.kick) // a unit the driver killed at the old deadline may start again
 	}
 }
 
@@ -657,7 +677,10 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		}
 		a.setApplied(act.Name, unit.Launched)
 		if err := d.Start(act.Name); err != nil {
+			// Not started (a fenced singleton before new word, a start
+			// limit): the next pass tries again.
 			log.Error("start failed", "err", err)
+			a.setApplied(act.Name, unit.Loaded)
 		}
 	case actStop:
 		a.setApplied(act.Name, unit.Loaded)

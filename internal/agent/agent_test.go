@@ -360,3 +360,75 @@ func TestAgentKillsWhenCutOff(t *testing.T) {
 		<-done
 	})
 }
+
+// TestAgentRestartsFencedSingleton: a singleton unit its driver killed at
+// the fence's deadline (while the agent could not act) is started again
+// when the leader, heard again, still assigns it here.
+func TestAgentRestartsFencedSingleton(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: 10 * time.Second, Mono: fakeMono()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
+		f := &refusingFencer{fencer: fencer{Driver: d}}
+		a.SetDriver(f)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+			{Name: "db.service", File: singletonText(""), DesiredState: "launched"},
+		}}}}, a.cfg.Mono())
+		synctest.Wait()
+		// The supervisor kills it at its deadline, as the agent sleeps,
+		// and refuses to start it until the deadline moves on.
+		f.kill("db.service")
+		synctest.Wait()
+		a.Notify(unit.Status{Name: "db.service", Load: "loaded", Active: "inactive", Sub: "dead", Result: "fenced"})
+		synctest.Wait()
+		if got := fmt.Sprint(active(d)); got != "map[db.service:inactive]" {
+			t.Fatalf("after the fence: %s, want db.service inactive", got)
+		}
+		time.Sleep(time.Second)
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}}, a.cfg.Mono())
+		synctest.Wait()
+		if got := fmt.Sprint(active(d)); got != "map[db.service:active]" {
+			t.Fatalf("after word from the leader that still assigns it: %s, want db.service active", got)
+		}
+		cancel()
+		<-done
+	})
+}
+
+// refusingFencer refuses to start a unit it killed at its deadline until a
+// later Fence, as the exec driver does.
+type refusingFencer struct {
+	fencer
+	killed map[string]bool
+}
+
+func (f *refusingFencer) kill(name string) {
+	f.mu.Lock()
+	if f.killed == nil {
+		f.killed = map[string]bool{}
+	}
+	f.killed[name] = true
+	f.mu.Unlock()
+	f.Driver.Stop(name)
+}
+
+func (f *refusingFencer) Fence(deadline monotime.Time, names []string) error {
+	f.mu.Lock()
+	clear(f.killed)
+	f.mu.Unlock()
+	return f.fencer.Fence(deadline, names)
+}
+
+func (f *refusingFencer) Start(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.killed[name] {
+		return fmt.Errorf("%s was fenced", name)
+	}
+	return f.Driver.Start(name)
+}

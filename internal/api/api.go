@@ -140,6 +140,11 @@ func New(cfg Config) http.Handler {
 	})
 	guarded := s.guard(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Engine != nil {
+			if since, ok := cfg.Engine.EtcdUnreachableSince(); ok {
+				w.Header().Set(apiv1.EtcdUnreachableHeader, since.UTC().Format(time.RFC3339))
+			}
+		}
 		_, pretty := r.URL.Query()["pretty"]
 		guarded.ServeHTTP(&prettyWriter{ResponseWriter: w, pretty: pretty}, r)
 	})
@@ -535,6 +540,11 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 func (s *server) engineError(w http.ResponseWriter, err error) {
+	if eu, ok := errors.AsType[*engine.EtcdUnreachableError](err); ok {
+		w.Header().Set(apiv1.EtcdUnreachableHeader, eu.Since.UTC().Format(time.RFC3339))
+		writeError(w, http.StatusServiceUnavailable, "etcd_unreachable", err.Error())
+		return
+	}
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())

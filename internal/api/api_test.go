@@ -39,8 +39,12 @@ type cluster struct {
 // start runs the cluster; opts may change the API's configuration.
 func start(t *testing.T, opts ...func(*api.Config, *clientv3.Client)) *cluster {
 	t.Helper()
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	return startOn(t, etcdtest.Start(t).Client(t), opts...)
+}
+
+// startOn is start with the etcd client cli.
+func startOn(t *testing.T, cli *clientv3.Client, opts ...func(*api.Config, *clientv3.Client)) *cluster {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 )
 
 // DefaultEndpoint is where the commands look for the API when neither
-// --endpoint nor $FLOTILLA_ENDPOINT say otherwise.
+// --endpoint nor $FLOTILLA_ENDPOINT say otherwise (cmd/flotilla sets every
+// flag from its $FLOTILLA_<FLAG>).
 const DefaultEndpoint = "http://127.0.0.1:7480"
 
 // EndpointEnv names the environment variable holding the default endpoint.
@@ -61,20 +63,19 @@ type Globals struct {
 }
 
 // AddCommands registers the global flags (--endpoint, --output/-o,
-// --request-timeout) as persistent flags of root and adds the commands.
+// --request-timeout) as persistent flags of root, adds the commands, and
+// teaches cobra's completion command their unit names, machines, --fields
+// and --output values.
 func AddCommands(root *cobra.Command) {
 	g := &Globals{}
 	g.AddFlags(root.PersistentFlags())
 	root.AddCommand(Commands(g)...)
+	g.addCompletions(root)
 }
 
 // AddFlags registers the global flags in fs, bound to g.
 func (g *Globals) AddFlags(fs *pflag.FlagSet) {
-	endpoint := os.Getenv(EndpointEnv)
-	if endpoint == "" {
-		endpoint = DefaultEndpoint
-	}
-	fs.StringVar(&g.Endpoint, "endpoint", endpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
+	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
 	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
 	// The token's default is read in clientOptions, so that help output
@@ -125,6 +126,7 @@ func Commands(g *Globals) []*cobra.Command {
 		newCatCommand(g),
 		newACLCommand(g),
 		newTokenCommand(g),
+		newVersionCommand(g),
 	}
 }
 
@@ -152,6 +154,13 @@ func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop c
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	errOut := cmd.ErrOrStderr()
+	var warnOnce sync.Once
+	opts = append(opts, client.WithEtcdWarning(func(since string) {
+		warnOnce.Do(func() {
+			fmt.Fprintf(errOut, "warning: etcd unreachable since %s; showing the leader's memory (writes are refused until etcd is back)\n", since)
+		})
+	}))
 	c, err := client.New(g.Endpoint, opts...)
 	if err != nil {
 		return nil, nil, nil, err // it names the endpoint
@@ -160,7 +169,7 @@ func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop c
 	return &env{
 		c:      c,
 		out:    cmd.OutOrStdout(),
-		errOut: cmd.ErrOrStderr(),
+		errOut: errOut,
 		json:   g.Output == outputJSON,
 		g:      g,
 	}, ctx, stop, nil

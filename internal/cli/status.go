@@ -56,7 +56,7 @@ func (e *env) status(ctx context.Context, names []string) error {
 		if err := writeJSON(e.out, units); err != nil {
 			return err
 		}
-		return notFound(missing)
+		return statusResult(units, missing)
 	}
 	machines := newMachineCache(e.c)
 	for i, u := range units {
@@ -71,7 +71,29 @@ func (e *env) status(ctx context.Context, names []string) error {
 			fmt.Fprintf(e.errOut, "WARNING: %v\n", err)
 		}
 	}
-	return notFound(missing)
+	return statusResult(units, missing)
+}
+
+// statusResult is how status ends: an error naming the missing units, or
+// an *inactiveError naming those shown that are not active (exit code 3,
+// as systemctl status).
+func statusResult(units []apiv1.Unit, missing []string) error {
+	if err := notFound(missing); err != nil {
+		return err
+	}
+	var inactive []string
+	for _, u := range units {
+		switch {
+		case u.State == nil:
+			inactive = append(inactive, u.Name+" (no machine reports it)")
+		case u.State.Active != "active":
+			inactive = append(inactive, u.Name+" ("+dash(u.State.Active)+")")
+		}
+	}
+	if inactive != nil {
+		return &inactiveError{units: inactive}
+	}
+	return nil
 }
 
 // writeStatus writes the systemctl-like status of u; machine is the legend

@@ -120,6 +120,9 @@ type waitSpec struct {
 type waitError struct {
 	units []string // the units that did not, in the order they were found out
 	msg   string
+	// notStarted tells that a unit could not be placed or failed to start
+	// (ExitNotStarted).
+	notStarted bool
 }
 
 func (e *waitError) Error() string { return e.msg }
@@ -153,6 +156,7 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 	want := w.want
 	pendingTargets := w.targets
 	var problems []string
+	notStarted := false
 	pollErrors := 0
 	for {
 		units, err := e.fetchUnits(ctx, targetNames(pendingTargets))
@@ -170,9 +174,11 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 					fmt.Fprintln(e.out, line(u, machines.legend(ctx, u.Machine, false)))
 				case unplaceable:
 					problems = append(problems, t.name)
+					notStarted = true
 					fmt.Fprintf(e.errOut, "Unit %s cannot be placed: %s\n", u.Name, u.Reason)
 				case failed:
 					problems = append(problems, t.name)
+					notStarted = true
 					fmt.Fprintln(e.errOut, failedLine(u, machines.legend(ctx, u.State.Machine, false)))
 				case vanished:
 					problems = append(problems, t.name)
@@ -193,7 +199,7 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 		select {
 		case <-ctx.Done():
 			names := targetNames(pendingTargets)
-			werr := &waitError{units: append(problems, names...)}
+			werr := &waitError{units: append(problems, names...), notStarted: notStarted}
 			if parent.Err() != nil {
 				werr.msg = fmt.Sprintf("interrupted while waiting for units to become %s: %s (their desired state is set)", want, strings.Join(names, ", "))
 			} else {
@@ -206,8 +212,9 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 	}
 	if len(problems) > 0 {
 		return &waitError{
-			units: problems,
-			msg:   fmt.Sprintf("%d of %d units did not become %s: %s", len(problems), len(w.targets), want, strings.Join(problems, ", ")),
+			units:      problems,
+			notStarted: notStarted,
+			msg:        fmt.Sprintf("%d of %d units did not become %s: %s", len(problems), len(w.targets), want, strings.Join(problems, ", ")),
 		}
 	}
 	return nil

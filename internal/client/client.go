@@ -31,6 +31,7 @@ type Client struct {
 	timeout   time.Duration
 	userAgent string
 	token     string
+	etcdWarn  func(since string)
 }
 
 // Option configures a Client.
@@ -62,6 +63,24 @@ func WithTLS(cfg *tls.Config) Option {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.TLSClientConfig = cfg
 		c.hc = &http.Client{Transport: t}
+	}
+}
+
+// WithEtcdWarning has f called with the value of the
+// apiv1.EtcdUnreachableHeader (an RFC 3339 time) of every answer that
+// carries it: the leader cannot reach etcd since then, its answers come
+// from its memory, and it refuses writes.
+func WithEtcdWarning(f func(since string)) Option {
+	return func(c *Client) { c.etcdWarn = f }
+}
+
+// noteAnswer passes on what an answer's headers say about etcd.
+func (c *Client) noteAnswer(resp *http.Response) {
+	if c.etcdWarn == nil {
+		return
+	}
+	if since := resp.Header.Get(apiv1.EtcdUnreachableHeader); since != "" {
+		c.etcdWarn(since)
 	}
 }
 
@@ -260,6 +279,7 @@ func (c *Client) Journal(ctx context.Context, name string, o JournalOptions) (io
 		cancel()
 		return nil, c.requestError(ctx, req, err)
 	}
+	c.noteAnswer(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer cancel()
 		defer resp.Body.Close()
@@ -341,6 +361,7 @@ func (c *Client) call(ctx context.Context, method string, u *url.URL, body, out 
 		return c.requestError(ctx, req, err)
 	}
 	defer resp.Body.Close()
+	c.noteAnswer(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return readAPIError(resp)
 	}

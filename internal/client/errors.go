@@ -12,7 +12,9 @@ type APIError struct {
 	// Status is the HTTP status code.
 	Status int
 	// Code is the server's machine-readable kind (apiv1.Error.Code):
-	// bad_request, not_found, conflict, too_large, unavailable, internal;
+	// bad_request, not_found, conflict, too_large, unavailable,
+	// etcd_unreachable (the leader cannot reach etcd: nothing was changed,
+	// unless the message says the change may have been written), internal;
 	// "" when the answer was not an API error body (e.g. from a proxy).
 	Code string
 	// Message is the server's explanation.

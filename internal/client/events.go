@@ -255,6 +255,7 @@ func (s *EventStream) connect() error {
 		cancel()
 		return s.c.requestError(s.ctx, req, err)
 	}
+	s.c.noteAnswer(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer cancel()
 		defer resp.Body.Close()

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -28,7 +29,6 @@ import (
 	"github.com/flotilla/flotilla/internal/api"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
-	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
@@ -37,11 +37,13 @@ import (
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
+	"github.com/flotilla/flotilla/internal/supervisor"
+	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
 // Version is Flotilla's version, reported to the leader and by /v1/status.
-var Version = "0.1.0-dev"
+var Version = version.Get().Version
 
 // Config is one daemon's configuration. Addresses are host:port; a port of 0
 // picks a free one.
@@ -61,8 +63,13 @@ type Config struct {
 	// stream per agent to the leader) or "etcd" (fleet's way: agents watch
 	// their assignments in etcd and write states and presence there).
 	Registry string
-	// Driver runs units: "exec" (default) or "sim" (in memory, for benchmarks).
+	// Driver runs units: "exec" (default; in the machine's supervisor
+	// process, so they outlive the daemon) or "sim" (in memory, for
+	// benchmarks).
 	Driver string
+	// SupervisorBinary is the program started as the supervisor
+	// (`SupervisorBinary supervisor --dir DIR`); default: this executable.
+	SupervisorBinary string
 	// SimStartDelay and SimFailureRate configure the sim driver.
 	SimStartDelay  time.Duration
 	SimFailureRate float64
@@ -90,7 +97,10 @@ type Config struct {
 	AgentTTL time.Duration
 	// ElectionTTL: see engine.Config.ElectionTTL (default 5s).
 	ElectionTTL time.Duration
-	// MaxTxnOps bounds one etcd transaction (default 128).
+	// MaxTxnOps bounds one etcd transaction (default 128, etcd's default
+	// --max-txn-ops; at least 1, at most MaxTxnOpsLimit). An embedded member
+	// is started with it; an external etcd must be run with at least as
+	// much (its --max-txn-ops).
 	MaxTxnOps int
 
 	// TLS are the machine's credentials (--tls-ca, --tls-cert, --tls-key):
@@ -113,6 +123,11 @@ type Config struct {
 	// Ready, if set, is called once every listener is up with their addresses.
 	Ready func(Addrs)
 }
+
+// MaxTxnOpsLimit is the largest --etcd-max-txn-ops accepted: a transaction
+// of that many ops is also bounded by etcd's --max-request-bytes (1.5 MiB),
+// which the engine keeps each transaction under (1 MiB).
+const MaxTxnOpsLimit = 1 << 16
 
 // Addrs are the addresses a running daemon listens on.
 type Addrs struct {
@@ -170,6 +185,12 @@ func (c *Config) validate() error {
 	}
 	if min := engine.MinAgentTTL(et); at < min {
 		return fmt.Errorf("--agent-ttl %v is too short for --election-ttl %v: a leader failover can take up to %v, so use at least %v", at, et, min-engine.FailoverMargin, min)
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = 128
+	}
+	if c.MaxTxnOps < 1 || c.MaxTxnOps > MaxTxnOpsLimit {
+		return fmt.Errorf("--etcd-max-txn-ops %d: want 1 to %d (etcd's --max-txn-ops; 128 by default)", c.MaxTxnOps, MaxTxnOpsLimit)
 	}
 	if c.SimFailureRate < 0 || c.SimFailureRate > 1 {
 		return fmt.Errorf("--sim-failure-rate %v: want a share between 0 and 1", c.SimFailureRate)
@@ -322,7 +343,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var etcdClientAddr string
 	if cfg.EtcdEmbed {
 		e, err := startEtcd(etcdMember{Name: cfg.Name, Dir: cfg.DataDir, ClientAddr: cfg.EtcdClientAddr,
-			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, TLS: creds}, 60*time.Second)
+			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, TLS: creds, MaxTxnOps: uint(cfg.MaxTxnOps)}, 60*time.Second)
 		if err != nil {
 			return err
 		}
@@ -331,8 +352,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		endpoints = []string{scheme(creds) + "://" + etcdClientAddr}
 		log.Info("embedded etcd member ready", "client", etcdClientAddr, "peer", cfg.EtcdPeerAddr)
 	}
+	ms := metrics.New()
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: ms.EtcdDialOptions(),
 		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 		Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
 		TLS: etcdTLS,
@@ -361,7 +383,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var (
 		wg  sync.WaitGroup
 		eng *engine.Engine
-		ms  = metrics.New()
 	)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -440,7 +461,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if cfg.Driver == "sim" {
 			drv, err = sim.New(sim.Config{Machine: cfg.Name, Notify: ag.Notify, StartDelay: cfg.SimStartDelay, FailureRate: cfg.SimFailureRate})
 		} else {
-			drv, err = execdriver.New(execdriver.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify, Logger: cfg.Logger})
+			// Units run in the machine's supervisor process, so that they
+			// outlive this one; it is started if none runs.
+			drv, err = supervisor.New(supervisor.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify,
+				Logger: cfg.Logger, Binary: cfg.SupervisorBinary, Version: Version})
 		}
 		if err != nil {
 			return fmt.Errorf("%s driver: %w", cfg.Driver, err)
@@ -495,9 +519,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Ready != nil {
 		cfg.Ready(addrs)
 	}
+	notifySystemd(log, sddaemon.SdNotifyReady)
 
 	<-ctx.Done()
 	log.Info("shutting down")
+	notifySystemd(log, sddaemon.SdNotifyStopping)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Shutdown(sctx)
 	cancel()
@@ -505,8 +531,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	wg.Wait() // the engine has resigned
 	<-agentDone
 	if drv != nil {
+		// The supervisor's units keep running for the next daemon on this
+		// data dir to adopt; the sim driver's units end with the process.
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		drv.Close(cctx)
+		if det, ok := drv.(driver.Detacher); ok {
+			det.Detach(cctx)
+		} else {
+			drv.Close(cctx)
+		}
 		cancel()
 	}
 	return nil

@@ -115,3 +115,42 @@ func TestValidEndsWithTheLease(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestObserveKeepsLeaderWhileEtcdUnreachable: an observer cut off from
+// etcd keeps the last leader it saw (followers forward reads to it) instead
+// of reporting none, even once the leader's lease has expired in etcd; when
+// etcd answers again it reports what etcd holds.
+func TestObserveKeepsLeaderWhileEtcdUnreachable(t *testing.T) {
+	srv := etcdtest.Start(t)
+	px := srv.Proxy(t)
+	cli := px.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const prefix = "/t/election/"
+	a, err := election.Campaign(ctx, cli, prefix, time.Second, election.Info{Machine: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := election.Observe(ctx, cli, prefix)
+	if in := <-seen; in.Machine != "a" {
+		t.Fatalf("observed %+v, want a", in)
+	}
+	px.Cut()
+	select {
+	case in := <-seen:
+		t.Fatalf("observer cut off from etcd reported %+v", in)
+	case <-time.After(4 * time.Second): // beyond a's lease (etcd grants at least 2s)
+	}
+	px.Restore()
+	select {
+	case in := <-seen:
+		if in.Machine != "" {
+			t.Errorf("after the outage observed %+v, want no leader (a's lease expired)", in)
+		}
+	case <-ctx.Done():
+		t.Fatal("observer did not report the expired leader once etcd answered")
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+	a.Resign(rctx)
+	rcancel()
+}

@@ -79,6 +79,9 @@ func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 	if t == nil {
 		return ErrNotLeader
 	}
+	if _, ok := t.degradedSince(); ok {
+		return t.unreachableErr(false)
+	}
 	select {
 	case t.reqs <- r:
 	case <-t.ctx.Done():
@@ -138,13 +141,18 @@ func (t *term) applyRound(round []*applyReq) {
 			}
 			ov, ok := roundMachines[req.machine]
 			if !ok {
-				ov = maps.Clone(t.overrides[req.machine])
+				ov = t.overrides[req.machine]
 			}
+			ov = maps.Clone(ov)
 			if ov == nil {
 				ov = map[string]*string{}
 			}
 			for k, v := range req.patch {
 				ov[k] = v
+			}
+			if err := t.checkMachineRecord(req.machine, req.patch, ov); err != nil {
+				req.res <- applyRes{err: err}
+				continue
 			}
 			roundMachines[req.machine] = ov
 			if _, ok := roundDrain[req.machine]; !ok {
@@ -208,7 +216,15 @@ func (t *term) applyRound(round []*applyReq) {
 			}
 		}
 	}
-	if err := t.commit(ops); err != nil {
+	var err error
+	if len(ops) == 0 {
+		// Nothing to write: confirm through etcd that this term still
+		// leads before acknowledging, as memory alone cannot tell.
+		err = t.confirmNoop()
+	} else {
+		err = t.commit(ops)
+	}
+	if err != nil {
 		for _, req := range accepted {
 			req.res <- applyRes{err: err}
 		}
@@ -292,7 +308,33 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		})
 	}
 	if next != cur {
+		if cur == nil || cur.file != next.file {
+			rec := registry.PutUnit(t.keys, registry.Record{Name: c.Name, File: next.file.Raw, DesiredState: string(next.desired)})
+			if err := registry.CheckRecord(fmt.Sprintf("unit %s (its file is %d bytes, escaped in JSON)", c.Name, len(next.file.Raw)), rec); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+		}
 		local[c.Name] = next
 	}
 	return nil
+}
+
+// checkMachineRecord refuses a metadata patch that would make the
+// machine's record too large for etcd, naming the patch's largest value.
+func (t *term) checkMachineRecord(id string, patch, ov map[string]*string) error {
+	rec := registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov})
+	if len(rec.Key)+len(rec.Value) <= registry.MaxRecordBytes {
+		return nil
+	}
+	what := fmt.Sprintf("machine %s's metadata", id)
+	big, n := "", -1
+	for k, v := range patch {
+		if v != nil && (len(*v) > n || len(*v) == n && k < big) {
+			big, n = k, len(*v)
+		}
+	}
+	if big != "" {
+		what = fmt.Sprintf("machine %s's metadata (its value of %q is %d bytes)", id, big, n)
+	}
+	return fmt.Errorf("%w: %w", ErrInvalid, registry.CheckRecord(what, rec))
 }

@@ -17,9 +17,17 @@
 //     transaction fenced on the term's election key (registry.Committer)
 //     before memory changes, before the API answers and before any agent is
 //     told.
-//  4. The term ends when the election lease is lost (the engine then drops
-//     all memory and every agent stream) or when the daemon stops (it
-//     resigns, so a standby takes over at once).
+//  4. It acts, and answers reads, only while its election lease is known
+//     valid; a request that changes nothing is acknowledged only after an
+//     empty transaction fenced on the election key commits.
+//  5. The term ends when etcd says the election lease is lost (the engine
+//     then drops all memory and every agent stream) or when the daemon
+//     stops (it resigns, so a standby takes over at once).
+//  6. When the lease can no longer be confirmed, or a write's outcome is
+//     unknown, and etcd does not answer, the term degrades instead
+//     (degraded.go): memory and streams are kept and read, nothing is
+//     decided, writes are refused naming etcd, and the engine campaigns
+//     again; the next term, this engine's or another's, loads from etcd.
 //
 // # The agent stream
 //

@@ -158,6 +158,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		e.lead(ctx, t)
 	}
+	if t := e.leader(); t != nil {
+		e.drop(t) // a degraded term
+	}
 	return nil
 }
 
@@ -175,22 +178,27 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 		return
 	}
 	log.Info("elected leader", "units", len(t.units), "load_ms", e.cfg.Now().Sub(started).Milliseconds())
-	e.term.Store(t)
-	e.cfg.Metrics.IsLeader.Set(1)
+	e.install(t)
 	if e.onTerm != nil {
 		e.onTerm(t)
 	}
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.watchLease() }()
 	select {
 	case <-ctx.Done():
 		log.Info("stopping; resigning leadership")
 	case <-el.Done():
-		log.Warn("lost leadership (election lease ended)")
+		log.Warn("election session ended")
+	case <-t.deg.lost:
+		log.Warn("lost leadership (etcd says the election lease is gone)")
+	case <-t.deg.c:
 	case <-t.ctx.Done():
 		log.Warn("term ended", "err", context.Cause(t.ctx))
 	}
-	e.term.Store(nil)
-	e.cfg.Metrics.IsLeader.Set(0)
-	t.stop()
+	if e.keepDegraded(ctx, t, el) {
+		return // campaign again; the degraded term answers reads meanwhile
+	}
+	e.drop(t)
 	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	el.Resign(rctx)
 	cancel()
@@ -199,7 +207,8 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 // Leader returns the current term if this engine leads, else nil.
 func (e *Engine) leader() *term { return e.term.Load() }
 
-// IsLeader reports whether this engine leads now, and its election revision.
+// IsLeader reports whether this engine leads now, and its election
+// revision; a degraded term leads (for reads) until it is replaced.
 func (e *Engine) IsLeader() (bool, int64) {
 	if t := e.term.Load(); t != nil {
 		return true, t.info.Rev

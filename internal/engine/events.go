@@ -85,9 +85,9 @@ func parseEventID(id string) (int64, uint64, error) {
 // arrive or the term ends. reset says the position is unknown to this
 // leader: re-read /v1/state and follow from pos.
 func (e *Engine) Events(id string, max int) (evs []apiv1.Event, pos string, reset bool, more <-chan struct{}, err error) {
-	t := e.leader()
-	if t == nil {
-		return nil, "", false, nil, ErrNotLeader
+	t, err := e.reader()
+	if err != nil {
+		return nil, "", false, nil, err
 	}
 	evs, pos, reset, more = t.events.since(id, max)
 	return evs, pos, reset, more, nil

@@ -28,8 +28,8 @@ const backgroundInterval = 2 * time.Second
 // build) old, building a new one if needed; nil when this engine does not
 // lead. Readers share builds: concurrent callers wait for one.
 func (e *Engine) State() *state.Snapshot {
-	t := e.leader()
-	if t == nil {
+	t, err := e.reader()
+	if err != nil {
 		return nil
 	}
 	return t.state(false)
@@ -76,6 +76,9 @@ func (t *term) publishLoop() {
 // name order from an index rebuilt only when units come or go.
 func (t *term) buildSnapshot() *state.Snapshot {
 	s := &state.Snapshot{Term: t.info.Rev, Generation: t.e.generation.Add(1), Revision: t.committer.Revision(), Leader: t.info.Machine}
+	if since, ok := t.degradedSince(); ok {
+		s.EtcdUnreachableSince = since.UTC().Format(time.RFC3339)
+	}
 	t.mu.RLock()
 	if s.Revision == 0 {
 		s.Revision = t.rev

@@ -15,9 +15,9 @@ import (
 
 // Units lists units, all of them or those named (glob patterns allowed), sorted by name.
 func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
-	t := e.leader()
-	if t == nil {
-		return nil, ErrNotLeader
+	t, err := e.reader()
+	if err != nil {
+		return nil, err
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -42,9 +42,9 @@ func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
 
 // Unit returns one unit with its file, or ErrNotFound.
 func (e *Engine) Unit(name string) (apiv1.Unit, error) {
-	t := e.leader()
-	if t == nil {
-		return apiv1.Unit{}, ErrNotLeader
+	t, err := e.reader()
+	if err != nil {
+		return apiv1.Unit{}, err
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -58,9 +58,9 @@ func (e *Engine) Unit(name string) (apiv1.Unit, error) {
 // UnitStates lists what agents report, optionally for one machine and/or
 // some units, sorted by unit then machine.
 func (e *Engine) UnitStates(machine string, names []string) ([]apiv1.UnitState, error) {
-	t := e.leader()
-	if t == nil {
-		return nil, ErrNotLeader
+	t, err := e.reader()
+	if err != nil {
+		return nil, err
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -87,9 +87,9 @@ func (e *Engine) UnitStates(machine string, names []string) ([]apiv1.UnitState, 
 
 // Machines lists the connected machines, sorted by ID.
 func (e *Engine) Machines() ([]apiv1.Machine, error) {
-	t := e.leader()
-	if t == nil {
-		return nil, ErrNotLeader
+	t, err := e.reader()
+	if err != nil {
+		return nil, err
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -120,9 +120,9 @@ func (t *term) machineViews() []apiv1.Machine {
 // UnitMachine returns the API address of the machine that runs (or last
 // reported) the unit, for journal requests.
 func (e *Engine) UnitMachine(name string) (id, apiAddr string, err error) {
-	t := e.leader()
-	if t == nil {
-		return "", "", ErrNotLeader
+	t, err := e.reader()
+	if err != nil {
+		return "", "", err
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()

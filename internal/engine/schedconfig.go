@@ -13,9 +13,9 @@ import (
 
 // Scheduler returns the placement policy and the roles' current shares.
 func (e *Engine) Scheduler() (apiv1.Scheduler, error) {
-	t := e.leader()
-	if t == nil {
-		return apiv1.Scheduler{}, ErrNotLeader
+	t, err := e.reader()
+	if err != nil {
+		return apiv1.Scheduler{}, err
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -29,6 +29,9 @@ func (e *Engine) Scheduler() (apiv1.Scheduler, error) {
 func (e *Engine) SetScheduler(ctx context.Context, s apiv1.Scheduler) error {
 	o := optionsFromAPI(s)
 	if err := scheduler.NewCluster().SetOptions(o); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := registry.CheckRecord(fmt.Sprintf("the scheduler policy (%d roles)", len(o.Roles)), putOptions(e.cfg.Keys, o)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return e.submit(ctx, &applyReq{options: &o, res: make(chan applyRes, 1)})

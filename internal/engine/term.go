@@ -145,6 +145,7 @@ type term struct {
 	cancel    context.CancelCauseFunc
 	committer *registry.Committer
 	wg        sync.WaitGroup
+	deg       *degradation // lease and etcd reachability (degraded.go)
 
 	mu       sync.RWMutex
 	units    map[string]*unitRec
@@ -212,7 +213,7 @@ type term struct {
 func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &term{
-		e: e, el: el, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel,
+		e: e, el: el, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
 		committer: registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps,
 			Observe: func(d time.Duration) { e.cfg.Metrics.ObserveEtcd("txn", d) }}),
 		units:         map[string]*unitRec{},
@@ -345,10 +346,15 @@ func (t *term) loop() {
 		case <-t.kick:
 		case <-tick.C:
 		}
+		if t.refuseDegraded(round) {
+			continue
+		}
 		if len(round) > 0 {
 			t.applyRound(round)
 		}
-		t.reconcile()
+		if t.leaseValid() {
+			t.reconcile()
+		}
 	}
 }
 
@@ -378,6 +384,9 @@ func (t *term) commit(ops []registry.Op) error {
 	}
 	if err != nil && t.ctx.Err() != nil {
 		return ErrNotLeader
+	}
+	if err != nil && t.etcdLost(err) {
+		return t.unreachableErr(true) // degraded: memory is kept, only read
 	}
 	if err != nil {
 		// The outcome is unknown: a transaction that timed out may have

@@ -47,7 +47,13 @@ func Start(t testing.TB) *Server {
 // Client returns a client of s, closed when the test ends.
 func (s *Server) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return client(t, s.Endpoint)
+}
+
+// client returns a client of the etcd at endpoint, closed when the test ends.
+func client(t testing.TB, endpoint string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
 	}

@@ -247,10 +247,12 @@ func testClusterLifecycle(t *testing.T, reg string) {
 	}
 	for name, s := range before {
 		if s.Machine == leader {
+			// Units outlive their daemon: the killed daemon's supervisor
+			// keeps them running, cut off, until a daemon on that data
+			// dir adopts them.
 			if !alive(s.PID) {
-				continue
+				t.Errorf("unit %s: pid %d of the killed machine died with its daemon", name, s.PID)
 			}
-			t.Errorf("unit %s: pid %d of the killed machine still runs", name, s.PID)
 			continue
 		}
 		if a := after[name]; a.PID != s.PID || a.Machine != s.Machine {
@@ -295,7 +297,8 @@ func testClusterLifecycle(t *testing.T, reg string) {
 }
 
 // TestDevRestart: flotilla dev restarted on its data dir still has every
-// unit and brings launched units back up.
+// unit, and its launched unit ran on through the restart: the same
+// process, adopted.
 func TestDevRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts flotilla dev twice")
@@ -304,7 +307,7 @@ func TestDevRestart(t *testing.T) {
 	nd.args = []string{"dev", "--data-dir", nd.dir, "--api-addr", nd.api, "--log-level", "debug"}
 	nd.start(t)
 	t.Cleanup(func() {
-		nd.stop(t)
+		nd.shutdown(t)
 		if t.Failed() {
 			t.Logf("---- log of dev ----\n%s", tail(nd.log.String(), 80))
 		}
@@ -322,11 +325,11 @@ func TestDevRestart(t *testing.T) {
 	oldPID := st["web.service"].PID
 
 	nd.stop(t)
-	if alive(oldPID) {
-		t.Fatalf("web.service pid %d survived a clean stop of flotilla dev", oldPID)
+	if !alive(oldPID) {
+		t.Fatalf("web.service pid %d died with flotilla dev; units must outlive the daemon", oldPID)
 	}
 	nd.start(t)
-	eventually(t, 30*time.Second, "web.service running again", func() error {
+	eventually(t, 30*time.Second, "web.service adopted", func() error {
 		rows, err := jsonCLI[[]unitRow](t, nd, "list-units")
 		if err != nil {
 			return err
@@ -336,6 +339,9 @@ func TestDevRestart(t *testing.T) {
 		}
 		return nil
 	})
+	if st, err := unitStates(t, nd); err != nil || st["web.service"].PID != oldPID {
+		t.Errorf("web.service after the restart: %+v, %v; want the same pid %d, adopted", st["web.service"], err, oldPID)
+	}
 	files, err := jsonCLI[[]fileRow](t, nd, "list-unit-files")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 )
 
 var flotillaBin string
@@ -128,6 +130,19 @@ func (n *node) stop(t *testing.T) {
 	}
 }
 
+// stopSupervisor ends the machine's supervisor, which the daemon started
+// and which outlives it, with its units.
+func (n *node) stopSupervisor(t *testing.T) {
+	supervisortest.Stop(t, filepath.Join(n.dir, "units"))
+}
+
+// shutdown stops the daemon, then its supervisor and units: what a test's
+// cleanup does, so that nothing it started outlives it.
+func (n *node) shutdown(t *testing.T) {
+	n.stop(t)
+	n.stopSupervisor(t)
+}
+
 type cluster struct {
 	t     *testing.T
 	nodes []*node
@@ -155,7 +170,7 @@ func newCluster(t *testing.T, n int, extra func(i int) []string) *cluster {
 	}
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
-			nd.stop(t)
+			nd.shutdown(t)
 		}
 		if t.Failed() {
 			for _, nd := range c.nodes {

@@ -73,7 +73,7 @@ func TestDashboard(t *testing.T) {
 	nd.args = []string{"dev", "--data-dir", nd.dir, "--api-addr", nd.api, "--metadata", "region=eu-west,disk=ssd"}
 	nd.start(t)
 	t.Cleanup(func() {
-		nd.stop(t)
+		nd.shutdown(t)
 		if t.Failed() {
 			t.Logf("---- log of dev ----\n%s", tail(nd.log.String(), 80))
 		}

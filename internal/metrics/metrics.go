@@ -4,11 +4,14 @@ package metrics
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flotilla/flotilla/internal/version"
 )
 
 // Set is one daemon's metrics.
@@ -34,11 +37,24 @@ type Set struct {
 	EtcdRequestDuration *prometheus.HistogramVec
 	// LeaderChanges counts changes of the engine leader this daemon saw.
 	LeaderChanges prometheus.Counter
-	// IsLeader is 1 while this daemon's engine leads.
+	// IsLeader is 1 while this daemon's engine leads (a degraded term too).
 	IsLeader prometheus.Gauge
+	// EtcdUnreachableSince is the Unix time at which the leader found etcd
+	// unreachable and degraded its term (reads from memory, writes refused);
+	// 0 while etcd answers or this daemon does not lead.
+	EtcdUnreachableSince prometheus.Gauge
 	// StateRequestDuration and StateResponseBytes observe GET /v1/state.
 	StateRequestDuration prometheus.Histogram
 	StateResponseBytes   prometheus.Histogram
+	// EtcdRequests counts the daemon's etcd client calls by gRPC method and
+	// status code; see EtcdDialOptions.
+	EtcdRequests *prometheus.CounterVec
+	// BuildInfo is always 1; its labels say which build runs (version,
+	// revision, build_date, goversion), as prometheus_build_info does.
+	BuildInfo prometheus.Gauge
+
+	// touch creates one series in each vector, for Families.
+	touch []func()
 }
 
 // New returns a Set registered on a new registry, with Go runtime and
@@ -60,16 +76,51 @@ func New() *Set {
 		Help: "Duration of the engine's etcd requests, by kind.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)}, []string{"kind"})
 	s.LeaderChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "flotilla_leader_changes_total", Help: "Changes of the engine leader this daemon saw."})
 	s.IsLeader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_is_leader", Help: "1 while this daemon's engine leads."})
+	s.EtcdUnreachableSince = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_etcd_unreachable_since_seconds",
+		Help: "Unix time since which the leader has found etcd unreachable (it answers reads from memory and refuses writes); 0 while etcd answers."})
 	s.StateRequestDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_request_duration_seconds",
 		Help: "Time to answer GET /v1/state.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)})
 	s.StateResponseBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_response_bytes",
 		Help: "Size of GET /v1/state answers.", Buckets: prometheus.ExponentialBuckets(1024, 4, 10)})
-	for _, c := range []prometheus.Collector{s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.SchedulingLatency, s.ReconcileDuration,
-		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.StateRequestDuration, s.StateResponseBytes,
+	s.EtcdRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flotilla_etcd_requests_total",
+		Help: "The daemon's etcd client calls, by gRPC method and status code (OK, Unavailable, DeadlineExceeded, ...)."}, []string{"method", "code"})
+	s.touch = []func(){
+		func() { s.Units.WithLabelValues("", "") },
+		func() { s.SchedulingLatency.WithLabelValues("") },
+		func() { s.EtcdRequestDuration.WithLabelValues("") },
+		func() { s.EtcdRequests.WithLabelValues("", "") },
+	}
+	bi := version.Get()
+	s.BuildInfo = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_build_info",
+		Help:        "Always 1; the labels say which build of Flotilla this daemon runs.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Commit, "build_date": bi.BuildDate, "goversion": bi.GoVersion}})
+	s.BuildInfo.Set(1)
+	for _, c := range []prometheus.Collector{s.BuildInfo, s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.SchedulingLatency, s.ReconcileDuration,
+		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.StateRequestDuration, s.StateResponseBytes, s.EtcdRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
 	return s
+}
+
+// Families returns the name and type (counter, gauge, histogram, summary,
+// untyped) of every metric family a daemon serves at /metrics, including
+// the vectors that have no series until something happens. Dashboards and
+// alert rules may use only these (and Prometheus' own, such as up).
+func Families() (map[string]string, error) {
+	s := New()
+	for _, f := range s.touch {
+		f()
+	}
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(mfs))
+	for _, mf := range mfs {
+		out[mf.GetName()] = strings.ToLower(mf.GetType().String())
+	}
+	return out, nil
 }
 
 // Handler serves the metrics in Prometheus' text format.

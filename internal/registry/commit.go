@@ -115,6 +115,15 @@ func (c *Committer) Commit(ctx context.Context, ops []Op) error {
 	}
 }
 
+// Confirm checks through etcd that the fence still holds, with an empty
+// fenced transaction bounded by the transaction timeout: nil when it does,
+// ErrFenced when another writer leads, etcd's error when etcd did not
+// answer. A leader acknowledges a request that changes nothing only after
+// Confirm, so a deposed leader cannot acknowledge it from memory.
+func (c *Committer) Confirm(ctx context.Context) error {
+	return c.txn(ctx, nil)
+}
+
 // Revision returns the etcd revision of the last transaction committed (0
 // before the first).
 func (c *Committer) Revision() int64 { return c.rev.Load() }

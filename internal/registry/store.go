@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -153,3 +154,24 @@ func DeleteMove(keys Keys, name string) Op { return Op{Key: keys.Move(name), Del
 
 // DeleteSchedule is the op that unschedules a unit.
 func DeleteSchedule(keys Keys, name string) Op { return Op{Key: keys.Schedule(name), Delete: true} }
+
+// MaxRecordBytes is the largest record (key and value) the registry
+// writes: 1 MiB, under etcd's default --max-request-bytes (1.5 MiB) with
+// room for the transaction around it. A request that would write a larger
+// record is refused before anything is written (CheckRecord), instead of
+// failing in etcd.
+const MaxRecordBytes = 1 << 20
+
+// ErrTooLarge is wrapped by CheckRecord's errors.
+var ErrTooLarge = errors.New("record too large for etcd")
+
+// CheckRecord returns an error wrapping ErrTooLarge when op would write a
+// record over MaxRecordBytes; what names the record in the error (for
+// example "machine m1's metadata").
+func CheckRecord(what string, op Op) error {
+	if n := len(op.Key) + len(op.Value); n > MaxRecordBytes {
+		return fmt.Errorf("%w: %s would be stored as a %d-byte record; the limit is %d bytes (etcd refuses requests over its --max-request-bytes, 1.5 MiB by default)",
+			ErrTooLarge, what, n, MaxRecordBytes)
+	}
+	return nil
+}

@@ -18,6 +18,10 @@ func AppendState(b []byte, st *apiv1.State) []byte {
 	b = strconv.AppendUint(b, st.Generation, 10)
 	b = append(b, `,"leader":`...)
 	b = appendString(b, st.Leader)
+	if st.EtcdUnreachableSince != "" {
+		b = append(b, `,"etcdUnreachableSince":`...)
+		b = appendString(b, st.EtcdUnreachableSince)
+	}
 	b = append(b, `,"machines":[`...)
 	for i := range st.Machines {
 		if i > 0 {

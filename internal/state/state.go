@@ -25,8 +25,10 @@ type Snapshot struct {
 	Generation uint64
 	Revision   int64
 	Leader     string
-	Machines   []apiv1.Machine   // sorted by ID
-	Units      []apiv1.StateUnit // sorted by name
+	// EtcdUnreachableSince is set (RFC 3339) on a degraded leader's state.
+	EtcdUnreachableSince string
+	Machines             []apiv1.Machine   // sorted by ID
+	Units                []apiv1.StateUnit // sorted by name
 
 	once sync.Once
 	json []byte
@@ -70,7 +72,7 @@ func (s *Snapshot) Gzip() []byte {
 }
 
 func (s *Snapshot) view(units []apiv1.StateUnit, total int, next string) apiv1.State {
-	return apiv1.State{Revision: s.Revision, Generation: s.Generation, Leader: s.Leader,
+	return apiv1.State{Revision: s.Revision, Generation: s.Generation, Leader: s.Leader, EtcdUnreachableSince: s.EtcdUnreachableSince,
 		Machines: s.Machines, Units: units, Total: total, Next: next}
 }
 

@@ -45,19 +45,22 @@ func sample(units, machines int) *Snapshot {
 // exactly what encoding/json writes.
 func TestAppendStateMatchesEncodingJSON(t *testing.T) {
 	s := sample(2000, 10)
-	st := s.view(s.Units, len(s.Units), "web@000010.service")
-	var want bytes.Buffer
-	if err := json.NewEncoder(&want).Encode(st); err != nil {
-		t.Fatal(err)
-	}
-	got := AppendState(nil, &st)
-	if !bytes.Equal(got, want.Bytes()) {
-		for i := range min(len(got), want.Len()) {
-			if got[i] != want.Bytes()[i] {
-				t.Fatalf("AppendState differs from encoding/json at byte %d:\ngot  %q\nwant %q", i, got[max(0, i-80):min(len(got), i+80)], want.Bytes()[max(0, i-80):min(want.Len(), i+80)])
-			}
+	for _, since := range []string{"", "2024-05-01T12:02:03Z"} { // a degraded leader's state says since when
+		s.EtcdUnreachableSince = since
+		st := s.view(s.Units, len(s.Units), "web@000010.service")
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(st); err != nil {
+			t.Fatal(err)
 		}
-		t.Fatalf("AppendState length %d, encoding/json %d", len(got), want.Len())
+		got := AppendState(nil, &st)
+		if !bytes.Equal(got, want.Bytes()) {
+			for i := range min(len(got), want.Len()) {
+				if got[i] != want.Bytes()[i] {
+					t.Fatalf("AppendState differs from encoding/json at byte %d:\ngot  %q\nwant %q", i, got[max(0, i-80):min(len(got), i+80)], want.Bytes()[max(0, i-80):min(want.Len(), i+80)])
+				}
+			}
+			t.Fatalf("AppendState length %d, encoding/json %d", len(got), want.Len())
+		}
 	}
 }
 

@@ -6,13 +6,17 @@
 //
 //  1. Make one Driver per state directory with New. New takes a lock on the
 //     directory and SIGKILLs whatever an earlier driver on it left running
-//     (see "Crash safety").
+//     (see "Crash safety"). The daemon does not make one itself: the
+//     machine's supervisor process (internal/supervisor) does, so that units
+//     outlive the daemon, and serves it to the daemon over a unix socket.
 //  2. Load each unit file (parsed, with systemd's defaults applied), then
 //     Start and Stop it. Start and Stop return once the action is under way;
 //     every change of the unit's status is handed to Config.Notify, in order
 //     for each unit, from the unit's own goroutine.
 //  3. Unload a unit to stop it and forget it; Journal reads its log.
 //  4. Close stops everything and releases the directory.
+//  5. Fence sets a deadline at which named units are killed (see "Fencing");
+//     ReapOrphans reaps the orphans a child subreaper inherits.
 //
 // # The supervisor
 //
@@ -88,10 +92,12 @@
 // # Processes
 //
 // Each process is started in its own process group, with SIGKILL as its
-// parent-death signal, so that the processes a SIGKILLed daemon started
-// directly die with it. (The signal is tied to the OS thread that started the
-// process; the Go runtime does not end its threads unless a goroutine exits
-// while locked to one.) Stopping with KillMode=control-group (the default)
+// parent-death signal, so that the processes a SIGKILLed driver's process
+// (the supervisor) started directly die with it. (The signal is tied to the
+// OS thread that started the process; the Go runtime does not end its
+// threads unless a goroutine exits while locked to one.) A process's exit is
+// awaited on a pidfd through the Go runtime's poller before it is reaped, so
+// a thousand running processes do not hold a thousand threads. Stopping with KillMode=control-group (the default)
 // signals every process group the run started; KillMode=process signals only
 // the main and control processes and leaves the rest running; KillMode=mixed
 // sends KillSignal= to those two and SIGKILL to the rest. A process that left
@@ -101,7 +107,9 @@
 // The environment is PATH (systemd's default), HOME (the User='s home, or
 // the driver's), USER and LOGNAME when User= is set, then Environment=, then
 // each EnvironmentFile= (read anew for every process, so an ExecStartPre=
-// can write one), the later assignment winning; ExecStop= and ExecStopPost=
+// can write one; opened non-blocking and refused unless it is a regular file
+// of at most 1 MiB, so a FIFO or /dev/zero fails the start instead of
+// wedging the unit), the later assignment winning; ExecStop= and ExecStopPost=
 // get $MAINPID while the main process runs. References in the arguments are
 // expanded as systemd does: "${VAR}" within a word, "$VAR" as a whole word
 // split at whitespace, "$$" for "$". The program is looked up in that PATH
@@ -118,7 +126,8 @@
 //	2006-01-02T15:04:05.000000Z <unit>[<pid>]: <line>
 //
 // in UTC, together with the driver's own messages about the unit
-// ("flotilla[<pid>]: Started web."), worded as systemd's. At MaxLogBytes the
+// ("flotilla[<pid>]: Started web.", with the driver's process's pid),
+// worded as systemd's. At MaxLogBytes the
 // log is renamed to <unit>.log.1 (one older file is kept). Journal reads the
 // last lines across both files and then follows the log by polling, across
 // rotations. Logs outlive their unit: Journal reads the log of a unit that
@@ -130,9 +139,22 @@
 // one "<pgid> <start time>" line each (the start time of the group's first
 // process, /proc/<pid>/stat field 22). New kills the groups listed in the pid
 // files left by a driver that did not stop its units, unless the pid now
-// belongs to another process: so a daemon that crashed and was restarted
-// never runs a unit twice. New also empties and removes unit cgroups left
-// behind.
+// belongs to another process: so when the process holding the driver (the
+// supervisor) crashed and another was started, no unit runs twice. New also
+// empties and removes unit cgroups left behind. Only New does this, having
+// taken the directory's lock: a daemon that reconnects to a live supervisor
+// kills nothing.
+//
+// # Fencing
+//
+// Fence (driver.Fencer) sets one deadline, a reading of CLOCK_MONOTONIC, for
+// a set of units. When it passes, on the driver's own timer, every process
+// group of each of them is SIGKILLed (whatever its KillMode=, without
+// ExecStop= or ExecStopPost=) and the unit stays loaded, inactive/dead, with
+// Result "fenced" and a Status.Message saying so; it is not restarted, and
+// Start refuses it with ErrFenced until a later Fence leaves it out or moves
+// the deadline on. Each Fence replaces the set and the deadline; one already
+// passed kills at once.
 //
 // # Resource limits
 //

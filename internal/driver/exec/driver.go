@@ -30,6 +30,9 @@ var (
 	// than StartLimitBurst times within StartLimitInterval; the unit is then
 	// failed with result start-limit-hit.
 	ErrStartLimitHit = errors.New("execdriver: start request repeated too quickly")
+	// ErrInUse is returned by New when another driver holds the state
+	// directory.
+	ErrInUse = errors.New("execdriver: state directory is in use by another driver")
 )
 
 // errUnloading is returned for a unit that Unload or Close is stopping.
@@ -62,6 +65,10 @@ type Config struct {
 	// the file becomes <unit>.log.1 (replacing the older one) and a new file
 	// is begun. 0 means DefaultMaxLogBytes (16 MiB); the minimum is 1 KiB.
 	MaxLogBytes int64
+	// Unloaded, if set, is told the name of each unit the driver forgets
+	// (after Unload, Kill or Close), after the unit's last Notify. Like
+	// Notify it must not block for long or call back into the driver.
+	Unloaded func(name string)
 	// CgroupParent is the cgroup v2 directory under which units with
 	// CPUQuota= or MemoryMax= get a cgroup of their own. Empty means
 	// /sys/fs/cgroup/flotilla.slice/exec-<hash of Dir>. Where cgroups cannot
@@ -115,6 +122,9 @@ type Driver struct {
 	units  map[string]*supervisor
 	closed bool
 	wg     sync.WaitGroup // one per supervisor goroutine
+
+	fence fence
+	kids  children
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -140,7 +150,7 @@ func New(cfg Config) (*Driver, error) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lock.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("execdriver: state directory %s is in use by another driver", cfg.Dir)
+			return nil, fmt.Errorf("%w: %s", ErrInUse, cfg.Dir)
 		}
 		return nil, fmt.Errorf("execdriver: lock %s: %w", lockPath, err)
 	}
@@ -157,6 +167,7 @@ func New(cfg Config) (*Driver, error) {
 		home:  "/",
 		live:  &liveGroups{maxAge: 100 * time.Millisecond},
 		units: make(map[string]*supervisor),
+		kids:  children{pids: make(map[int]bool)},
 	}
 	if u, err := user.Current(); err == nil && u.HomeDir != "" {
 		d.home = u.HomeDir
@@ -176,7 +187,9 @@ func (d *Driver) pidPath(name string) string {
 // definition of a loaded unit. A unit that is running keeps running with the
 // definition it was started with, and keeps reporting that definition's
 // hash, until it next stops or restarts: a restart (by Start or by Restart=)
-// uses the newest definition.
+// uses the newest definition. Every Load is followed by a Notify of the
+// unit's status, changed or not, so that a caller that loads a unit the
+// driver already runs (adopting it) hears how it is.
 func (d *Driver) Load(f *unit.File) error {
 	if f == nil {
 		return errors.New("execdriver: load: nil unit file")
@@ -280,6 +293,9 @@ func (d *Driver) lookup(name string) (*supervisor, error) {
 // It fails with ErrStartLimitHit when the unit started too often (see
 // unit.Service.StartLimitBurst).
 func (d *Driver) Start(name string) error {
+	if d.fenced(name) {
+		return fmt.Errorf("start %s: %w", name, ErrFenced)
+	}
 	return d.request("start", name, reqStart)
 }
 
@@ -370,13 +386,22 @@ func (d *Driver) States() []unit.Status {
 // history. A name that was never loaded and has no log is
 // driver.ErrUnknownUnit.
 func (d *Driver) Journal(ctx context.Context, name string, lines int, follow bool, w io.Writer) error {
-	if err := checkName(name); err != nil {
-		return fmt.Errorf("journal %s: %w", name, err)
-	}
-	path := d.logPath(name)
 	d.mu.Lock()
 	loaded := d.units[name] != nil
 	d.mu.Unlock()
+	return ReadJournal(ctx, d.cfg.Dir, name, lines, follow, w, loaded)
+}
+
+// ReadJournal is Driver.Journal for a process other than the driver's: it
+// reads the log of the unit in the driver state directory dir, which a
+// driver in another process writes. loaded tells whether that driver has
+// the unit loaded; a unit that is not and has no log is
+// driver.ErrUnknownUnit.
+func ReadJournal(ctx context.Context, dir, name string, lines int, follow bool, w io.Writer, loaded bool) error {
+	if err := checkName(name); err != nil {
+		return fmt.Errorf("journal %s: %w", name, err)
+	}
+	path := filepath.Join(dir, "logs", name+".log")
 	if !loaded {
 		_, err1 := os.Stat(path)
 		_, err2 := os.Stat(path + ".1")
@@ -401,6 +426,7 @@ func (d *Driver) Close(ctx context.Context) error {
 		return nil
 	}
 	d.closed = true
+	d.stopFence()
 	sups := make([]*supervisor, 0, len(d.units))
 	for _, s := range d.units {
 		sups = append(sups, s)

@@ -351,6 +351,28 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
+// TestEnvironmentFileFIFO: a unit whose EnvironmentFile= is a FIFO with no
+// writer fails to start at once, saying why, and its driver keeps answering.
+func TestEnvironmentFileFIFO(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, nil)
+	fifo := filepath.Join(t.TempDir(), "env.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newUnit("fifo.service", []string{"/bin/sleep", "60"}, func(s *unit.Service) {
+		s.EnvironmentFiles = []unit.EnvFile{{Path: fifo}}
+	})
+	mustLoadStart(t, d, f)
+	st := rec.waitEnded(t, "fifo.service", "failed")
+	if !strings.Contains(st.Message, fifo) || !strings.Contains(st.Message, "not a regular file") {
+		t.Errorf("message %q, want one naming %s as not a regular file", st.Message, fifo)
+	}
+	if err := d.Stop("fifo.service"); err != nil {
+		t.Errorf("Stop after the failed start: %v", err)
+	}
+}
+
 func TestUser(t *testing.T) {
 	t.Parallel()
 	if os.Geteuid() != 0 {
@@ -478,6 +500,21 @@ func TestLoadNewHashWhileRunning(t *testing.T) {
 	}
 	if got := d.States()[0]; got.Hash != v1.Hash || got.PID != st.PID {
 		t.Errorf("after loading v2 while running: %+v, want v1 still running", got)
+	}
+	// Every Load is answered with a Notify, even when nothing changed (a
+	// caller adopting a running unit learns how it is).
+	for _, f := range []*unit.File{v2, v2} {
+		rec.mu.Lock()
+		before := len(rec.seen)
+		rec.mu.Unlock()
+		if err := d.Load(f); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return len(rec.seen) > before && rec.seen[len(rec.seen)-1].PID == st.PID
+		}, "a status after Load")
 	}
 	d.Stop("app.service")
 	st = rec.waitState(t, "app.service", "inactive", "dead")

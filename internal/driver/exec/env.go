@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -66,16 +68,71 @@ func unitEnviron(base []string, svc *unit.Service) (*environ, error) {
 	env.add(base)
 	env.add(svc.Environment)
 	for _, ef := range svc.EnvironmentFiles {
-		data, err := os.ReadFile(ef.Path)
+		data, err := readEnvFile(ef.Path)
 		if err != nil {
 			if ef.Optional && errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
-			return nil, fmt.Errorf("environment file: %w", err)
+			return nil, fmt.Errorf("EnvironmentFile=: %w", err)
 		}
 		env.add(parseEnvFile(data))
 	}
 	return env, nil
+}
+
+// maxEnvFileBytes bounds an EnvironmentFile=: a larger file is refused.
+const maxEnvFileBytes = 1 << 20
+
+// readEnvFile reads an EnvironmentFile= without ever blocking or reading
+// without end: it is opened non-blocking (so a FIFO without a writer does not
+// wedge the unit), must be a regular file (not a FIFO, a device such as
+// /dev/zero, a socket or a directory) and at most maxEnvFileBytes long.
+// Every error names the path.
+func readEnvFile(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("%s is %s, not a regular file", path, fileKind(st.Mode))
+	}
+	if st.Size > maxEnvFileBytes {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", path, st.Size, maxEnvFileBytes)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxEnvFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxEnvFileBytes {
+		return nil, fmt.Errorf("%s grew past the limit of %d bytes while being read", path, maxEnvFileBytes)
+	}
+	return data, nil
+}
+
+// fileKind names the type of file in a stat mode, for errors.
+func fileKind(mode uint32) string {
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFIFO:
+		return "a FIFO"
+	case syscall.S_IFCHR:
+		return "a character device"
+	case syscall.S_IFBLK:
+		return "a block device"
+	case syscall.S_IFSOCK:
+		return "a socket"
+	case syscall.S_IFDIR:
+		return "a directory"
+	}
+	return "a special file"
 }
 
 // expandArgv substitutes environment references in a command line as

@@ -1,11 +1,14 @@
 package execdriver
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -188,5 +191,55 @@ func TestLookupIdentity(t *testing.T) {
 	id, err := lookupIdentity("0", "", 0, 0)
 	if err != nil || id.name != "root" {
 		t.Errorf("User=0: %+v, %v; want user root", id, err)
+	}
+}
+
+// TestReadEnvFileRefusesSpecialFiles: an EnvironmentFile= that is a FIFO
+// without a writer, an endless device or a huge file is refused at once
+// with an error naming it, instead of blocking or eating memory.
+func TestReadEnvFileRefusesSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "wedge.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.env")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("A=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n"), (maxEnvFileBytes/48)+10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	limit := filepath.Join(dir, "limit.env")
+	if err := os.WriteFile(limit, append(bytes.Repeat([]byte("#"), maxEnvFileBytes-4), "\nA=1"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path, want string
+	}{
+		{fifo, "is a FIFO, not a regular file"},
+		{"/dev/zero", "is a character device, not a regular file"},
+		{dir, "is a directory, not a regular file"},
+		{big, "bytes, over the limit of 1048576"},
+	}
+	for _, tt := range tests {
+		done := make(chan error, 1)
+		go func() { _, err := readEnvFile(tt.path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), tt.path) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("readEnvFile(%s): error %v, want one naming the path and saying %q", tt.path, err, tt.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("readEnvFile(%s) blocked", tt.path)
+		}
+	}
+	// The FIFO is refused through unitEnviron too, "-" or not: only a
+	// missing file is optional.
+	svc := &unit.Service{EnvironmentFiles: []unit.EnvFile{{Path: fifo, Optional: true}}}
+	if _, err := unitEnviron(nil, svc); err == nil || !strings.Contains(err.Error(), "EnvironmentFile=: "+fifo) {
+		t.Errorf("unitEnviron with a FIFO: error %v, want one naming EnvironmentFile= and the path", err)
+	}
+	// A file of exactly the limit is read.
+	data, err := readEnvFile(limit)
+	if err != nil || len(data) != maxEnvFileBytes || !slices.Equal(parseEnvFile(data), []string{"A=1"}) {
+		t.Errorf("readEnvFile of a %d-byte file: %d bytes, %v; want it read whole", maxEnvFileBytes, len(data), err)
 	}
 }

@@ -143,8 +143,28 @@ func TestCopyLinesCutsLongLines(t *testing.T) {
 	l.copyLines(strings.NewReader("a\n"+long+"\nlast without newline"), "u", 7)
 	data, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	if len(lines) != 4 || !strings.HasSuffix(lines[0], "u[7]: a") || !strings.HasSuffix(lines[2], "u[7]: xxxxxxxxxx") || !strings.HasSuffix(lines[3], "u[7]: last without newline") {
+	if len(lines) != 4 || !strings.HasSuffix(lines[0], "u[7]: a") || !strings.HasSuffix(lines[1], "u[7]: "+long[:maxLineBytes]) ||
+		!strings.HasSuffix(lines[2], "u[7]: xxxxxxxxxx") || !strings.HasSuffix(lines[3], "u[7]: last without newline") {
 		t.Errorf("copied lines = %d: %.80q...", len(lines), lines)
+	}
+	// A line of exactly the limit is one line; an empty line stays one; a
+	// line cut at the limit with nothing left over is followed by an empty
+	// one, as the newline comes after the cut.
+	path2 := filepath.Join(t.TempDir(), "v.log")
+	l2 := newUnitLog(path2, DefaultMaxLogBytes, slog.New(slog.DiscardHandler))
+	defer l2.close()
+	exact := strings.Repeat("y", maxLineBytes-1)
+	l2.copyLines(strings.NewReader(exact+"\n\n"+strings.Repeat("z", 3*maxLineBytes)+"\nend\n"), "v", 8)
+	data, _ = os.ReadFile(path2)
+	lines = strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	want := []string{exact, "", strings.Repeat("z", maxLineBytes), strings.Repeat("z", maxLineBytes), strings.Repeat("z", maxLineBytes), "", "end"}
+	if len(lines) != len(want) {
+		t.Fatalf("copied %d lines, want %d", len(lines), len(want))
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], "v[8]: "+w) {
+			t.Errorf("line %d = %.60q, want it to end %.20q (%d bytes)", i, lines[i], w, len(w))
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package execdriver
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,9 @@ const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
 // maxLineBytes is where a line without a newline is cut; the rest follows as
 // further lines.
 const maxLineBytes = 16 << 10
+
+// copyBufBytes is the read buffer of a process's output.
+const copyBufBytes = 512
 
 // unitLog is a unit's log file, written by every process of the unit and by
 // the driver's own events. Lines are written whole, one write each. When a
@@ -116,13 +120,32 @@ func (l *unitLog) close() {
 // copyLines reads r until EOF and logs each line under ident[pid]. Lines
 // longer than maxLineBytes are cut into several.
 func (l *unitLog) copyLines(r io.Reader, ident string, pid int) {
-	br := bufio.NewReaderSize(r, maxLineBytes)
+	// A small buffer, grown only while a long line is read: an idle unit
+	// costs little.
+	br := bufio.NewReaderSize(r, copyBufBytes)
+	var long []byte // a line longer than the buffer, so far
 	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			l.line(ident, pid, bytes.TrimSuffix(line, []byte{'\n'}))
+		chunk, err := br.ReadSlice('\n')
+		full := errors.Is(err, bufio.ErrBufferFull)
+		if !full && len(long) == 0 {
+			if len(chunk) > 0 {
+				l.line(ident, pid, bytes.TrimSuffix(chunk, []byte{'\n'}))
+			}
+		} else {
+			long = append(long, chunk...)
+			for len(long) >= maxLineBytes && (len(long) > maxLineBytes || long[maxLineBytes-1] != '\n') {
+				l.line(ident, pid, long[:maxLineBytes])
+				long = append(long[:0], long[maxLineBytes:]...)
+			}
+			if !full && len(long) > 0 {
+				l.line(ident, pid, bytes.TrimSuffix(long, []byte{'\n'}))
+				long = long[:0]
+			}
+			if len(long) == 0 && cap(long) > copyBufBytes {
+				long = nil
+			}
 		}
-		if err != nil && err != bufio.ErrBufferFull {
+		if err != nil && !full {
 			return
 		}
 	}

@@ -71,6 +71,7 @@ func readPidFile(path string) ([]pgroup, error) {
 // procStat is what the driver needs from /proc/<pid>/stat.
 type procStat struct {
 	state byte   // field 3: R, S, D, Z, ...
+	ppid  int    // field 4
 	pgrp  int    // field 5
 	start uint64 // field 22, clock ticks after boot
 }
@@ -95,6 +96,10 @@ func parseProcStat(data []byte) (procStat, error) {
 	if len(f) < 20 {
 		return procStat{}, fmt.Errorf("malformed /proc stat: %d fields after the name", len(f))
 	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procStat{}, fmt.Errorf("malformed /proc stat ppid %q", f[1])
+	}
 	pgrp, err := strconv.Atoi(f[2])
 	if err != nil {
 		return procStat{}, fmt.Errorf("malformed /proc stat pgrp %q", f[2])
@@ -103,7 +108,7 @@ func parseProcStat(data []byte) (procStat, error) {
 	if err != nil {
 		return procStat{}, fmt.Errorf("malformed /proc stat start time %q", f[19])
 	}
-	return procStat{state: f[0][0], pgrp: pgrp, start: start}, nil
+	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp, start: start}, nil
 }
 
 // groupExists reports whether any process, zombies included, is in the

@@ -196,7 +196,12 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg *unitCgroup) (*pr
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.fd()
 	}
+	s.d.kids.lock.RLock()
 	err = cmd.Start()
+	if err == nil {
+		s.d.kids.add(cmd.Process.Pid)
+	}
+	s.d.kids.lock.RUnlock()
 	w.Close()
 	if err != nil {
 		r.Close()

@@ -57,7 +57,7 @@ func activeSub(p phase, result string) (active, sub string) {
 	case phaseAutoRestart:
 		return "activating", "auto-restart"
 	}
-	if result == "" || result == resultSuccess {
+	if result == "" || result == resultSuccess || result == resultFenced {
 		return "inactive", "dead"
 	}
 	return "failed", "failed"
@@ -81,6 +81,7 @@ const (
 	reqStop                 // stop
 	reqQuit                 // stop, then forget the unit (Unload, Close)
 	reqAbort                // SIGKILL everything now, then forget (Close past its deadline)
+	reqFence                // SIGKILL everything now, stay loaded (a fence deadline passed)
 )
 
 type request struct {
@@ -138,10 +139,12 @@ type supervisor struct {
 	kick         bool      // a start was admitted; run it after replying
 	quit         bool      // forget the unit once dead
 	abort        bool      // skip to SIGKILL and skip ExecStopPost=
+	fenced       bool      // this run is being killed by a fence: every process group, ending inactive/dead "fenced"
 	postKilled   bool      // the ExecStopPost= command timed out and was SIGKILLed
 	phaseAt      time.Time // when the current stop-sigterm or stop-sigkill began
 	limiter      startLimiter
 	restarts     int
+	renotify     bool // notify the status at the next publish even if unchanged
 	timer        *time.Timer
 	ticker       *time.Ticker // while waiting for process groups to empty
 }
@@ -236,6 +239,11 @@ func (s *supervisor) finish() {
 		<-copied
 	}
 	s.log.close()
+	if s.d.cfg.Unloaded != nil {
+		// Before the unit leaves the map: a Load of the same name meanwhile
+		// waits for done, so its first status follows this.
+		s.d.cfg.Unloaded(s.name)
+	}
 	s.d.mu.Lock()
 	if s.d.units[s.name] == s {
 		delete(s.d.units, s.name)
@@ -276,7 +284,8 @@ func (s *supervisor) publish() {
 	s.mu.Lock()
 	prev := s.status
 	st := s.compute(prev)
-	changed := st != prev
+	changed := st != prev || s.renotify
+	s.renotify = false
 	s.status = st
 	s.mu.Unlock()
 	if changed {
@@ -308,6 +317,7 @@ func (s *supervisor) handle(r request) error {
 			return errUnloading
 		}
 		s.file = r.file
+		s.renotify = true // each Load is answered with the unit's status, even unchanged
 	case reqStart:
 		if s.quit {
 			return errUnloading
@@ -325,6 +335,19 @@ func (s *supervisor) handle(r request) error {
 	case reqQuit:
 		s.quit, s.pendingStart = true, false
 		s.stop()
+	case reqFence:
+		s.pendingStart = false
+		switch s.ph {
+		case phaseDead:
+		case phaseAutoRestart:
+			s.fenced = true
+			s.stop()
+		default:
+			s.event("%s: No word from a current leader before the LostAfter= deadline. Killing.", s.name)
+			s.slog.Warn("fence deadline passed; killing unit")
+			s.fenced, s.abort, s.stopReq = true, true, true
+			s.enterStopSigkill()
+		}
 	case reqAbort:
 		s.quit, s.abort, s.pendingStart = true, true, false
 		switch s.ph {
@@ -356,7 +379,7 @@ func (s *supervisor) start() error {
 	s.cur = s.file
 	s.ph = phaseStartPre
 	s.result, s.message, s.mainResult = resultSuccess, "", ""
-	s.stopReq, s.postKilled = false, false
+	s.stopReq, s.postKilled, s.fenced, s.abort = false, false, false, false
 	s.cmds = refs(s.cur.Service.ExecStartPre, "ExecStartPre")
 	s.kick = true
 	return nil
@@ -533,6 +556,9 @@ func (s *supervisor) fail(result, message string) {
 }
 
 func (s *supervisor) killMode() string {
+	if s.fenced {
+		return "control-group" // a fenced unit must leave nothing running
+	}
 	return cmp.Or(s.cur.Service.KillMode, "control-group")
 }
 
@@ -684,6 +710,9 @@ func (s *supervisor) enterDead() {
 	s.ph = phaseDead
 
 	switch {
+	case s.fenced:
+		s.result, s.message = resultFenced, fencedMessage
+		s.event("Killed %s: no word from a current leader before the LostAfter= deadline.", s.describe())
 	case s.stopReq:
 		s.result = resultSuccess
 		s.event("Stopped %s.", s.describe())
@@ -911,7 +940,9 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 // wait reaps p and reports its exit to the supervisor, after its last output
 // was logged (for the order of the log) or readerGrace passed.
 func (s *supervisor) wait(p *proc) {
+	awaitExit(p.pid)
 	p.c.Wait()
+	s.d.kids.remove(p.pid)
 	select {
 	case <-p.copied:
 	case <-time.After(readerGrace):

@@ -1,0 +1,116 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flotilla/flotilla/internal/api"
+	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/internal/cli"
+	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/etcdtest"
+)
+
+// TestEtcdUnreachable: a leader cut off from etcd answers reads with the
+// X-Flotilla-Etcd-Unreachable-Since header (also through a follower),
+// /v1/state says since when, /metrics has the gauge, writes answer 503
+// etcd_unreachable, and the CLI prints a warning on stderr.
+func TestEtcdUnreachable(t *testing.T) {
+	srv := etcdtest.Start(t)
+	px := srv.Proxy(t)
+	c := startOn(t, px.Client(t))
+	eng, leaderURL := c.eng, c.url
+	// A follower without an engine forwards to the leader it last knew.
+	follower := httptest.NewServer(api.New(api.Config{Machine: "m2",
+		Leader: func() (election.Info, bool) {
+			return election.Info{Machine: "m1", APIAddr: strings.TrimPrefix(c.url, "http://")}, true
+		}}))
+	t.Cleanup(follower.Close)
+	if resp, body := c.do(t, "POST", "/v1/batch", batch(apiv1.UnitChange{Name: "web.service", File: okUnit, DesiredState: "launched"})); resp.StatusCode != 200 {
+		t.Fatalf("batch: %s %s", resp.Status, body)
+	}
+	if resp, _ := c.do(t, "GET", "/v1/units", ""); resp.Header.Get(apiv1.EtcdUnreachableHeader) != "" {
+		t.Errorf("header %s set while etcd answers", apiv1.EtcdUnreachableHeader)
+	}
+
+	px.Cut()
+	waitFor(t, 10*time.Second, "the leader degraded", func() bool { _, ok := eng.EtcdUnreachableSince(); return ok })
+	since, _ := eng.EtcdUnreachableSince()
+	want := since.UTC().Format(time.RFC3339)
+	for _, base := range []string{leaderURL, follower.URL} {
+		c := &cluster{url: base}
+		paths := []string{"/v1/units", "/v1/units/web.service", "/v1/unit-states", "/v1/machines", "/v1/scheduler", "/v1/state"}
+		if base == leaderURL {
+			paths = append(paths, "/v1/status", "/metrics") // answered by the daemon asked, not forwarded
+		}
+		for _, path := range paths {
+			resp, body := c.do(t, "GET", path, "")
+			if resp.StatusCode != 200 || resp.Header.Get(apiv1.EtcdUnreachableHeader) != want {
+				t.Errorf("GET %s%s while etcd is unreachable: %s, header %q, want 200 with %q: %s",
+					base, path, resp.Status, resp.Header.Get(apiv1.EtcdUnreachableHeader), want, body)
+			}
+		}
+	}
+	resp, body := c.do(t, "GET", "/v1/state", "")
+	var st apiv1.State
+	if err := json.Unmarshal([]byte(body), &st); err != nil || st.EtcdUnreachableSince != want || len(st.Units) != 1 {
+		t.Errorf("GET /v1/state: %v; etcdUnreachableSince %q and %d units, want %q and 1", err, st.EtcdUnreachableSince, len(st.Units), want)
+	}
+	_, body = c.do(t, "GET", "/metrics", "")
+	if !strings.Contains(body, "flotilla_etcd_unreachable_since_seconds ") || strings.Contains(body, "flotilla_etcd_unreachable_since_seconds 0\n") {
+		t.Errorf("/metrics does not show flotilla_etcd_unreachable_since_seconds set")
+	}
+	for _, w := range []struct{ method, path, body string }{
+		{"PUT", "/v1/units/web.service", `{"desiredState":"inactive"}`},
+		{"DELETE", "/v1/units/web.service", ""},
+		{"POST", "/v1/batch", batch(apiv1.UnitChange{Name: "new.service", File: okUnit})},
+		{"PATCH", "/v1/machines/m1", `{"metadata":{"role":"web"}}`},
+		{"PUT", "/v1/scheduler", `{"placement":"binpack"}`},
+	} {
+		resp, body = c.do(t, w.method, w.path, w.body)
+		var e apiv1.Error
+		json.Unmarshal([]byte(body), &e)
+		if resp.StatusCode != 503 || e.Code != "etcd_unreachable" || !strings.Contains(e.Error, "etcd unreachable since "+want) ||
+			!strings.Contains(e.Error, "nothing was changed") {
+			t.Errorf("%s %s while etcd is unreachable: %s %s, want 503 etcd_unreachable naming etcd", w.method, w.path, resp.Status, body)
+		}
+	}
+
+	// The CLI warns on stderr and shows the leader's memory.
+	for _, base := range []string{leaderURL, follower.URL} {
+		root := &cobra.Command{Use: "flotilla", SilenceErrors: true, SilenceUsage: true}
+		cli.AddCommands(root)
+		var out, errOut bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs([]string{"--endpoint", base, "list-units"})
+		if err := root.Execute(); err != nil {
+			t.Fatalf("list-units through %s: %v\n%s", base, err, errOut.String())
+		}
+		wantWarn := "warning: etcd unreachable since " + want + "; showing the leader's memory"
+		if !strings.Contains(errOut.String(), wantWarn) || strings.Count(errOut.String(), "warning:") != 1 {
+			t.Errorf("list-units through %s: stderr %q, want one %q", base, errOut.String(), wantWarn)
+		}
+		if !strings.Contains(out.String(), "web.service") {
+			t.Errorf("list-units through %s: stdout %q, want web.service", base, out.String())
+		}
+	}
+	px.Restore()
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

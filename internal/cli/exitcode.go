@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/flotilla/flotilla/internal/client"
+)
+
+// Exit codes of flotilla commands (docs/cli.md).
+const (
+	// ExitOK: the command did what it was asked.
+	ExitOK = 0
+	// ExitError: any other failure (bad flags or input, a unit that does
+	// not exist, a refused change, a timeout of --block-timeout, ...).
+	ExitError = 1
+	// ExitNotStarted: a unit could not be placed or failed to start, as
+	// `nomad job run` returns 2 when it cannot place.
+	ExitNotStarted = 2
+	// ExitInactive: status showed a unit that is not active, as
+	// `systemctl status` returns 3.
+	ExitInactive = 3
+	// ExitUnavailable: the cluster could not be reached or has no leader.
+	ExitUnavailable = 4
+)
+
+// ExitCode is the exit code of a command that returned err.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var we *waitError
+	if errors.As(err, &we) {
+		if we.notStarted {
+			return ExitNotStarted
+		}
+		return ExitError
+	}
+	var ie *inactiveError
+	if errors.As(err, &ie) {
+		return ExitInactive
+	}
+	var ne *net.OpError
+	if client.IsUnavailable(err) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+		return ExitUnavailable
+	}
+	return ExitError
+}
+
+// inactiveError ends a status that showed units that are not active.
+type inactiveError struct {
+	units []string // "name (state)"
+}
+
+func (e *inactiveError) Error() string {
+	if len(e.units) == 1 {
+		return "unit is not active: " + e.units[0]
+	}
+	return fmt.Sprintf("%d units are not active: %s", len(e.units), strings.Join(e.units, ", "))
+}

@@ -1,0 +1,136 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flotilla/flotilla/internal/cli"
+	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
+)
+
+// TestMain lets this test binary be the supervisor of the daemons the
+// tests run in process.
+func TestMain(m *testing.M) { supervisortest.Main(m) }
+
+// startDaemon runs a real one-machine daemon (embedded etcd, engine, agent
+// with the exec driver, API) in the test process and returns its API URL
+// once it leads with its machine up; with noEngine, a daemon with neither
+// engine nor agent, whose cluster never has a leader.
+func startDaemon(t *testing.T, noEngine bool) string {
+	t.Helper()
+	dataDir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan daemon.Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Config{Name: "m1", DataDir: dataDir, APIAddr: "127.0.0.1:0", EtcdEmbed: true,
+			EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0", ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
+			NoEngine: noEngine, NoAgent: noEngine, Logger: slog.New(slog.DiscardHandler), Ready: func(a daemon.Addrs) { ready <- a }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		supervisortest.Stop(t, filepath.Join(dataDir, "units"))
+	})
+	select {
+	case a := <-ready:
+		api := "http://" + a.API
+		for deadline := time.Now().Add(30 * time.Second); !noEngine; time.Sleep(50 * time.Millisecond) {
+			if code, out, _ := flotilla(t, api, "list-machines", "--no-legend"); code == 0 && strings.HasPrefix(out, "m1") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no leader with machine m1 within 30s")
+			}
+		}
+		return api
+	case err := <-done:
+		t.Fatalf("daemon ended before it was ready: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("daemon not ready within 60s")
+	}
+	return ""
+}
+
+// flotilla runs the CLI as cmd/flotilla does and returns its exit code,
+// standard output and standard error.
+func flotilla(t *testing.T, endpoint string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	root := &cobra.Command{Use: "flotilla", SilenceErrors: true, SilenceUsage: true}
+	cli.AddCommands(root)
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append([]string{"--endpoint", endpoint}, args...))
+	if args[0] == cobra.ShellCompRequestCmd {
+		root.SetArgs(append(args[:1:1], append([]string{"--endpoint", endpoint}, args[1:]...)...))
+	}
+	err := root.Execute()
+	if err != nil {
+		errOut.WriteString("Error: " + err.Error() + "\n")
+	}
+	return cli.ExitCode(err), out.String(), errOut.String()
+}
+
+// TestExitCodes: each exit code of docs/cli.md, against a real daemon.
+func TestExitCodes(t *testing.T) {
+	api := startDaemon(t, false)
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"ok.service":      "[Service]\nExecStart=/bin/sleep 1000\n",
+		"fails.service":   "[Service]\nExecStart=/bin/false\n",
+		"nowhere.service": "[Service]\nExecStart=/bin/sleep 1000\n\n[X-Fleet]\nMachineMetadata=role=nowhere\n",
+		"idle.service":    "[Service]\nExecStart=/bin/sleep 1000\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := func(name string) string { return filepath.Join(dir, name) }
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	noLeader := startDaemon(t, true)
+
+	for _, tc := range []struct {
+		endpoint string
+		args     []string
+		code     int
+		stderr   string
+	}{
+		{api, []string{"start", "--block-timeout", "30s", file("ok.service")}, cli.ExitOK, ""},
+		{api, []string{"status", "ok.service"}, cli.ExitOK, ""},
+		{api, []string{"start", "--block-timeout", "30s", file("nowhere.service")}, cli.ExitNotStarted, "cannot be placed"},
+		{api, []string{"start", "--block-timeout", "30s", file("fails.service")}, cli.ExitNotStarted, "Unit fails.service failed"},
+		{api, []string{"load", "--block-timeout", "30s", file("idle.service")}, cli.ExitOK, ""},
+		{api, []string{"status", "idle.service"}, cli.ExitInactive, "unit is not active: idle.service (inactive)"},
+		{api, []string{"status", "-o", "json", "ok.service", "fails.service"}, cli.ExitInactive, "fails.service (failed)"},
+		{api, []string{"status", "missing.service"}, cli.ExitError, "missing.service"},
+		{api, []string{"list-units", "--fields", "bogus"}, cli.ExitError, "invalid field"},
+		{api, []string{"list-units", "--no-such-flag"}, cli.ExitError, "unknown flag"},
+		{closed, []string{"list-units"}, cli.ExitUnavailable, "cannot reach flotilla"},
+		{closed, []string{"status", "ok.service"}, cli.ExitUnavailable, "cannot reach flotilla"},
+		{noLeader, []string{"list-units"}, cli.ExitUnavailable, "no engine leader"},
+		{noLeader, []string{"start", file("ok.service")}, cli.ExitUnavailable, "no engine leader"},
+	} {
+		code, _, stderr := flotilla(t, tc.endpoint, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+			t.Errorf("flotilla %s: exit %d, stderr %q; want exit %d, stderr containing %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.stderr)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/flotilla/flotilla/internal/apiv1"
+)
+
+// TestEmbeddedMaxTxnOps: --etcd-max-txn-ops reaches the embedded etcd
+// member, so a transaction of that many ops commits (etcd's default is
+// 128), and a batch that large commits through the API without ending the
+// leader's term.
+func TestEmbeddedMaxTxnOps(t *testing.T) {
+	ready := make(chan Addrs, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Name: "n1", DataDir: t.TempDir(), APIAddr: "127.0.0.1:0", EtcdEmbed: true,
+			EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0", NoAgent: true, MaxTxnOps: 512,
+			ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Ready: func(a Addrs) { ready <- a }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	var addrs Addrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		t.Fatalf("daemon did not start: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("daemon not ready within 60s")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addrs.EtcdClient}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	txn := func(n int) error {
+		ops := make([]clientv3.Op, n)
+		for i := range ops {
+			ops[i] = clientv3.OpPut(fmt.Sprintf("/test/%d/%d", n, i), "x")
+		}
+		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := cli.Txn(tctx).Then(ops...).Commit()
+		return err
+	}
+	if err := txn(512); err != nil {
+		t.Fatalf("a 512-op transaction on a member started with --etcd-max-txn-ops 512: %v", err)
+	}
+	if err := txn(513); err == nil || !strings.Contains(err.Error(), "too many operations") {
+		t.Errorf("a 513-op transaction = %v, want etcd refusing too many operations", err)
+	}
+
+	// Through the API: 512 units in one batch, one transaction, same term.
+	api := "http://" + addrs.API
+	status := func() apiv1.Status {
+		t.Helper()
+		var st apiv1.Status
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get(api + "/v1/status")
+			if err == nil {
+				json.NewDecoder(resp.Body).Decode(&st)
+				resp.Body.Close()
+				if st.IsLeader {
+					return st
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no leader within 10s: %+v, %v", st, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	before := status()
+	var b apiv1.Batch
+	for i := range 512 {
+		b.Units = append(b.Units, apiv1.UnitChange{Name: fmt.Sprintf("u%03d.service", i), File: "[Service]\nExecStart=/bin/true\n"})
+	}
+	body, _ := json.Marshal(b)
+	resp, err := http.Post(api+"/v1/batch", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/batch of 512 units: %s: %s", resp.Status, msg)
+	}
+	if after := status(); after.ElectionRev != before.ElectionRev {
+		t.Errorf("the leader's term changed from %d to %d during a 512-op commit", before.ElectionRev, after.ElectionRev)
+	}
+}

@@ -1,0 +1,126 @@
+// Package scenario runs fault scenarios on whole flotilla daemons and checks
+// the promises of DESIGN.md from outside: from the process table, the PIDs of
+// units, and the HTTP API, never from the daemons' own say alone.
+//
+// It holds no code of its own; its test does the work. Each testdata/*.txt is
+// one scenario, a story read top to bottom, in the syntax of
+// github.com/cockroachdb/datadriven (as etcd-io/raft's testdata are): a
+// directive, "----", and the output it must give. Output holds only what is
+// deterministic (counts, unit names, ok or FAIL); what was measured (how long
+// until a replacement ran, how long a unit ran nowhere, the most copies at
+// once, the whole timeline) goes to the test log and, when
+// $SCENARIO_FIGURES names a directory, to <dir>/<scenario>.txt.
+//
+// # Running
+//
+//	go test ./internal/scenario/                        # scenarios whose requirements are built
+//	FLOTILLA_SCENARIOS=all go test ./internal/scenario/ # all of them
+//	go test ./internal/scenario/ -run 'TestScenarios/etcd-down-grpc' -v
+//	go test ./internal/scenario/ -run 'TestScenarios/NAME' -rewrite # rewrite golden output
+//	FLOTILLA_SCENARIO_LONG=1 ...                        # long= timings (etcd down 60 s...)
+//	SCENARIO_FIGURES=/tmp/figures ...                   # keep the figures
+//
+// The test builds the flotilla binary once. It needs root: every node is a
+// real "flotilla daemon" process in its own network namespace
+// (flsc-<pid>-<n>-<node>, address 10.77.X.<n>/24, a veth to a bridge in a hub
+// namespace; the test reaches them from the root namespace through one more
+// veth). The external etcd is its own process in its own namespace, at
+// 10.77.X.100. A partition is iptables DROP rules inside the cut-off node's
+// namespace. Everything is removed when the scenario ends, however it ends;
+// a run killed outright leaves namespaces that the next run removes. Without
+// root the test is skipped, or fails when CI=true. It is skipped with -short.
+//
+// Daemons run with --election-ttl 1s and --agent-ttl 5s, the shortest the
+// daemon accepts (engine.MinAgentTTL), so that a scenario takes tens of
+// seconds.
+//
+// # Units
+//
+// Every unit is ExecStart=/bin/sleep infinity with
+// Environment=SCENARIO=<scenario's id> SCENARIO_UNIT=%n. A copy of a unit is
+// a live process with that command line and both variables; the node it runs
+// on is the network namespace it runs in. A sampler reads /proc every 50 ms
+// for the whole scenario and keeps, per unit, the most copies seen at once,
+// how long two or more ran, how long none ran, and every copy's start and
+// end.
+//
+// # Gating
+//
+// A scenario's first directives may be "requires CAP...": it then runs only
+// when each capability is built (the list `built` in scenario_test.go,
+// $FLOTILLA_CAPS, or detected: "drain" when the verb exists), or with
+// FLOTILLA_SCENARIOS=all. The capabilities are described where `built` is.
+//
+// # Commands
+//
+// Nodes are named n1..nN, etcd, "leader" (whoever leads when the command
+// runs), or an alias bound by as=. Durations are Go's (5s, 1m). A duration
+// argument may carry long=D, used instead when FLOTILLA_SCENARIO_LONG is set.
+//
+// Cluster:
+//
+//	requires CAP...              skip unless built (see Gating); no output
+//	start-etcd                   an external etcd: `flotilla daemon --etcd-embed --no-engine --no-agent`
+//	start-daemons N [registry=grpc|etcd] [etcd=external|embedded] [metadata=k=v,...]
+//	                             N daemons, each an engine candidate and an agent; with an
+//	                             external etcd n1 starts first and leads; waits until every
+//	                             machine is connected
+//	start NAME|NAME@A..B [singleton] [global] [lost-after=D] [slow-stop=D] [meta=k=v]
+//	                             submit and launch units (NAME@A..B: a template and its
+//	                             instances); singleton: Singleton=true; slow-stop=D:
+//	                             ExecStop=/bin/sleep D, so the old copy runs D longer
+//	                             when stopped; meta: MachineMetadata=
+//	set-metadata NODE k=v...     PATCH /v1/machines/NODE
+//	drain NODE                   flotilla drain NODE
+//	start-writer                 a writer through every daemon in turn (see check lost-writes)
+//
+// Faults (each marks the timeline; later figures say how long after it):
+//
+//	freeze NODE [D]              SIGSTOP the daemon; SIGCONT after D in the background
+//	thaw NODE                    SIGCONT now
+//	kill NODE                    SIGKILL the daemon (only its process)
+//	stop NODE                    SIGTERM, wait until it exits
+//	restart NODE                 SIGTERM, then start again on the same data dir
+//	start-daemon NODE            start a stopped or killed daemon again
+//	etcd down [D] | etcd up      SIGSTOP / SIGCONT the external etcd
+//	partition NODE from=leader|etcd|all|NODE [D]
+//	                             drop NODE's traffic with the leader (as of now), etcd
+//	                             (external: its address; embedded: the other members'
+//	                             peer port), everything, or one node; heal after D
+//	heal NODE                    remove the partition now
+//	oversized-metadata NODE size=1.8MB
+//	                             PATCH one metadata value that large through the leader;
+//	                             prints the answer, and whether the leader's election
+//	                             revision (its term) stayed the same
+//
+// Waiting:
+//
+//	sleep D
+//	wait-leader [not=NODE] [as=ALIAS] [within=30s]
+//	wait-active N [glob=G] [within=30s]   the API reports N launched units active
+//	wait-copies [glob=G] [within=10s]     each launched unit runs exactly one copy (/proc)
+//	wait-etcd [within=90s]               etcd thawed and healthy
+//	record-pids [glob=G]                 remember each unit's one copy (PID and node)
+//	where UNIT as=ALIAS                  bind ALIAS to the node running UNIT's one copy
+//
+// Checks, judged from outside:
+//
+//	check at-most-one [glob=G]    no unit ever had two copies at once, for the whole scenario
+//	check no-restarts [glob=G] [not-on=NODE]
+//	                              each unit recorded (except on NODE) still runs its recorded PID
+//	check none-on NODE [glob=G]   no copy of a unit runs on NODE now
+//	check elsewhere NODE [glob=G] each unit has a copy on a node other than NODE now
+//	check lost-writes             stops the writer; every acknowledged write is in the state
+//	                              read back (an unacknowledged one may or may not be)
+//	check reads [etcd-gone]       every live daemon answers list-units (the CLI) and /v1/state
+//	                              with every unit; with etcd-gone, both also say etcd is
+//	                              unreachable (CLI output, a response header)
+//	check writes-refused etcd     a write through every live daemon answers 503 naming etcd
+//
+// The two checks of an etcd outage (reads etcd-gone, writes-refused) fail
+// the test if etcd is no longer down when they end: put them between
+// "etcd down" and "etcd up".
+//
+// A check or wait that does not hold prints FAIL and why, which differs from
+// the golden output; an error of the script or the harness fails the test.
+package scenario

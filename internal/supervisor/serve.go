@@ -1,0 +1,379 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/monotime"
+	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/proto/supervisorpb"
+)
+
+// The files of a supervisor in its directory, beside the exec driver's
+// logs/ and run/.
+const (
+	SocketFile = "supervisor.sock"
+	PIDFile    = "supervisor.pid"
+	LogFile    = "supervisor.log"
+)
+
+// ErrRunning is returned by Serve when another supervisor serves the
+// directory.
+var ErrRunning = errors.New("supervisor: another supervisor serves this directory")
+
+// DefaultShutdownTimeout bounds the graceful stop of every unit when the
+// supervisor is asked to end (SIGTERM) without a deadline of its own.
+const DefaultShutdownTimeout = 2 * time.Minute
+
+// maxSocketPath is the longest path a unix socket address holds.
+const maxSocketPath = len(syscall.RawSockaddrUnix{}.Path) - 1
+
+// ServeConfig configures the supervisor process.
+type ServeConfig struct {
+	// Dir is the state directory (required): the exec driver's logs/ and
+	// run/, the socket, the pid file.
+	Dir string
+	// Version is reported to clients.
+	Version string
+	// Logger receives the supervisor's and the driver's log; nil: text to
+	// stderr, which the client points at Dir/supervisor.log.
+	Logger *slog.Logger
+	// ShutdownTimeout bounds the graceful stop on SIGTERM (default
+	// DefaultShutdownTimeout); what still runs after it is SIGKILLed.
+	ShutdownTimeout time.Duration
+}
+
+// Serve runs the supervisor of cfg.Dir until it is asked to end (a
+// Shutdown call, SIGTERM or SIGINT), which stops every unit first. It is
+// what `flotilla supervisor --dir DIR` runs. It makes the process a child
+// subreaper and the leader of its own session, takes the driver's lock on
+// the directory (ErrRunning when another supervisor holds it) and, having
+// it, SIGKILLs what a dead supervisor left running (found through the pid
+// files), then serves the socket.
+func Serve(cfg ServeConfig) error {
+	if cfg.Dir == "" {
+		return errors.New("supervisor: --dir is required")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("supervisor: --dir %q: %w", cfg.Dir, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	log = log.With("component", "supervisor", "pid", os.Getpid())
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	sock := filepath.Join(dir, SocketFile)
+	if len(sock) > maxSocketPath {
+		return fmt.Errorf("supervisor: socket path %s is %d bytes, over the %d a unix socket allows: use a shorter --data-dir", sock, len(sock), maxSocketPath)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+
+	// Orphans of the units' processes come to us, not to init; and neither
+	// the daemon's death nor a signal to its terminal's process group
+	// reaches us.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		log.Warn("cannot become a child subreaper; orphans of units go to init", "err", err)
+	}
+	if sid, _ := unix.Getsid(0); sid != os.Getpid() {
+		if _, err := unix.Setsid(); err != nil {
+			log.Warn("cannot start a session of its own; signals to the starter's process group reach the supervisor", "err", err)
+		}
+	}
+	signal.Ignore(syscall.SIGHUP)
+	stopSig := make(chan os.Signal, 1)
+	signal.Notify(stopSig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stopSig)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+
+	h := newHub()
+	d, err := execdriver.New(execdriver.Config{Dir: dir, Notify: h.notify, Unloaded: h.unloaded, Logger: log})
+	if errors.Is(err, execdriver.ErrInUse) {
+		pid, _ := readPIDFile(filepath.Join(dir, PIDFile))
+		return fmt.Errorf("%w: %s (pid %d)", ErrRunning, dir, pid)
+	}
+	if err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+
+	// We hold the driver's lock: a socket or pid file here is a dead
+	// supervisor's.
+	os.Remove(sock)
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", sock)
+	syscall.Umask(old)
+	if err != nil {
+		d.Close(context.Background())
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		d.Close(context.Background())
+		return fmt.Errorf("supervisor: %w", err)
+	}
+
+	s := &server{d: d, hub: h, log: log, pid: os.Getpid(), instance: newInstance(), version: cfg.Version,
+		started: time.Now(), closed: make(chan struct{}), shutdown: make(chan time.Duration, 1)}
+	gs := grpc.NewServer(
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+	)
+	supervisorpb.RegisterSupervisorServer(gs, s)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(ln) }()
+
+	pidPath := filepath.Join(dir, PIDFile)
+	if err := writePIDFile(pidPath, s.pid); err != nil {
+		log.Error("cannot write the pid file", "path", pidPath, "err", err)
+	}
+	log.Info("supervisor serving", "dir", dir, "socket", sock, "version", cfg.Version)
+
+	reapTick := time.NewTicker(30 * time.Second)
+	defer reapTick.Stop()
+	var timeout time.Duration
+wait:
+	for {
+		select {
+		case <-chld:
+			d.ReapOrphans()
+		case <-reapTick.C:
+			d.ReapOrphans()
+		case sig := <-stopSig:
+			log.Info("signalled; stopping every unit", "signal", sig.String(), "timeout", cfg.ShutdownTimeout)
+			timeout = cfg.ShutdownTimeout
+			break wait
+		case timeout = <-s.shutdown:
+			log.Info("asked to shut down; stopping every unit", "timeout", timeout)
+			break wait
+		case err := <-served:
+			log.Error("serving the socket failed; stopping every unit", "err", err)
+			timeout = cfg.ShutdownTimeout
+			break wait
+		}
+	}
+
+	// Stop the units (reaping orphans meanwhile), then end the calls.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	done := make(chan error, 1)
+	go func() { done <- d.Close(ctx) }()
+	var cerr error
+closing:
+	for {
+		select {
+		case cerr = <-done:
+			break closing
+		case <-chld:
+			d.ReapOrphans()
+		}
+	}
+	cancel()
+	d.ReapOrphans()
+	close(s.closed)
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+	}
+	if pid, err := readPIDFile(pidPath); err == nil && pid == s.pid {
+		os.Remove(pidPath)
+	}
+	os.Remove(sock)
+	if cerr != nil {
+		log.Warn("units were SIGKILLed after the shutdown timeout", "err", cerr)
+	}
+	log.Info("supervisor exiting")
+	return nil
+}
+
+// server serves a Driver over the supervisor protocol.
+type server struct {
+	supervisorpb.UnimplementedSupervisorServer
+	d        *execdriver.Driver
+	hub      *hub
+	log      *slog.Logger
+	pid      int
+	instance string
+	version  string
+	started  time.Time
+
+	once     sync.Once
+	shutdown chan time.Duration // the first Shutdown's deadline
+	closed   chan struct{}      // closed once every unit has stopped
+}
+
+func (s *server) Hello(context.Context, *supervisorpb.HelloRequest) (*supervisorpb.HelloReply, error) {
+	return &supervisorpb.HelloReply{Pid: int32(s.pid), Instance: s.instance, Version: s.version, StartedUnixNano: s.started.UnixNano()}, nil
+}
+
+func (s *server) Load(_ context.Context, r *supervisorpb.LoadRequest) (*supervisorpb.Empty, error) {
+	var f unit.File
+	if err := json.Unmarshal(r.GetUnit(), &f); err != nil {
+		return nil, toStatus(fmt.Errorf("load: unit is not a unit file as JSON: %w", err))
+	}
+	return &supervisorpb.Empty{}, toStatus(s.d.Load(&f))
+}
+
+func (s *server) Start(_ context.Context, r *supervisorpb.UnitRequest) (*supervisorpb.Empty, error) {
+	return &supervisorpb.Empty{}, toStatus(s.d.Start(r.GetName()))
+}
+
+func (s *server) Stop(_ context.Context, r *supervisorpb.UnitRequest) (*supervisorpb.Empty, error) {
+	return &supervisorpb.Empty{}, toStatus(s.d.Stop(r.GetName()))
+}
+
+func (s *server) Unload(ctx context.Context, r *supervisorpb.WaitRequest) (*supervisorpb.WaitReply, error) {
+	return s.wait(ctx, r, s.d.Unload)
+}
+
+func (s *server) Kill(ctx context.Context, r *supervisorpb.WaitRequest) (*supervisorpb.WaitReply, error) {
+	return s.wait(ctx, r, s.d.Kill)
+}
+
+// wait runs an action that waits for the unit to be gone, for at most the
+// request's wait_ms: done is false when the unit is still going.
+func (s *server) wait(ctx context.Context, r *supervisorpb.WaitRequest, act func(context.Context, string) error) (*supervisorpb.WaitReply, error) {
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(r.GetWaitMs())*time.Millisecond)
+	defer cancel()
+	err := act(wctx, r.GetName())
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return &supervisorpb.WaitReply{Done: false}, nil
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &supervisorpb.WaitReply{Done: true}, nil
+}
+
+func (s *server) States(context.Context, *supervisorpb.Empty) (*supervisorpb.StatesReply, error) {
+	sts := s.d.States()
+	out := &supervisorpb.StatesReply{Units: make([]*supervisorpb.UnitStatus, len(sts))}
+	for i, st := range sts {
+		out.Units[i] = toPB(st)
+	}
+	return out, nil
+}
+
+func (s *server) Fence(_ context.Context, r *supervisorpb.FenceRequest) (*supervisorpb.Empty, error) {
+	return &supervisorpb.Empty{}, toStatus(s.d.Fence(monotime.Time(r.GetDeadline()), r.GetNames()))
+}
+
+// watchBatch is the most changes sent in one Event.
+const watchBatch = 512
+
+func (s *server) Watch(_ *supervisorpb.Empty, stream grpc.ServerStreamingServer[supervisorpb.Event]) error {
+	snap, w := s.hub.subscribe()
+	defer s.hub.unsubscribe(w)
+	ev := &supervisorpb.Event{Snapshot: true, Units: make([]*supervisorpb.UnitStatus, len(snap))}
+	for i, st := range snap {
+		ev.Units[i] = toPB(st)
+	}
+	if err := stream.Send(ev); err != nil {
+		return err
+	}
+	for {
+		select {
+		case he := <-w.ch:
+			ev := &supervisorpb.Event{}
+			add := func(he hubEvent) {
+				if he.st != nil {
+					ev.Units = append(ev.Units, toPB(*he.st))
+				} else {
+					ev.Removed = append(ev.Removed, he.removed)
+				}
+			}
+			add(he)
+		batch:
+			for len(ev.Units)+len(ev.Removed) < watchBatch {
+				select {
+				case he := <-w.ch:
+					add(he)
+				default:
+					break batch
+				}
+			}
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		case <-w.cut:
+			return toStatus(errors.New("supervisor: watcher fell behind; watch again"))
+		case <-s.closed:
+			return nil
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+func (s *server) Shutdown(ctx context.Context, r *supervisorpb.WaitRequest) (*supervisorpb.WaitReply, error) {
+	s.once.Do(func() {
+		d := time.Duration(r.GetDeadlineMs()) * time.Millisecond
+		if d <= 0 {
+			d = DefaultShutdownTimeout
+		}
+		s.shutdown <- d
+	})
+	select {
+	case <-s.closed:
+		return &supervisorpb.WaitReply{Done: true}, nil
+	case <-time.After(time.Duration(r.GetWaitMs()) * time.Millisecond):
+		return &supervisorpb.WaitReply{Done: false}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func newInstance() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// writePIDFile writes pid to path atomically.
+func writePIDFile(path string, pid int) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readPIDFile reads a pid written by writePIDFile.
+func readPIDFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("%s: not a pid: %q", path, b)
+	}
+	return pid, nil
+}

@@ -1,0 +1,93 @@
+// Package supervisortest lets a test binary that runs daemons in its own
+// process (with the exec driver) be the supervisor those daemons start, and
+// stops the supervisors a test started, with their units.
+//
+// A daemon starts its machine's supervisor as `<its executable> supervisor
+// --dir DIR`; in a test, that executable is the test binary. Call Main from
+// the package's TestMain: in the test process it marks the environment so
+// that the supervisors it starts serve instead of running the tests.
+package supervisortest
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/supervisor"
+)
+
+// Env marks a test binary started as a supervisor.
+const Env = "FLOTILLA_TEST_AS_SUPERVISOR"
+
+// Main runs the tests, or serves as a supervisor when the test binary was
+// started as one. Call it from TestMain.
+func Main(m *testing.M) {
+	if os.Getenv(Env) == "1" {
+		os.Exit(serve(os.Args[1:]))
+	}
+	os.Setenv(Env, "1") // inherited by the supervisors the tests' daemons start
+	os.Exit(m.Run())
+}
+
+func serve(args []string) int {
+	var dir string
+	for i, a := range args {
+		if a == "--dir" && i+1 < len(args) {
+			dir = args[i+1]
+		}
+	}
+	if len(args) == 0 || args[0] != "supervisor" || dir == "" {
+		fmt.Fprintf(os.Stderr, "test binary as supervisor: want args supervisor --dir DIR, got %q\n", args)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := supervisor.Serve(supervisor.ServeConfig{Dir: dir, Version: "test", Logger: log}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// Stop ends the supervisor serving dir (a daemon's <data-dir>/units), if
+// one runs, with its units: SIGTERM (it stops them), then SIGKILL if it has
+// not ended within 30s.
+func Stop(t testing.TB, dir string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, supervisor.PIDFile))
+	if err != nil {
+		return
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 1 {
+		t.Errorf("%s holds %q, not a PID", filepath.Join(dir, supervisor.PIDFile), b)
+		return
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		if time.Now().After(deadline) {
+			t.Errorf("supervisor %d still runs 30s after SIGTERM; killing it", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// zombie reports whether pid has exited but not been reaped.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := len(b) - 1
+	for i > 0 && b[i] != ')' {
+		i--
+	}
+	return i+2 < len(b) && b[i+2] == 'Z'
+}
