@@ -18,7 +18,7 @@ func benchCommand() *cobra.Command {
 		Use:   "bench --agents M --units N",
 		Short: "Measure how fast a real cluster on this host starts N units on M simulated agents",
 		Long: `Starts a cluster on this host (an etcd process, engine daemons, and M simulated
-agents in helper processes), starts N units through the API in one request, and
+agents in helper processes), starts N units through the API in one request (one per 100,000 units), and
 reports how long each unit took until the leader saw it active (a histogram and
 percentiles), units per second, etcd requests by kind, and the CPU time and peak
 memory of the engine, the agents and etcd. Everything it starts and every
@@ -51,6 +51,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.DurationVar(&cfg.Latency, "latency", 0, "one-way delay added between daemons and etcd and between agents and the leader (25ms: a 50ms round trip)")
 	fs.IntVar(&cfg.StatePollers, "state-pollers", 0, "clients polling the full cluster state (/v1/state) during and after the run")
 	fs.BoolVar(&cfg.StateConditional, "state-conditional", false, "state pollers send If-None-Match with the last ETag (304 when nothing changed), as well-behaved pollers do")
+	fs.BoolVar(&cfg.TLS, "tls", false, "run the cluster with mutual TLS on every connection (a CA and certificates made for the run)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print each run's report as one JSON object per line")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long a run waits for every unit to become active")
 	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 500, "most simulated agents in one helper process")

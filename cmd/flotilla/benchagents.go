@@ -53,6 +53,7 @@ func benchAgentsCommand() *cobra.Command {
 	fs.DurationVar(&cfg.SimStartDelay, "sim-start-delay", 0, "how long a simulated unit takes to start")
 	fs.Float64Var(&cfg.SimFailureRate, "sim-failure-rate", 0, "share of starts that fail, 0 to 1")
 	fs.DurationVar(&cfg.TTL, "agent-ttl", 20*time.Second, "agent TTL; must match the engines' --agent-ttl")
+	fs.StringVar(&cfg.TLSDir, "tls-dir", "", "directory with the CA (ca.pem) and each agent's certificate (NAME.pem, NAME-key.pem): mutual TLS to the leader and etcd")
 	fs.StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	return cmd
 }

@@ -51,6 +51,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -171,7 +172,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.DialOptions == nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.AgentRecvBytes)))
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -513,6 +514,12 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		delete(a.files, name)
 	}
 	for _, as := range as.Units {
+		if unit.IsTemplate(as.Name) {
+			// A template is never run, only its instances (the leader
+			// refuses to launch one): an assignment of one is a leader's error.
+			a.log.Error("assigned a template unit; only its instances run", "unit", as.Name)
+			continue
+		}
 		f, err := unit.ParseStored(as.Name, as.File)
 		if err != nil {
 			a.log.Error("assigned unit does not parse; not running it", "unit", as.Name, "err", err)

@@ -28,6 +28,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/ui"
@@ -38,8 +39,9 @@ import (
 // request is forwarded at most once.
 const forwardedHeader = "X-Flotilla-Forwarded"
 
-// DefaultMaxBodyBytes bounds a request body (a batch of units).
-const DefaultMaxBodyBytes = 64 << 20
+// DefaultMaxBodyBytes bounds a request body (a batch of units); other
+// requests are bounded by limits.RequestBytes.
+const DefaultMaxBodyBytes = limits.BatchBytes
 
 // Config configures the API handler.
 type Config struct {
@@ -119,13 +121,14 @@ func New(cfg Config) http.Handler {
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics.Handler())
 	}
-	mux.HandleFunc("GET /v1/events", s.leaderOnly(s.events))
+	mux.HandleFunc("GET /v1/events", longLived(s.leaderOnly(s.events)))
 	mux.HandleFunc("GET /v1/machines", s.leaderOnly(s.machines))
 	mux.HandleFunc("GET /v1/scheduler", s.leaderOnly(s.getScheduler))
 	mux.HandleFunc("PUT /v1/scheduler", s.leaderOnly(s.putScheduler))
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
-	mux.HandleFunc("GET /v1/units/{name}/journal", s.leaderOnly(s.journal))
-	mux.HandleFunc("GET /v1/local/journal/{name}", s.localJournal)
+	follows := make(follows, limits.JournalFollows)
+	mux.HandleFunc("GET /v1/units/{name}/journal", longLived(follows.limit(s.leaderOnly(s.journal))))
+	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(follows.limit(s.localJournal)))
 	mux.HandleFunc("POST /v1/acl/bootstrap", s.aclBootstrap)
 	mux.HandleFunc("GET /v1/acl/tokens", s.listTokens)
 	mux.HandleFunc("POST /v1/acl/tokens", s.createToken)
@@ -220,17 +223,12 @@ func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
-	var c apiv1.UnitChange
-	if !s.decode(w, r, &c) {
+	changes, warnings, ok := s.readPutUnit(w, r)
+	if !ok {
 		return
 	}
-	name := r.PathValue("name")
-	if c.Name != "" && c.Name != name {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("body names unit %q but the path names %q", c.Name, name))
-		return
-	}
-	c.Name = name
-	res, ok := s.apply(w, r, apiv1.Batch{Units: []apiv1.UnitChange{c}})
+	name := changes[0].Name
+	res, ok := s.apply(w, r, changes, warnings)
 	if !ok {
 		return
 	}
@@ -247,33 +245,28 @@ func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
 		s.engineError(w, err)
 		return
 	}
-	if _, ok := s.apply(w, r, apiv1.Batch{Destroy: []string{name}}); ok {
+	changes, _, ok := prepare(w, apiv1.Batch{Destroy: []string{name}})
+	if !ok {
+		return
+	}
+	if _, ok := s.apply(w, r, changes, nil); ok {
 		writeJSON(w, http.StatusOK, struct{}{})
 	}
 }
 
 func (s *server) batch(w http.ResponseWriter, r *http.Request) {
-	var b apiv1.Batch
-	if !s.decode(w, r, &b) {
+	changes, warnings, ok := s.readBatch(w, r)
+	if !ok {
 		return
 	}
-	if res, ok := s.apply(w, r, b); ok {
+	if res, ok := s.apply(w, r, changes, warnings); ok {
 		writeJSON(w, http.StatusOK, res)
 	}
 }
 
-// apply validates a batch, commits it through the engine and returns the
-// units it touched. On failure it has written the error answer.
-func (s *server) apply(w http.ResponseWriter, r *http.Request, b apiv1.Batch) (apiv1.BatchResult, bool) {
-	changes, warnings, err := toChanges(b)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return apiv1.BatchResult{}, false
-	}
-	if len(changes) == 0 {
-		writeError(w, http.StatusBadRequest, "bad_request", "the batch is empty: name at least one unit")
-		return apiv1.BatchResult{}, false
-	}
+// apply commits changes (read by prepare) through the engine and returns
+// the units they touched. On failure it has written the error answer.
+func (s *server) apply(w http.ResponseWriter, r *http.Request, changes []engine.Change, warnings []string) (apiv1.BatchResult, bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
 	if err := s.cfg.Engine.Apply(ctx, changes); err != nil {
@@ -420,12 +413,8 @@ func (s *server) getScheduler(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) putScheduler(w http.ResponseWriter, r *http.Request) {
-	var sc apiv1.Scheduler
-	if !s.decode(w, r, &sc) {
-		return
-	}
-	if len(sc.Shares) > 0 {
-		writeError(w, http.StatusBadRequest, "bad_request", "shares are read-only: give placement and roles")
+	sc, ok := s.readScheduler(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
@@ -438,15 +427,10 @@ func (s *server) putScheduler(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) patchMachine(w http.ResponseWriter, r *http.Request) {
-	var p apiv1.MachinePatch
-	if !s.decode(w, r, &p) {
+	id, p, ok := s.readMachinePatch(w, r)
+	if !ok {
 		return
 	}
-	if len(p.Metadata) == 0 && p.Drain == nil {
-		writeError(w, http.StatusBadRequest, "bad_request", `the patch changes nothing: give {"metadata": {"key": "value" or null}} or {"drain": true or false}`)
-		return
-	}
-	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
 	if len(p.Metadata) > 0 {
@@ -540,12 +524,13 @@ func (fw *flushWriter) Write(p []byte) (int, error) {
 }
 
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	limit := s.bodyLimit(r)
+	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+			writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body exceeds %d bytes, the limit of %s %s", limit, r.Method, r.URL.Path))
 			return false
 		}
 		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON body: "+err.Error())

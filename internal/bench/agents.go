@@ -2,18 +2,23 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/flotilla/flotilla/internal/agent"
+	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/registry"
@@ -43,6 +48,11 @@ type AgentsConfig struct {
 	SimFailureRate float64
 	// TTL is the agent TTL (default 20s); it must match the engines'.
 	TTL time.Duration
+	// TLSDir, if set, holds the cluster's CA (ca.pem) and each agent's
+	// machine certificate (NAME.pem, NAME-key.pem, as `flotilla tls`
+	// writes them): every agent then speaks mutual TLS to the leader and
+	// to etcd.
+	TLSDir string
 	// Version is reported to the leader by every agent.
 	Version string
 	// Logger receives the agents' logs (default: discarded).
@@ -109,11 +119,22 @@ func RunAgents(ctx context.Context, cfg AgentsConfig) error {
 		return err
 	}
 	keys := registry.Keys{Prefix: cfg.EtcdPrefix}
-	newClient := func() (*clientv3.Client, error) {
+	creds := func(name string) (*auth.Credentials, error) {
+		if cfg.TLSDir == "" {
+			return nil, nil
+		}
+		return auth.Load(auth.Files{CA: filepath.Join(cfg.TLSDir, auth.CAFile),
+			Cert: filepath.Join(cfg.TLSDir, name+".pem"), Key: filepath.Join(cfg.TLSDir, name+"-key.pem")}, "--tls-dir", name)
+	}
+	newClient := func(c *auth.Credentials) (*clientv3.Client, error) {
+		var tc *tls.Config
+		if c != nil {
+			tc = c.ClientConfig()
+		}
 		cli, err := clientv3.New(clientv3.Config{
 			Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second,
 			DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
-			Logger: zap.NewNop(),
+			Logger: zap.NewNop(), TLS: tc,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(cfg.EtcdEndpoints, ","), err)
@@ -131,7 +152,11 @@ func RunAgents(ctx context.Context, cfg AgentsConfig) error {
 	defer stop()
 	var feed *leaderFeed
 	if cfg.Registry == "grpc" {
-		cli, err := newClient()
+		c, err := creds(cfg.AgentName(cfg.First))
+		if err != nil {
+			return err
+		}
+		cli, err := newClient(c)
 		if err != nil {
 			return err
 		}
@@ -151,10 +176,17 @@ func RunAgents(ctx context.Context, cfg AgentsConfig) error {
 			TTL:     cfg.TTL,
 			Logger:  cfg.Logger,
 		}
+		c, err := creds(name)
+		if err != nil {
+			return err
+		}
+		if c != nil {
+			acfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c.ClientConfig()))}
+		}
 		if feed != nil {
 			acfg.Leaders = feed.subscribe
 		} else {
-			cli, err := newClient()
+			cli, err := newClient(c)
 			if err != nil {
 				return err
 			}

@@ -98,26 +98,8 @@ func TestBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of processes twice")
 	}
-	bin := buildFlotilla(t)
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "--agents", "10", "--units", "200", "--registry", "both",
+	lines := runBench(t, "--agents", "10", "--units", "200", "--registry", "both",
 		"--json", "--state-pollers", "2", "--timeout", "60s")
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("progress (stderr):\n%s", stderr.String())
-	if err != nil {
-		t.Fatalf("flotilla bench: %v\nstdout:\n%s", err, stdout.String())
-	}
-	checkCleanedUp(t, bin, tmp)
-
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("stdout has %d lines, want one JSON object per run (2):\n%s", len(lines), stdout.String())
-	}
 	for i, reg := range []string{"grpc", "etcd"} {
 		var raw map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(lines[i]), &raw); err != nil {
@@ -215,4 +197,53 @@ func TestBenchInterrupted(t *testing.T) {
 		t.Error("the bench did not say it was interrupted")
 	}
 	checkCleanedUp(t, bin, tmp)
+}
+
+// TestBenchTLS runs a small benchmark with --tls in both registry modes:
+// every connection is then mutual TLS (the bench speaks https to the API
+// and etcd, the agents present their own certificates to the leader and
+// to etcd), so a unit becomes active only if all of them work.
+func TestBenchTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes twice")
+	}
+	lines := runBench(t, "--tls", "--agents", "5", "--units", "100", "--registry", "both",
+		"--json", "--state-pollers", "1", "--timeout", "60s")
+	for i, reg := range []string{"grpc", "etcd"} {
+		var r bench.Report
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
+			t.Fatalf("%s report: %v", reg, err)
+		}
+		if !r.TLS || r.Registry != reg || !r.AllActive || r.Active != 100 {
+			t.Errorf("%s report: tls %v, registry %s, all_active %v, active %d; want TLS and every unit active", reg, r.TLS, r.Registry, r.AllActive, r.Active)
+		}
+		if s := r.State; s == nil || s.Requests == 0 || s.Errors != 0 {
+			t.Errorf("%s: state %+v; want the poller's https requests answered", reg, s)
+		}
+	}
+}
+
+// runBench runs flotilla bench with args and two registry modes (--json)
+// and returns its two report lines, having checked it left nothing behind.
+func runBench(t *testing.T, args ...string) []string {
+	t.Helper()
+	bin := buildFlotilla(t)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"bench"}, args...)...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("progress (stderr):\n%s", stderr.String())
+	if err != nil {
+		t.Fatalf("flotilla bench %s: %v\nstdout:\n%s", strings.Join(args, " "), err, stdout.String())
+	}
+	checkCleanedUp(t, bin, tmp)
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("stdout has %d lines, want one JSON object per run (2):\n%s", len(lines), stdout.String())
+	}
+	return lines
 }

@@ -28,6 +28,7 @@ type cluster struct {
 	agents  []*process
 	proxies []*Proxy
 
+	tls       *runTLS  // nil without --tls
 	etcdAddr  string   // etcd's client address (direct, for its metrics)
 	engineAPI []string // each engine's API address
 	leaderAPI string   // the leader's API address
@@ -98,17 +99,34 @@ func (c *cluster) start(ctx context.Context) error {
 		return err
 	}
 	c.etcdAddr = addrs[0]
+	per := cfg.AgentsPerProcess
+	nproc := (cfg.Agents + per - 1) / per
+	width := len(strconv.Itoa(cfg.Agents))
+	agentName := func(i int) string { return (&AgentsConfig{Prefix: "sim-", Width: width}).AgentName(i) }
+	if cfg.TLS {
+		c.prog.phase("making a CA and %d certificates", cfg.Agents+cfg.Engines+2)
+		machines := []string{"etcd"}
+		for i := range cfg.Engines {
+			machines = append(machines, fmt.Sprintf("engine%d", i+1))
+		}
+		for i := 1; i <= cfg.Agents; i++ {
+			machines = append(machines, agentName(i))
+		}
+		if c.tls, err = makeTLS(filepath.Join(c.dir, "tls"), machines); err != nil {
+			return err
+		}
+	}
 	c.prog.phase("starting etcd")
-	c.etcd, err = startProcess("etcd", cfg.Binary, []string{"daemon", "--name", "etcd",
+	c.etcd, err = startProcess("etcd", cfg.Binary, append([]string{"daemon", "--name", "etcd",
 		"--etcd-embed", "--no-engine", "--no-agent", "--log-level", "error",
 		"--etcd-client-addr", addrs[0], "--etcd-peer-addr", addrs[1], "--api-addr", addrs[2],
-		"--data-dir", filepath.Join(c.dir, "etcd")}, filepath.Join(c.dir, "etcd.log"))
+		"--data-dir", filepath.Join(c.dir, "etcd")}, c.tls.daemonFlags("etcd")...), filepath.Join(c.dir, "etcd.log"))
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := c.tls.httpClient(5 * time.Second)
 	if err := c.waitFor(ctx, 60*time.Second, "etcd to serve", func() error {
-		return getOK(ctx, hc, "http://"+c.etcdAddr+"/health")
+		return getOK(ctx, hc, c.tls.scheme()+"://"+c.etcdAddr+"/health")
 	}); err != nil {
 		return err
 	}
@@ -116,7 +134,7 @@ func (c *cluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	endpoints := "http://" + etcdVia
+	endpoints := c.tls.scheme() + "://" + etcdVia
 
 	c.prog.phase("starting %d %s (%s registry)", cfg.Engines, plural(cfg.Engines, "engine", "engines"), c.registry)
 	for i := range cfg.Engines {
@@ -126,12 +144,12 @@ func (c *cluster) start(ctx context.Context) error {
 			return err
 		}
 		name := fmt.Sprintf("engine%d", i+1)
-		p, err := startProcess(name, cfg.Binary, []string{"daemon", "--name", name,
+		p, err := startProcess(name, cfg.Binary, append([]string{"daemon", "--name", name,
 			"--no-agent", "--registry", c.registry, "--log-level", "warn",
 			"--etcd-endpoints", endpoints, "--api-addr", api,
 			"--grpc-addr", grpcAddr, "--grpc-advertise-addr", advertised,
 			"--agent-ttl", cfg.AgentTTL.String(),
-			"--data-dir", filepath.Join(c.dir, name)}, filepath.Join(c.dir, name+".log"))
+			"--data-dir", filepath.Join(c.dir, name)}, c.tls.daemonFlags(name)...), filepath.Join(c.dir, name+".log"))
 		if err != nil {
 			return err
 		}
@@ -146,25 +164,26 @@ func (c *cluster) start(ctx context.Context) error {
 		return err
 	}
 
-	per := cfg.AgentsPerProcess
-	nproc := (cfg.Agents + per - 1) / per
 	c.prog.phase("starting %s agents in %d %s", thousands(int64(cfg.Agents)), nproc, plural(nproc, "process", "processes"))
-	width := len(strconv.Itoa(cfg.Agents))
 	for i := range nproc {
 		first := 1 + i*per
 		count := min(per, cfg.Agents-i*per)
 		name := fmt.Sprintf("agents%d", i+1)
-		p, err := startProcess(name, cfg.Binary, []string{"bench-agents",
+		args := []string{"bench-agents",
 			"--count", strconv.Itoa(count), "--first", strconv.Itoa(first), "--width", strconv.Itoa(width),
 			"--registry", c.registry, "--etcd-endpoints", endpoints,
 			"--sim-start-delay", cfg.SimStartDelay.String(), "--agent-ttl", cfg.AgentTTL.String(),
-			"--log-level", "warn"}, filepath.Join(c.dir, name+".log"))
+			"--log-level", "warn"}
+		if c.tls != nil {
+			args = append(args, "--tls-dir", c.tls.dir)
+		}
+		p, err := startProcess(name, cfg.Binary, args, filepath.Join(c.dir, name+".log"))
 		if err != nil {
 			return err
 		}
 		c.agents = append(c.agents, p)
 	}
-	api, err := client.New("http://"+c.leaderAPI, client.WithUserAgent("flotilla-bench"))
+	api, err := c.client(c.leaderAPI)
 	if err != nil {
 		return err
 	}
@@ -181,11 +200,20 @@ func (c *cluster) start(ctx context.Context) error {
 	})
 }
 
+// client returns an API client of the daemon at addr.
+func (c *cluster) client(addr string, opts ...client.Option) (*client.Client, error) {
+	opts = append(opts, client.WithUserAgent("flotilla-bench"))
+	if c.tls != nil {
+		opts = append(opts, client.WithTLS(c.tls.client))
+	}
+	return client.New(c.tls.scheme()+"://"+addr, opts...)
+}
+
 // findLeader asks every engine who leads and returns the leader's API address.
 func (c *cluster) findLeader(ctx context.Context) (string, error) {
 	var errs []error
 	for _, a := range c.engineAPI {
-		cl, err := client.New("http://"+a, client.WithTimeout(5*time.Second))
+		cl, err := c.client(a, client.WithTimeout(5*time.Second))
 		if err != nil {
 			return "", err
 		}

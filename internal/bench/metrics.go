@@ -95,9 +95,10 @@ func ParseEtcdRequests(r io.Reader) (EtcdRequests, error) {
 	return e, nil
 }
 
-// scrapeEtcd reads the request counts of the etcd serving clients at addr.
-func scrapeEtcd(ctx context.Context, hc *http.Client, addr string) (EtcdRequests, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+// scrapeEtcd reads the request counts of the etcd serving clients at url
+// (scheme://host:port).
+func scrapeEtcd(ctx context.Context, hc *http.Client, url string) (EtcdRequests, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
 		return EtcdRequests{}, err
 	}

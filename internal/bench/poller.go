@@ -37,10 +37,11 @@ type statePollers struct {
 }
 
 // startStatePollers starts n pollers of url; stop ends them.
-func startStatePollers(ctx context.Context, n int, url string, conditional bool) *statePollers {
+// tr carries the requests (its pool is sized for n here).
+func startStatePollers(ctx context.Context, n int, url string, conditional bool, tr *http.Transport) *statePollers {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &statePollers{n: n, url: url, cancel: cancel, conditional: conditional}
-	tr := &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}
+	tr.MaxIdleConnsPerHost, tr.DisableCompression = n, true
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
 	for range n {
 		s.wg.Add(1)

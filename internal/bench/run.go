@@ -14,6 +14,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/apiv1"
 	"github.com/flotilla/flotilla/internal/client"
+	"github.com/flotilla/flotilla/internal/limits"
 )
 
 // Config configures `flotilla bench`. Zero fields take the defaults named.
@@ -56,6 +57,10 @@ type Config struct {
 	SimStartDelay time.Duration
 	// AgentTTL is the engines' and agents' agent TTL (default 20s).
 	AgentTTL time.Duration
+	// TLS runs the cluster with mutual TLS on every connection: a CA and
+	// certificates made for the run (as `flotilla tls` makes them) for
+	// etcd, the engines, every agent and the bench's own requests.
+	TLS bool
 	// JSON prints each run's report as one JSON object on one line.
 	JSON bool
 	// Out receives the reports (default os.Stdout); Progress the progress
@@ -222,8 +227,8 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	}
 	prog.done()
 
-	base := "http://" + c.leaderAPI
-	api, err := client.New(base, client.WithTimeout(cfg.Timeout), client.WithUserAgent("flotilla-bench"))
+	base := c.tls.scheme() + "://" + c.leaderAPI
+	api, err := c.client(c.leaderAPI, client.WithTimeout(cfg.Timeout))
 	if err != nil {
 		return nil, err
 	}
@@ -234,8 +239,9 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 		batch.Units[i] = apiv1.UnitChange{Name: name, DesiredState: "launched",
 			File: fmt.Sprintf("[Unit]\nDescription=flotilla bench unit %d\n\n[Service]\nExecStart=/bin/sleep infinity\n", i+1)}
 	}
-	hc := &http.Client{Timeout: 30 * time.Second}
-	etcdBefore, err := scrapeEtcd(ctx, hc, c.etcdAddr)
+	hc := c.tls.httpClient(30 * time.Second)
+	etcdURL := c.tls.scheme() + "://" + c.etcdAddr
+	etcdBefore, err := scrapeEtcd(ctx, hc, etcdURL)
 	if err != nil {
 		return nil, err
 	}
@@ -245,13 +251,16 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	}
 	var pollers *statePollers
 	if cfg.StatePollers > 0 {
-		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath, cfg.StateConditional)
+		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath, cfg.StateConditional, c.tls.transport())
 		defer pollers.stop() // on an early return; stopping twice is harmless
 	}
 
-	prog.phase("starting %s units (one batch request to the leader's API)", thousands(int64(cfg.Units)))
+	prog.phase("starting %s units (batch requests of up to %s units to the leader's API)", thousands(int64(cfg.Units)), thousands(limits.BatchUnits))
 	t0 := time.Now()
-	_, startErr := api.Batch(ctx, batch)
+	var startErr error
+	for i := 0; i < len(batch.Units) && startErr == nil; i += limits.BatchUnits {
+		_, startErr = api.Batch(ctx, apiv1.Batch{Units: batch.Units[i:min(i+limits.BatchUnits, len(batch.Units))]})
+	}
 	submitted := time.Since(t0)
 	var observed map[string]time.Time
 	if startErr != nil {
@@ -276,14 +285,14 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	if err != nil {
 		return nil, err
 	}
-	etcdAfter, err := scrapeEtcd(ctx, hc, c.etcdAddr)
+	etcdAfter, err := scrapeEtcd(ctx, hc, etcdURL)
 	if err != nil {
 		return nil, err
 	}
 
 	r := &Report{
 		Registry: registry, Engines: cfg.Engines, Agents: cfg.Agents, AgentProcesses: len(c.agents),
-		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000,
+		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000, TLS: cfg.TLS,
 		SubmitSeconds:    round6(submitted.Seconds()),
 		EtcdRequests:     etcdAfter.Sub(etcdBefore),
 		EngineCPUSeconds: round3((statsAfter.engineCPU - statsBefore.engineCPU).Seconds()),
@@ -346,7 +355,7 @@ func waitActive(ctx context.Context, c *cluster, base string, t0 time.Time, batc
 	for _, u := range batch.Units {
 		want[u.Name] = true
 	}
-	hc := &http.Client{Timeout: 2 * time.Minute}
+	hc := c.tls.httpClient(2 * time.Minute)
 	deadline := t0.Add(c.cfg.Timeout)
 	countURL := base + "/v1/state?" + url.Values{"unit": {unitPrefix + "*"}, "state": {"active"}, "limit": {"1"}}.Encode()
 	var (

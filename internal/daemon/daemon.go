@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
@@ -138,8 +138,6 @@ type Addrs struct {
 // loopback says so again.
 const insecureWarningEvery = time.Hour
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 func (c *Config) validate() error {
 	if c.Name == "" {
 		h, err := os.Hostname()
@@ -148,8 +146,11 @@ func (c *Config) validate() error {
 		}
 		c.Name = h
 	}
-	if !nameRE.MatchString(c.Name) {
-		return fmt.Errorf("--name %q: a machine name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", c.Name)
+	if err := machine.ValidateName(c.Name); err != nil {
+		return fmt.Errorf("--name: %w", err)
+	}
+	if err := checkMetadata("--metadata", c.Metadata); err != nil {
+		return err
 	}
 	if c.DataDir == "" {
 		return errors.New("--data-dir is required")
@@ -416,7 +417,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	gopts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.MaxRecvMsgSize(limits.EngineRecvBytes),
+		grpc.MaxConcurrentStreams(limits.GRPCStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
 	}
@@ -482,7 +484,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); acfg.Tokens.Run(runCtx) }()
 	}
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{ReadHeaderTimeout: limits.HTTPReadHeaderTimeout, ReadTimeout: limits.HTTPReadTimeout,
+		WriteTimeout: limits.HTTPWriteTimeout, IdleTimeout: limits.HTTPIdleTimeout,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: limits.HTTP2Streams}}
 	if creds != nil {
 		acfg.ServerNames = append(acfg.ServerNames, creds.Names()...)
 		acfg.ForwardScheme = "https"
@@ -587,4 +591,18 @@ func closeEtcd(e *embed.Etcd) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 	}
+}
+
+// checkMetadata checks a machine's metadata against the limits on pairs
+// and their lengths.
+func checkMetadata(flag string, md map[string]string) error {
+	if err := machine.CheckMetadataCount(len(md)); err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	for k, v := range md {
+		if err := machine.CheckMetadataPair(k, v); err != nil {
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+	}
+	return nil
 }

@@ -61,7 +61,7 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 	present := map[string]bool{}
 	for _, kv := range pres.Kvs {
 		var pm agentpb.Machine
-		if err := proto.Unmarshal(kv.Value, &pm); err != nil || pm.Id == "" {
+		if err := proto.Unmarshal(kv.Value, &pm); err != nil || checkMachine(&pm) != nil {
 			t.e.log.Warn("ignoring a malformed presence key", "key", string(kv.Key))
 			continue
 		}
@@ -97,7 +97,7 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 					continue
 				}
 				var pm agentpb.Machine
-				if err := proto.Unmarshal(ev.Kv.Value, &pm); err != nil || pm.Id != id {
+				if err := proto.Unmarshal(ev.Kv.Value, &pm); err != nil || pm.Id != id || checkMachine(&pm) != nil {
 					continue
 				}
 				if c := conns[id]; c != nil && ev.Kv.Version > 1 {

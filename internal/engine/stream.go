@@ -107,8 +107,8 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 		return err
 	}
 	hello := first.GetHello()
-	if hello == nil || hello.Machine == nil || hello.Machine.Id == "" {
-		return status.Error(codes.InvalidArgument, "the first message must be a Hello naming the machine")
+	if err := checkHello(hello); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err := e.helloAllowed(stream.Context(), hello.Machine.Id); err != nil {
 		return err
@@ -131,6 +131,12 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 			if err != nil {
 				errc <- err
 				return
+			}
+			if u := msg.GetUpdate(); u != nil {
+				if err := checkUpdate(u); err != nil {
+					errc <- status.Errorf(codes.InvalidArgument, "machine %s: %v", conn.machine, err)
+					return
+				}
 			}
 			t.received(conn, msg)
 		}
@@ -311,7 +317,7 @@ func machineInfo(pm *agentpb.Machine) MachineInfo {
 func fromProto(machine string, s *agentpb.UnitStatus) agentStatus {
 	st := agentStatus{Applied: s.Applied, Status: unit.Status{
 		Name: s.Name, Hash: s.Hash, Machine: machine, Load: s.Load, Active: s.Active, Sub: s.Sub,
-		PID: int(s.Pid), Result: s.Result, Message: s.Message,
+		PID: int(s.Pid), Result: cutText(s.Result), Message: cutText(s.Message),
 	}}
 	if s.SinceUnixNano != 0 {
 		st.Since = time.Unix(0, s.SinceUnixNano)

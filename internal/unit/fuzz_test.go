@@ -19,6 +19,9 @@ func FuzzParse(f *testing.F) {
 		{"a.service", "[Unit]\nStartLimitIntervalSec=1min 30s\nStartLimitBurst=0\n[Service]\nExecStart=/bin/a\nCPUQuota=12.5%\nMemoryMax=1.5G\nTimeoutSec=infinity\n"},
 		{"a.service", "[X-Flet]\n[Service]\nExecStrat=x\n"},
 		{"a.timer", "[Timer]\nOnCalendar=daily\n"},
+		{"db@2.service", "[Service]\nExecStart=/bin/db %i\n[X-Fleet]\nConflicts=db@*.service\nMachineMetadata=disk=ssd\nMachineMetadata=\"region=eu\" rack=%i\n"},
+		{"a.service", "[Service]\nExecStart=/bin/a\n[X-Fleet]\nX-ConditionMachineOf=b.service\nX-ConditionMachineID=m1\nSingleton=true\nLostAfter=30s\nRole=batch\nPlacement=binpack\n"},
+		{"a.service", "[Unit]\nDescription=  spaced   out  \nAfter=b.service c.service\n[Service]\nExecStart=/bin/a \"x  y\"   z\n[Install]\nWantedBy=multi-user.target\n[Unit]\nRequires=b.service\n"},
 	}
 	for _, s := range seeds {
 		f.Add(s.name, []byte(s.data))
@@ -39,6 +42,26 @@ func FuzzParse(f *testing.F) {
 		again, err := Parse(name, []byte(file.Raw))
 		if err != nil || again.Hash != file.Hash {
 			t.Fatalf("Parse(%q, Raw) = %v, %v; want hash %s again", name, again, err, file.Hash)
+		}
+		// The canonical form (what the hash is of) is itself a unit file
+		// that parses to the same hash, and is its own canonical form.
+		p, err := parse(name, data)
+		if err != nil {
+			t.Fatalf("parse(%q, %q) = %v after Parse accepted it", name, data, err)
+		}
+		canon := canonical(p.opts)
+		fromCanon, err := parse(name, []byte(canon))
+		if err != nil || fromCanon.f.Hash != file.Hash {
+			t.Fatalf("Parse(%q, canonical form %q) = %v; want hash %s again (from %q)", name, canon, err, file.Hash, data)
+		}
+		if again := canonical(fromCanon.opts); again != canon {
+			t.Fatalf("the canonical form of %q is %q, but its own canonical form is %q", data, canon, again)
+		}
+		if _, err := ParseStored(name, file.Raw); err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("ParseStored(%q, Raw) = %v, want nil or an *Error", name, err)
+			}
 		}
 		if len(file.Service.ExecStart) == 0 && file.Service.Type != "oneshot" {
 			t.Fatalf("Parse(%q, %q) accepted a service without ExecStart=", name, data)

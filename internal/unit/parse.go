@@ -58,6 +58,16 @@ type parser struct {
 // Errors are *Error values naming the unit and, where it applies, the
 // section, option and line; Parse returns the first one it finds.
 func Parse(name string, data []byte) (*File, error) {
+	p, err := parse(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return p.f, nil
+}
+
+// parse is Parse, returning the parser with the options it kept (whose
+// canonical serialization the hash is of).
+func parse(name string, data []byte) (*parser, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -102,7 +112,7 @@ func Parse(name string, data []byte) (*File, error) {
 	if err := p.finish(); err != nil {
 		return nil, err
 	}
-	return p.f, nil
+	return p, nil
 }
 
 // optionLines returns the line number of each of go-systemd's options, as
