@@ -31,7 +31,9 @@ type schedMachine struct {
 // reconcile runs one pass: it takes the plan's input under the lock,
 // decides with planReconcile (plan.go), allocates the units to place, and
 // commits and applies the outcome. It runs on the loop goroutine.
-func (t *term) reconcile() {
+// It returns when the next pass should run by time alone (zero: not
+// before the next tick).
+func (t *term) reconcile() (recheck time.Time) {
 	now := t.e.cfg.Now()
 	defer func() { t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds()) }()
 	t.mu.Lock()
@@ -164,7 +166,7 @@ func (t *term) reconcile() {
 			// commit has ended the term (the next one reloads from etcd),
 			// so the tentative placements left in t.sched do not matter.
 			t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", len(ops))
-			return
+			return time.Time{}
 		}
 		t.mu.Lock()
 		for _, name := range part {
@@ -205,6 +207,7 @@ func (t *term) reconcile() {
 	if again {
 		t.poke()
 	}
+	return p.Recheck
 }
 
 // planInput gathers what the pass decides from. Callers hold mu (for

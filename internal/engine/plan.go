@@ -116,6 +116,9 @@ type reconcilePlan struct {
 	// Gone are machines to forget: unreachable for longer than the agent
 	// TTL, with no unit scheduled.
 	Gone []string
+	// Recheck is the earliest time at which a unit of an unreachable
+	// machine will be lost, if nothing else changes (zero: none).
+	Recheck time.Time
 }
 
 type lostUnit struct {
@@ -136,20 +139,36 @@ func (in *planInput) lostAfter(u planUnit) time.Duration {
 	return in.AgentTTL
 }
 
-// isLost reports whether unit u, on machine m that is not reachable, may
-// run elsewhere now (its copy there is gone or is allowed to be doubled).
-func (in *planInput) isLost(u planUnit, m planMachine) (bool, time.Duration) {
+// lostAt returns when unit u, on machine m that is not reachable, may run
+// elsewhere (its copy there is gone, or is allowed to be doubled): once
+// the time is past it; ok is false if never.
+func (in *planInput) lostAt(u planUnit, m planMachine) (at time.Time, ok bool) {
 	after := in.lostAfter(u)
 	if after == unit.Infinity {
-		return false, 0
+		return time.Time{}, false
 	}
 	from := latest(m.HeardAt, in.TermStart)
-	unheard := in.Now.Sub(from)
 	if u.Singleton {
-		from = latest(from, m.SentAt)
-		return in.Now.Sub(from) > after+singleMargin, unheard
+		return latest(from, m.SentAt).Add(after + singleMargin), true
 	}
-	return unheard > after+in.Grace, unheard
+	return from.Add(after + in.Grace), true
+}
+
+// isLost reports whether unit u, on machine m that is not reachable, may
+// run elsewhere now, and how long m has been unheard. A unit not lost yet
+// moves p.Recheck to when it will be.
+func (in *planInput) isLost(u planUnit, m planMachine, p *reconcilePlan) (bool, time.Duration) {
+	at, ok := in.lostAt(u, m)
+	if !ok {
+		return false, 0
+	}
+	if !in.Now.After(at) {
+		if p.Recheck.IsZero() || at.Before(p.Recheck) {
+			p.Recheck = at
+		}
+		return false, 0
+	}
+	return true, in.Now.Sub(latest(m.HeardAt, in.TermStart))
 }
 
 func latest(a, b time.Time) time.Time {
@@ -179,7 +198,7 @@ func planReconcile(in planInput) reconcilePlan {
 				p.Misfit = append(p.Misfit, misfitUnit{Name: name, Machine: id, Reason: "machine " + id + " is draining"})
 				moving[name] = id
 			case !m.Reachable:
-				if lost, unheard := in.isLost(u, m); lost {
+				if lost, unheard := in.isLost(u, m, &p); lost {
 					p.Lost = append(p.Lost, lostUnit{Name: name, Machine: id, Unheard: unheard})
 					if u.Wanted {
 						place[name] = true
@@ -215,9 +234,9 @@ func planReconcile(in planInput) reconcilePlan {
 		case known && m.Reachable:
 			gone = !in.Running(name, from)
 		case known:
-			gone, _ = in.isLost(u, m)
+			gone, _ = in.isLost(u, m, &p)
 		default: // never heard this term: as unreachable since it began
-			gone, _ = in.isLost(u, planMachine{})
+			gone, _ = in.isLost(u, planMachine{}, &p)
 		}
 		if !gone {
 			p.Waiting[name] = "stopping on " + from + " before it moves"

@@ -184,3 +184,27 @@ func renderPlan(p reconcilePlan) string {
 	parts = append(parts, fmt.Sprintf("place=%v", p.Place))
 	return strings.Join(parts, " ")
 }
+
+// TestPlanRecheck: a pass says when the next unit will be lost by time
+// alone, so the loop runs then rather than up to a heartbeat later.
+func TestPlanRecheck(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	in := planInput{
+		Now: t0.Add(10 * time.Second), TermStart: t0, AgentTTL: 20 * time.Second, Grace: time.Second,
+		Machines: map[string]planMachine{
+			"m1": {HeardAt: t0.Add(5 * time.Second), SentAt: t0.Add(7 * time.Second), Units: []string{"db", "web", "batch"}},
+		},
+		Units:   map[string]planUnit{"db": {Wanted: true, Singleton: true}, "web": {Wanted: true}, "batch": {Wanted: true, LostAfter: unit.Infinity}},
+		Fits:    func(string, string) (bool, string) { return true, "" },
+		Running: func(string, string) bool { return false },
+	}
+	p := planReconcile(in)
+	if want := t0.Add(26 * time.Second); !p.Recheck.Equal(want) {
+		t.Errorf("Recheck = %v after t0, want 26s (web: heard at 5s + 20s + 1s grace; db later, at 27.5s; batch never)", p.Recheck.Sub(t0))
+	}
+	in.Now = t0.Add(26*time.Second + time.Millisecond)
+	p = planReconcile(in)
+	if want := t0.Add(27500 * time.Millisecond); len(p.Lost) != 1 || !p.Recheck.Equal(want) {
+		t.Errorf("after web is lost: lost %v, Recheck %v after t0, want [web] and 27.5s", p.Lost, p.Recheck.Sub(t0))
+	}
+}

@@ -131,7 +131,7 @@ func (t *term) reachable(m *machineRec, now time.Time) bool {
 // cut-off policy runs from the last message sent. An idle agent sends a
 // heartbeat every heartbeat interval.
 func (t *term) muteAfter() time.Duration {
-	return 3*t.e.cfg.HeartbeatInterval + time.Second
+	return 2*t.e.cfg.HeartbeatInterval + 250*time.Millisecond
 }
 
 // term is the leader's state for one election term.
@@ -332,9 +332,15 @@ func (t *term) poke() {
 func (t *term) loop() {
 	tick := time.NewTicker(t.e.cfg.HeartbeatInterval)
 	defer tick.Stop()
+	// recheck fires when the last pass said something would change by
+	// time alone (a unit's LostAfter= ending), so it happens then, not up
+	// to a heartbeat interval later.
+	recheck := time.NewTimer(time.Hour)
+	defer recheck.Stop()
 	for {
 		var round []*applyReq
 		select {
+		case <-recheck.C:
 		case <-t.ctx.Done():
 			t.failPending()
 			return
@@ -359,7 +365,9 @@ func (t *term) loop() {
 			t.applyRound(round)
 		}
 		if t.leaseValid() {
-			t.reconcile()
+			if at := t.reconcile(); !at.IsZero() {
+				recheck.Reset(max(at.Sub(t.e.cfg.Now()), 0) + time.Millisecond)
+			}
 		}
 	}
 }
