@@ -20,7 +20,7 @@ func TestDaemonConfigErrors(t *testing.T) {
 		{[]string{"daemon", "--data-dir", dir}, "no etcd"},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--etcd-endpoints", "http://127.0.0.1:1"}, "exclude each other"},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--metadata", "role"}, "--metadata"},
-		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--name", "bad name"}, `--name "bad name"`},
+		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--name", "bad name"}, `--name: machine name "bad name"`},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--registry", "zookeeper"}, `--registry "zookeeper"`},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--driver", "docker"}, `--driver "docker"`},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--public-ip", "localhost"}, "--public-ip"},
