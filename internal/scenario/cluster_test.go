@@ -20,10 +20,20 @@ import (
 
 // Timings of every scenario: the shortest the daemon accepts
 // (engine.MinAgentTTL(1s) is 5s), so that a scenario takes seconds.
-const (
-	electionTTL = "1s"
-	agentTTL    = "5s"
+// SCENARIO_DEFAULT_TIMINGS=1 runs them with the daemon's defaults (5s and
+// 20s) instead, with FLOTILLA_SCENARIO_LONG, to measure as an operator
+// would see it.
+var (
+	electionTTL = timing("1s", "5s")
+	agentTTL    = timing("5s", "20s")
 )
+
+func timing(short, def string) string {
+	if os.Getenv("SCENARIO_DEFAULT_TIMINGS") != "" {
+		return def
+	}
+	return short
+}
 
 // Ports inside each node's namespace.
 const (
