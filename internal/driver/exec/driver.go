@@ -143,7 +143,7 @@ type Driver struct {
 	mu     sync.Mutex
 	units  map[string]*supervisor
 	closed bool
-	logs   LogConfig // the machine's log settings; units may override the limits
+	logs   LogConfig      // the machine's log settings; units may override the limits
 	wg     sync.WaitGroup // one per supervisor goroutine
 
 	fence fence
