@@ -150,7 +150,10 @@ type Driver struct {
 	kids  children
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.LogRemover = (*Driver)(nil)
+)
 
 // New makes a driver with the state directory cfg.Dir. Process groups that
 // a previous driver on the same directory left running (it crashed or was

@@ -1,6 +1,7 @@
 package execdriver
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,6 +19,9 @@ import (
 type LogConfig struct {
 	Limits   LogLimits
 	Journald bool
+	// Machine is the FLOTILLA_MACHINE of journald entries; empty means
+	// Config.Machine.
+	Machine string
 }
 
 // Validate checks the settings, naming what is wrong.
@@ -72,7 +76,7 @@ func (d *Driver) logSettings(c LogConfig, f *unit.File) (LogLimits, journalSink)
 	}
 	var sink journalSink
 	if c.Journald {
-		sink = journaldSink(f.Name, d.cfg.Machine)
+		sink = journaldSink(f.Name, cmp.Or(c.Machine, d.cfg.Machine))
 	}
 	return lim, sink
 }
