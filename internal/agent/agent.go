@@ -190,7 +190,7 @@ func New(cfg Config) (*Agent, error) {
 		wants: map[string]want{}, files: map[string]*unit.File{}, haves: map[string]have{},
 		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
 		fenced: map[string]bool{}, destroyed: map[string]bool{},
-		kick:   make(chan struct{}, 1), flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 	}, nil
 }
 

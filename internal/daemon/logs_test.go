@@ -10,7 +10,9 @@ import (
 // TestLogSettings: the daemon's log settings get their defaults, "none
 // kept", and errors naming the flag.
 func TestLogSettings(t *testing.T) {
-	base := func() Config { return Config{Name: "m1", DataDir: t.TempDir(), EtcdEndpoints: []string{"http://127.0.0.1:2379"}} }
+	base := func() Config {
+		return Config{Name: "m1", DataDir: t.TempDir(), EtcdEndpoints: []string{"http://127.0.0.1:2379"}}
+	}
 	c := base()
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
