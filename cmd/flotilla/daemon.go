@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -71,6 +73,22 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 		}
 		return err
 	}), "capacity-memory", "memory this machine offers to units, e.g. 8G (default: detected)")
+	fs.Var(parsed(func(v string) (err error) {
+		f.cfg.LogMaxSize, err = unit.ParseSize(v)
+		return err
+	}).init("16M"), "log-max-size", "size at which a unit's log file is rotated, e.g. 16M (at least 1K; a unit's [X-Fleet] LogMaxSize= overrides it)")
+	fs.Var(parsed(func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > unit.MaxLogMaxFiles {
+			return fmt.Errorf("want a whole number from 0 to %d", unit.MaxLogMaxFiles)
+		}
+		f.cfg.LogMaxFiles = n
+		if n == 0 {
+			f.cfg.LogMaxFiles = -1 // none kept
+		}
+		return nil
+	}).init("1"), "log-max-files", "rotated log files kept per unit beside the current one, 0 to 100 (a unit's [X-Fleet] LogMaxFiles= overrides it)")
+	fs.BoolVar(&f.cfg.LogJournald, "log-journald", false, "also send every line of every unit's log to the local journald (SYSLOG_IDENTIFIER=the unit, FLOTILLA_UNIT=, FLOTILLA_MACHINE=)")
 	fs.StringVar(&f.cfg.TLS.CA, "tls-ca", "", "the cluster CA's certificate (flotilla tls ca create): with --tls-cert and --tls-key, every connection is mutual TLS")
 	fs.StringVar(&f.cfg.TLS.Cert, "tls-cert", "", "this machine's certificate, signed by --tls-ca and naming --name (flotilla tls cert create)")
 	fs.StringVar(&f.cfg.TLS.Key, "tls-key", "", "the key of --tls-cert")

@@ -127,6 +127,9 @@ type Agent struct {
 	// kill names units to end at once rather than stop gracefully: they
 	// were cut off and are being started elsewhere.
 	kill map[string]bool
+	// destroyed names loaded units the leader says were destroyed (not
+	// moved): their logs are removed once they are unloaded.
+	destroyed map[string]bool
 	// leaderTTL is the agent TTL the leader last told (0: not told); the
 	// default LostAfter= is the shorter of it and the agent's own.
 	leaderTTL time.Duration
@@ -186,8 +189,8 @@ func New(cfg Config) (*Agent, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "agent", "machine", cfg.Machine.ID),
 		wants: map[string]want{}, files: map[string]*unit.File{}, haves: map[string]have{},
 		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
-		fenced: map[string]bool{},
-		kick:   make(chan struct{}, 1), flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
+		fenced: map[string]bool{}, destroyed: map[string]bool{},
+		kick: make(chan struct{}, 1), flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -513,6 +516,11 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		delete(a.wants, name)
 		delete(a.files, name)
 	}
+	for _, name := range as.Destroyed {
+		if _, ok := a.haves[name]; ok {
+			a.destroyed[name] = true
+		}
+	}
 	for _, as := range as.Units {
 		if unit.IsTemplate(as.Name) {
 			// A template is never run, only its instances (the leader
@@ -534,6 +542,7 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 			Singleton: f.Fleet.Singleton, LostAfter: f.Fleet.LostAfter}
 		a.files[as.Name] = f
 		delete(a.kill, as.Name) // assigned here again: a later unload is an ordinary one
+		delete(a.destroyed, as.Name)
 		delete(a.fenced, as.Name)
 	}
 	a.mu.Unlock()
@@ -779,6 +788,8 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 			}
 			if err != nil && !errors.Is(err, driver.ErrUnknownUnit) {
 				log.Error("unload failed", "err", err)
+			} else {
+				a.removeLogIfDestroyed(d, act.Name)
 			}
 			a.mu.Lock()
 			delete(a.haves, act.Name)
@@ -791,6 +802,27 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		}()
 	}
 	signal(a.flush)
+}
+
+// removeLogIfDestroyed removes the log of a unit just unloaded when the
+// leader said it was destroyed and nothing assigned it here again since; a
+// unit that moved or stopped keeps its log. The unit is still marked busy,
+// so it is not loaded again meanwhile.
+func (a *Agent) removeLogIfDestroyed(d driver.Driver, name string) {
+	a.mu.Lock()
+	_, wanted := a.wants[name]
+	rm := a.destroyed[name] && !wanted
+	delete(a.destroyed, name)
+	a.mu.Unlock()
+	lr, ok := d.(driver.LogRemover)
+	if !rm || !ok {
+		return
+	}
+	if err := lr.RemoveLog(name); err != nil {
+		a.log.Warn("cannot remove the log of a destroyed unit", "unit", name, "err", err)
+		return
+	}
+	a.log.Info("removed the log of a destroyed unit", "unit", name)
 }
 
 // wantState is the state the leader wants for a unit.

@@ -29,6 +29,7 @@ import (
 	"github.com/flotilla/flotilla/internal/api"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
+	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
@@ -38,6 +39,7 @@ import (
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/supervisor"
+	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -70,6 +72,17 @@ type Config struct {
 	// SupervisorBinary is the program started as the supervisor
 	// (`SupervisorBinary supervisor --dir DIR`); default: this executable.
 	SupervisorBinary string
+	// LogMaxSize is the size at which a unit's log is rotated
+	// (--log-max-size; 0: 16 MiB, at least 1 KiB); LogMaxFiles how many
+	// rotated files of it are kept (--log-max-files; 0: 1, negative: none,
+	// at most 100); LogJournald also sends every line to the local journald
+	// (--log-journald). A unit's [X-Fleet] LogMaxSize= and LogMaxFiles=
+	// override the limits. They are given to the machine's supervisor each
+	// time the daemon connects to it, so a daemon restarted with other
+	// settings applies them to the units that kept running.
+	LogMaxSize  int64
+	LogMaxFiles int
+	LogJournald bool
 	// SimStartDelay and SimFailureRate configure the sim driver.
 	SimStartDelay  time.Duration
 	SimFailureRate float64
@@ -191,6 +204,21 @@ func (c *Config) validate() error {
 	}
 	if c.MaxTxnOps < 1 || c.MaxTxnOps > MaxTxnOpsLimit {
 		return fmt.Errorf("--etcd-max-txn-ops %d: want 1 to %d (etcd's --max-txn-ops; 128 by default)", c.MaxTxnOps, MaxTxnOpsLimit)
+	}
+	if c.LogMaxSize == 0 {
+		c.LogMaxSize = execdriver.DefaultMaxLogBytes
+	}
+	switch {
+	case c.LogMaxFiles == 0:
+		c.LogMaxFiles = execdriver.DefaultMaxLogFiles
+	case c.LogMaxFiles < 0:
+		c.LogMaxFiles = 0
+	}
+	if c.LogMaxSize < unit.MinLogMaxSize {
+		return fmt.Errorf("--log-max-size %d bytes is below the minimum of 1K (%d bytes)", c.LogMaxSize, unit.MinLogMaxSize)
+	}
+	if c.LogMaxFiles > unit.MaxLogMaxFiles {
+		return fmt.Errorf("--log-max-files %d: want 0 to %d rotated files", c.LogMaxFiles, unit.MaxLogMaxFiles)
 	}
 	if c.SimFailureRate < 0 || c.SimFailureRate > 1 {
 		return fmt.Errorf("--sim-failure-rate %v: want a share between 0 and 1", c.SimFailureRate)
@@ -465,7 +493,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			// Units run in the machine's supervisor process, so that they
 			// outlive this one; it is started if none runs.
 			drv, err = supervisor.New(supervisor.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify,
-				Logger: cfg.Logger, Binary: cfg.SupervisorBinary, Version: Version})
+				Logger: cfg.Logger, Binary: cfg.SupervisorBinary, Version: Version,
+				Logs: &execdriver.LogConfig{Limits: execdriver.LogLimits{MaxBytes: cfg.LogMaxSize, MaxFiles: cfg.LogMaxFiles}, Journald: cfg.LogJournald}})
 		}
 		if err != nil {
 			return fmt.Errorf("%s driver: %w", cfg.Driver, err)

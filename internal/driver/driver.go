@@ -75,3 +75,11 @@ type Fencer interface {
 type Detacher interface {
 	Detach(ctx context.Context) error
 }
+
+// LogRemover is implemented by drivers that keep units' logs after they are
+// unloaded: RemoveLog removes the log of a unit that is not loaded. The
+// agent calls it once it has unloaded a unit the leader says was destroyed
+// (a unit that stops, or moves to another machine, keeps its log here).
+type LogRemover interface {
+	RemoveLog(name string) error
+}

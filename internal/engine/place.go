@@ -417,6 +417,17 @@ func (t *term) sendFull() {
 		for name := range m.globals {
 			m.conn.pending[name] = assignment(t.units[name])
 		}
+		// What the agent reported having that no longer exists was
+		// destroyed (while it was away, or before this leader).
+		m.conn.destroyed = nil
+		for name := range m.states {
+			if _, ok := t.units[name]; !ok {
+				if m.conn.destroyed == nil {
+					m.conn.destroyed = map[string]bool{}
+				}
+				m.conn.destroyed[name] = true
+			}
+		}
 		m.conn.mu.Unlock()
 		signalConn(m.conn)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ type agentConn struct {
 	mu                  sync.Mutex
 	full                bool                           // the next send is the full set
 	pending             map[string]*agentpb.Assignment // nil value: removed
+	destroyed           map[string]bool                // removed because destroyed: the agent drops their logs
 	wake                chan struct{}
 	done                chan struct{}
 	once                sync.Once
@@ -52,6 +54,21 @@ func unixNano(n int64) time.Time {
 func (c *agentConn) queue(name string, a *agentpb.Assignment) {
 	c.mu.Lock()
 	c.pending[name] = a
+	if a != nil {
+		delete(c.destroyed, name) // made again since
+	}
+	c.mu.Unlock()
+	signalConn(c)
+}
+
+// queueDestroyed queues the removal of a unit that was destroyed.
+func (c *agentConn) queueDestroyed(name string) {
+	c.mu.Lock()
+	c.pending[name] = nil
+	if c.destroyed == nil {
+		c.destroyed = map[string]bool{}
+	}
+	c.destroyed[name] = true
 	c.mu.Unlock()
 	signalConn(c)
 }
@@ -71,11 +88,19 @@ func (m *machineRec) push(name string, a *agentpb.Assignment) {
 	}
 }
 
+// pushDestroyed queues the removal of a destroyed unit for the machine's
+// agent, if it is connected. Callers hold term.mu.
+func (m *machineRec) pushDestroyed(name string) {
+	if m.conn != nil {
+		m.conn.queueDestroyed(name)
+	}
+}
+
 // take returns the message to send, or nil when nothing is pending.
 func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.pending) == 0 && !c.full {
+	if len(c.pending) == 0 && !c.full && len(c.destroyed) == 0 {
 		return nil
 	}
 	as := &agentpb.Assignments{Full: c.full, LeaderRev: rev}
@@ -91,8 +116,13 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 		}
 		as.Units = append(as.Units, a)
 	}
+	for name := range c.destroyed {
+		as.Destroyed = append(as.Destroyed, name)
+	}
+	sort.Strings(as.Destroyed)
 	c.full = false
 	c.pending = map[string]*agentpb.Assignment{}
+	c.destroyed = nil
 	return &agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: as}}
 }
 

@@ -436,7 +436,11 @@ func (t *term) setUnit(name string, rec *unitRec) {
 		t.followersMoved = true
 		if m := t.machines[old.machine]; m != nil {
 			delete(m.units, name)
-			m.push(name, nil)
+			if rec == nil {
+				m.pushDestroyed(name)
+			} else {
+				m.push(name, nil)
+			}
 		}
 	}
 	if old != nil && old.file.Fleet.Global {
@@ -445,7 +449,10 @@ func (t *term) setUnit(name string, rec *unitRec) {
 			// Tell every machine running it; syncAgents adds and removes machines.
 			for _, m := range t.machines {
 				if _, ok := m.globals[name]; ok {
-					if rec == nil || !rec.wanted() {
+					if rec == nil {
+						delete(m.globals, name)
+						m.pushDestroyed(name)
+					} else if !rec.wanted() {
 						delete(m.globals, name)
 						m.push(name, nil)
 					} else {

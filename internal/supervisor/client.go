@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,6 +69,11 @@ type Config struct {
 	// StartTimeout bounds starting a supervisor until it serves (default
 	// DefaultStartTimeout).
 	StartTimeout time.Duration
+	// Logs, if set, are the machine's log settings, sent to the supervisor
+	// each time the client connects: a supervisor that outlived a daemon
+	// with other settings takes these. Nil leaves the supervisor's as they
+	// are (the exec driver's defaults for a new one).
+	Logs *execdriver.LogConfig
 }
 
 // Client runs units through the machine's supervisor process: a
@@ -92,10 +98,11 @@ type Client struct {
 }
 
 var (
-	_ driver.Driver   = (*Client)(nil)
-	_ driver.Killer   = (*Client)(nil)
-	_ driver.Fencer   = (*Client)(nil)
-	_ driver.Detacher = (*Client)(nil)
+	_ driver.Driver     = (*Client)(nil)
+	_ driver.Killer     = (*Client)(nil)
+	_ driver.Fencer     = (*Client)(nil)
+	_ driver.Detacher   = (*Client)(nil)
+	_ driver.LogRemover = (*Client)(nil)
 )
 
 // session is one connection to one supervisor process, with its event
@@ -168,6 +175,10 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.sess = sess
+	if err := c.sendLogConfig(); err != nil {
+		sess.close()
+		return nil, err
+	}
 	c.apply(snap)
 	c.log.Info("connected to the supervisor", "pid", sess.hello.GetPid(), "version", sess.hello.GetVersion(),
 		"started", time.Unix(0, sess.hello.GetStartedUnixNano()).Format(time.RFC3339), "units", len(snap.GetUnits()))
@@ -378,6 +389,9 @@ func (c *Client) watchLoop(sess *session) {
 				}
 				c.sess = ns
 				c.mu.Unlock()
+				if err := c.sendLogConfig(); err != nil {
+					c.log.Error("cannot set the supervisor's log settings", "err", err)
+				}
 				c.apply(snap)
 				if replaced {
 					c.replay(ns)
@@ -423,6 +437,37 @@ func (c *Client) replay(sess *session) {
 			c.log.Error("replay: start failed", "unit", name, "err", err)
 		}
 	}
+}
+
+// sendLogConfig gives the supervisor the machine's log settings, if any. A
+// supervisor of an older version, which has no such call, keeps its own
+// until it is restarted: that is logged, not an error.
+func (c *Client) sendLogConfig() error {
+	lc := c.cfg.Logs
+	if lc == nil {
+		return nil
+	}
+	req := &supervisorpb.LogConfig{MaxBytes: lc.Limits.MaxBytes, MaxFiles: int32(lc.Limits.MaxFiles), Journald: lc.Journald, Machine: cmp.Or(lc.Machine, c.cfg.Machine)}
+	_, err := call(c, "set log config", func(ctx context.Context, r supervisorpb.SupervisorClient) (*supervisorpb.Empty, error) {
+		return r.SetLogConfig(ctx, req)
+	})
+	if status.Code(errors.Unwrap(err)) == codes.Unimplemented || status.Code(err) == codes.Unimplemented {
+		c.log.Warn("the supervisor predates log settings; it keeps its own until it is restarted", "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	return nil
+}
+
+// RemoveLog removes the log of a unit the supervisor does not have loaded
+// (driver.LogRemover).
+func (c *Client) RemoveLog(name string) error {
+	_, err := call(c, "remove log of "+name, func(ctx context.Context, r supervisorpb.SupervisorClient) (*supervisorpb.Empty, error) {
+		return r.RemoveLog(ctx, &supervisorpb.UnitRequest{Name: name})
+	})
+	return err
 }
 
 func (c *Client) isClosed() bool {

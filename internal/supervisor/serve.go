@@ -350,6 +350,23 @@ func (s *server) Shutdown(ctx context.Context, r *supervisorpb.WaitRequest) (*su
 	}
 }
 
+func (s *server) SetLogConfig(_ context.Context, r *supervisorpb.LogConfig) (*supervisorpb.Empty, error) {
+	c := execdriver.LogConfig{
+		Limits:   execdriver.LogLimits{MaxBytes: r.GetMaxBytes(), MaxFiles: int(r.GetMaxFiles())},
+		Journald: r.GetJournald(),
+		Machine:  r.GetMachine(),
+	}
+	if err := s.d.SetLogConfig(c); err != nil {
+		return nil, toStatus(err)
+	}
+	s.log.Info("log settings", "max_bytes", c.Limits.MaxBytes, "max_files", c.Limits.MaxFiles, "journald", c.Journald)
+	return &supervisorpb.Empty{}, nil
+}
+
+func (s *server) RemoveLog(_ context.Context, r *supervisorpb.UnitRequest) (*supervisorpb.Empty, error) {
+	return &supervisorpb.Empty{}, toStatus(s.d.RemoveLog(r.GetName()))
+}
+
 func newInstance() string {
 	b := make([]byte, 8)
 	rand.Read(b)

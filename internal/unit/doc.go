@@ -41,7 +41,10 @@
 // "infinity": how long the unit's machine may go unheard before the unit is
 // started elsewhere; default the cluster's agent TTL) and Singleton= (the
 // unit never runs on two machines at once: a cut-off machine kills its copy
-// once LostAfter= has passed, before the leader places another). List options take several space-separated, optionally quoted
+// once LostAfter= has passed, before the leader places another), and the
+// unit's log limits on its machine: LogMaxSize= (a size of at least 1K at
+// which the log is rotated) and LogMaxFiles= (rotated files kept, 0 to 100),
+// each defaulting to the daemon's --log-max-size and --log-max-files. List options take several space-separated, optionally quoted
 // values per line and may be repeated; an empty assignment clears them.
 // fleet's deprecated spellings (X-ConditionMachineID=, X-ConditionMachineOf=,
 // X-ConditionMachineMetadata=, X-Conflicts=) are accepted with a warning.

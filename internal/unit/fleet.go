@@ -75,6 +75,27 @@ func (p *parser) fleetOption(o option) error {
 			}
 			f.LostAfter, canon = d, o.value
 		}
+	case "LogMaxSize":
+		f.LogMaxSize, canon = 0, ""
+		if o.value != "" {
+			n, err := parseBytes(o.value)
+			if err != nil {
+				return p.valueError(o, err)
+			}
+			if n < MinLogMaxSize {
+				return p.errorf(o, "must be at least 1K (%d bytes), not %s", MinLogMaxSize, quote(o.value))
+			}
+			f.LogMaxSize, canon = n, strconv.FormatInt(n, 10)
+		}
+	case "LogMaxFiles":
+		f.LogMaxFiles, canon = nil, ""
+		if o.value != "" {
+			n, err := strconv.Atoi(strings.TrimSpace(o.value))
+			if err != nil || n < 0 || n > MaxLogMaxFiles {
+				return p.errorf(o, "must be a whole number from 0 to %d (rotated log files kept), not %s", MaxLogMaxFiles, quote(o.value))
+			}
+			f.LogMaxFiles, canon = &n, strconv.Itoa(n)
+		}
 	case "MachineOf", "Replaces":
 		for _, v := range values {
 			if !p.expand && strings.Contains(v, "%") {

@@ -157,3 +157,54 @@ func TestParseCutOffPolicy(t *testing.T) {
 		t.Errorf("Singleton=true did not change the hash %s", a.Hash)
 	}
 }
+
+func TestParseLogLimits(t *testing.T) {
+	intp := func(n int) *int { return &n }
+	tests := []struct {
+		body  string
+		size  int64
+		files *int
+	}{
+		{"", 0, nil},
+		{"LogMaxSize=16M", 16 << 20, nil},
+		{"LogMaxSize=2048", 2048, nil},
+		{"LogMaxSize=1K\nLogMaxSize=", 0, nil},
+		{"LogMaxFiles=0", 0, intp(0)},
+		{"LogMaxFiles=5\nLogMaxSize=1M", 1 << 20, intp(5)},
+		{"LogMaxFiles=5\nLogMaxFiles=", 0, nil},
+	}
+	for _, tt := range tests {
+		data := minimal + "[X-Fleet]\n" + tt.body + "\n"
+		f := mustParse(t, "a.service", data)
+		gotFiles, wantFiles := -1, -1
+		if f.Fleet.LogMaxFiles != nil {
+			gotFiles = *f.Fleet.LogMaxFiles
+		}
+		if tt.files != nil {
+			wantFiles = *tt.files
+		}
+		if f.Fleet.LogMaxSize != tt.size || gotFiles != wantFiles {
+			t.Errorf("Parse(%q).Fleet = LogMaxSize %d LogMaxFiles %d, want %d %d (-1: unset)", data, f.Fleet.LogMaxSize, gotFiles, tt.size, wantFiles)
+		}
+	}
+	errs := []struct{ body, want string }{
+		{"LogMaxSize=100", "must be at least 1K"},
+		{"LogMaxSize=lots", `invalid size "lots"`},
+		{"LogMaxSize=16MB", "did you mean 16M?"},
+		{"LogMaxFiles=-1", "must be a whole number from 0 to 100"},
+		{"LogMaxFiles=101", "must be a whole number from 0 to 100"},
+		{"LogMaxFiles=two", `not "two"`},
+		{"LogMaxFile=2", "did you mean LogMaxFiles=?"},
+	}
+	for _, tt := range errs {
+		data := minimal + "[X-Fleet]\n" + tt.body + "\n"
+		_, err := Parse("a.service", []byte(data))
+		checkError(t, "Parse("+quote(data)+")", err, "[X-Fleet]", tt.want)
+	}
+	a := mustParse(t, "a.service", minimal)
+	b := mustParse(t, "a.service", minimal+"[X-Fleet]\nLogMaxSize=1M\n")
+	c := mustParse(t, "a.service", minimal+"[X-Fleet]\nLogMaxSize=1024K\n")
+	if a.Hash == b.Hash || b.Hash != c.Hash {
+		t.Errorf("hashes without LogMaxSize=, with 1M, with 1024K = %s, %s, %s: want the last two equal and different from the first", a.Hash, b.Hash, c.Hash)
+	}
+}

@@ -446,6 +446,8 @@ var installOptions = []string{
 var fleetOptions = []string{
 	"Conflicts",
 	"Global",
+	"LogMaxFiles",
+	"LogMaxSize",
 	"LostAfter",
 	"MachineID",
 	"MachineMetadata",

@@ -110,7 +110,22 @@ type Fleet struct {
 	// Singleton units never run on two machines at once: a machine cut off
 	// for LostAfter kills its copy before the leader places another.
 	Singleton bool
+	// LogMaxSize is the size in bytes at which the unit's log file is
+	// rotated on its machine (LogMaxSize=); 0 means the daemon's
+	// --log-max-size.
+	LogMaxSize int64 `json:",omitempty"`
+	// LogMaxFiles is how many rotated log files the unit's machine keeps
+	// beside the current one (LogMaxFiles=, 0 allowed); nil means the
+	// daemon's --log-max-files.
+	LogMaxFiles *int `json:",omitempty"`
 }
+
+// Bounds of LogMaxSize= and LogMaxFiles= (and of the daemon's --log-max-size
+// and --log-max-files).
+const (
+	MinLogMaxSize  = 1 << 10
+	MaxLogMaxFiles = 100
+)
 
 // The values of [X-Fleet] Placement=.
 const (

@@ -805,7 +805,12 @@ type Assignments struct {
 	// cut-off policy: a Singleton=true unit without LostAfter= is killed after
 	// the shorter of it and the agent's own TTL without word from the leader
 	// (set on full assignments).
-	AgentTtlMs    int64 `protobuf:"varint,5,opt,name=agent_ttl_ms,json=agentTtlMs,proto3" json:"agent_ttl_ms,omitempty"`
+	AgentTtlMs int64 `protobuf:"varint,5,opt,name=agent_ttl_ms,json=agentTtlMs,proto3" json:"agent_ttl_ms,omitempty"`
+	// destroyed names units that no longer exist in the cluster: removed ones
+	// (and, in a full set, units the agent reported that are not listed)
+	// that were destroyed rather than moved. The agent removes their logs
+	// once it has unloaded them.
+	Destroyed     []string `protobuf:"bytes,6,rep,name=destroyed,proto3" json:"destroyed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -875,6 +880,13 @@ func (x *Assignments) GetAgentTtlMs() int64 {
 	return 0
 }
 
+func (x *Assignments) GetDestroyed() []string {
+	if x != nil {
+		return x.Destroyed
+	}
+	return nil
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -939,7 +951,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
 	"\x04file\x18\x03 \x01(\tR\x04file\x12#\n" +
 	"\rdesired_state\x18\x04 \x01(\tR\fdesiredState\x12\x16\n" +
-	"\x06global\x18\x05 \x01(\bR\x06global\"\xb1\x01\n" +
+	"\x06global\x18\x05 \x01(\bR\x06global\"\xcf\x01\n" +
 	"\vAssignments\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x123\n" +
 	"\x05units\x18\x02 \x03(\v2\x1d.flotilla.agent.v1.AssignmentR\x05units\x12\x18\n" +
@@ -947,7 +959,8 @@ const file_agent_proto_rawDesc = "" +
 	"\n" +
 	"leader_rev\x18\x04 \x01(\x03R\tleaderRev\x12 \n" +
 	"\fagent_ttl_ms\x18\x05 \x01(\x03R\n" +
-	"agentTtlMs2\xa5\x01\n" +
+	"agentTtlMs\x12\x1c\n" +
+	"\tdestroyed\x18\x06 \x03(\tR\tdestroyed2\xa5\x01\n" +
 	"\x06Engine\x12P\n" +
 	"\aConnect\x12\x1f.flotilla.agent.v1.AgentMessage\x1a .flotilla.agent.v1.EngineMessage(\x010\x01\x12I\n" +
 	"\x06Leader\x12 .flotilla.agent.v1.LeaderRequest\x1a\x1d.flotilla.agent.v1.LeaderInfoB,Z*github.com/flotilla/flotilla/proto/agentpbb\x06proto3"

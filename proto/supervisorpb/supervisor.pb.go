@@ -26,6 +26,79 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type LogConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_bytes is the size at which a unit's log is rotated.
+	MaxBytes int64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_files is how many rotated files of a unit's log are kept.
+	MaxFiles int32 `protobuf:"varint,2,opt,name=max_files,json=maxFiles,proto3" json:"max_files,omitempty"`
+	// journald also sends every line to the local journald.
+	Journald bool `protobuf:"varint,3,opt,name=journald,proto3" json:"journald,omitempty"`
+	// machine is the machine ID put in the FLOTILLA_MACHINE field of
+	// journald entries.
+	Machine       string `protobuf:"bytes,4,opt,name=machine,proto3" json:"machine,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogConfig) Reset() {
+	*x = LogConfig{}
+	mi := &file_supervisor_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogConfig) ProtoMessage() {}
+
+func (x *LogConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_supervisor_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogConfig.ProtoReflect.Descriptor instead.
+func (*LogConfig) Descriptor() ([]byte, []int) {
+	return file_supervisor_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *LogConfig) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *LogConfig) GetMaxFiles() int32 {
+	if x != nil {
+		return x.MaxFiles
+	}
+	return 0
+}
+
+func (x *LogConfig) GetJournald() bool {
+	if x != nil {
+		return x.Journald
+	}
+	return false
+}
+
+func (x *LogConfig) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -34,7 +107,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_supervisor_proto_msgTypes[0]
+	mi := &file_supervisor_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +119,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[0]
+	mi := &file_supervisor_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +132,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{0}
+	return file_supervisor_proto_rawDescGZIP(), []int{1}
 }
 
 type HelloRequest struct {
@@ -70,7 +143,7 @@ type HelloRequest struct {
 
 func (x *HelloRequest) Reset() {
 	*x = HelloRequest{}
-	mi := &file_supervisor_proto_msgTypes[1]
+	mi := &file_supervisor_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -82,7 +155,7 @@ func (x *HelloRequest) String() string {
 func (*HelloRequest) ProtoMessage() {}
 
 func (x *HelloRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[1]
+	mi := &file_supervisor_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -95,7 +168,7 @@ func (x *HelloRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloRequest.ProtoReflect.Descriptor instead.
 func (*HelloRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{1}
+	return file_supervisor_proto_rawDescGZIP(), []int{2}
 }
 
 type HelloReply struct {
@@ -112,7 +185,7 @@ type HelloReply struct {
 
 func (x *HelloReply) Reset() {
 	*x = HelloReply{}
-	mi := &file_supervisor_proto_msgTypes[2]
+	mi := &file_supervisor_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +197,7 @@ func (x *HelloReply) String() string {
 func (*HelloReply) ProtoMessage() {}
 
 func (x *HelloReply) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[2]
+	mi := &file_supervisor_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +210,7 @@ func (x *HelloReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloReply.ProtoReflect.Descriptor instead.
 func (*HelloReply) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{2}
+	return file_supervisor_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HelloReply) GetPid() int32 {
@@ -179,7 +252,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_supervisor_proto_msgTypes[3]
+	mi := &file_supervisor_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +264,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[3]
+	mi := &file_supervisor_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +277,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{3}
+	return file_supervisor_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LoadRequest) GetUnit() []byte {
@@ -223,7 +296,7 @@ type UnitRequest struct {
 
 func (x *UnitRequest) Reset() {
 	*x = UnitRequest{}
-	mi := &file_supervisor_proto_msgTypes[4]
+	mi := &file_supervisor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +308,7 @@ func (x *UnitRequest) String() string {
 func (*UnitRequest) ProtoMessage() {}
 
 func (x *UnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[4]
+	mi := &file_supervisor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +321,7 @@ func (x *UnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitRequest.ProtoReflect.Descriptor instead.
 func (*UnitRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{4}
+	return file_supervisor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UnitRequest) GetName() string {
@@ -271,7 +344,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_supervisor_proto_msgTypes[5]
+	mi := &file_supervisor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +356,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[5]
+	mi := &file_supervisor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +369,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{5}
+	return file_supervisor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WaitRequest) GetName() string {
@@ -329,7 +402,7 @@ type WaitReply struct {
 
 func (x *WaitReply) Reset() {
 	*x = WaitReply{}
-	mi := &file_supervisor_proto_msgTypes[6]
+	mi := &file_supervisor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +414,7 @@ func (x *WaitReply) String() string {
 func (*WaitReply) ProtoMessage() {}
 
 func (x *WaitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[6]
+	mi := &file_supervisor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +427,7 @@ func (x *WaitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitReply.ProtoReflect.Descriptor instead.
 func (*WaitReply) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{6}
+	return file_supervisor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WaitReply) GetDone() bool {
@@ -376,7 +449,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_supervisor_proto_msgTypes[7]
+	mi := &file_supervisor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +461,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[7]
+	mi := &file_supervisor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +474,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{7}
+	return file_supervisor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FenceRequest) GetDeadline() int64 {
@@ -435,7 +508,7 @@ type UnitStatus struct {
 
 func (x *UnitStatus) Reset() {
 	*x = UnitStatus{}
-	mi := &file_supervisor_proto_msgTypes[8]
+	mi := &file_supervisor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +520,7 @@ func (x *UnitStatus) String() string {
 func (*UnitStatus) ProtoMessage() {}
 
 func (x *UnitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[8]
+	mi := &file_supervisor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +533,7 @@ func (x *UnitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitStatus.ProtoReflect.Descriptor instead.
 func (*UnitStatus) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{8}
+	return file_supervisor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UnitStatus) GetName() string {
@@ -535,7 +608,7 @@ type StatesReply struct {
 
 func (x *StatesReply) Reset() {
 	*x = StatesReply{}
-	mi := &file_supervisor_proto_msgTypes[9]
+	mi := &file_supervisor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +620,7 @@ func (x *StatesReply) String() string {
 func (*StatesReply) ProtoMessage() {}
 
 func (x *StatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[9]
+	mi := &file_supervisor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +633,7 @@ func (x *StatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatesReply.ProtoReflect.Descriptor instead.
 func (*StatesReply) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{9}
+	return file_supervisor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatesReply) GetUnits() []*UnitStatus {
@@ -584,7 +657,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_supervisor_proto_msgTypes[10]
+	mi := &file_supervisor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +669,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[10]
+	mi := &file_supervisor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +682,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{10}
+	return file_supervisor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Event) GetSnapshot() bool {
@@ -637,7 +710,12 @@ var File_supervisor_proto protoreflect.FileDescriptor
 
 const file_supervisor_proto_rawDesc = "" +
 	"\n" +
-	"\x10supervisor.proto\x12\x16flotilla.supervisor.v1\"\a\n" +
+	"\x10supervisor.proto\x12\x16flotilla.supervisor.v1\"{\n" +
+	"\tLogConfig\x12\x1b\n" +
+	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12\x1b\n" +
+	"\tmax_files\x18\x02 \x01(\x05R\bmaxFiles\x12\x1a\n" +
+	"\bjournald\x18\x03 \x01(\bR\bjournald\x12\x18\n" +
+	"\amachine\x18\x04 \x01(\tR\amachine\"\a\n" +
 	"\x05Empty\"\x0e\n" +
 	"\fHelloRequest\"\x80\x01\n" +
 	"\n" +
@@ -676,7 +754,7 @@ const file_supervisor_proto_rawDesc = "" +
 	"\x05Event\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\bR\bsnapshot\x128\n" +
 	"\x05units\x18\x02 \x03(\v2\".flotilla.supervisor.v1.UnitStatusR\x05units\x12\x18\n" +
-	"\aremoved\x18\x03 \x03(\tR\aremoved2\x9f\x06\n" +
+	"\aremoved\x18\x03 \x03(\tR\aremoved2\xc2\a\n" +
 	"\n" +
 	"Supervisor\x12Q\n" +
 	"\x05Hello\x12$.flotilla.supervisor.v1.HelloRequest\x1a\".flotilla.supervisor.v1.HelloReply\x12J\n" +
@@ -688,7 +766,9 @@ const file_supervisor_proto_rawDesc = "" +
 	"\x06States\x12\x1d.flotilla.supervisor.v1.Empty\x1a#.flotilla.supervisor.v1.StatesReply\x12L\n" +
 	"\x05Fence\x12$.flotilla.supervisor.v1.FenceRequest\x1a\x1d.flotilla.supervisor.v1.Empty\x12G\n" +
 	"\x05Watch\x12\x1d.flotilla.supervisor.v1.Empty\x1a\x1d.flotilla.supervisor.v1.Event0\x01\x12R\n" +
-	"\bShutdown\x12#.flotilla.supervisor.v1.WaitRequest\x1a!.flotilla.supervisor.v1.WaitReplyB1Z/github.com/flotilla/flotilla/proto/supervisorpbb\x06proto3"
+	"\bShutdown\x12#.flotilla.supervisor.v1.WaitRequest\x1a!.flotilla.supervisor.v1.WaitReply\x12P\n" +
+	"\fSetLogConfig\x12!.flotilla.supervisor.v1.LogConfig\x1a\x1d.flotilla.supervisor.v1.Empty\x12O\n" +
+	"\tRemoveLog\x12#.flotilla.supervisor.v1.UnitRequest\x1a\x1d.flotilla.supervisor.v1.EmptyB1Z/github.com/flotilla/flotilla/proto/supervisorpbb\x06proto3"
 
 var (
 	file_supervisor_proto_rawDescOnce sync.Once
@@ -702,45 +782,50 @@ func file_supervisor_proto_rawDescGZIP() []byte {
 	return file_supervisor_proto_rawDescData
 }
 
-var file_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_supervisor_proto_goTypes = []any{
-	(*Empty)(nil),        // 0: flotilla.supervisor.v1.Empty
-	(*HelloRequest)(nil), // 1: flotilla.supervisor.v1.HelloRequest
-	(*HelloReply)(nil),   // 2: flotilla.supervisor.v1.HelloReply
-	(*LoadRequest)(nil),  // 3: flotilla.supervisor.v1.LoadRequest
-	(*UnitRequest)(nil),  // 4: flotilla.supervisor.v1.UnitRequest
-	(*WaitRequest)(nil),  // 5: flotilla.supervisor.v1.WaitRequest
-	(*WaitReply)(nil),    // 6: flotilla.supervisor.v1.WaitReply
-	(*FenceRequest)(nil), // 7: flotilla.supervisor.v1.FenceRequest
-	(*UnitStatus)(nil),   // 8: flotilla.supervisor.v1.UnitStatus
-	(*StatesReply)(nil),  // 9: flotilla.supervisor.v1.StatesReply
-	(*Event)(nil),        // 10: flotilla.supervisor.v1.Event
+	(*LogConfig)(nil),    // 0: flotilla.supervisor.v1.LogConfig
+	(*Empty)(nil),        // 1: flotilla.supervisor.v1.Empty
+	(*HelloRequest)(nil), // 2: flotilla.supervisor.v1.HelloRequest
+	(*HelloReply)(nil),   // 3: flotilla.supervisor.v1.HelloReply
+	(*LoadRequest)(nil),  // 4: flotilla.supervisor.v1.LoadRequest
+	(*UnitRequest)(nil),  // 5: flotilla.supervisor.v1.UnitRequest
+	(*WaitRequest)(nil),  // 6: flotilla.supervisor.v1.WaitRequest
+	(*WaitReply)(nil),    // 7: flotilla.supervisor.v1.WaitReply
+	(*FenceRequest)(nil), // 8: flotilla.supervisor.v1.FenceRequest
+	(*UnitStatus)(nil),   // 9: flotilla.supervisor.v1.UnitStatus
+	(*StatesReply)(nil),  // 10: flotilla.supervisor.v1.StatesReply
+	(*Event)(nil),        // 11: flotilla.supervisor.v1.Event
 }
 var file_supervisor_proto_depIdxs = []int32{
-	8,  // 0: flotilla.supervisor.v1.StatesReply.units:type_name -> flotilla.supervisor.v1.UnitStatus
-	8,  // 1: flotilla.supervisor.v1.Event.units:type_name -> flotilla.supervisor.v1.UnitStatus
-	1,  // 2: flotilla.supervisor.v1.Supervisor.Hello:input_type -> flotilla.supervisor.v1.HelloRequest
-	3,  // 3: flotilla.supervisor.v1.Supervisor.Load:input_type -> flotilla.supervisor.v1.LoadRequest
-	4,  // 4: flotilla.supervisor.v1.Supervisor.Start:input_type -> flotilla.supervisor.v1.UnitRequest
-	4,  // 5: flotilla.supervisor.v1.Supervisor.Stop:input_type -> flotilla.supervisor.v1.UnitRequest
-	5,  // 6: flotilla.supervisor.v1.Supervisor.Unload:input_type -> flotilla.supervisor.v1.WaitRequest
-	5,  // 7: flotilla.supervisor.v1.Supervisor.Kill:input_type -> flotilla.supervisor.v1.WaitRequest
-	0,  // 8: flotilla.supervisor.v1.Supervisor.States:input_type -> flotilla.supervisor.v1.Empty
-	7,  // 9: flotilla.supervisor.v1.Supervisor.Fence:input_type -> flotilla.supervisor.v1.FenceRequest
-	0,  // 10: flotilla.supervisor.v1.Supervisor.Watch:input_type -> flotilla.supervisor.v1.Empty
-	5,  // 11: flotilla.supervisor.v1.Supervisor.Shutdown:input_type -> flotilla.supervisor.v1.WaitRequest
-	2,  // 12: flotilla.supervisor.v1.Supervisor.Hello:output_type -> flotilla.supervisor.v1.HelloReply
-	0,  // 13: flotilla.supervisor.v1.Supervisor.Load:output_type -> flotilla.supervisor.v1.Empty
-	0,  // 14: flotilla.supervisor.v1.Supervisor.Start:output_type -> flotilla.supervisor.v1.Empty
-	0,  // 15: flotilla.supervisor.v1.Supervisor.Stop:output_type -> flotilla.supervisor.v1.Empty
-	6,  // 16: flotilla.supervisor.v1.Supervisor.Unload:output_type -> flotilla.supervisor.v1.WaitReply
-	6,  // 17: flotilla.supervisor.v1.Supervisor.Kill:output_type -> flotilla.supervisor.v1.WaitReply
-	9,  // 18: flotilla.supervisor.v1.Supervisor.States:output_type -> flotilla.supervisor.v1.StatesReply
-	0,  // 19: flotilla.supervisor.v1.Supervisor.Fence:output_type -> flotilla.supervisor.v1.Empty
-	10, // 20: flotilla.supervisor.v1.Supervisor.Watch:output_type -> flotilla.supervisor.v1.Event
-	6,  // 21: flotilla.supervisor.v1.Supervisor.Shutdown:output_type -> flotilla.supervisor.v1.WaitReply
-	12, // [12:22] is the sub-list for method output_type
-	2,  // [2:12] is the sub-list for method input_type
+	9,  // 0: flotilla.supervisor.v1.StatesReply.units:type_name -> flotilla.supervisor.v1.UnitStatus
+	9,  // 1: flotilla.supervisor.v1.Event.units:type_name -> flotilla.supervisor.v1.UnitStatus
+	2,  // 2: flotilla.supervisor.v1.Supervisor.Hello:input_type -> flotilla.supervisor.v1.HelloRequest
+	4,  // 3: flotilla.supervisor.v1.Supervisor.Load:input_type -> flotilla.supervisor.v1.LoadRequest
+	5,  // 4: flotilla.supervisor.v1.Supervisor.Start:input_type -> flotilla.supervisor.v1.UnitRequest
+	5,  // 5: flotilla.supervisor.v1.Supervisor.Stop:input_type -> flotilla.supervisor.v1.UnitRequest
+	6,  // 6: flotilla.supervisor.v1.Supervisor.Unload:input_type -> flotilla.supervisor.v1.WaitRequest
+	6,  // 7: flotilla.supervisor.v1.Supervisor.Kill:input_type -> flotilla.supervisor.v1.WaitRequest
+	1,  // 8: flotilla.supervisor.v1.Supervisor.States:input_type -> flotilla.supervisor.v1.Empty
+	8,  // 9: flotilla.supervisor.v1.Supervisor.Fence:input_type -> flotilla.supervisor.v1.FenceRequest
+	1,  // 10: flotilla.supervisor.v1.Supervisor.Watch:input_type -> flotilla.supervisor.v1.Empty
+	6,  // 11: flotilla.supervisor.v1.Supervisor.Shutdown:input_type -> flotilla.supervisor.v1.WaitRequest
+	0,  // 12: flotilla.supervisor.v1.Supervisor.SetLogConfig:input_type -> flotilla.supervisor.v1.LogConfig
+	5,  // 13: flotilla.supervisor.v1.Supervisor.RemoveLog:input_type -> flotilla.supervisor.v1.UnitRequest
+	3,  // 14: flotilla.supervisor.v1.Supervisor.Hello:output_type -> flotilla.supervisor.v1.HelloReply
+	1,  // 15: flotilla.supervisor.v1.Supervisor.Load:output_type -> flotilla.supervisor.v1.Empty
+	1,  // 16: flotilla.supervisor.v1.Supervisor.Start:output_type -> flotilla.supervisor.v1.Empty
+	1,  // 17: flotilla.supervisor.v1.Supervisor.Stop:output_type -> flotilla.supervisor.v1.Empty
+	7,  // 18: flotilla.supervisor.v1.Supervisor.Unload:output_type -> flotilla.supervisor.v1.WaitReply
+	7,  // 19: flotilla.supervisor.v1.Supervisor.Kill:output_type -> flotilla.supervisor.v1.WaitReply
+	10, // 20: flotilla.supervisor.v1.Supervisor.States:output_type -> flotilla.supervisor.v1.StatesReply
+	1,  // 21: flotilla.supervisor.v1.Supervisor.Fence:output_type -> flotilla.supervisor.v1.Empty
+	11, // 22: flotilla.supervisor.v1.Supervisor.Watch:output_type -> flotilla.supervisor.v1.Event
+	7,  // 23: flotilla.supervisor.v1.Supervisor.Shutdown:output_type -> flotilla.supervisor.v1.WaitReply
+	1,  // 24: flotilla.supervisor.v1.Supervisor.SetLogConfig:output_type -> flotilla.supervisor.v1.Empty
+	1,  // 25: flotilla.supervisor.v1.Supervisor.RemoveLog:output_type -> flotilla.supervisor.v1.Empty
+	14, // [14:26] is the sub-list for method output_type
+	2,  // [2:14] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -757,7 +842,7 @@ func file_supervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_supervisor_proto_rawDesc), len(file_supervisor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,16 +24,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Supervisor_Hello_FullMethodName    = "/flotilla.supervisor.v1.Supervisor/Hello"
-	Supervisor_Load_FullMethodName     = "/flotilla.supervisor.v1.Supervisor/Load"
-	Supervisor_Start_FullMethodName    = "/flotilla.supervisor.v1.Supervisor/Start"
-	Supervisor_Stop_FullMethodName     = "/flotilla.supervisor.v1.Supervisor/Stop"
-	Supervisor_Unload_FullMethodName   = "/flotilla.supervisor.v1.Supervisor/Unload"
-	Supervisor_Kill_FullMethodName     = "/flotilla.supervisor.v1.Supervisor/Kill"
-	Supervisor_States_FullMethodName   = "/flotilla.supervisor.v1.Supervisor/States"
-	Supervisor_Fence_FullMethodName    = "/flotilla.supervisor.v1.Supervisor/Fence"
-	Supervisor_Watch_FullMethodName    = "/flotilla.supervisor.v1.Supervisor/Watch"
-	Supervisor_Shutdown_FullMethodName = "/flotilla.supervisor.v1.Supervisor/Shutdown"
+	Supervisor_Hello_FullMethodName        = "/flotilla.supervisor.v1.Supervisor/Hello"
+	Supervisor_Load_FullMethodName         = "/flotilla.supervisor.v1.Supervisor/Load"
+	Supervisor_Start_FullMethodName        = "/flotilla.supervisor.v1.Supervisor/Start"
+	Supervisor_Stop_FullMethodName         = "/flotilla.supervisor.v1.Supervisor/Stop"
+	Supervisor_Unload_FullMethodName       = "/flotilla.supervisor.v1.Supervisor/Unload"
+	Supervisor_Kill_FullMethodName         = "/flotilla.supervisor.v1.Supervisor/Kill"
+	Supervisor_States_FullMethodName       = "/flotilla.supervisor.v1.Supervisor/States"
+	Supervisor_Fence_FullMethodName        = "/flotilla.supervisor.v1.Supervisor/Fence"
+	Supervisor_Watch_FullMethodName        = "/flotilla.supervisor.v1.Supervisor/Watch"
+	Supervisor_Shutdown_FullMethodName     = "/flotilla.supervisor.v1.Supervisor/Shutdown"
+	Supervisor_SetLogConfig_FullMethodName = "/flotilla.supervisor.v1.Supervisor/SetLogConfig"
+	Supervisor_RemoveLog_FullMethodName    = "/flotilla.supervisor.v1.Supervisor/RemoveLog"
 )
 
 // SupervisorClient is the client API for Supervisor service.
@@ -66,6 +68,13 @@ type SupervisorClient interface {
 	// Shutdown stops every unit and then ends the supervisor; units still
 	// running after deadline_ms are SIGKILLed.
 	Shutdown(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WaitReply, error)
+	// SetLogConfig sets the machine's log settings (the daemon's --log-max-size,
+	// --log-max-files, --log-journald); the daemon sends them each time it
+	// connects, and loaded units obey them from their next line on.
+	SetLogConfig(ctx context.Context, in *LogConfig, opts ...grpc.CallOption) (*Empty, error)
+	// RemoveLog removes the log of a unit that is not loaded (it was
+	// destroyed).
+	RemoveLog(ctx context.Context, in *UnitRequest, opts ...grpc.CallOption) (*Empty, error)
 }
 
 type supervisorClient struct {
@@ -185,6 +194,26 @@ func (c *supervisorClient) Shutdown(ctx context.Context, in *WaitRequest, opts .
 	return out, nil
 }
 
+func (c *supervisorClient) SetLogConfig(ctx context.Context, in *LogConfig, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Supervisor_SetLogConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *supervisorClient) RemoveLog(ctx context.Context, in *UnitRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Supervisor_RemoveLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SupervisorServer is the server API for Supervisor service.
 // All implementations must embed UnimplementedSupervisorServer
 // for forward compatibility.
@@ -215,6 +244,13 @@ type SupervisorServer interface {
 	// Shutdown stops every unit and then ends the supervisor; units still
 	// running after deadline_ms are SIGKILLed.
 	Shutdown(context.Context, *WaitRequest) (*WaitReply, error)
+	// SetLogConfig sets the machine's log settings (the daemon's --log-max-size,
+	// --log-max-files, --log-journald); the daemon sends them each time it
+	// connects, and loaded units obey them from their next line on.
+	SetLogConfig(context.Context, *LogConfig) (*Empty, error)
+	// RemoveLog removes the log of a unit that is not loaded (it was
+	// destroyed).
+	RemoveLog(context.Context, *UnitRequest) (*Empty, error)
 	mustEmbedUnimplementedSupervisorServer()
 }
 
@@ -254,6 +290,12 @@ func (UnimplementedSupervisorServer) Watch(*Empty, grpc.ServerStreamingServer[Ev
 }
 func (UnimplementedSupervisorServer) Shutdown(context.Context, *WaitRequest) (*WaitReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Shutdown not implemented")
+}
+func (UnimplementedSupervisorServer) SetLogConfig(context.Context, *LogConfig) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLogConfig not implemented")
+}
+func (UnimplementedSupervisorServer) RemoveLog(context.Context, *UnitRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveLog not implemented")
 }
 func (UnimplementedSupervisorServer) mustEmbedUnimplementedSupervisorServer() {}
 func (UnimplementedSupervisorServer) testEmbeddedByValue()                    {}
@@ -449,6 +491,42 @@ func _Supervisor_Shutdown_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Supervisor_SetLogConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LogConfig)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SupervisorServer).SetLogConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Supervisor_SetLogConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SupervisorServer).SetLogConfig(ctx, req.(*LogConfig))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Supervisor_RemoveLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SupervisorServer).RemoveLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Supervisor_RemoveLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SupervisorServer).RemoveLog(ctx, req.(*UnitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Supervisor_ServiceDesc is the grpc.ServiceDesc for Supervisor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -491,6 +569,14 @@ var Supervisor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Shutdown",
 			Handler:    _Supervisor_Shutdown_Handler,
+		},
+		{
+			MethodName: "SetLogConfig",
+			Handler:    _Supervisor_SetLogConfig_Handler,
+		},
+		{
+			MethodName: "RemoveLog",
+			Handler:    _Supervisor_RemoveLog_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -127,11 +127,20 @@
 //
 // in UTC, together with the driver's own messages about the unit
 // ("flotilla[<pid>]: Started web.", with the driver's process's pid),
-// worded as systemd's. At MaxLogBytes the
-// log is renamed to <unit>.log.1 (one older file is kept). Journal reads the
-// last lines across both files and then follows the log by polling, across
-// rotations. Logs outlive their unit: Journal reads the log of a unit that
-// was unloaded, so an operator can see why it stopped.
+// worded as systemd's. When a line would take the log past its size limit
+// the rotated files shift (<unit>.log.1 to .2 and so on, the oldest beyond
+// the count limit removed), the log becomes <unit>.log.1 and a new file is
+// begun. The limits are Config.MaxLogBytes and Config.MaxLogFiles, changed
+// at run time by SetLogConfig, unless the unit's [X-Fleet] LogMaxSize= and
+// LogMaxFiles= set its own. Journal reads the last lines across every kept
+// file and then follows the log by polling, across rotations. Logs outlive
+// their unit: Journal reads the log of a unit that was unloaded, so an
+// operator can see why it stopped; RemoveLog removes it (the agent calls it
+// for a unit that was destroyed).
+//
+// With Config.Journald (or SetLogConfig), each line also goes to the local
+// journald, with SYSLOG_IDENTIFIER the ident (the unit, or "flotilla"),
+// SYSLOG_PID, FLOTILLA_UNIT and FLOTILLA_MACHINE.
 //
 // # Crash safety
 //

@@ -41,8 +41,14 @@ var errUnloading = errors.New("unit is being unloaded")
 // DefaultMaxLogBytes is the default Config.MaxLogBytes.
 const DefaultMaxLogBytes = 16 << 20
 
+// DefaultMaxLogFiles is the default Config.MaxLogFiles.
+const DefaultMaxLogFiles = 1
+
 // minMaxLogBytes is the smallest Config.MaxLogBytes accepted.
-const minMaxLogBytes = 1 << 10
+const minMaxLogBytes = unit.MinLogMaxSize
+
+// maxRotated is the most rotated files a unit's log may keep.
+const maxRotated = unit.MaxLogMaxFiles
 
 // abortGrace bounds how long Close waits for units it SIGKILLed once its
 // context is done.
@@ -51,7 +57,7 @@ const abortGrace = 2 * time.Second
 // Config configures a Driver.
 type Config struct {
 	// Dir is the driver's state directory (required). It holds logs/, with
-	// each unit's log <unit>.log and the older <unit>.log.1, and run/, with a
+	// each unit's log <unit>.log and the older <unit>.log.1, .2..., and run/, with a
 	// <unit>.pid file for each unit that has processes. It is created if
 	// missing; one driver at a time may use it.
 	Dir string
@@ -62,9 +68,17 @@ type Config struct {
 	// Logger receives the driver's own log; nil discards it.
 	Logger *slog.Logger
 	// MaxLogBytes is the size, in bytes, at which a unit's log is rotated:
-	// the file becomes <unit>.log.1 (replacing the older one) and a new file
-	// is begun. 0 means DefaultMaxLogBytes (16 MiB); the minimum is 1 KiB.
+	// the file becomes <unit>.log.1 (the older ones shifting to .2 and so
+	// on) and a new file is begun. 0 means DefaultMaxLogBytes (16 MiB); the
+	// minimum is 1 KiB. A unit's [X-Fleet] LogMaxSize= overrides it.
 	MaxLogBytes int64
+	// MaxLogFiles is how many rotated files of a unit's log are kept, at
+	// most unit.MaxLogMaxFiles. 0 means DefaultMaxLogFiles (1); a negative
+	// value keeps none. A unit's [X-Fleet] LogMaxFiles= overrides it.
+	MaxLogFiles int
+	// Journald also sends every line of every unit's log to the local
+	// journald (see the package documentation).
+	Journald bool
 	// Unloaded, if set, is told the name of each unit the driver forgets
 	// (after Unload, Kill or Close), after the unit's last Notify. Like
 	// Notify it must not block for long or call back into the driver.
@@ -91,6 +105,14 @@ func (c *Config) validate() error {
 		c.MaxLogBytes = DefaultMaxLogBytes
 	case c.MaxLogBytes < minMaxLogBytes:
 		return fmt.Errorf("execdriver: config: MaxLogBytes %d is below the minimum of %d", c.MaxLogBytes, minMaxLogBytes)
+	}
+	switch {
+	case c.MaxLogFiles == 0:
+		c.MaxLogFiles = DefaultMaxLogFiles
+	case c.MaxLogFiles < 0:
+		c.MaxLogFiles = -1
+	case c.MaxLogFiles > maxRotated:
+		return fmt.Errorf("execdriver: config: MaxLogFiles %d is above the maximum of %d", c.MaxLogFiles, maxRotated)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -121,13 +143,17 @@ type Driver struct {
 	mu     sync.Mutex
 	units  map[string]*supervisor
 	closed bool
+	logs   LogConfig      // the machine's log settings; units may override the limits
 	wg     sync.WaitGroup // one per supervisor goroutine
 
 	fence fence
 	kids  children
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.LogRemover = (*Driver)(nil)
+)
 
 // New makes a driver with the state directory cfg.Dir. Process groups that
 // a previous driver on the same directory left running (it crashed or was
@@ -159,6 +185,7 @@ func New(cfg Config) (*Driver, error) {
 	removeStaleCgroups(cfg.CgroupParent, log)
 
 	d := &Driver{
+		logs:  LogConfig{Limits: LogLimits{MaxBytes: cfg.MaxLogBytes, MaxFiles: max(cfg.MaxLogFiles, 0)}, Journald: cfg.Journald},
 		cfg:   cfg,
 		log:   log,
 		lock:  lock,

@@ -14,8 +14,8 @@ import (
 const journalPoll = 150 * time.Millisecond
 
 // writeJournal writes the last n complete lines of the log at path (all of
-// them when n < 0), reaching into the rotated path.1 when the current file
-// holds fewer; with follow it then writes lines as they are appended, across
+// them when n < 0), reaching into the rotated path.1, path.2 and so on when
+// the current file holds fewer; with follow it then writes lines as they are appended, across
 // rotations, until ctx is done. A line is written only once it is complete.
 // Errors writing to w end it.
 func writeJournal(ctx context.Context, path string, n int, follow bool, w io.Writer) error {
@@ -24,7 +24,7 @@ func writeJournal(ctx context.Context, path string, n int, follow bool, w io.Wri
 	f, err := os.Open(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := writeRotatedTail(path+".1", n, 0, w); err != nil {
+		if err := writeRotated(path, 1, n, w); err != nil {
 			return err
 		}
 	case err != nil:
@@ -40,7 +40,7 @@ func writeJournal(ctx context.Context, path string, n int, follow bool, w io.Wri
 			return err
 		}
 		if n < 0 || found < n {
-			if err := writeRotatedTail(path+".1", n, found, w); err != nil {
+			if err := writeRotated(path, 1, rest(n, found), w); err != nil {
 				return err
 			}
 		}
@@ -66,10 +66,22 @@ func writeJournal(ctx context.Context, path string, n int, follow bool, w io.Wri
 	}
 }
 
-// writeRotatedTail writes the lines of the rotated file that the current file
-// lacks: all when n < 0, else the last n-have.
-func writeRotatedTail(path string, n, have int, w io.Writer) error {
-	f, err := os.Open(path)
+// rest is how many lines are still wanted of n (-1: all) when found were.
+func rest(n, found int) int {
+	if n < 0 {
+		return -1
+	}
+	return n - found
+}
+
+// writeRotated writes the last n lines (all when n < 0) of the rotated files
+// of the log at path from the k-th newest on, the oldest first: the older
+// files are read only when path.k holds fewer than n.
+func writeRotated(path string, k, n int, w io.Writer) error {
+	if n == 0 || k > maxRotated+1 {
+		return nil
+	}
+	f, err := os.Open(rotatedPath(path, k))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -81,15 +93,14 @@ func writeRotatedTail(path string, n, have int, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	want := n - have
-	if n < 0 {
-		want = -1
-	} else if want <= 0 {
-		return nil
-	}
-	start, end, _, err := lastLines(f, fi.Size(), want)
+	start, end, found, err := lastLines(f, fi.Size(), n)
 	if err != nil {
 		return err
+	}
+	if n < 0 || found < n {
+		if err := writeRotated(path, k+1, rest(n, found), w); err != nil {
+			return err
+		}
 	}
 	_, err = io.Copy(w, io.NewSectionReader(f, start, end-start))
 	return err

@@ -92,7 +92,7 @@ func TestWriteJournal(t *testing.T) {
 func TestUnitLogRotation(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "u.log")
-	l := newUnitLog(path, 1024, slog.New(slog.DiscardHandler))
+	l := newUnitLog(path, LogLimits{MaxBytes: 1024, MaxFiles: 1}, slog.New(slog.DiscardHandler))
 	defer l.close()
 	for i := range 100 {
 		l.line("u.service", 42, fmt.Appendf(nil, "message %03d", i))
@@ -125,7 +125,7 @@ func TestUnitLogRotation(t *testing.T) {
 
 	// A reopened log appends, and rotates by its size on disk.
 	l.close()
-	l2 := newUnitLog(path, 1024, slog.New(slog.DiscardHandler))
+	l2 := newUnitLog(path, LogLimits{MaxBytes: 1024, MaxFiles: 1}, slog.New(slog.DiscardHandler))
 	defer l2.close()
 	for range 20 {
 		l2.line("u.service", 1, []byte("more"))
@@ -137,7 +137,7 @@ func TestUnitLogRotation(t *testing.T) {
 
 func TestCopyLinesCutsLongLines(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "u.log")
-	l := newUnitLog(path, DefaultMaxLogBytes, slog.New(slog.DiscardHandler))
+	l := newUnitLog(path, LogLimits{MaxBytes: DefaultMaxLogBytes, MaxFiles: 1}, slog.New(slog.DiscardHandler))
 	defer l.close()
 	long := strings.Repeat("x", maxLineBytes+10)
 	l.copyLines(strings.NewReader("a\n"+long+"\nlast without newline"), "u", 7)
@@ -151,7 +151,7 @@ func TestCopyLinesCutsLongLines(t *testing.T) {
 	// line cut at the limit with nothing left over is followed by an empty
 	// one, as the newline comes after the cut.
 	path2 := filepath.Join(t.TempDir(), "v.log")
-	l2 := newUnitLog(path2, DefaultMaxLogBytes, slog.New(slog.DiscardHandler))
+	l2 := newUnitLog(path2, LogLimits{MaxBytes: DefaultMaxLogBytes, MaxFiles: 1}, slog.New(slog.DiscardHandler))
 	defer l2.close()
 	exact := strings.Repeat("y", maxLineBytes-1)
 	l2.copyLines(strings.NewReader(exact+"\n\n"+strings.Repeat("z", 3*maxLineBytes)+"\nend\n"), "v", 8)
@@ -189,7 +189,7 @@ func (s *syncBuffer) String() string {
 func TestWriteJournalFollowAcrossRotation(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "u.log")
-	l := newUnitLog(path, 1024, slog.New(slog.DiscardHandler))
+	l := newUnitLog(path, LogLimits{MaxBytes: 1024, MaxFiles: 1}, slog.New(slog.DiscardHandler))
 	defer l.close()
 	l.line("u", 1, []byte("before 1"))
 	l.line("u", 1, []byte("before 2"))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strconv"
@@ -23,25 +24,49 @@ const maxLineBytes = 16 << 10
 // copyBufBytes is the read buffer of a process's output.
 const copyBufBytes = 512
 
-// unitLog is a unit's log file, written by every process of the unit and by
-// the driver's own events. Lines are written whole, one write each. When a
-// write would take the file past max bytes the file is renamed to path.1
-// (replacing any older one) and a new file is begun. The file is opened on
-// first write and kept open until close.
-type unitLog struct {
-	path string
-	max  int64
-	slog *slog.Logger
-
-	mu      sync.Mutex
-	f       *os.File
-	size    int64
-	failing bool // the last write failed; log the next failure only after a success
-	buf     []byte
+// LogLimits are how much of a unit's log its machine keeps.
+type LogLimits struct {
+	// MaxBytes is the size at which the log is rotated.
+	MaxBytes int64
+	// MaxFiles is how many rotated files are kept beside the current one:
+	// <unit>.log.1 (the newest) to <unit>.log.<MaxFiles>. With 0 a full log
+	// is discarded and begun anew.
+	MaxFiles int
 }
 
-func newUnitLog(path string, max int64, logger *slog.Logger) *unitLog {
-	return &unitLog{path: path, max: max, slog: logger}
+// journalSink sends a line to the local journald; nil sends nothing.
+type journalSink func(ident string, pid int, text []byte) error
+
+// unitLog is a unit's log file, written by every process of the unit and by
+// the driver's own events. Lines are written whole, one write each. When a
+// write would take the file past the limits' MaxBytes the rotated files are
+// shifted (path.1 to path.2 and so on, the oldest beyond MaxFiles removed),
+// the file is renamed to path.1 and a new file is begun. The file is opened
+// on first write and kept open until close. With a journal sink each line
+// also goes to journald.
+type unitLog struct {
+	path string
+	slog *slog.Logger
+
+	mu       sync.Mutex
+	lim      LogLimits
+	journal  journalSink
+	f        *os.File
+	size     int64
+	failing  bool // the last write failed; log the next failure only after a success
+	jfailing bool // the last send to journald failed
+	buf      []byte
+}
+
+func newUnitLog(path string, lim LogLimits, logger *slog.Logger) *unitLog {
+	return &unitLog{path: path, lim: lim, slog: logger}
+}
+
+// set changes the limits, which the next write obeys, and the journal sink.
+func (l *unitLog) set(lim LogLimits, sink journalSink) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lim, l.journal = lim, sink
 }
 
 // line appends "<time> <ident>[<pid>]: <text>" to the log.
@@ -63,13 +88,23 @@ func (l *unitLog) line(ident string, pid int, text []byte) {
 			l.slog.Error("cannot write unit log", "path", l.path, "err", err)
 		}
 		l.failing = true
-		return
+	} else {
+		l.failing = false
 	}
-	l.failing = false
+	if l.journal != nil {
+		if err := l.journal(ident, pid, text); err != nil {
+			if !l.jfailing {
+				l.slog.Error("cannot send unit log to journald", "err", err)
+			}
+			l.jfailing = true
+		} else {
+			l.jfailing = false
+		}
+	}
 }
 
 func (l *unitLog) write(b []byte) error {
-	if l.f != nil && l.size > 0 && l.size+int64(len(b)) > l.max {
+	if l.f != nil && l.size > 0 && l.size+int64(len(b)) > l.lim.MaxBytes {
 		if err := l.rotate(); err != nil {
 			return err
 		}
@@ -85,7 +120,7 @@ func (l *unitLog) write(b []byte) error {
 			return err
 		}
 		l.f, l.size = f, fi.Size()
-		if l.size > 0 && l.size+int64(len(b)) > l.max {
+		if l.size > 0 && l.size+int64(len(b)) > l.lim.MaxBytes {
 			if err := l.rotate(); err != nil {
 				return err
 			}
@@ -97,14 +132,47 @@ func (l *unitLog) write(b []byte) error {
 	return err
 }
 
-// rotate closes the file and moves it to path.1; the next write opens a new one.
+// rotate closes the file and moves it to path.1, after shifting the older
+// ones and removing those beyond MaxFiles; the next write opens a new file.
 func (l *unitLog) rotate() error {
 	err := l.f.Close()
 	l.f, l.size = nil, 0
-	if rerr := os.Rename(l.path, l.path+".1"); rerr != nil {
+	keep := l.lim.MaxFiles
+	removeRotated(l.path, keep+1) // the oldest kept is overwritten below
+	if keep == 0 {
+		if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return fmt.Errorf("rotate log: %w", rerr)
+		}
+		return err
+	}
+	for k := keep - 1; k >= 1; k-- {
+		from := rotatedPath(l.path, k)
+		if rerr := os.Rename(from, rotatedPath(l.path, k+1)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return fmt.Errorf("rotate log: %w", rerr)
+		}
+	}
+	if rerr := os.Rename(l.path, rotatedPath(l.path, 1)); rerr != nil {
 		return fmt.Errorf("rotate log: %w", rerr)
 	}
 	return err
+}
+
+// rotatedPath is the k-th newest rotated file of the log at path.
+func rotatedPath(path string, k int) string {
+	return path + "." + strconv.Itoa(k)
+}
+
+// removeRotated removes the rotated files of the log at path from the
+// from-th on (limits may have shrunk, so it looks as far as any limit
+// reaches).
+func removeRotated(path string, from int) error {
+	var first error
+	for k := max(from, 1); k <= maxRotated+1; k++ {
+		if err := os.Remove(rotatedPath(path, k)); err != nil && !errors.Is(err, fs.ErrNotExist) && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // close closes the file; a later write opens it again.

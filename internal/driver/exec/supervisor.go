@@ -112,8 +112,9 @@ type supervisor struct {
 	exits chan exited
 	done  chan struct{} // closed when run returns
 
-	mu     sync.Mutex
-	status unit.Status // last published; written by run, read by States
+	mu      sync.Mutex
+	status  unit.Status // last published; written by run, read by States
+	logFile *unit.File  // newest definition, for the log's settings
 
 	readers sync.WaitGroup // output copiers
 	pipesMu sync.Mutex
@@ -160,7 +161,6 @@ func newSupervisor(d *Driver, f *unit.File) *supervisor {
 	s := &supervisor{
 		d:     d,
 		name:  f.Name,
-		log:   newUnitLog(d.logPath(f.Name), d.cfg.MaxLogBytes, d.log.With("unit", f.Name)),
 		slog:  d.log.With("unit", f.Name),
 		reqs:  make(chan request),
 		exits: make(chan exited),
@@ -170,6 +170,10 @@ func newSupervisor(d *Driver, f *unit.File) *supervisor {
 		timer: time.NewTimer(time.Hour),
 	}
 	s.timer.Stop()
+	lim, sink := d.logSettings(d.logs, f) // Load holds d.mu
+	s.log = newUnitLog(d.logPath(f.Name), lim, s.slog)
+	s.log.journal = sink
+	s.logFile = f
 	s.status = s.compute(unit.Status{})
 	return s
 }
@@ -317,6 +321,10 @@ func (s *supervisor) handle(r request) error {
 			return errUnloading
 		}
 		s.file = r.file
+		s.mu.Lock()
+		s.logFile = r.file
+		s.mu.Unlock()
+		s.applyLogConfig()
 		s.renotify = true // each Load is answered with the unit's status, even unchanged
 	case reqStart:
 		if s.quit {
