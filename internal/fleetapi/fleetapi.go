@@ -404,7 +404,7 @@ func (s *server) patchMachines(w http.ResponseWriter, r *http.Request) {
 		}
 		m := metadataPath.FindStringSubmatch(op.Path)
 		if m == nil {
-			WriteError(w, http.StatusBadRequest, fmt.Sprintf("ops[%d]: machine metadata path %q invalid: want /<machine>/metadata/<key>", i, op.Path))
+			WriteError(w, http.StatusBadRequest, fmt.Sprintf("ops[%d]: machine metadata path %q invalid: want /MACHINE/metadata/KEY", i, op.Path))
 			return
 		}
 		v, err := op.value()
