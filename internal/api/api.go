@@ -232,7 +232,7 @@ func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 	changes, warnings, ok := s.readPutUnit(w, r)
-	if !ok {
+	if !ok || !replaceQuery(w, r, changes) {
 		return
 	}
 	name := changes[0].Name
@@ -264,12 +264,31 @@ func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) batch(w http.ResponseWriter, r *http.Request) {
 	changes, warnings, ok := s.readBatch(w, r)
-	if !ok {
+	if !ok || !replaceQuery(w, r, changes) {
 		return
 	}
 	if res, ok := s.apply(w, r, changes, warnings); ok {
 		writeJSON(w, http.StatusOK, res)
 	}
+}
+
+// replaceQuery reads ?replace=true of PUT /v1/units/{name} and POST
+// /v1/batch: the files of the changes then replace those of existing units
+// that differ (instead of a 409), and the units restart with them.
+func replaceQuery(w http.ResponseWriter, r *http.Request, changes []engine.Change) bool {
+	v, set := r.URL.Query()["replace"]
+	if !set {
+		return true
+	}
+	replace, err := strconv.ParseBool(v[0])
+	if err != nil || len(v) > 1 {
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("replace=%q: want true or false, once", strings.Join(v, ",")))
+		return false
+	}
+	for i := range changes {
+		changes[i].Replace = replace
+	}
+	return true
 }
 
 // apply commits changes (read by prepare) through the engine and returns
