@@ -284,7 +284,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 	switch {
 	case c.File != nil && cur != nil && cur.file.Hash != c.File.Hash:
 		if !c.Replace {
-			return fmt.Errorf("%w: unit %s already exists with different contents (hash %s); replace it (--replace) or destroy it before submitting a new version",
+			return fmt.Errorf("%w: unit %s already exists with different contents (hash %s); destroy it before submitting a new version, or replace it through the API (?replace=true)",
 				ErrConflict, c.Name, unit.ShortHash(cur.file.Hash))
 		}
 		su := scheduler.NewUnit(c.File)
