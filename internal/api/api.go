@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/fleetapi"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/state"
@@ -106,7 +108,7 @@ func New(cfg Config) http.Handler {
 		FlushInterval: -1,
 		Transport:     cfg.Forward,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, http.StatusBadGateway, "unavailable", fmt.Sprintf("forwarding to %s: %v", r.URL.Host, err))
+			refuse(w, r, http.StatusBadGateway, "unavailable", fmt.Sprintf("forwarding to %s: %v", r.URL.Host, err))
 		},
 	}
 	mux := http.NewServeMux()
@@ -135,6 +137,12 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("DELETE /v1/acl/tokens/{id}", s.revokeToken)
 	mux.Handle("GET /ui/", ui.Handler()) // the dashboard; GET /ui redirects here
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	fleet := fleetapi.New(fleetapi.Config{Engine: cfg.Engine, MaxBodyBytes: cfg.MaxBodyBytes, Logger: cfg.Logger})
+	mux.HandleFunc("GET "+fleetapi.Prefix+"/discovery", fleetapi.Discovery)
+	mux.Handle(fleetapi.Prefix+"/", s.leaderOnly(fleet.ServeHTTP))
+	mux.HandleFunc(fleetapi.Prefix, func(w http.ResponseWriter, r *http.Request) {
+		fleetapi.WriteError(w, http.StatusMethodNotAllowed, "no method is supported against "+fleetapi.Prefix)
+	})
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -160,12 +168,12 @@ func (s *server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 			}
 		}
 		if r.Header.Get(forwardedHeader) != "" {
-			writeError(w, http.StatusServiceUnavailable, "unavailable", "leadership is changing; retry")
+			refuse(w, r, http.StatusServiceUnavailable, "unavailable", "leadership is changing; retry")
 			return
 		}
 		in, ok := s.cfg.Leader()
 		if !ok || in.APIAddr == "" {
-			writeError(w, http.StatusServiceUnavailable, "unavailable", "no engine leader is elected yet; retry shortly")
+			refuse(w, r, http.StatusServiceUnavailable, "unavailable", "no engine leader is elected yet; retry shortly")
 			return
 		}
 		s.forward(w, r, in.APIAddr, r.URL.Path)
@@ -224,7 +232,7 @@ func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 	changes, warnings, ok := s.readPutUnit(w, r)
-	if !ok {
+	if !ok || !replaceQuery(w, r, changes) {
 		return
 	}
 	name := changes[0].Name
@@ -256,12 +264,31 @@ func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) batch(w http.ResponseWriter, r *http.Request) {
 	changes, warnings, ok := s.readBatch(w, r)
-	if !ok {
+	if !ok || !replaceQuery(w, r, changes) {
 		return
 	}
 	if res, ok := s.apply(w, r, changes, warnings); ok {
 		writeJSON(w, http.StatusOK, res)
 	}
+}
+
+// replaceQuery reads ?replace=true of PUT /v1/units/{name} and POST
+// /v1/batch: the files of the changes then replace those of existing units
+// that differ (instead of a 409), and the units restart with them.
+func replaceQuery(w http.ResponseWriter, r *http.Request, changes []engine.Change) bool {
+	v, set := r.URL.Query()["replace"]
+	if !set {
+		return true
+	}
+	replace, err := strconv.ParseBool(v[0])
+	if err != nil || len(v) > 1 {
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("replace=%q: want true or false, once", strings.Join(v, ",")))
+		return false
+	}
+	for i := range changes {
+		changes[i].Replace = replace
+	}
+	return true
 }
 
 // apply commits changes (read by prepare) through the engine and returns
@@ -588,6 +615,16 @@ func (p *prettyWriter) Flush() {
 }
 
 func (p *prettyWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
+// refuse writes an error in the format of the API the request is for:
+// fleet's under /fleet/v1, Flotilla's elsewhere.
+func refuse(w http.ResponseWriter, r *http.Request, code int, kind, msg string) {
+	if r.URL.Path == fleetapi.Prefix || strings.HasPrefix(r.URL.Path, fleetapi.Prefix+"/") {
+		fleetapi.WriteError(w, code, msg)
+		return
+	}
+	writeError(w, code, kind, msg)
+}
 
 func writeError(w http.ResponseWriter, code int, kind, msg string) {
 	writeJSON(w, code, apiv1.Error{Error: msg, Code: kind})

@@ -29,17 +29,17 @@ import (
 func (s *server) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.ownHost(r.Host) {
-			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("Host %q is not an address of this API: call it by IP address, localhost or a name its certificate covers", r.Host))
+			refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("Host %q is not an address of this API: call it by IP address, localhost or a name its certificate covers", r.Host))
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(r, o) {
-			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("Origin %q is not this API's own: cross-site requests are refused", o))
+			refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("Origin %q is not this API's own: cross-site requests are refused", o))
 			return
 		}
 		switch r.Method {
 		case http.MethodPost, http.MethodPut, http.MethodPatch:
 			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-				writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Sprintf("%s %s needs a JSON body with Content-Type: application/json, got %q", r.Method, r.URL.Path, r.Header.Get("Content-Type")))
+				refuse(w, r, http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Sprintf("%s %s needs a JSON body with Content-Type: application/json, got %q", r.Method, r.URL.Path, r.Header.Get("Content-Type")))
 				return
 			}
 		}
@@ -62,14 +62,14 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) bool {
 	switch {
 	case errors.Is(err, auth.ErrNoToken):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla"`)
-		writeError(w, http.StatusUnauthorized, "unauthorized", fmt.Sprintf("%s %s needs an API token with role %s or more: give --token or $FLOTILLA_TOKEN (header Authorization: Bearer TOKEN)", r.Method, r.URL.Path, need))
+		refuse(w, r, http.StatusUnauthorized, "unauthorized", fmt.Sprintf("%s %s needs an API token with role %s or more: give --token or $FLOTILLA_TOKEN (header Authorization: Bearer TOKEN)", r.Method, r.URL.Path, need))
 		return false
 	case errors.Is(err, auth.ErrUnknownToken):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla", error="invalid_token"`)
-		writeError(w, http.StatusUnauthorized, "unauthorized", "the API token is unknown to this cluster (mistyped or revoked)")
+		refuse(w, r, http.StatusUnauthorized, "unauthorized", "the API token is unknown to this cluster (mistyped or revoked)")
 		return false
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "checking the API token: "+err.Error())
+		refuse(w, r, http.StatusServiceUnavailable, "unavailable", "checking the API token: "+err.Error())
 		return false
 	}
 	role, err := auth.ParseRole(tok.Role)
@@ -78,7 +78,7 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) bool {
 		if tok.Name != "" {
 			name = tok.Name + " (" + tok.ID + ")"
 		}
-		writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("token %s has role %s, but %s %s needs role %s", name, tok.Role, r.Method, r.URL.Path, need))
+		refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("token %s has role %s, but %s %s needs role %s", name, tok.Role, r.Method, r.URL.Path, need))
 		return false
 	}
 	return true

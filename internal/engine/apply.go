@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/registry"
@@ -22,13 +23,20 @@ var (
 )
 
 // Change is one requested change of a unit. File is set to create the unit
-// (a unit that exists with the same hash is left as is); DesiredState, when
-// not "", sets its desired state; Destroy removes it.
+// (a unit that exists with the same hash is left as is; one with another
+// hash is refused with ErrConflict, or replaced when Replace is set);
+// DesiredState, when not "", sets its desired state; Destroy removes it.
+//
+// A replaced unit keeps its desired state and its machine, whose agent
+// restarts it with the new file, unless the new file's placement (its
+// [X-Fleet] options or resource needs) differs: then it is placed again,
+// as a new unit, and may move.
 type Change struct {
 	Name         string
 	File         *unit.File
 	DesiredState unit.DesiredState
 	Destroy      bool
+	Replace      bool
 }
 
 type applyReq struct {
@@ -274,11 +282,20 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 	}
 	next := cur
 	switch {
-	case c.File != nil && cur != nil:
-		if cur.file.Hash != c.File.Hash {
-			return fmt.Errorf("%w: unit %s already exists with different contents (hash %s); destroy it before submitting a new version",
+	case c.File != nil && cur != nil && cur.file.Hash != c.File.Hash:
+		if !c.Replace {
+			return fmt.Errorf("%w: unit %s already exists with different contents (hash %s); destroy it before submitting a new version, or replace it through the API (?replace=true)",
 				ErrConflict, c.Name, unit.ShortHash(cur.file.Hash))
 		}
+		su := scheduler.NewUnit(c.File)
+		next = cur.with(func(r *unitRec) {
+			r.file = c.File
+			if !reflect.DeepEqual(*su, *r.su) {
+				r.machine, r.reason = "", "" // placed again by the new constraints
+			}
+			r.su = su
+		})
+	case c.File != nil && cur != nil:
 	case c.File != nil:
 		next = &unitRec{file: c.File, desired: unit.Inactive, su: scheduler.NewUnit(c.File)}
 	case cur == nil:
