@@ -27,7 +27,7 @@ func TestDaemonConfigErrors(t *testing.T) {
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--etcd-initial-cluster", "n2=http://127.0.0.1:1", "--name", "n1"}, "does not include this member"},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--capacity-cpu", "many"}, "--capacity-cpu"},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--log-level", "loud"}, "--log-level"},
-		{[]string{"dev", "--api-addr", "nowhere"}, "--api-addr"},
+		{[]string{"dev", "--data-dir", dir, "--api-addr", "nowhere"}, "--api-addr"},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--agent-ttl", "8s", "--election-ttl", "5s"}, "use at least 13s"},
 		{[]string{"daemon", "--data-dir", dir, "--etcd-embed", "--election-ttl", "500ms"}, "at least 1s"},
 	} {

@@ -105,7 +105,7 @@ func TestSecureCluster(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, nd := range nodes {
-			nd.stop(t)
+			nd.shutdown(t)
 		}
 		if t.Failed() {
 			for _, nd := range nodes {
@@ -337,7 +337,7 @@ func TestDevDriveBy(t *testing.T) {
 	nd := &node{name: "dev", dir: t.TempDir(), api: freeAddr(t)}
 	nd.args = []string{"dev", "--data-dir", nd.dir, "--api-addr", nd.api}
 	nd.start(t)
-	t.Cleanup(func() { nd.stop(t) })
+	t.Cleanup(func() { nd.shutdown(t) })
 	eventually(t, 30*time.Second, "dev up", func() error { _, err := cli(t, nd, "list-machines"); return err })
 
 	body := `{"units":[{"name":"pwn.service","file":"[Service]\nExecStart=/usr/bin/id\n","desiredState":"launched"}]}`

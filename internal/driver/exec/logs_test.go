@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -39,7 +40,15 @@ func TestLogMaxFiles(t *testing.T) {
 	d, rec := newTestDriver(t, func(c *Config) { c.MaxLogBytes = 1024; c.MaxLogFiles = 3 })
 	mustLoadStart(t, d, chatty("three.service", 300))
 	rec.waitEnded(t, "three.service", "inactive")
-	if got := strings.Join(logFiles(t, d, "three.service"), " "); got != " .1 .2 .3" {
+	// The last lines may still be on their way from the output pipe (and a
+	// rotation under way) when the unit is reported ended.
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if got = strings.Join(logFiles(t, d, "three.service"), " "); got == " .1 .2 .3" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if got != " .1 .2 .3" {
 		t.Fatalf("log files %q, want the current one and .1 to .3", got)
 	}
 	for _, suf := range []string{"", ".1", ".2", ".3"} {
