@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 // sampleUnits is a cluster state: a running unit, a global-like unit on

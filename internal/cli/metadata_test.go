@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/client/clienttest"
 )
 

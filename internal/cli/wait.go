@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 )
 
 // Desired and current states of units, in fleet's vocabulary.

@@ -11,7 +11,7 @@ import (
 type APIError struct {
 	// Status is the HTTP status code.
 	Status int
-	// Code is the server's machine-readable kind (apiv1.Error.Code):
+	// Code is the server's machine-readable kind (api.Error.Code):
 	// bad_request, not_found, conflict, too_large, unavailable,
 	// etcd_unreachable (the leader cannot reach etcd: nothing was changed,
 	// unless the message says the change may have been written), internal;

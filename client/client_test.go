@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
+	"github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/client/clienttest"
 )
 
-var machines = []apiv1.Machine{
+var machines = []api.Machine{
 	{ID: "113f16a7c1a44b8f9d0e1a2b3c4d5e6f", IP: "172.17.8.101", Metadata: map[string]string{"role": "web"}, Leader: true},
 	{ID: "2c0ffee0aa44b8f9d0e1a2b3c4d5e6f7", IP: "172.17.8.102"},
 }
@@ -78,7 +78,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 
 	file := "[Unit]\nDescription=Hello\n[Service]\nExecStart=/bin/sleep 1000\n"
-	res, err := c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{
+	res, err := c.Batch(ctx, api.Batch{Units: []api.UnitChange{
 		{Name: "hello.service", File: file, DesiredState: "launched"},
 		{Name: "other.service", File: "[Service]\nExecStart=/bin/true\n"},
 	}})
@@ -120,7 +120,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("Machines = %+v, %v", ms, err)
 	}
 
-	pu, err := c.PutUnit(ctx, apiv1.UnitChange{Name: "other.service", DesiredState: "loaded"})
+	pu, err := c.PutUnit(ctx, api.UnitChange{Name: "other.service", DesiredState: "loaded"})
 	if err != nil || pu.DesiredState != "loaded" {
 		t.Fatalf("PutUnit = %+v, %v", pu, err)
 	}
@@ -132,11 +132,11 @@ func TestRoundTrip(t *testing.T) {
 	}
 
 	web, db := "web", "db"
-	m, err := c.PatchMachine(ctx, machines[1].ID, apiv1.MachinePatch{Metadata: map[string]*string{"role": &db, "az": nil}})
+	m, err := c.PatchMachine(ctx, machines[1].ID, api.MachinePatch{Metadata: map[string]*string{"role": &db, "az": nil}})
 	if err != nil || m.ID != machines[1].ID || len(m.Metadata) != 1 || m.Metadata["role"] != "db" {
 		t.Fatalf("PatchMachine = %+v, %v", m, err)
 	}
-	m, err = c.PatchMachine(ctx, machines[0].ID, apiv1.MachinePatch{Metadata: map[string]*string{"role": nil, "az": &web}})
+	m, err = c.PatchMachine(ctx, machines[0].ID, api.MachinePatch{Metadata: map[string]*string{"role": nil, "az": &web}})
 	if err != nil || len(m.Metadata) != 1 || m.Metadata["az"] != "web" || m.Units != 1 {
 		t.Fatalf("PatchMachine(remove role) = %+v, %v", m, err)
 	}
@@ -163,20 +163,20 @@ func TestAPIErrors(t *testing.T) {
 		t.Errorf("IsNotFound/IsConflict wrong for %v", err)
 	}
 
-	if _, err := c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: "a.service", File: "x"}}}); err != nil {
+	if _, err := c.Batch(ctx, api.Batch{Units: []api.UnitChange{{Name: "a.service", File: "x"}}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: "a.service", File: "y"}}})
+	_, err = c.Batch(ctx, api.Batch{Units: []api.UnitChange{{Name: "a.service", File: "y"}}})
 	if !client.IsConflict(err) {
 		t.Errorf("different file: error = %v, want a conflict", err)
 	}
 
 	v := "x"
-	_, err = c.PatchMachine(ctx, "nope", apiv1.MachinePatch{Metadata: map[string]*string{"k": &v}})
+	_, err = c.PatchMachine(ctx, "nope", api.MachinePatch{Metadata: map[string]*string{"k": &v}})
 	if !client.IsNotFound(err) || !strings.Contains(err.Error(), "machine nope is not part of the cluster") {
 		t.Errorf("PatchMachine(nope) error = %v, want not found", err)
 	}
-	for _, p := range []apiv1.MachinePatch{{}, {Metadata: map[string]*string{"a b": &v}}} {
+	for _, p := range []api.MachinePatch{{}, {Metadata: map[string]*string{"a b": &v}}} {
 		_, err = c.PatchMachine(ctx, machines[0].ID, p)
 		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != "bad_request" {
 			t.Errorf("PatchMachine(%v) error = %#v, want 400 bad_request", p.Metadata, err)
@@ -267,7 +267,7 @@ func TestPaths(t *testing.T) {
 	c.Units(ctx, "a.service", "b.service")
 	c.UnitStates(ctx, client.UnitStateFilter{Machine: "m1", Names: []string{"a.service"}})
 	c.DestroyUnit(ctx, "a b.service")
-	c.PatchMachine(ctx, "m/1", apiv1.MachinePatch{})
+	c.PatchMachine(ctx, "m/1", api.MachinePatch{})
 	want := []string{
 		"GET /prefix/v1/units/web@1.service",
 		"GET /prefix/v1/units?name=a.service&name=b.service",
@@ -282,7 +282,7 @@ func TestPaths(t *testing.T) {
 
 func TestJournal(t *testing.T) {
 	srv := clienttest.NewServer(t, machines...)
-	srv.AddUnit(apiv1.Unit{Name: "hello.service", File: "x", DesiredState: "launched"})
+	srv.AddUnit(api.Unit{Name: "hello.service", File: "x", DesiredState: "launched"})
 	srv.SetJournal("hello.service", []string{"l1", "l2", "l3"}, []string{"new1"})
 	c := newClient(t, srv.URL)
 

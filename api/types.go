@@ -1,7 +1,7 @@
 // Package apiv1 holds the JSON shapes of Flotilla's HTTP API under /v1.
 // The server (internal/api) and the client (internal/client) share them; the
 // API is documented for curl users in docs/api.md.
-package apiv1
+package api
 
 // EtcdUnreachableHeader is set on every answer of a leader that cannot
 // reach etcd, to the time (RFC 3339) since when: its answers come from its
