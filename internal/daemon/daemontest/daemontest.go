@@ -1,0 +1,127 @@
+// Package daemontest runs real Flotilla clusters in the test process: each
+// machine is a daemon (daemon.Run) on loopback, the first with an embedded
+// etcd member and the engine, the others agents on that etcd. Tests of the
+// client and the CLI use it to speak to the real API, engine and agents.
+//
+// A test binary whose machines use the exec driver must call
+// supervisortest.Main from its TestMain.
+package daemontest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
+)
+
+// Machine describes one machine of a test cluster.
+type Machine struct {
+	ID       string            // the machine ID (--name); required
+	IP       string            // shown by list-machines (default 127.0.0.1)
+	Metadata map[string]string // for MachineMetadata=
+	// Exec runs units as real processes (the exec driver); otherwise they
+	// run in memory (the sim driver, which starts every unit at once).
+	Exec bool
+}
+
+// Cluster is a running test cluster.
+type Cluster struct {
+	// URL is the API of the first machine, which leads.
+	URL string
+	// URLs are the APIs of all machines, in the order given.
+	URLs []string
+}
+
+// timeout bounds each daemon's start and the wait for the cluster.
+const timeout = 60 * time.Second
+
+// Start runs a cluster of the machines and returns once the first leads
+// and every machine is up. It is stopped when the test ends.
+func Start(t testing.TB, machines ...Machine) *Cluster {
+	t.Helper()
+	if len(machines) == 0 {
+		t.Fatal("daemontest.Start: no machines")
+	}
+	c := &Cluster{}
+	var etcd string
+	for i, m := range machines {
+		cfg := daemon.Config{Name: m.ID, PublicIP: m.IP, Metadata: m.Metadata, Driver: "sim",
+			ElectionTTL: time.Second, AgentTTL: 5 * time.Second}
+		if m.Exec {
+			cfg.Driver = "exec"
+		}
+		if i == 0 {
+			cfg.EtcdEmbed, cfg.EtcdClientAddr, cfg.EtcdPeerAddr = true, "127.0.0.1:0", "127.0.0.1:0"
+		} else {
+			cfg.EtcdEndpoints, cfg.NoEngine = []string{etcd}, true
+		}
+		a := run(t, cfg)
+		if i == 0 {
+			etcd = "http://" + a.EtcdClient
+			c.URL = "http://" + a.API
+		}
+		c.URLs = append(c.URLs, "http://"+a.API)
+	}
+	cl, err := client.New(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		ml, err := cl.Machines(context.Background())
+		if err == nil && len(ml.Machines) == len(machines) && slices.ContainsFunc(ml.Machines, func(m api.Machine) bool { return m.Leader }) {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemontest: %d machines not all up with a leader within %v (last: %v)", len(machines), timeout, err)
+		}
+	}
+}
+
+// StartNoLeader runs one daemon with neither engine nor agent: its API
+// answers, but its cluster never has a leader. It returns the API URL.
+func StartNoLeader(t testing.TB) string {
+	t.Helper()
+	a := run(t, daemon.Config{Name: "noleader", EtcdEmbed: true, EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0",
+		ElectionTTL: time.Second, NoEngine: true, NoAgent: true})
+	return "http://" + a.API
+}
+
+// run starts one daemon with cfg (in a new data directory, API on a free
+// loopback port) and returns its addresses once it serves.
+func run(t testing.TB, cfg daemon.Config) daemon.Addrs {
+	t.Helper()
+	cfg.DataDir = t.TempDir()
+	cfg.APIAddr = "127.0.0.1:0"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	ready := make(chan daemon.Addrs, 1)
+	cfg.Ready = func(a daemon.Addrs) { ready <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- daemon.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon %s: %v", cfg.Name, err)
+		}
+		if cfg.Driver == "exec" {
+			supervisortest.Stop(t, filepath.Join(cfg.DataDir, "units"))
+		}
+	})
+	select {
+	case a := <-ready:
+		return a
+	case err := <-done:
+		t.Fatalf("daemon %s ended before it was ready: %v", cfg.Name, err)
+	case <-time.After(timeout):
+		t.Fatalf("daemon %s not ready within %v", cfg.Name, timeout)
+	}
+	panic(fmt.Sprintf("daemon %s: unreachable", cfg.Name))
+}
