@@ -15,12 +15,31 @@ import (
 
 	"github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
-	"github.com/flotilla/flotilla/internal/client/clienttest"
+	"github.com/flotilla/flotilla/internal/daemon/daemontest"
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 )
 
-var machines = []api.Machine{
-	{ID: "113f16a7c1a44b8f9d0e1a2b3c4d5e6f", IP: "172.17.8.101", Metadata: map[string]string{"role": "web"}, Leader: true},
+// TestMain lets this test binary be the supervisor of the units the
+// tests' daemons run with the exec driver.
+func TestMain(m *testing.M) { supervisortest.Main(m) }
+
+var machines = []daemontest.Machine{
+	{ID: "113f16a7c1a44b8f9d0e1a2b3c4d5e6f", IP: "172.17.8.101", Metadata: map[string]string{"role": "web"}},
 	{ID: "2c0ffee0aa44b8f9d0e1a2b3c4d5e6f7", IP: "172.17.8.102"},
+}
+
+// waitUnit polls until ok(the unit) or fails the test after 30s.
+func waitUnit(t *testing.T, c *client.Client, name string, ok func(*api.Unit) bool) *api.Unit {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		u, err := c.Unit(context.Background(), name)
+		if err == nil && ok(u) {
+			return u
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unit %s not as wanted within 30s: %+v, %v", name, u, err)
+		}
+	}
 }
 
 func newClient(t *testing.T, endpoint string, opts ...client.Option) *client.Client {
@@ -68,8 +87,7 @@ func TestNewValidatesEndpoint(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	srv := clienttest.NewServer(t, machines...)
-	c := newClient(t, srv.URL)
+	c := newClient(t, daemontest.Start(t, machines...).URL)
 	ctx := context.Background()
 
 	st, err := c.Status(ctx)
@@ -77,7 +95,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 
-	file := "[Unit]\nDescription=Hello\n[Service]\nExecStart=/bin/sleep 1000\n"
+	file := "[Unit]\nDescription=Hello\n[Service]\nExecStart=/bin/sleep 1000\n[X-Fleet]\nMachineID=" + machines[0].ID + "\n"
 	res, err := c.Batch(ctx, api.Batch{Units: []api.UnitChange{
 		{Name: "hello.service", File: file, DesiredState: "launched"},
 		{Name: "other.service", File: "[Service]\nExecStart=/bin/true\n"},
@@ -85,9 +103,13 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Batch: %v", err)
 	}
-	if len(res.Units) != 2 || res.Units[0].DesiredState != "launched" || res.Units[0].Machine != machines[0].ID {
+	if len(res.Units) != 2 || res.Units[0].DesiredState != "launched" {
 		t.Fatalf("Batch = %+v", res)
 	}
+	// The engine places and the agent starts the unit after the batch.
+	waitUnit(t, c, "hello.service", func(u *api.Unit) bool {
+		return u.Machine == machines[0].ID && u.CurrentState == "launched" && u.State != nil && u.State.Sub == "running"
+	})
 
 	l, err := c.Units(ctx, "hello.service", "nope.service")
 	if err != nil {
@@ -127,8 +149,8 @@ func TestRoundTrip(t *testing.T) {
 	if err := c.DestroyUnit(ctx, "other.service"); err != nil {
 		t.Fatalf("DestroyUnit: %v", err)
 	}
-	if _, ok := srv.Unit("other.service"); ok {
-		t.Fatal("other.service still exists after DestroyUnit")
+	if _, err := c.Unit(ctx, "other.service"); !client.IsNotFound(err) {
+		t.Fatalf("other.service after DestroyUnit: %v, want not found", err)
 	}
 
 	web, db := "web", "db"
@@ -140,15 +162,14 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || len(m.Metadata) != 1 || m.Metadata["az"] != "web" || m.Units != 1 {
 		t.Fatalf("PatchMachine(remove role) = %+v, %v", m, err)
 	}
-	// hello.service needs no metadata: it stays.
-	if u, _ := srv.Unit("hello.service"); u.Machine != machines[0].ID {
+	// hello.service is bound by MachineID=, not metadata: it stays.
+	if u, _ := c.Unit(ctx, "hello.service"); u.Machine != machines[0].ID {
 		t.Errorf("hello.service moved to %q", u.Machine)
 	}
 }
 
 func TestAPIErrors(t *testing.T) {
-	srv := clienttest.NewServer(t, machines...)
-	c := newClient(t, srv.URL)
+	c := newClient(t, daemontest.Start(t, machines...).URL)
 	ctx := context.Background()
 
 	_, err := c.Unit(ctx, "nope.service")
@@ -156,17 +177,17 @@ func TestAPIErrors(t *testing.T) {
 	if !errors.As(err, &ae) {
 		t.Fatalf("Unit(nope) error = %T %v, want *APIError", err, err)
 	}
-	if ae.Status != http.StatusNotFound || ae.Code != "not_found" || err.Error() != "unit nope.service does not exist" {
+	if ae.Status != http.StatusNotFound || ae.Code != "not_found" || err.Error() != "unit nope.service not found" {
 		t.Errorf("Unit(nope) = %#v, want 404 not_found with the server's message", ae)
 	}
 	if !client.IsNotFound(err) || client.IsConflict(err) {
 		t.Errorf("IsNotFound/IsConflict wrong for %v", err)
 	}
 
-	if _, err := c.Batch(ctx, api.Batch{Units: []api.UnitChange{{Name: "a.service", File: "x"}}}); err != nil {
+	if _, err := c.Batch(ctx, api.Batch{Units: []api.UnitChange{{Name: "a.service", File: "[Service]\nExecStart=/bin/x\n"}}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Batch(ctx, api.Batch{Units: []api.UnitChange{{Name: "a.service", File: "y"}}})
+	_, err = c.Batch(ctx, api.Batch{Units: []api.UnitChange{{Name: "a.service", File: "[Service]\nExecStart=/bin/y\n"}}})
 	if !client.IsConflict(err) {
 		t.Errorf("different file: error = %v, want a conflict", err)
 	}
@@ -281,22 +302,49 @@ func TestPaths(t *testing.T) {
 }
 
 func TestJournal(t *testing.T) {
-	srv := clienttest.NewServer(t, machines...)
-	srv.AddUnit(api.Unit{Name: "hello.service", File: "x", DesiredState: "launched"})
-	srv.SetJournal("hello.service", []string{"l1", "l2", "l3"}, []string{"new1"})
-	c := newClient(t, srv.URL)
-
-	rc, err := c.Journal(context.Background(), "hello.service", client.JournalOptions{Lines: 2})
-	if err != nil {
+	c := newClient(t, daemontest.Start(t, daemontest.Machine{ID: "m1", Exec: true}).URL)
+	file := "[Service]\nExecStart=/bin/sh -c 'echo l1; echo l2; echo l3; exec sleep 1000'\n"
+	if _, err := c.PutUnit(context.Background(), api.UnitChange{Name: "hello.service", File: file, DesiredState: "launched"}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil || string(b) != "l2\nl3\n" {
-		t.Fatalf("journal = %q, %v", b, err)
+	waitUnit(t, c, "hello.service", func(u *api.Unit) bool { return u.State != nil && u.State.Sub == "running" })
+	journal := func(lines int) []string {
+		t.Helper()
+		rc, err := c.Journal(context.Background(), "hello.service", client.JournalOptions{Lines: lines})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	}
+	// The product's lines are "TIME UNIT[PID]: TEXT", the unit's output
+	// among the daemon's own lines ("flotilla[PID]: Started ...").
+	var all []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		all = journal(100)
+		var text []string
+		for _, l := range all {
+			if _, after, ok := strings.Cut(l, "hello.service["); ok {
+				_, after, _ = strings.Cut(after, "]: ")
+				text = append(text, after)
+			}
+		}
+		if strings.Join(text, ",") == "l1,l2,l3" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("journal within 30s = %q, want the unit's l1, l2, l3", all)
+		}
+	}
+	if last := journal(2); strings.Join(last, "\n") != strings.Join(all[len(all)-2:], "\n") {
+		t.Errorf("journal -n 2 = %q, want the last two of %q", last, all)
 	}
 
-	_, err = c.Journal(context.Background(), "nope.service", client.JournalOptions{})
+	_, err := c.Journal(context.Background(), "nope.service", client.JournalOptions{})
 	if !client.IsNotFound(err) {
 		t.Fatalf("journal of missing unit: %v, want not found", err)
 	}
