@@ -1,6 +1,22 @@
 // Package client is a Go client of Flotilla's HTTP API (/v1). It speaks the
 // JSON shapes of package api and turns every non-2xx answer into an
-// *APIError carrying the server's message and code.
+// *APIError carrying the server's message and code, and a connection that
+// cannot be made into an *UnreachableError.
+//
+// A program connects to a daemon (any machine's: it forwards to the
+// leader), changes units and reads the cluster:
+//
+//	c, err := client.New("http://127.0.0.1:7480")
+//	...
+//	_, err = c.PutUnit(ctx, api.UnitChange{Name: "hello.service", File: text, DesiredState: "launched"})
+//	...
+//	units, err := c.Units(ctx)
+//
+// A change is accepted once it is written; the engine places the unit and
+// its machine's agent starts it afterwards, so a caller that must know the
+// unit runs polls Unit (or follows Events) until its State says so. See the
+// package example, docs/api.md for the API and docs/operations.md for
+// tokens and TLS (WithToken, WithTLS).
 package client
 
 import (
@@ -190,8 +206,8 @@ func (c *Client) Batch(ctx context.Context, b api.Batch) (*api.BatchResult, erro
 
 // UnitStateFilter narrows UnitStates; zero fields do not filter.
 type UnitStateFilter struct {
-	Machine string
-	Names   []string
+	Machine string   // only the states this machine reports
+	Names   []string // only the states of these units
 }
 
 // UnitStates returns what the agents report about their units.
@@ -293,6 +309,7 @@ type streamBody struct {
 	cancel context.CancelFunc
 }
 
+// Close closes the body and releases the request's context.
 func (b *streamBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel()
