@@ -24,10 +24,10 @@ import (
 // the test can count and inspect the requests they sent, and act before a
 // batch reaches the cluster.
 type testServer struct {
-	URL string
+	URL     string
 	api     *client.Client // straight to the cluster
 	cluster *daemontest.Cluster
-	now time.Time      // the commands' clock, if set
+	now     time.Time // the commands' clock, if set
 
 	mu       sync.Mutex
 	requests map[string]int
