@@ -28,20 +28,6 @@ var machines = []daemontest.Machine{
 	{ID: "2c0ffee0aa44b8f9d0e1a2b3c4d5e6f7", IP: "172.17.8.102"},
 }
 
-// waitUnit polls until ok(the unit) or fails the test after 30s.
-func waitUnit(t *testing.T, c *client.Client, name string, ok func(*api.Unit) bool) *api.Unit {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		u, err := c.Unit(context.Background(), name)
-		if err == nil && ok(u) {
-			return u
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("unit %s not as wanted within 30s: %+v, %v", name, u, err)
-		}
-	}
-}
-
 func newClient(t *testing.T, endpoint string, opts ...client.Option) *client.Client {
 	t.Helper()
 	c, err := client.New(endpoint, opts...)
@@ -107,7 +93,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("Batch = %+v", res)
 	}
 	// The engine places and the agent starts the unit after the batch.
-	waitUnit(t, c, "hello.service", func(u *api.Unit) bool {
+	daemontest.WaitUnit(t, c, "hello.service", func(u *api.Unit) bool {
 		return u.Machine == machines[0].ID && u.CurrentState == "launched" && u.State != nil && u.State.Sub == "running"
 	})
 
@@ -307,7 +293,7 @@ func TestJournal(t *testing.T) {
 	if _, err := c.PutUnit(context.Background(), api.UnitChange{Name: "hello.service", File: file, DesiredState: "launched"}); err != nil {
 		t.Fatal(err)
 	}
-	waitUnit(t, c, "hello.service", func(u *api.Unit) bool { return u.State != nil && u.State.Sub == "running" })
+	daemontest.WaitUnit(t, c, "hello.service", func(u *api.Unit) bool { return u.State != nil && u.State.Sub == "running" })
 	journal := func(lines int) []string {
 		t.Helper()
 		rc, err := c.Journal(context.Background(), "hello.service", client.JournalOptions{Lines: lines})

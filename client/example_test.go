@@ -59,5 +59,5 @@ func TestExample(t *testing.T) {
 		t.Errorf("Example printed %q, want %q", out, "hello.service launched\n")
 	}
 	c := newClient(t, endpoint)
-	waitUnit(t, c, "hello.service", func(u *api.Unit) bool { return u.State != nil && u.State.Active == "active" })
+	daemontest.WaitUnit(t, c, "hello.service", func(u *api.Unit) bool { return u.State != nil && u.State.Active == "active" })
 }

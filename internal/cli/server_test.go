@@ -177,15 +177,7 @@ func (s *testServer) put(t *testing.T, desired string, files map[string]string) 
 // waitUnit polls the cluster until ok(unit) or fails the test after 30s.
 func (s *testServer) waitUnit(t *testing.T, name string, ok func(apiv1.Unit) bool) apiv1.Unit {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		u, found := s.Unit(t, name)
-		if found && ok(u) {
-			return u
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("unit %s not as wanted within 30s: %+v", name, u)
-		}
-	}
+	return *daemontest.WaitUnit(t, s.api, name, func(u *apiv1.Unit) bool { return ok(*u) })
 }
 
 // running reports whether u runs where it is scheduled.

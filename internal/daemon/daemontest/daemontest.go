@@ -177,3 +177,19 @@ func run(t testing.TB, cfg daemon.Config) (daemon.Addrs, string) {
 	}
 	panic(fmt.Sprintf("daemon %s: unreachable", cfg.Name))
 }
+
+// WaitUnit polls the unit through c until ok(unit) and returns it, or
+// fails the test after 30s: the cluster places and starts units after a
+// write returns.
+func WaitUnit(t testing.TB, c *client.Client, name string, ok func(*api.Unit) bool) *api.Unit {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		u, err := c.Unit(context.Background(), name)
+		if err == nil && ok(u) {
+			return u
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unit %s not as wanted within 30s: %+v, %v", name, u, err)
+		}
+	}
+}

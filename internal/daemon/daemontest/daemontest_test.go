@@ -42,15 +42,9 @@ func TestStart(t *testing.T) {
 	if _, err := cl.PutUnit(ctx, api.UnitChange{Name: "web.service", File: file, DesiredState: "launched"}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		u, err := cl.Unit(ctx, "web.service")
-		if err == nil && u.Machine == "a" && u.State != nil && u.State.Active == "active" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("web.service not running on a within 30s: %+v, %v", u, err)
-		}
-	}
+	daemontest.WaitUnit(t, cl, "web.service", func(u *api.Unit) bool {
+		return u.Machine == "a" && u.State != nil && u.State.Active == "active"
+	})
 }
 
 // TestFreeze: a frozen machine takes a unit but does not start it.
