@@ -17,9 +17,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/agent"
 	"github.com/flotilla/flotilla/internal/api"
-	"github.com/flotilla/flotilla/internal/apiv1"
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"

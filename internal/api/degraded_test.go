@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/api"
-	"github.com/flotilla/flotilla/internal/apiv1"
 	"github.com/flotilla/flotilla/internal/cli"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/etcdtest"

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 // sseHeartbeat is how often an idle event stream carries a comment, so

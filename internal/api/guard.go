@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/auth"
 )
 

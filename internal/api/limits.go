@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"

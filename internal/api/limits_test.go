@@ -9,8 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/api"
-	"github.com/flotilla/flotilla/internal/apiv1"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/registry"
 )

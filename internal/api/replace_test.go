@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 func TestReplace(t *testing.T) {

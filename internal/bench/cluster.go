@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/client"
+	"github.com/flotilla/flotilla/client"
 )
 
 // cluster is the cluster of one run: an etcd process, engine processes,

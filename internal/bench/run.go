@@ -12,8 +12,8 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/limits"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/auth"
-	"github.com/flotilla/flotilla/internal/client"
 )
 
 // DefaultEndpoint is where the commands look for the API when neither

@@ -16,8 +16,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client/clienttest"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 )
 
 const (
@@ -38,25 +39,29 @@ type result struct {
 }
 
 // run executes the flotilla commands with args against srv.
-func run(t *testing.T, srv *clienttest.Server, args ...string) result {
+func run(t *testing.T, srv *testServer, args ...string) result {
 	t.Helper()
 	return runContext(context.Background(), t, srv, args...)
 }
 
-func runContext(ctx context.Context, t *testing.T, srv *clienttest.Server, args ...string) result {
+func runContext(ctx context.Context, t *testing.T, srv *testServer, args ...string) result {
 	t.Helper()
 	var out bytes.Buffer
 	return runWriter(ctx, t, srv, &out, args...)
 }
 
 // runWriter is run with ctx, writing standard output to out.
-func runWriter(ctx context.Context, t *testing.T, srv *clienttest.Server, out io.Writer, args ...string) result {
+func runWriter(ctx context.Context, t *testing.T, srv *testServer, out io.Writer, args ...string) result {
 	t.Helper()
 	root := &cobra.Command{Use: "flotilla", SilenceErrors: true}
+	now := time.Date(2024, 5, 1, 12, 2, 3, 0, time.UTC)
+	if srv != nil && !srv.now.IsZero() {
+		now = srv.now
+	}
 	g := &Globals{
 		pollMin: time.Millisecond,
 		pollMax: 5 * time.Millisecond,
-		now:     func() time.Time { return time.Date(2024, 5, 1, 12, 2, 3, 0, time.UTC) },
+		now:     func() time.Time { return now },
 	}
 	g.AddFlags(root.PersistentFlags())
 	root.AddCommand(Commands(g)...)
@@ -104,8 +109,7 @@ func writeUnits(t *testing.T, files map[string]string) string {
 }
 
 func TestStartSubmitsAndWaits(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.SetLag(3)
+	srv := newServer(t, testMachines[0])
 	dir := writeUnits(t, map[string]string{"hello.service": helloFile, "web.service": "[Service]\nExecStart=/bin/web\n"})
 
 	r := run(t, srv, "start", filepath.Join(dir, "hello.service"), filepath.Join(dir, "web.service")).mustSucceed(t)
@@ -116,7 +120,7 @@ func TestStartSubmitsAndWaits(t *testing.T) {
 	if n := srv.Requests("POST /v1/batch"); n != 1 {
 		t.Errorf("%d batch requests, want 1", n)
 	}
-	if u, _ := srv.Unit("hello.service"); u.File != helloFile {
+	if u, _ := srv.Unit(t, "hello.service"); u.File != helloFile {
 		t.Errorf("submitted file = %q, want %q", u.File, helloFile)
 	}
 
@@ -128,7 +132,7 @@ func TestStartSubmitsAndWaits(t *testing.T) {
 }
 
 func TestStartManyFilesOneBatch(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
+	srv := newServer(t, testMachines[0])
 	files := map[string]string{}
 	var args []string
 	for i := range 150 {
@@ -147,20 +151,28 @@ func TestStartManyFilesOneBatch(t *testing.T) {
 	if n := srv.Requests("POST /v1/batch"); n != 1 {
 		t.Errorf("%d batch requests, want 1", n)
 	}
-	if n := srv.Requests("GET /v1/units"); n > 3 {
-		t.Errorf("%d unit list requests, want at most 3 (lookup and polls)", n)
+	// The wait polls the list of units, not each unit: the cluster takes
+	// as many polls as it needs, but never one request per unit.
+	if n := srv.Requests("GET /v1/units"); n >= 150 {
+		t.Errorf("%d unit list requests, want fewer than one per unit", n)
+	}
+	for _, r := range srv.Log() {
+		if r.Method == "GET" && strings.HasPrefix(r.Path, "/v1/units/") {
+			t.Errorf("the wait asked for one unit: GET %s", r.Path)
+			break
+		}
 	}
 }
 
 func TestStartCannotBePlaced(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
+	srv := newServer(t, testMachines[0])
 	dir := writeUnits(t, map[string]string{
 		"db.service":    "[Service]\nExecStart=/bin/db\n[X-Fleet]\nMachineMetadata=role=db\n",
 		"hello.service": helloFile,
 	})
 	r := run(t, srv, "start", filepath.Join(dir, "db.service"), filepath.Join(dir, "hello.service"))
 	r.mustFail(t, "1 of 2 units did not become launched")
-	if r.err != "Unit db.service cannot be placed: no machine matches MachineMetadata=role=db\n" {
+	if r.err != "Unit db.service cannot be placed: no machine has role=db\n" {
 		t.Errorf("stderr = %q", r.err)
 	}
 	if !strings.Contains(r.out, "Unit hello.service launched on") {
@@ -169,18 +181,21 @@ func TestStartCannotBePlaced(t *testing.T) {
 }
 
 func TestStartFails(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
+	m := machine(testMachines[0])
+	m.Exec = true // /bin/false really fails
+	srv := newCluster(t, m)
 	dir := writeUnits(t, map[string]string{"bad.service": "[Service]\nExecStart=/bin/false\n"})
 	r := run(t, srv, "start", filepath.Join(dir, "bad.service"))
 	r.mustFail(t, "1 of 1 units did not become launched")
-	if want := "Unit bad.service failed on 113f16a7.../172.17.8.101 (Result: exit-code)\n"; r.err != want {
+	if want := "Unit bad.service failed on 113f16a7.../172.17.8.101 (Result: exit-code): main process exited, code=exited, status=1/FAILURE\n"; r.err != want {
 		t.Errorf("stderr = %q, want %q", r.err, want)
 	}
 }
 
 func TestNoBlock(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.SetLag(1000)
+	m := machine(testMachines[0])
+	m.StartDelay = time.Hour
+	srv := newCluster(t, m)
 	dir := writeUnits(t, map[string]string{"hello.service": helloFile})
 	r := run(t, srv, "start", "--no-block", filepath.Join(dir, "hello.service")).mustSucceed(t)
 	if r.out != "Triggered unit hello.service start\n" {
@@ -188,18 +203,27 @@ func TestNoBlock(t *testing.T) {
 	}
 }
 
+// newFrozen is a cluster of testMachines whose m2 cannot start or stop
+// units: it runs real processes and its supervisor is frozen.
+func newFrozen(t *testing.T) *testServer {
+	t.Helper()
+	ms := []daemontest.Machine{machine(testMachines[0]), machine(testMachines[1])}
+	ms[1].Exec = true
+	srv := newCluster(t, ms...)
+	srv.cluster.Freeze(t, 1)
+	return srv
+}
+
 func TestBlockTimeout(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.SetLag(1 << 30)
-	dir := writeUnits(t, map[string]string{"hello.service": helloFile})
+	srv := newFrozen(t)
+	dir := writeUnits(t, map[string]string{"hello.service": onMachine(helloFile, m2)})
 	r := run(t, srv, "start", "--block-timeout", "50ms", filepath.Join(dir, "hello.service"))
 	r.mustFail(t, "timed out after 50ms waiting for units to become launched: hello.service")
 }
 
 func TestInterruptWhileWaiting(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.SetLag(1 << 30)
-	dir := writeUnits(t, map[string]string{"hello.service": helloFile})
+	srv := newFrozen(t)
+	dir := writeUnits(t, map[string]string{"hello.service": onMachine(helloFile, m2)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -215,8 +239,7 @@ func TestInterruptWhileWaiting(t *testing.T) {
 }
 
 func TestLifecycle(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.SetLag(2)
+	srv := newServer(t, testMachines[0])
 	dir := writeUnits(t, map[string]string{"hello.service": helloFile})
 	path := filepath.Join(dir, "hello.service")
 
@@ -238,15 +261,15 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("%v: stdout = %q, want %q", s.args, r.out, s.out)
 		}
 	}
-	if _, ok := srv.Unit("hello.service"); ok {
+	if _, ok := srv.Unit(t, "hello.service"); ok {
 		t.Error("hello.service still exists")
 	}
 }
 
 func TestStateCommandErrors(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.AddUnit(apiv1.Unit{Name: "idle.service", File: "x", DesiredState: "inactive", CurrentState: "inactive"})
-	dir := writeUnits(t, map[string]string{"idle.service": "different"})
+	srv := newServer(t, testMachines[0])
+	srv.put(t, stateInactive, map[string]string{"idle.service": "[Service]\nExecStart=/bin/idle\n"})
+	dir := writeUnits(t, map[string]string{"idle.service": "[Service]\nExecStart=/bin/different\n"})
 
 	for _, tc := range []struct {
 		args []string
@@ -259,8 +282,8 @@ func TestStateCommandErrors(t *testing.T) {
 		{[]string{"unload", "nope.service"}, "unit nope.service does not exist"},
 		{[]string{"start", "nope.service"}, "unit nope.service not found: it is neither in the cluster nor a file here"},
 		{[]string{"start", "./nope.service"}, "unit file ./nope.service not found"},
-		{[]string{"start", filepath.Join(dir, "idle.service")}, "unit idle.service already exists with a different file"},
-		{[]string{"submit", filepath.Join(dir, "idle.service")}, "unit idle.service already exists with a different file"},
+		{[]string{"start", filepath.Join(dir, "idle.service")}, "unit idle.service already exists with different contents"},
+		{[]string{"submit", filepath.Join(dir, "idle.service")}, "unit idle.service already exists with different contents"},
 		{[]string{"start", "--block-timeout", "-1s", "idle.service"}, "invalid --block-timeout -1s"},
 		{[]string{"start", "--block-timeout", "soon", "idle.service"}, `invalid argument "soon" for "--block-timeout"`},
 	} {
@@ -274,16 +297,16 @@ func TestStateCommandErrors(t *testing.T) {
 }
 
 func TestStartInstanceFromTemplate(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
+	srv := newServer(t, testMachines[0])
 	tmpl := "[Service]\nExecStart=/bin/web %i\n"
-	srv.AddUnit(apiv1.Unit{Name: "web@.service", File: tmpl, DesiredState: "inactive", CurrentState: "inactive"})
+	srv.put(t, stateInactive, map[string]string{"web@.service": tmpl})
 
 	r := run(t, srv, "start", "web@1", "web@2.service").mustSucceed(t)
 	if strings.Count(r.out, "launched on") != 2 {
 		t.Errorf("stdout = %q", r.out)
 	}
 	for _, n := range []string{"web@1.service", "web@2.service"} {
-		if u, ok := srv.Unit(n); !ok || u.File != tmpl {
+		if u, ok := srv.Unit(t, n); !ok || u.File != tmpl {
 			t.Errorf("%s = %+v, want the template's file", n, u)
 		}
 	}
@@ -291,15 +314,15 @@ func TestStartInstanceFromTemplate(t *testing.T) {
 	// A template file on disk serves for an instance path.
 	dir := writeUnits(t, map[string]string{"api@.service": "[Service]\nExecStart=/bin/api\n"})
 	run(t, srv, "submit", filepath.Join(dir, "api@7.service")).mustSucceed(t)
-	if _, ok := srv.Unit("api@7.service"); !ok {
+	if _, ok := srv.Unit(t, "api@7.service"); !ok {
 		t.Error("api@7.service not submitted from its template file")
 	}
 	run(t, srv, "start", "db@1.service").mustFail(t, "its template db@.service is neither in the cluster nor a file here")
 }
 
 func TestDestroyMissing(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.AddUnit(apiv1.Unit{Name: "a.service", File: "x", DesiredState: "inactive"})
+	srv := newServer(t, testMachines[0])
+	srv.put(t, stateInactive, map[string]string{"a.service": "[Service]\nExecStart=/bin/a\n"})
 	r := run(t, srv, "destroy", "a.service", "b.service").mustSucceed(t)
 	if r.out != "Destroyed a.service\n" || r.err != "Unit b.service does not exist, nothing to destroy\n" {
 		t.Errorf("stdout = %q, stderr = %q", r.out, r.err)
@@ -317,7 +340,7 @@ func TestConnectionRefusedMessage(t *testing.T) {
 }
 
 func TestGlobalFlagErrors(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
+	srv := newServer(t, testMachines[0])
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -343,7 +366,7 @@ func TestGlobalFlagErrors(t *testing.T) {
 }
 
 func TestListCommands(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
+	srv := newServer(t, testMachines...)
 	dir := writeUnits(t, map[string]string{
 		"hello.service": helloFile,
 		"db.service":    "[Service]\nExecStart=/bin/db\n[X-Fleet]\nMachineMetadata=role=db\n",
@@ -352,9 +375,9 @@ func TestListCommands(t *testing.T) {
 	run(t, srv, "start", filepath.Join(dir, "hello.service"))
 	run(t, srv, "start", "--no-block", filepath.Join(dir, "db.service"))
 	run(t, srv, "submit", filepath.Join(dir, "idle.service"))
-	hello, _ := srv.Unit("hello.service")
-	db, _ := srv.Unit("db.service")
-	idle, _ := srv.Unit("idle.service")
+	hello, _ := srv.Unit(t, "hello.service")
+	db, _ := srv.Unit(t, "db.service")
+	idle, _ := srv.Unit(t, "idle.service")
 
 	r := run(t, srv, "list-units").mustSucceed(t)
 	want := "UNIT\t\tMACHINE\t\t\t\tACTIVE\tSUB\n" +
@@ -372,11 +395,11 @@ func TestListCommands(t *testing.T) {
 	if r.out != want {
 		t.Errorf("list-unit-files:\n%q\nwant:\n%q", r.out, want)
 	}
-	if r.err != "Unit db.service cannot be placed: no machine matches MachineMetadata=role=db\n" {
+	if r.err != "Unit db.service cannot be placed: no machine has role=db\n" {
 		t.Errorf("list-unit-files stderr = %q", r.err)
 	}
 	r = run(t, srv, "list-unit-files", "--no-legend", "--fields", "unit,reason").mustSucceed(t)
-	if r.err != "" || !strings.Contains(r.out, "db.service\tno machine matches MachineMetadata=role=db\n") {
+	if r.err != "" || !strings.Contains(r.out, "db.service\tno machine has role=db\n") {
 		t.Errorf("list-unit-files --fields unit,reason: stdout %q stderr %q", r.out, r.err)
 	}
 
@@ -430,7 +453,8 @@ func TestListCommands(t *testing.T) {
 }
 
 func TestListEmpty(t *testing.T) {
-	srv := clienttest.NewServer(t)
+	// A leader without an agent: a cluster with no machines.
+	srv := newCluster(t, daemontest.Machine{ID: "m1", NoAgent: true})
 	for _, cmd := range []string{"list-units", "list-unit-files", "list-machines"} {
 		if r := run(t, srv, "-o", "json", cmd).mustSucceed(t); r.out != "[]\n" {
 			t.Errorf("%s -o json = %q, want []", cmd, r.out)
@@ -441,15 +465,46 @@ func TestListEmpty(t *testing.T) {
 	}
 }
 
-func TestStatus(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	dir := writeUnits(t, map[string]string{"hello.service": helloFile})
-	run(t, srv, "start", filepath.Join(dir, "hello.service")).mustSucceed(t)
-	srv.SetJournal("hello.service", []string{"one", "two"}, nil)
-	hello, _ := srv.Unit("hello.service")
+// journalOf returns the last n lines of the unit's journal as the API
+// gives them, once it holds a line of the unit's own that ends with last.
+func journalOf(t *testing.T, srv *testServer, name string, n int, last string) string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// Until the unit runs there may be no journal.
+		var b []byte
+		rc, err := srv.api.Journal(context.Background(), name, client.JournalOptions{Lines: n})
+		if err == nil {
+			b, err = io.ReadAll(rc)
+			rc.Close()
+		}
+		if err == nil && strings.Contains(string(b), name+"[") && strings.Contains(string(b), "]: "+last+"\n") {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("journal of %s within 30s = %q (%v), want a line %q of the unit", name, b, err, last)
+		}
+	}
+}
 
-	r := run(t, srv, "status", "hello").mustSucceed(t)
+// The journal lines are the product's: "TIME UNIT[PID]: TEXT" for the
+// unit's output, among the daemon's own lines ("flotilla[PID]: Started
+// ..."). status shows the last ten as the API gives them.
+func TestStatus(t *testing.T) {
+	m := machine(testMachines[0])
+	m.Exec = true
+	srv := newCluster(t, m)
+	file := "[Unit]\nDescription=Hello World\n\n[Service]\nExecStart=/bin/sh -c 'echo one; echo two; exec sleep 1000'\n"
+	dir := writeUnits(t, map[string]string{"hello.service": file})
+	run(t, srv, "start", filepath.Join(dir, "hello.service")).mustSucceed(t)
+	journal := journalOf(t, srv, "hello.service", statusJournalLines, "two")
+	if !strings.Contains(journal, "]: one\n") {
+		t.Errorf("journal = %q, want the unit's one and two", journal)
+	}
+	hello, _ := srv.Unit(t, "hello.service")
+
 	since, _ := time.Parse(time.RFC3339, hello.State.Since)
+	srv.now = since.Add(2*time.Minute + 2*time.Second)
+	r := run(t, srv, "status", "hello").mustSucceed(t)
 	want := "● hello.service - Hello World\n" +
 		"   Loaded: loaded\n" +
 		"   Active: active (running) since " + since.Local().Format("Mon 2006-01-02 15:04:05 MST") + "; 2min 2s ago\n" +
@@ -457,7 +512,7 @@ func TestStatus(t *testing.T) {
 		"  Machine: " + m1 + "/172.17.8.101\n" +
 		"  Desired: launched\n" +
 		"\n" +
-		"one\ntwo\n"
+		journal
 	if r.out != want {
 		t.Errorf("status:\n%s\nwant:\n%s", r.out, want)
 	}
@@ -476,50 +531,78 @@ func TestStatus(t *testing.T) {
 }
 
 func TestCat(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.AddUnit(apiv1.Unit{Name: "hello.service", File: "[Service]\nExecStart=/bin/x", DesiredState: "inactive"})
+	srv := newServer(t, testMachines[0])
+	srv.put(t, stateInactive, map[string]string{"hello.service": "[Service]\nExecStart=/bin/x"})
 	if r := run(t, srv, "cat", "hello").mustSucceed(t); r.out != "[Service]\nExecStart=/bin/x" {
 		t.Errorf("cat = %q", r.out)
 	}
-	run(t, srv, "cat", "nope.service").mustFail(t, "unit nope.service does not exist")
+	run(t, srv, "cat", "nope.service").mustFail(t, "unit nope.service not found")
 }
 
+// The journal lines are the product's (see TestStatus); journal prints
+// them as the API gives them.
 func TestJournal(t *testing.T) {
-	srv := clienttest.NewServer(t, testMachines...)
-	srv.AddUnit(apiv1.Unit{Name: "hello.service", File: "x", DesiredState: "launched"})
-	srv.SetJournal("hello.service", []string{"l1", "l2", "l3", "l4"}, []string{"new"})
+	m := machine(testMachines[0])
+	m.Exec = true
+	srv := newCluster(t, m)
+	goFile := filepath.Join(t.TempDir(), "go")
+	file := "[Service]\nExecStart=/bin/sh -c 'echo l1; echo l2; echo l3; echo l4; while [ ! -e " + goFile +
+		" ]; do sleep 0.05; done; echo new; exec sleep 1000'\n"
+	srv.put(t, stateLaunched, map[string]string{"hello.service": file})
+	all := journalOf(t, srv, "hello.service", 100, "l4")
+	lines := strings.SplitAfter(all, "\n")
+	lines = lines[:len(lines)-1]
 
-	if r := run(t, srv, "journal", "-n", "2", "hello.service").mustSucceed(t); r.out != "l3\nl4\n" {
-		t.Errorf("journal -n 2 = %q", r.out)
+	if r := run(t, srv, "journal", "-n", "2", "hello.service").mustSucceed(t); r.out != strings.Join(lines[len(lines)-2:], "") {
+		t.Errorf("journal -n 2 = %q, want the last two of %q", r.out, all)
 	}
-	if r := run(t, srv, "journal", "hello.service").mustSucceed(t); r.out != "l1\nl2\nl3\nl4\n" {
-		t.Errorf("journal = %q", r.out)
+	r := run(t, srv, "journal", "hello.service").mustSucceed(t)
+	if r.out != journalOf(t, srv, "hello.service", 10, "l4") {
+		t.Errorf("journal = %q, want the last ten of %q", r.out, all)
 	}
-	run(t, srv, "journal", "nope.service").mustFail(t, "unit nope.service does not exist")
+	var text []string
+	for _, l := range strings.Split(r.out, "\n") {
+		if _, after, ok := strings.Cut(l, "hello.service["); ok {
+			_, after, _ = strings.Cut(after, "]: ")
+			text = append(text, after)
+		}
+	}
+	if strings.Join(text, ",") != "l1,l2,l3,l4" {
+		t.Errorf("journal = %q, want the unit's l1 to l4", r.out)
+	}
+	run(t, srv, "journal", "nope.service").mustFail(t, "unit nope.service is not running on any machine, so it has no journal to show")
 
-	// -f follows until interrupted, and then ends cleanly.
+	// -f follows until interrupted, and then ends cleanly: the unit writes
+	// "new" once the journal is followed.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &watchWriter{want: "l4\nnew\n", cancel: cancel}
-	r := runWriter(ctx, t, srv, out, "journal", "-f", "-n", "1", "hello.service").mustSucceed(t)
-	if r.out != "l4\nnew\n" {
-		t.Errorf("journal -f = %q", r.out)
+	out := &watchWriter{
+		done:    func(s string) bool { return strings.HasSuffix(s, "]: new\n") },
+		onWrite: func() { os.WriteFile(goFile, nil, 0o644) },
+		cancel:  cancel,
+	}
+	r = runWriter(ctx, t, srv, out, "journal", "-f", "-n", "1", "hello.service").mustSucceed(t)
+	if !strings.HasPrefix(r.out, lines[len(lines)-1]) || !strings.HasSuffix(r.out, "]: new\n") {
+		t.Errorf("journal -f = %q, want %q then new lines up to the unit's new", r.out, lines[len(lines)-1])
 	}
 }
 
-// watchWriter collects output and calls cancel once it is want.
+// watchWriter collects output, calls onWrite after each write and cancel
+// once done says the output is complete.
 type watchWriter struct {
-	mu     sync.Mutex
-	b      bytes.Buffer
-	want   string
-	cancel context.CancelFunc
+	mu      sync.Mutex
+	b       bytes.Buffer
+	done    func(string) bool
+	onWrite func()
+	cancel  context.CancelFunc
 }
 
 func (w *watchWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n, err := w.b.Write(p)
-	if w.b.String() == w.want {
+	w.onWrite()
+	if w.done(w.b.String()) {
 		w.cancel()
 	}
 	return n, err

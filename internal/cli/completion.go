@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flotilla/flotilla/internal/client"
+	"github.com/flotilla/flotilla/client"
 )
 
 // completionTimeout bounds the API request behind one completion: a shell

@@ -7,13 +7,15 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 )
 
 // TestCompletion: cobra's completion protocol (what the bash, zsh and fish
 // scripts of `flotilla completion` call) completes unit names and machines
 // from a real cluster, and --fields and --output values.
 func TestCompletion(t *testing.T) {
-	api := startDaemon(t, false)
+	api := daemontest.Start(t, daemontest.Machine{ID: "m1"}).URL
 	dir := t.TempDir()
 	var files []string
 	for _, name := range []string{"web@.service", "web@1.service", "db.service"} {

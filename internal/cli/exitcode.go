@@ -7,7 +7,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/flotilla/flotilla/internal/client"
+	"github.com/flotilla/flotilla/client"
 )
 
 // Exit codes of flotilla commands (docs/cli.md).

@@ -2,67 +2,22 @@ package cli_test
 
 import (
 	"bytes"
-	"context"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla/flotilla/internal/cli"
-	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 )
 
 // TestMain lets this test binary be the supervisor of the daemons the
 // tests run in process.
 func TestMain(m *testing.M) { supervisortest.Main(m) }
-
-// startDaemon runs a real one-machine daemon (embedded etcd, engine, agent
-// with the exec driver, API) in the test process and returns its API URL
-// once it leads with its machine up; with noEngine, a daemon with neither
-// engine nor agent, whose cluster never has a leader.
-func startDaemon(t *testing.T, noEngine bool) string {
-	t.Helper()
-	dataDir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan daemon.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Config{Name: "m1", DataDir: dataDir, APIAddr: "127.0.0.1:0", EtcdEmbed: true,
-			EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0", ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
-			NoEngine: noEngine, NoAgent: noEngine, Logger: slog.New(slog.DiscardHandler), Ready: func(a daemon.Addrs) { ready <- a }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		supervisortest.Stop(t, filepath.Join(dataDir, "units"))
-	})
-	select {
-	case a := <-ready:
-		api := "http://" + a.API
-		for deadline := time.Now().Add(30 * time.Second); !noEngine; time.Sleep(50 * time.Millisecond) {
-			if code, out, _ := flotilla(t, api, "list-machines", "--no-legend"); code == 0 && strings.HasPrefix(out, "m1") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no leader with machine m1 within 30s")
-			}
-		}
-		return api
-	case err := <-done:
-		t.Fatalf("daemon ended before it was ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("daemon not ready within 60s")
-	}
-	return ""
-}
 
 // flotilla runs the CLI as cmd/flotilla does and returns its exit code,
 // standard output and standard error.
@@ -86,7 +41,7 @@ func flotilla(t *testing.T, endpoint string, args ...string) (code int, stdout, 
 
 // TestExitCodes: each exit code of docs/cli.md, against a real daemon.
 func TestExitCodes(t *testing.T) {
-	api := startDaemon(t, false)
+	api := daemontest.Start(t, daemontest.Machine{ID: "m1", Exec: true}).URL
 	dir := t.TempDir()
 	for name, text := range map[string]string{
 		"ok.service":      "[Service]\nExecStart=/bin/sleep 1000\n",
@@ -105,7 +60,7 @@ func TestExitCodes(t *testing.T) {
 	}
 	closed := "http://" + ln.Addr().String()
 	ln.Close()
-	noLeader := startDaemon(t, true)
+	noLeader := daemontest.StartNoLeader(t)
 
 	for _, tc := range []struct {
 		endpoint string

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 // sampleUnits is a cluster state: a running unit, a global-like unit on
@@ -265,6 +265,7 @@ func TestJudge(t *testing.T) {
 		{"not yet", waitTarget{changed: true}, stateLaunched, &apiv1.Unit{CurrentState: "loaded"}, pending},
 		{"cannot be placed", waitTarget{changed: true}, stateLaunched, &apiv1.Unit{CurrentState: "inactive", Reason: "no machine"}, unplaceable},
 		{"reason does not matter to unload", waitTarget{changed: true}, stateInactive, &apiv1.Unit{CurrentState: "loaded", Reason: "x"}, pending},
+		{"moving", waitTarget{changed: true}, stateLoaded, &apiv1.Unit{CurrentState: "inactive", Reason: "stopping on m1 before it moves"}, pending},
 		{"unloaded", waitTarget{changed: true}, stateInactive, &apiv1.Unit{CurrentState: "inactive"}, reached},
 		{"failed after the change", waitTarget{changed: true, snapshot: oldFailure}, stateLaunched,
 			&apiv1.Unit{CurrentState: "loaded", State: newFailure}, failed},

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 )
 
 // listFlags are the flags of the list commands.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 )
 
 func newSetMetadataCommand(g *Globals) *cobra.Command {

@@ -1,13 +1,15 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client/clienttest"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 )
 
 const m3 = "3ab0cafe0044b8f9d0e1a2b3c4d5e6f8"
@@ -22,12 +24,25 @@ var restartMachines = []apiv1.Machine{
 
 const webFile = "[Service]\nExecStart=/bin/web %i\n"
 
-// runningUnit is a unit launched and running on machine.
-func runningUnit(name, file, machine string, pid int) apiv1.Unit {
-	return apiv1.Unit{
-		Name: name, File: file, DesiredState: stateLaunched, CurrentState: stateLaunched, Machine: machine,
-		State: &apiv1.UnitState{Name: name, Machine: machine, Load: "loaded", Active: "active", Sub: "running", PID: pid},
+// onMachine is file bound to machine by [X-Fleet] MachineID=.
+func onMachine(file, machine string) string {
+	return file + "[X-Fleet]\nMachineID=" + machine + "\n"
+}
+
+// runUnits sets up units launched and running on the machines, each name
+// bound to its machine, and returns their main PIDs.
+func runUnits(t *testing.T, srv *testServer, file string, on map[string]string) map[string]int {
+	t.Helper()
+	files := map[string]string{}
+	for name, m := range on {
+		files[name] = onMachine(file, m)
 	}
+	srv.put(t, stateLaunched, files)
+	pids := map[string]int{}
+	for name := range on {
+		pids[name] = srv.waitUnit(t, name, running).State.PID
+	}
+	return pids
 }
 
 // batchSummary is a batch as "state: unit unit...", for comparisons.
@@ -41,7 +56,7 @@ func batchSummary(b apiv1.Batch) string {
 	return state + ": " + strings.Join(names, " ")
 }
 
-func batchSummaries(srv *clienttest.Server) []string {
+func batchSummaries(srv *testServer) []string {
 	var s []string
 	for _, b := range srv.Batches() {
 		s = append(s, batchSummary(b))
@@ -50,13 +65,10 @@ func batchSummaries(srv *clienttest.Server) []string {
 }
 
 func TestRestartMachineByMachine(t *testing.T) {
-	srv := clienttest.NewServer(t, restartMachines...)
-	srv.SetLag(2)
-	srv.AddUnit(runningUnit("web@1.service", webFile, m2, 11))
-	srv.AddUnit(runningUnit("web@2.service", webFile, m1, 12))
-	srv.AddUnit(runningUnit("web@3.service", webFile, m3, 13))
-	srv.AddUnit(runningUnit("web@4.service", webFile, m1, 14))
-	srv.AddUnit(runningUnit("other.service", webFile, m1, 15))
+	srv := newServer(t, restartMachines...)
+	pids := runUnits(t, srv, webFile, map[string]string{
+		"web@1.service": m2, "web@2.service": m1, "web@3.service": m3, "web@4.service": m1, "other.service": m1,
+	})
 	all := []string{"web@1.service", "web@2.service", "web@3.service", "web@4.service", "other.service"}
 
 	// Whenever restart stops units, every other unit runs: one machine at
@@ -74,7 +86,7 @@ func TestRestartMachineByMachine(t *testing.T) {
 			inBatch[ch.Name] = true
 		}
 		for _, n := range all {
-			u, _ := srv.Unit(n)
+			u, _ := srv.Unit(t, n)
 			if !inBatch[n] && (u.CurrentState != stateLaunched || u.State == nil || u.State.Active != "active") {
 				mu.Lock()
 				violations = append(violations, fmt.Sprintf("%s is %s/%v while stopping %s", n, u.CurrentState, u.State, batchSummary(b)))
@@ -113,25 +125,29 @@ func TestRestartMachineByMachine(t *testing.T) {
 	for _, v := range violations {
 		t.Error(v)
 	}
-	for i, n := range all {
-		u, _ := srv.Unit(n)
+	for _, n := range all {
+		u, _ := srv.Unit(t, n)
 		restarted := n != "other.service"
-		if u.CurrentState != stateLaunched || u.State.Active != "active" || (u.State.PID != 11+i) != restarted {
+		if !running(u) || (u.State.PID != pids[n]) != restarted {
 			t.Errorf("%s after restart: %s, %+v (restarted: %v)", n, u.CurrentState, u.State, restarted)
 		}
 	}
 }
 
 func TestRestartRefuses(t *testing.T) {
-	srv := clienttest.NewServer(t, restartMachines...)
-	srv.AddUnit(runningUnit("web.service", webFile, m1, 10))
-	srv.AddUnit(apiv1.Unit{Name: "idle.service", File: webFile, DesiredState: stateInactive, CurrentState: stateInactive})
-	srv.AddUnit(apiv1.Unit{Name: "stopped.service", File: webFile, DesiredState: stateLoaded, CurrentState: stateLoaded, Machine: m2})
-	srv.AddUnit(apiv1.Unit{Name: "db.service", File: webFile, DesiredState: stateLaunched, CurrentState: stateInactive,
-		Reason: "no machine matches MachineMetadata=role=db"})
-	srv.AddUnit(apiv1.Unit{Name: "waiting.service", File: webFile, DesiredState: stateLaunched, CurrentState: stateInactive})
-	srv.AddUnit(apiv1.Unit{Name: "mon.service", File: webFile + "[X-Fleet]\nGlobal=true\n", DesiredState: stateLaunched,
-		CurrentState: stateLaunched, Global: true})
+	srv := newServer(t, restartMachines...)
+	runUnits(t, srv, webFile, map[string]string{"web.service": m1})
+	srv.put(t, stateInactive, map[string]string{"idle.service": webFile})
+	srv.put(t, stateLoaded, map[string]string{"stopped.service": onMachine(webFile, m2)})
+	srv.put(t, stateLaunched, map[string]string{
+		"db.service":  webFile + "[X-Fleet]\nMachineMetadata=role=db\n",
+		"mon.service": webFile + "[X-Fleet]\nGlobal=true\n",
+	})
+	srv.waitUnit(t, "stopped.service", func(u apiv1.Unit) bool { return u.CurrentState == stateLoaded })
+	srv.waitUnit(t, "db.service", func(u apiv1.Unit) bool { return u.Reason != "" })
+	// The fake had a unit wanted launched, unplaced and without a reason
+	// ("it is not scheduled to any machine yet"): the real engine places a
+	// unit or says why at once, so that state cannot be set up here.
 
 	for _, tc := range []struct {
 		args []string
@@ -142,8 +158,7 @@ func TestRestartRefuses(t *testing.T) {
 		{[]string{"nope", "gone", "web"}, []string{"cannot restart: units nope.service, gone.service do not exist"}},
 		{[]string{"web", "idle"}, []string{"cannot restart idle.service: it is not launched (desired state inactive); start it instead"}},
 		{[]string{"stopped.service", "web"}, []string{"cannot restart stopped.service: it is not launched (desired state loaded)"}},
-		{[]string{"db.service"}, []string{"cannot restart db.service: it cannot be placed: no machine matches MachineMetadata=role=db"}},
-		{[]string{"waiting.service"}, []string{"cannot restart waiting.service: it is not scheduled to any machine yet"}},
+		{[]string{"db.service"}, []string{"cannot restart db.service: it cannot be placed: no machine has role=db"}},
 		{[]string{"mon.service"}, []string{"cannot restart mon.service: it is a global unit", "cannot be restarted one machine at a time"}},
 		{
 			[]string{"web", "idle", "nope", "mon"},
@@ -165,18 +180,22 @@ func TestRestartRefuses(t *testing.T) {
 }
 
 func TestRestartStopsAtFailure(t *testing.T) {
-	srv := clienttest.NewServer(t, restartMachines...)
-	srv.AddUnit(runningUnit("a.service", webFile, m1, 10))
-	// bad.service runs now, but fails when started again.
-	srv.AddUnit(runningUnit("bad.service", "[Service]\nExecStart=/bin/false\n", m2, 20))
-	srv.AddUnit(runningUnit("c.service", webFile, m3, 30))
+	// m2 runs real processes: bad.service runs now, but fails when started
+	// again.
+	ms := []daemontest.Machine{machine(restartMachines[0]), machine(restartMachines[1]), machine(restartMachines[2])}
+	ms[2].Exec = true
+	srv := newCluster(t, ms...)
+	pids := runUnits(t, srv, webFile, map[string]string{"a.service": m1, "c.service": m3})
+	flag := filepath.Join(t.TempDir(), "ran")
+	runUnits(t, srv, "[Service]\nExecStart=/bin/sh -c 'if [ -e "+flag+" ]; then exit 1; fi; touch "+flag+"; exec sleep 1000'\n",
+		map[string]string{"bad.service": m2})
 
 	r := run(t, srv, "restart", "a", "bad", "c")
 	r.mustFail(t, "rolling restart halted at bad.service on machine 2c0ffee0.../172.17.8.102: 1 of 1 units did not become launched: bad.service; the remaining machine 3ab0cafe.../172.17.8.103 was not touched")
 	if strings.Contains(r.runErr.Error(), "left with desired state loaded") {
 		t.Errorf("error %q says units were left stopped; they were started", r.runErr)
 	}
-	if want := "Unit bad.service failed on 2c0ffee0.../172.17.8.102 (Result: exit-code)\n"; r.err != want {
+	if want := "Unit bad.service failed on 2c0ffee0.../172.17.8.102 (Result: exit-code): main process exited, code=exited, status=1/FAILURE\n"; r.err != want {
 		t.Errorf("stderr = %q, want %q", r.err, want)
 	}
 	want := "Unit a.service stopped on 113f16a7.../172.17.8.101\n" +
@@ -189,18 +208,20 @@ func TestRestartStopsAtFailure(t *testing.T) {
 	if got := strings.Join(batchSummaries(srv), "\n"); got != wantBatches {
 		t.Errorf("batches:\n%s\nwant:\n%s", got, wantBatches)
 	}
-	if c, _ := srv.Unit("c.service"); c.State.PID != 30 {
+	if c, _ := srv.Unit(t, "c.service"); c.State.PID != pids["c.service"] {
 		t.Errorf("c.service was restarted: %+v", c.State)
 	}
 }
 
 func TestRestartTimeoutLeavesUnitsLoaded(t *testing.T) {
-	srv := clienttest.NewServer(t, restartMachines...)
-	srv.SetLag(1 << 30)
-	srv.AddUnit(runningUnit("a.service", webFile, m1, 10))
-	srv.AddUnit(runningUnit("b.service", webFile, m1, 11))
-	srv.AddUnit(runningUnit("c.service", webFile, m2, 12))
-	srv.AddUnit(runningUnit("d.service", webFile, m3, 13))
+	// m1 (restartMachines[1]) runs real processes, and then its
+	// supervisor freezes: nothing stops its units.
+	ms := []daemontest.Machine{machine(restartMachines[0]), machine(restartMachines[1]), machine(restartMachines[2])}
+	ms[1].Exec = true
+	srv := newCluster(t, ms...)
+	runUnits(t, srv, "[Service]\nExecStart=/bin/sleep 1000\n", map[string]string{"a.service": m1, "b.service": m1})
+	runUnits(t, srv, webFile, map[string]string{"c.service": m2, "d.service": m3})
+	srv.cluster.Freeze(t, 1)
 
 	r := run(t, srv, "restart", "--block-timeout", "30ms", "a", "b", "c", "d")
 	r.mustFail(t, "rolling restart halted at a.service, b.service on machine 113f16a7.../172.17.8.101: "+
@@ -214,15 +235,25 @@ func TestRestartTimeoutLeavesUnitsLoaded(t *testing.T) {
 
 // A unit that moves while restarting is waited for on its new machine.
 func TestRestartUnitMoves(t *testing.T) {
-	srv := clienttest.NewServer(t, restartMachines...)
+	srv := newServer(t, restartMachines...)
 	file := "[Service]\nExecStart=/bin/web\n[X-Fleet]\nMachineMetadata=role=web\n"
-	srv.AddUnit(runningUnit("web.service", file, m1, 10))
-	db := "db"
+	db, web := "db", "web"
+	setRole := func(m string, role *string) {
+		if _, err := srv.api.PatchMachine(context.Background(), m, apiv1.MachinePatch{Metadata: map[string]*string{"role": role}}); err != nil {
+			t.Errorf("set role of %s: %v", m, err)
+		}
+	}
+	// web.service starts on m1, the only machine that fits it then.
+	setRole(m2, &db)
+	setRole(m3, &db)
+	srv.put(t, stateLaunched, map[string]string{"web.service": file})
+	srv.waitUnit(t, "web.service", func(u apiv1.Unit) bool { return running(u) && u.Machine == m1 })
+	setRole(m3, &web)
 	srv.OnBatch(func(b apiv1.Batch) {
 		if batchSummary(b) == "loaded: web.service" {
-			// m1 stops fitting web.service: the scheduler moves it to the
-			// first machine that fits, m3.
-			srv.SetMetadata(m1, map[string]*string{"role": &db})
+			// m1 stops fitting web.service: the scheduler moves it to
+			// the only machine that fits, m3.
+			setRole(m1, &db)
 		}
 	})
 	r := run(t, srv, "restart", "web.service").mustSucceed(t)
@@ -231,7 +262,7 @@ func TestRestartUnitMoves(t *testing.T) {
 	if r.out != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", r.out, want)
 	}
-	if u, _ := srv.Unit("web.service"); u.Machine != m3 || u.State.Active != "active" {
+	if u, _ := srv.Unit(t, "web.service"); u.Machine != m3 || u.State.Active != "active" {
 		t.Errorf("web.service = %s on %s, %+v", u.CurrentState, u.Machine, u.State)
 	}
 }

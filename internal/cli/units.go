@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 func newSubmitCommand(g *Globals) *cobra.Command {

@@ -12,8 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 )
 
 // watchUnits is list-units --watch. It prints the table list-units prints,

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 // watchServer serves what list-units --watch reads: the listings, from

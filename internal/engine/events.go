@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 // eventLogSize is how many events the leader keeps for clients resuming a

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"

@@ -17,7 +17,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/unit"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 const sleeper = `[Unit]

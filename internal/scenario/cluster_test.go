@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/client"
+	"github.com/flotilla/flotilla/client"
 )
 
 // Timings of every scenario: the shortest the daemon accepts

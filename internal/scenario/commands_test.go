@@ -20,8 +20,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 )
 
 // args are a directive's arguments: words without "=" in order, and

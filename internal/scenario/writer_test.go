@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
+	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 )
 
 // writerUnit is the unit whose desired state the writer toggles.

@@ -9,7 +9,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	apiv1 "github.com/flotilla/flotilla/api"
 )
 
 func sample(units, machines int) *Snapshot {

@@ -209,7 +209,7 @@ const ACTIVE_CLASS = {
   failed: 'bad', inactive: 'idle',
 };
 
-// unitStatus is what a unit's badge says, from an apiv1.StateUnit (or a
+// unitStatus is what a unit's badge says, from an api.StateUnit (or a
 // unit patched by events).
 function unitStatus(u) {
   if (u.removed) return { label: 'destroyed', cls: 'gone' };

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/api"
 )
 
 // Reconnection and liveness of an event stream.
@@ -107,11 +107,11 @@ func (s *EventStream) Close() error {
 // refuses the stream for good (an *APIError that IsUnavailable does not
 // match), or for an event it cannot decode (ErrMalformedEvent; the stream
 // goes on after it).
-func (s *EventStream) Next() (apiv1.Event, error) {
+func (s *EventStream) Next() (api.Event, error) {
 	for {
 		if s.conn == nil {
 			if err := s.reconnect(); err != nil {
-				return apiv1.Event{}, err
+				return api.Event{}, err
 			}
 		}
 		// The idle timer runs only while Next reads: a caller slow to come
@@ -125,7 +125,7 @@ func (s *EventStream) Next() (apiv1.Event, error) {
 			s.conn.close()
 			s.conn = nil
 			if s.ctx.Err() != nil {
-				return apiv1.Event{}, s.ctx.Err()
+				return api.Event{}, s.ctx.Err()
 			}
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the server ended the stream")
@@ -143,9 +143,9 @@ func (s *EventStream) Next() (apiv1.Event, error) {
 			continue // only an ID or a retry: nothing to deliver
 		}
 		s.backoff = 0 // this connection works
-		var ev apiv1.Event
+		var ev api.Event
 		if err := json.Unmarshal([]byte(raw.data), &ev); err != nil {
-			return apiv1.Event{}, fmt.Errorf("event %s: %w: %q: %v", raw.lastID, ErrMalformedEvent, truncate(raw.data, 200), err)
+			return api.Event{}, fmt.Errorf("event %s: %w: %q: %v", raw.lastID, ErrMalformedEvent, truncate(raw.data, 200), err)
 		}
 		if ev.Type == "" {
 			ev.Type = raw.typ
@@ -159,8 +159,8 @@ func (s *EventStream) Next() (apiv1.Event, error) {
 
 // All returns the stream as an iterator: for ev, err := range s.All().
 // It stops after the first error.
-func (s *EventStream) All() iter.Seq2[apiv1.Event, error] {
-	return func(yield func(apiv1.Event, error) bool) {
+func (s *EventStream) All() iter.Seq2[api.Event, error] {
+	return func(yield func(api.Event, error) bool) {
 		for {
 			ev, err := s.Next()
 			if !yield(ev, err) || err != nil {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/api"
 )
 
 // ACLBootstrap makes the cluster's first admin token. It works once: later
 // calls get an *APIError for which IsConflict is true.
-func (c *Client) ACLBootstrap(ctx context.Context) (*apiv1.NewToken, error) {
-	var t apiv1.NewToken
+func (c *Client) ACLBootstrap(ctx context.Context) (*api.NewToken, error) {
+	var t api.NewToken
 	if err := c.call(ctx, http.MethodPost, c.url(nil, "v1", "acl", "bootstrap"), struct{}{}, &t); err != nil {
 		return nil, err
 	}
@@ -18,8 +18,8 @@ func (c *Client) ACLBootstrap(ctx context.Context) (*apiv1.NewToken, error) {
 }
 
 // CreateToken makes a token; its secret is in the answer and nowhere else.
-func (c *Client) CreateToken(ctx context.Context, req apiv1.TokenRequest) (*apiv1.NewToken, error) {
-	var t apiv1.NewToken
+func (c *Client) CreateToken(ctx context.Context, req api.TokenRequest) (*api.NewToken, error) {
+	var t api.NewToken
 	if err := c.call(ctx, http.MethodPost, c.url(nil, "v1", "acl", "tokens"), req, &t); err != nil {
 		return nil, err
 	}
@@ -27,8 +27,8 @@ func (c *Client) CreateToken(ctx context.Context, req apiv1.TokenRequest) (*apiv
 }
 
 // Tokens lists the cluster's tokens, without their secrets.
-func (c *Client) Tokens(ctx context.Context) (*apiv1.TokenList, error) {
-	var l apiv1.TokenList
+func (c *Client) Tokens(ctx context.Context) (*api.TokenList, error) {
+	var l api.TokenList
 	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "acl", "tokens"), nil, &l); err != nil {
 		return nil, err
 	}
@@ -36,8 +36,8 @@ func (c *Client) Tokens(ctx context.Context) (*apiv1.TokenList, error) {
 }
 
 // RevokeToken deletes the token with ID id and returns it.
-func (c *Client) RevokeToken(ctx context.Context, id string) (*apiv1.Token, error) {
-	var t apiv1.Token
+func (c *Client) RevokeToken(ctx context.Context, id string) (*api.Token, error) {
+	var t api.Token
 	if err := c.call(ctx, http.MethodDelete, c.url(nil, "v1", "acl", "tokens", id), nil, &t); err != nil {
 		return nil, err
 	}

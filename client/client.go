@@ -1,6 +1,22 @@
 // Package client is a Go client of Flotilla's HTTP API (/v1). It speaks the
-// JSON shapes of package apiv1 and turns every non-2xx answer into an
-// *APIError carrying the server's message and code.
+// JSON shapes of package api and turns every non-2xx answer into an
+// *APIError carrying the server's message and code, and a connection that
+// cannot be made into an *UnreachableError.
+//
+// A program connects to a daemon (any machine's: it forwards to the
+// leader), changes units and reads the cluster:
+//
+//	c, err := client.New("http://127.0.0.1:7480")
+//	...
+//	_, err = c.PutUnit(ctx, api.UnitChange{Name: "hello.service", File: text, DesiredState: "launched"})
+//	...
+//	units, err := c.Units(ctx)
+//
+// A change is accepted once it is written; the engine places the unit and
+// its machine's agent starts it afterwards, so a caller that must know the
+// unit runs polls Unit (or follows Events) until its State says so. See the
+// package example, docs/api.md for the API and docs/operations.md for
+// tokens and TLS (WithToken, WithTLS).
 package client
 
 import (
@@ -18,7 +34,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/api"
 )
 
 // DefaultTimeout bounds one request when New is not given WithTimeout.
@@ -67,7 +83,7 @@ func WithTLS(cfg *tls.Config) Option {
 }
 
 // WithEtcdWarning has f called with the value of the
-// apiv1.EtcdUnreachableHeader (an RFC 3339 time) of every answer that
+// api.EtcdUnreachableHeader (an RFC 3339 time) of every answer that
 // carries it: the leader cannot reach etcd since then, its answers come
 // from its memory, and it refuses writes.
 func WithEtcdWarning(f func(since string)) Option {
@@ -79,7 +95,7 @@ func (c *Client) noteAnswer(resp *http.Response) {
 	if c.etcdWarn == nil {
 		return
 	}
-	if since := resp.Header.Get(apiv1.EtcdUnreachableHeader); since != "" {
+	if since := resp.Header.Get(api.EtcdUnreachableHeader); since != "" {
 		c.etcdWarn(since)
 	}
 }
@@ -131,8 +147,8 @@ func parseEndpoint(endpoint string) (*url.URL, error) {
 func (c *Client) Endpoint() string { return c.base.String() }
 
 // Status returns who answered and who leads the cluster.
-func (c *Client) Status(ctx context.Context) (*apiv1.Status, error) {
-	var s apiv1.Status
+func (c *Client) Status(ctx context.Context) (*api.Status, error) {
+	var s api.Status
 	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "status"), nil, &s); err != nil {
 		return nil, err
 	}
@@ -142,12 +158,12 @@ func (c *Client) Status(ctx context.Context) (*apiv1.Status, error) {
 // Units lists the units named, or all units when no name is given. Names
 // the cluster does not know are left out of the answer, without error. The
 // units come without their File.
-func (c *Client) Units(ctx context.Context, names ...string) (*apiv1.UnitList, error) {
+func (c *Client) Units(ctx context.Context, names ...string) (*api.UnitList, error) {
 	q := url.Values{}
 	for _, n := range names {
 		q.Add("name", n)
 	}
-	var l apiv1.UnitList
+	var l api.UnitList
 	if err := c.call(ctx, http.MethodGet, c.url(q, "v1", "units"), nil, &l); err != nil {
 		return nil, err
 	}
@@ -156,8 +172,8 @@ func (c *Client) Units(ctx context.Context, names ...string) (*apiv1.UnitList, e
 
 // Unit returns one unit with its File. A unit that does not exist gives an
 // *APIError for which IsNotFound is true.
-func (c *Client) Unit(ctx context.Context, name string) (*apiv1.Unit, error) {
-	var u apiv1.Unit
+func (c *Client) Unit(ctx context.Context, name string) (*api.Unit, error) {
+	var u api.Unit
 	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "units", name), nil, &u); err != nil {
 		return nil, err
 	}
@@ -165,8 +181,8 @@ func (c *Client) Unit(ctx context.Context, name string) (*apiv1.Unit, error) {
 }
 
 // PutUnit creates the unit ch.Name, changes its desired state, or both.
-func (c *Client) PutUnit(ctx context.Context, ch apiv1.UnitChange) (*apiv1.Unit, error) {
-	var u apiv1.Unit
+func (c *Client) PutUnit(ctx context.Context, ch api.UnitChange) (*api.Unit, error) {
+	var u api.Unit
 	if err := c.call(ctx, http.MethodPut, c.url(nil, "v1", "units", ch.Name), ch, &u); err != nil {
 		return nil, err
 	}
@@ -180,8 +196,8 @@ func (c *Client) DestroyUnit(ctx context.Context, name string) error {
 
 // Batch applies b at once: the server validates every change before writing
 // any, so on error nothing was changed.
-func (c *Client) Batch(ctx context.Context, b apiv1.Batch) (*apiv1.BatchResult, error) {
-	var r apiv1.BatchResult
+func (c *Client) Batch(ctx context.Context, b api.Batch) (*api.BatchResult, error) {
+	var r api.BatchResult
 	if err := c.call(ctx, http.MethodPost, c.url(nil, "v1", "batch"), b, &r); err != nil {
 		return nil, err
 	}
@@ -190,12 +206,12 @@ func (c *Client) Batch(ctx context.Context, b apiv1.Batch) (*apiv1.BatchResult, 
 
 // UnitStateFilter narrows UnitStates; zero fields do not filter.
 type UnitStateFilter struct {
-	Machine string
-	Names   []string
+	Machine string   // only the states this machine reports
+	Names   []string // only the states of these units
 }
 
 // UnitStates returns what the agents report about their units.
-func (c *Client) UnitStates(ctx context.Context, f UnitStateFilter) (*apiv1.UnitStateList, error) {
+func (c *Client) UnitStates(ctx context.Context, f UnitStateFilter) (*api.UnitStateList, error) {
 	q := url.Values{}
 	if f.Machine != "" {
 		q.Set("machine", f.Machine)
@@ -203,7 +219,7 @@ func (c *Client) UnitStates(ctx context.Context, f UnitStateFilter) (*apiv1.Unit
 	for _, n := range f.Names {
 		q.Add("name", n)
 	}
-	var l apiv1.UnitStateList
+	var l api.UnitStateList
 	if err := c.call(ctx, http.MethodGet, c.url(q, "v1", "unit-states"), nil, &l); err != nil {
 		return nil, err
 	}
@@ -211,8 +227,8 @@ func (c *Client) UnitStates(ctx context.Context, f UnitStateFilter) (*apiv1.Unit
 }
 
 // Machines lists the machines of the cluster.
-func (c *Client) Machines(ctx context.Context) (*apiv1.MachineList, error) {
-	var l apiv1.MachineList
+func (c *Client) Machines(ctx context.Context) (*api.MachineList, error) {
+	var l api.MachineList
 	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "machines"), nil, &l); err != nil {
 		return nil, err
 	}
@@ -224,10 +240,10 @@ func (c *Client) Machines(ctx context.Context) (*apiv1.MachineList, error) {
 // durable and overrides what the machine's daemon reports; units that no
 // longer fit the machine move. It returns the machine as changed. An
 // unknown machine gives an *APIError for which IsNotFound is true.
-func (c *Client) PatchMachine(ctx context.Context, id string, p apiv1.MachinePatch) (apiv1.Machine, error) {
-	var m apiv1.Machine
+func (c *Client) PatchMachine(ctx context.Context, id string, p api.MachinePatch) (api.Machine, error) {
+	var m api.Machine
 	if err := c.call(ctx, http.MethodPatch, c.url(nil, "v1", "machines", id), p, &m); err != nil {
-		return apiv1.Machine{}, err
+		return api.Machine{}, err
 	}
 	return m, nil
 }
@@ -293,6 +309,7 @@ type streamBody struct {
 	cancel context.CancelFunc
 }
 
+// Close closes the body and releases the request's context.
 func (b *streamBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel()
@@ -407,7 +424,7 @@ const maxErrorBody = 512
 func readAPIError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &APIError{Status: resp.StatusCode}
-	var ae apiv1.Error
+	var ae api.Error
 	if err := json.Unmarshal(body, &ae); err == nil && ae.Error != "" {
 		e.Code = ae.Code
 		e.Message = ae.Error

@@ -11,7 +11,7 @@ import (
 type APIError struct {
 	// Status is the HTTP status code.
 	Status int
-	// Code is the server's machine-readable kind (apiv1.Error.Code):
+	// Code is the server's machine-readable kind (api.Error.Code):
 	// bad_request, not_found, conflict, too_large, unavailable,
 	// etcd_unreachable (the leader cannot reach etcd: nothing was changed,
 	// unless the message says the change may have been written), internal;
@@ -21,6 +21,7 @@ type APIError struct {
 	Message string
 }
 
+// Error returns the server's message.
 func (e *APIError) Error() string { return e.Message }
 
 // IsNotFound reports whether err is the server saying a thing does not exist.
@@ -50,10 +51,11 @@ func IsUnavailable(err error) bool {
 
 // UnreachableError is returned when nothing listens at the endpoint.
 type UnreachableError struct {
-	Endpoint string
-	Err      error
+	Endpoint string // the API URL the client was made for
+	Err      error  // the dial or transport error
 }
 
+// Error says that the endpoint cannot be reached, why, and what to check.
 func (e *UnreachableError) Error() string {
 	why := e.Err.Error()
 	if errors.Is(e.Err, syscall.ECONNREFUSED) {
@@ -62,4 +64,5 @@ func (e *UnreachableError) Error() string {
 	return fmt.Sprintf("cannot reach flotilla at %s: %s; is it running? (for a local cluster, start `flotilla dev`)", e.Endpoint, why)
 }
 
+// Unwrap returns the dial or transport error.
 func (e *UnreachableError) Unwrap() error { return e.Err }

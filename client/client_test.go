@@ -13,13 +13,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
-	"github.com/flotilla/flotilla/internal/client"
-	"github.com/flotilla/flotilla/internal/client/clienttest"
+	"github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/daemon/daemontest"
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 )
 
-var machines = []apiv1.Machine{
-	{ID: "113f16a7c1a44b8f9d0e1a2b3c4d5e6f", IP: "172.17.8.101", Metadata: map[string]string{"role": "web"}, Leader: true},
+// TestMain lets this test binary be the supervisor of the units the
+// tests' daemons run with the exec driver.
+func TestMain(m *testing.M) { supervisortest.Main(m) }
+
+var machines = []daemontest.Machine{
+	{ID: "113f16a7c1a44b8f9d0e1a2b3c4d5e6f", IP: "172.17.8.101", Metadata: map[string]string{"role": "web"}},
 	{ID: "2c0ffee0aa44b8f9d0e1a2b3c4d5e6f7", IP: "172.17.8.102"},
 }
 
@@ -68,8 +73,7 @@ func TestNewValidatesEndpoint(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	srv := clienttest.NewServer(t, machines...)
-	c := newClient(t, srv.URL)
+	c := newClient(t, daemontest.Start(t, machines...).URL)
 	ctx := context.Background()
 
 	st, err := c.Status(ctx)
@@ -77,17 +81,21 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 
-	file := "[Unit]\nDescription=Hello\n[Service]\nExecStart=/bin/sleep 1000\n"
-	res, err := c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{
+	file := "[Unit]\nDescription=Hello\n[Service]\nExecStart=/bin/sleep 1000\n[X-Fleet]\nMachineID=" + machines[0].ID + "\n"
+	res, err := c.Batch(ctx, api.Batch{Units: []api.UnitChange{
 		{Name: "hello.service", File: file, DesiredState: "launched"},
 		{Name: "other.service", File: "[Service]\nExecStart=/bin/true\n"},
 	}})
 	if err != nil {
 		t.Fatalf("Batch: %v", err)
 	}
-	if len(res.Units) != 2 || res.Units[0].DesiredState != "launched" || res.Units[0].Machine != machines[0].ID {
+	if len(res.Units) != 2 || res.Units[0].DesiredState != "launched" {
 		t.Fatalf("Batch = %+v", res)
 	}
+	// The engine places and the agent starts the unit after the batch.
+	daemontest.WaitUnit(t, c, "hello.service", func(u *api.Unit) bool {
+		return u.Machine == machines[0].ID && u.CurrentState == "launched" && u.State != nil && u.State.Sub == "running"
+	})
 
 	l, err := c.Units(ctx, "hello.service", "nope.service")
 	if err != nil {
@@ -120,35 +128,34 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("Machines = %+v, %v", ms, err)
 	}
 
-	pu, err := c.PutUnit(ctx, apiv1.UnitChange{Name: "other.service", DesiredState: "loaded"})
+	pu, err := c.PutUnit(ctx, api.UnitChange{Name: "other.service", DesiredState: "loaded"})
 	if err != nil || pu.DesiredState != "loaded" {
 		t.Fatalf("PutUnit = %+v, %v", pu, err)
 	}
 	if err := c.DestroyUnit(ctx, "other.service"); err != nil {
 		t.Fatalf("DestroyUnit: %v", err)
 	}
-	if _, ok := srv.Unit("other.service"); ok {
-		t.Fatal("other.service still exists after DestroyUnit")
+	if _, err := c.Unit(ctx, "other.service"); !client.IsNotFound(err) {
+		t.Fatalf("other.service after DestroyUnit: %v, want not found", err)
 	}
 
 	web, db := "web", "db"
-	m, err := c.PatchMachine(ctx, machines[1].ID, apiv1.MachinePatch{Metadata: map[string]*string{"role": &db, "az": nil}})
+	m, err := c.PatchMachine(ctx, machines[1].ID, api.MachinePatch{Metadata: map[string]*string{"role": &db, "az": nil}})
 	if err != nil || m.ID != machines[1].ID || len(m.Metadata) != 1 || m.Metadata["role"] != "db" {
 		t.Fatalf("PatchMachine = %+v, %v", m, err)
 	}
-	m, err = c.PatchMachine(ctx, machines[0].ID, apiv1.MachinePatch{Metadata: map[string]*string{"role": nil, "az": &web}})
+	m, err = c.PatchMachine(ctx, machines[0].ID, api.MachinePatch{Metadata: map[string]*string{"role": nil, "az": &web}})
 	if err != nil || len(m.Metadata) != 1 || m.Metadata["az"] != "web" || m.Units != 1 {
 		t.Fatalf("PatchMachine(remove role) = %+v, %v", m, err)
 	}
-	// hello.service needs no metadata: it stays.
-	if u, _ := srv.Unit("hello.service"); u.Machine != machines[0].ID {
+	// hello.service is bound by MachineID=, not metadata: it stays.
+	if u, _ := c.Unit(ctx, "hello.service"); u.Machine != machines[0].ID {
 		t.Errorf("hello.service moved to %q", u.Machine)
 	}
 }
 
 func TestAPIErrors(t *testing.T) {
-	srv := clienttest.NewServer(t, machines...)
-	c := newClient(t, srv.URL)
+	c := newClient(t, daemontest.Start(t, machines...).URL)
 	ctx := context.Background()
 
 	_, err := c.Unit(ctx, "nope.service")
@@ -156,27 +163,27 @@ func TestAPIErrors(t *testing.T) {
 	if !errors.As(err, &ae) {
 		t.Fatalf("Unit(nope) error = %T %v, want *APIError", err, err)
 	}
-	if ae.Status != http.StatusNotFound || ae.Code != "not_found" || err.Error() != "unit nope.service does not exist" {
+	if ae.Status != http.StatusNotFound || ae.Code != "not_found" || err.Error() != "unit nope.service not found" {
 		t.Errorf("Unit(nope) = %#v, want 404 not_found with the server's message", ae)
 	}
 	if !client.IsNotFound(err) || client.IsConflict(err) {
 		t.Errorf("IsNotFound/IsConflict wrong for %v", err)
 	}
 
-	if _, err := c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: "a.service", File: "x"}}}); err != nil {
+	if _, err := c.Batch(ctx, api.Batch{Units: []api.UnitChange{{Name: "a.service", File: "[Service]\nExecStart=/bin/x\n"}}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: "a.service", File: "y"}}})
+	_, err = c.Batch(ctx, api.Batch{Units: []api.UnitChange{{Name: "a.service", File: "[Service]\nExecStart=/bin/y\n"}}})
 	if !client.IsConflict(err) {
 		t.Errorf("different file: error = %v, want a conflict", err)
 	}
 
 	v := "x"
-	_, err = c.PatchMachine(ctx, "nope", apiv1.MachinePatch{Metadata: map[string]*string{"k": &v}})
+	_, err = c.PatchMachine(ctx, "nope", api.MachinePatch{Metadata: map[string]*string{"k": &v}})
 	if !client.IsNotFound(err) || !strings.Contains(err.Error(), "machine nope is not part of the cluster") {
 		t.Errorf("PatchMachine(nope) error = %v, want not found", err)
 	}
-	for _, p := range []apiv1.MachinePatch{{}, {Metadata: map[string]*string{"a b": &v}}} {
+	for _, p := range []api.MachinePatch{{}, {Metadata: map[string]*string{"a b": &v}}} {
 		_, err = c.PatchMachine(ctx, machines[0].ID, p)
 		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != "bad_request" {
 			t.Errorf("PatchMachine(%v) error = %#v, want 400 bad_request", p.Metadata, err)
@@ -267,7 +274,7 @@ func TestPaths(t *testing.T) {
 	c.Units(ctx, "a.service", "b.service")
 	c.UnitStates(ctx, client.UnitStateFilter{Machine: "m1", Names: []string{"a.service"}})
 	c.DestroyUnit(ctx, "a b.service")
-	c.PatchMachine(ctx, "m/1", apiv1.MachinePatch{})
+	c.PatchMachine(ctx, "m/1", api.MachinePatch{})
 	want := []string{
 		"GET /prefix/v1/units/web@1.service",
 		"GET /prefix/v1/units?name=a.service&name=b.service",
@@ -281,22 +288,49 @@ func TestPaths(t *testing.T) {
 }
 
 func TestJournal(t *testing.T) {
-	srv := clienttest.NewServer(t, machines...)
-	srv.AddUnit(apiv1.Unit{Name: "hello.service", File: "x", DesiredState: "launched"})
-	srv.SetJournal("hello.service", []string{"l1", "l2", "l3"}, []string{"new1"})
-	c := newClient(t, srv.URL)
-
-	rc, err := c.Journal(context.Background(), "hello.service", client.JournalOptions{Lines: 2})
-	if err != nil {
+	c := newClient(t, daemontest.Start(t, daemontest.Machine{ID: "m1", Exec: true}).URL)
+	file := "[Service]\nExecStart=/bin/sh -c 'echo l1; echo l2; echo l3; exec sleep 1000'\n"
+	if _, err := c.PutUnit(context.Background(), api.UnitChange{Name: "hello.service", File: file, DesiredState: "launched"}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil || string(b) != "l2\nl3\n" {
-		t.Fatalf("journal = %q, %v", b, err)
+	daemontest.WaitUnit(t, c, "hello.service", func(u *api.Unit) bool { return u.State != nil && u.State.Sub == "running" })
+	journal := func(lines int) []string {
+		t.Helper()
+		rc, err := c.Journal(context.Background(), "hello.service", client.JournalOptions{Lines: lines})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	}
+	// The product's lines are "TIME UNIT[PID]: TEXT", the unit's output
+	// among the daemon's own lines ("flotilla[PID]: Started ...").
+	var all []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		all = journal(100)
+		var text []string
+		for _, l := range all {
+			if _, after, ok := strings.Cut(l, "hello.service["); ok {
+				_, after, _ = strings.Cut(after, "]: ")
+				text = append(text, after)
+			}
+		}
+		if strings.Join(text, ",") == "l1,l2,l3" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("journal within 30s = %q, want the unit's l1, l2, l3", all)
+		}
+	}
+	if last := journal(2); strings.Join(last, "\n") != strings.Join(all[len(all)-2:], "\n") {
+		t.Errorf("journal -n 2 = %q, want the last two of %q", last, all)
 	}
 
-	_, err = c.Journal(context.Background(), "nope.service", client.JournalOptions{})
+	_, err := c.Journal(context.Background(), "nope.service", client.JournalOptions{})
 	if !client.IsNotFound(err) {
 		t.Fatalf("journal of missing unit: %v, want not found", err)
 	}

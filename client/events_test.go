@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/apiv1"
+	"github.com/flotilla/flotilla/api"
 )
 
 func TestSSEReader(t *testing.T) {
@@ -120,7 +120,7 @@ func startEvents(t *testing.T, f *fakeEvents, since string) (*EventStream, conte
 	return s, cancel
 }
 
-func next(t *testing.T, s *EventStream) apiv1.Event {
+func next(t *testing.T, s *EventStream) api.Event {
 	t.Helper()
 	ev, err := s.Next()
 	if err != nil {

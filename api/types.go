@@ -1,0 +1,272 @@
+// Package api holds the JSON shapes of Flotilla's HTTP API under /v1: the
+// bodies the daemon answers with and the requests it accepts. The server
+// (internal/api) and the Go client (package client) share them; the API is
+// documented for curl users in docs/api.md.
+//
+// Import it with the client:
+//
+//	import (
+//		"github.com/flotilla/flotilla/api"
+//		"github.com/flotilla/flotilla/client"
+//	)
+//
+// Unit states are the strings "inactive", "loaded" and "launched"; a unit's
+// Load, Active and Sub are systemd's words (e.g. "loaded", "active",
+// "running").
+package api
+
+// EtcdUnreachableHeader is set on every answer of a leader that cannot
+// reach etcd, to the time (RFC 3339) since when: its answers come from its
+// memory, and it refuses writes (503, code "etcd_unreachable").
+const EtcdUnreachableHeader = "X-Flotilla-Etcd-Unreachable-Since"
+
+// Unit is one unit as the cluster knows it.
+type Unit struct {
+	Name         string     `json:"name"`                  // e.g. hello.service or web@1.service
+	Hash         string     `json:"hash"`                  // SHA-1 (hex) of the unit's options, normalized
+	Description  string     `json:"description,omitempty"` // [Unit] Description=
+	DesiredState string     `json:"desiredState"`          // inactive, loaded, launched
+	Machine      string     `json:"machine,omitempty"`     // target machine ID, "" when not scheduled
+	Reason       string     `json:"reason,omitempty"`      // why a wanted unit is not scheduled
+	Global       bool       `json:"global,omitempty"`      // [X-Fleet] Global=true: runs on every matching machine
+	File         string     `json:"file,omitempty"`        // the unit file; only in single-unit answers
+	CurrentState string     `json:"currentState"`          // inactive, loaded, launched: as reported by the target machine
+	State        *UnitState `json:"state,omitempty"`       // the target machine's report, if any
+	// The cut-off policy ([X-Fleet]): Singleton units never run on two
+	// machines at once; LostAfter is how long the unit's machine may go
+	// unheard before the unit is started elsewhere ("infinity": never;
+	// empty: the cluster's agent TTL, shown in LostAfterDefault).
+	Singleton bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
+	LostAfter string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, e.g. "30s"
+	// History is the unit's recent notable events (lost with its machine,
+	// moved, placed again), oldest first; only in single-unit answers.
+	History []HistoryEntry `json:"history,omitempty"`
+}
+
+// HistoryEntry is one notable event of a unit.
+type HistoryEntry struct {
+	Time  string `json:"time"`  // RFC 3339, the leader's clock
+	Event string `json:"event"` // what happened, in words
+}
+
+// UnitState is what an agent reported about a unit (systemd's load/active/sub).
+type UnitState struct {
+	Name    string `json:"name"`            // the unit
+	Machine string `json:"machine"`         // the machine that reported
+	Hash    string `json:"hash"`            // Unit.Hash of the file the machine runs
+	Load    string `json:"load"`            // systemd's LoadState: loaded, not-found, ...
+	Active  string `json:"active"`          // systemd's ActiveState: active, inactive, failed, activating, ...
+	Sub     string `json:"sub"`             // systemd's SubState: running, dead, exited, ...
+	PID     int    `json:"pid,omitempty"`   // main process, 0 when none
+	Since   string `json:"since,omitempty"` // RFC 3339: when Active last changed, by the machine's clock
+	// ObservedAt is when the leader learnt the current Active state (RFC 3339,
+	// the leader's clock): what flotilla bench measures start latency by.
+	ObservedAt string `json:"observedAt,omitempty"`
+	Result     string `json:"result,omitempty"`  // systemd's Result of the last run: success, exit-code, signal, ...
+	Message    string `json:"message,omitempty"` // why the unit failed, in words
+}
+
+// Machine is one machine of the cluster.
+type Machine struct {
+	ID       string            `json:"id"`                // the machine ID (the daemon's --name)
+	IP       string            `json:"ip"`                // the daemon's --public-ip
+	Metadata map[string]string `json:"metadata"`          // for [X-Fleet] MachineMetadata=
+	Leader   bool              `json:"leader"`            // the machine's daemon runs the engine leader
+	APIAddr  string            `json:"apiAddr,omitempty"` // where its daemon serves this API
+	Version  string            `json:"version,omitempty"` // its daemon's version
+	Units    int               `json:"units"`             // units scheduled to it
+	// Capacity is what the machine offers to units; Free is what placed
+	// units leave of it (0 in a dimension: not limited).
+	Capacity Resources `json:"capacity"` // what it offers
+	Free     Resources `json:"free"`     // what placed units leave
+	// Draining is set while flotilla drain empties the machine.
+	Draining bool `json:"draining,omitempty"`
+}
+
+// MachinePatch is the body of PATCH /v1/machines/{id}: each metadata key is
+// set to its value, or removed when the value is null. The change is durable
+// and overrides what the machine's daemon reports (--metadata).
+type MachinePatch struct {
+	// Metadata maps each key to change to its new value, or to nil to remove it.
+	Metadata map[string]*string `json:"metadata"`
+	// Drain, when set, starts (true) or ends (false) draining the machine:
+	// a draining machine takes no units, and its units move elsewhere, each
+	// stopped there before it starts on another machine (flotilla drain).
+	Drain *bool `json:"drain,omitempty"`
+}
+
+// Resources are CPU, in percent of one CPU (400 = four CPUs), and memory in bytes.
+type Resources struct {
+	CPUPercent  int64 `json:"cpuPercent"`  // 100 is one CPU
+	MemoryBytes int64 `json:"memoryBytes"` // bytes of memory
+}
+
+// UnitList is the answer of GET /v1/units.
+type UnitList struct {
+	Units []Unit `json:"units"` // sorted by name
+}
+
+// UnitStateList is the answer of GET /v1/unit-states.
+type UnitStateList struct {
+	States []UnitState `json:"states"` // one per unit and reporting machine
+}
+
+// MachineList is the answer of GET /v1/machines.
+type MachineList struct {
+	Machines []Machine `json:"machines"` // sorted by ID
+}
+
+// UnitChange is one change in a batch: create a unit (File set), change its
+// desired state (DesiredState set), or both. A unit that does not exist needs
+// a File.
+type UnitChange struct {
+	Name         string `json:"name"`                   // the unit, e.g. hello.service
+	File         string `json:"file,omitempty"`         // the unit file's text, to create the unit
+	DesiredState string `json:"desiredState,omitempty"` // inactive, loaded or launched; "" leaves it (inactive for a new unit)
+}
+
+// Batch is the body of POST /v1/batch: all changes are validated first and
+// then written in as few etcd transactions as possible; on a validation error
+// nothing is written.
+type Batch struct {
+	Units   []UnitChange `json:"units,omitempty"`   // units to create or change
+	Destroy []string     `json:"destroy,omitempty"` // names of units to destroy
+}
+
+// BatchResult is the answer of POST /v1/batch.
+type BatchResult struct {
+	Units    []Unit   `json:"units"`              // the changed units, in the batch's order
+	Warnings []string `json:"warnings,omitempty"` // what the unit files' parser noted
+}
+
+// Status is the answer of GET /v1/status: who answered and who leads.
+type Status struct {
+	Machine     string `json:"machine"`               // the machine whose daemon answered
+	Leader      string `json:"leader"`                // the machine leading the engine, "" when none
+	LeaderAPI   string `json:"leaderApi,omitempty"`   // the leader's API address
+	IsLeader    bool   `json:"isLeader"`              // the answering machine leads
+	ElectionRev int64  `json:"electionRev,omitempty"` // etcd revision of the leader's election
+	Version     string `json:"version"`               // the answering daemon's version
+	Registry    string `json:"registry"`              // how agents coordinate: grpc or etcd
+}
+
+// State is the answer of GET /v1/state: the whole cluster as the leader
+// holds it, at one moment.
+type State struct {
+	// Revision is the etcd revision of the durable record the state reflects.
+	Revision int64 `json:"revision"`
+	// Generation changes each time the leader publishes a new state; it is
+	// the ETag.
+	Generation uint64 `json:"generation"`
+	Leader     string `json:"leader"` // the leader that holds the state
+	// EtcdUnreachableSince (RFC 3339) is set while the leader cannot reach
+	// etcd: the state is the leader's memory, and writes are refused.
+	EtcdUnreachableSince string      `json:"etcdUnreachableSince,omitempty"`
+	Machines             []Machine   `json:"machines"` // every machine
+	Units                []StateUnit `json:"units"`    // the units that match, sorted by name
+	// Total is the number of units that match the filters; Units holds at
+	// most ?limit of them, and Next is the ?after= of the next page.
+	Total int    `json:"total"`          // units that match
+	Next  string `json:"next,omitempty"` // ?after= of the next page, "" on the last
+}
+
+// StateUnit is one unit in /v1/state.
+type StateUnit struct {
+	Name         string `json:"name"`                // the unit
+	Hash         string `json:"hash"`                // as Unit.Hash
+	DesiredState string `json:"desiredState"`        // inactive, loaded, launched
+	Machine      string `json:"machine,omitempty"`   // target machine; "" when unscheduled or global
+	Global       bool   `json:"global,omitempty"`    // [X-Fleet] Global=true
+	Singleton    bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
+	LostAfter    string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, "" for the agent TTL
+	Load         string `json:"load,omitempty"`      // as the target machine reports (see UnitState)
+	Active       string `json:"active,omitempty"`    // as the target machine reports
+	Sub          string `json:"sub,omitempty"`       // as the target machine reports
+	Reason       string `json:"reason,omitempty"`    // why a wanted unit is not scheduled
+}
+
+// Event is one change, as GET /v1/events streams them (Server-Sent Events:
+// "id: <ID>", "event: <Type>", "data: <this object>"). Type is "unit" (a
+// desired state, file or placement changed), "state" (what a machine reports
+// of a unit changed), "machine" (a machine came or went), or "reset" (the
+// position asked for is unknown to this leader: read /v1/state again and
+// follow on from this event).
+type Event struct {
+	ID       string `json:"id"`                // position in the stream, for ?since= and Last-Event-ID
+	Type     string `json:"type"`              // unit, state, machine or reset
+	Time     string `json:"time"`              // RFC 3339, the leader's clock
+	Revision int64  `json:"revision"`          // etcd revision of the durable record when it happened
+	Unit     string `json:"unit,omitempty"`    // the unit of a unit or state event
+	Machine  string `json:"machine,omitempty"` // the machine of a state or machine event; a unit's target
+	Removed  bool   `json:"removed,omitempty"` // the unit was destroyed, its state dropped, or the machine left
+
+	// A unit event's unit as it now is (see StateUnit).
+	Hash         string `json:"hash,omitempty"`
+	DesiredState string `json:"desiredState,omitempty"` // inactive, loaded, launched
+	Global       bool   `json:"global,omitempty"`       // [X-Fleet] Global=true
+	Reason       string `json:"reason,omitempty"`       // why a wanted unit is not scheduled
+	// A state event's report (see UnitState).
+	Load   string `json:"load,omitempty"`   // systemd's LoadState
+	Active string `json:"active,omitempty"` // systemd's ActiveState
+	Sub    string `json:"sub,omitempty"`    // systemd's SubState
+}
+
+// Scheduler is the cluster's placement policy (GET and PUT /v1/scheduler).
+// Placement is the default strategy for units without [X-Fleet] Placement=:
+// "spread" (fleet's least-loaded; the default) or "binpack". Roles gives
+// roles ([X-Fleet] Role=; "*" for units without one) a weight in the
+// dominant-resource-fair sharing of a cluster that cannot run everything,
+// and an optional quota. Shares (read-only) is each role's dominant share of
+// the cluster's capacity now.
+type Scheduler struct {
+	Placement string                `json:"placement"`        // spread or binpack
+	Roles     map[string]RolePolicy `json:"roles,omitempty"`  // by role name
+	Shares    map[string]float64    `json:"shares,omitempty"` // read-only: dominant share by role, 0 to 1
+}
+
+// RolePolicy is one role's weight (default 1) and quota (0 in a dimension:
+// no cap).
+type RolePolicy struct {
+	Weight float64   `json:"weight,omitempty"` // relative share; 0 means 1
+	Quota  Resources `json:"quota,omitzero"`   // the most the role's units may take
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"` // what went wrong, in words
+	// Code is a stable machine-readable kind: bad_request, not_found,
+	// conflict, too_large, unavailable, etcd_unreachable, internal; and for
+	// refused requests unauthorized (401: no token, or an unknown one),
+	// forbidden (403: the token's role is too small, or a foreign Origin or
+	// Host), unsupported_media_type (415: a write that is not JSON),
+	// acl_disabled.
+	Code string `json:"code"`
+}
+
+// Token is an API token as listed (GET /v1/acl/tokens): never its secret.
+// Role is read, write or admin.
+type Token struct {
+	ID      string `json:"id"`      // names the token for revocation
+	Name    string `json:"name"`    // what the token is for, as given
+	Role    string `json:"role"`    // read, write or admin
+	Created string `json:"created"` // RFC 3339
+}
+
+// TokenList is the answer of GET /v1/acl/tokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"` // every token, secrets left out
+}
+
+// TokenRequest is the body of POST /v1/acl/tokens.
+type TokenRequest struct {
+	Name string `json:"name,omitempty"` // what the token is for
+	Role string `json:"role"`           // read, write or admin
+}
+
+// NewToken is the answer of POST /v1/acl/tokens and POST /v1/acl/bootstrap:
+// the token and, in Secret, what to send as "Authorization: Bearer SECRET".
+// The secret is shown this once and is not stored.
+type NewToken struct {
+	Token
+	Secret string `json:"token"` // send as "Authorization: Bearer SECRET"
+}

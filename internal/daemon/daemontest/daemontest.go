@@ -1,0 +1,195 @@
+// Package daemontest runs real Flotilla clusters in the test process: each
+// machine is a daemon (daemon.Run) on loopback, the first with an embedded
+// etcd member and the engine, the others agents on that etcd. Tests of the
+// client and the CLI use it to speak to the real API, engine and agents.
+//
+// A test binary whose machines use the exec driver must call
+// supervisortest.Main from its TestMain.
+package daemontest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/supervisor"
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
+)
+
+// Machine describes one machine of a test cluster.
+type Machine struct {
+	ID       string            // the machine ID (--name); required
+	IP       string            // shown by list-machines (default 127.0.0.1)
+	Metadata map[string]string // for MachineMetadata=
+	// Exec runs units as real processes (the exec driver); otherwise they
+	// run in memory (the sim driver, which starts every unit at once).
+	Exec bool
+	// StartDelay is how long the sim driver takes to start a unit; the
+	// unit is activating meanwhile.
+	StartDelay time.Duration
+	// NoAgent runs the daemon without an agent: it is not a machine of the
+	// cluster (the first machine then leads a cluster of the others).
+	NoAgent bool
+}
+
+// Cluster is a running test cluster.
+type Cluster struct {
+	// URL is the API of the first machine, which leads.
+	URL string
+	// URLs are the APIs of all machines, in the order given.
+	URLs []string
+
+	unitDirs []string // by machine: the exec driver's directory, "" for sim
+}
+
+// Freeze stops (SIGSTOP) the supervisor of machine i, which must run the
+// exec driver, until the test ends: the machine stays in the cluster and
+// its agent takes orders, but cannot carry out a start or stop, as on a
+// host stuck in I/O. The leader goes on showing the units as they were.
+func (c *Cluster) Freeze(t testing.TB, i int) {
+	t.Helper()
+	if i < 0 || i >= len(c.unitDirs) || c.unitDirs[i] == "" {
+		t.Fatalf("daemontest: machine %d does not run the exec driver", i)
+	}
+	b, err := os.ReadFile(filepath.Join(c.unitDirs[i], supervisor.PIDFile))
+	if err != nil {
+		t.Fatalf("daemontest: supervisor of machine %d: %v", i, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		t.Fatalf("daemontest: %s holds %q, not a PID", supervisor.PIDFile, b)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("daemontest: freeze supervisor %d: %v", pid, err)
+	}
+	// Registered after the daemon's own cleanup, so it runs first: the
+	// supervisor resumes before it is stopped.
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+}
+
+// timeout bounds each daemon's start and the wait for the cluster.
+const timeout = 60 * time.Second
+
+// Start runs a cluster of the machines and returns once the first leads
+// and every machine is up. It is stopped when the test ends.
+func Start(t testing.TB, machines ...Machine) *Cluster {
+	t.Helper()
+	if len(machines) == 0 {
+		t.Fatal("daemontest.Start: no machines")
+	}
+	c := &Cluster{}
+	var etcd string
+	agents := 0
+	for i, m := range machines {
+		cfg := daemon.Config{Name: m.ID, PublicIP: m.IP, Metadata: m.Metadata, Driver: "sim", SimStartDelay: m.StartDelay,
+			ElectionTTL: time.Second, AgentTTL: 5 * time.Second, NoAgent: m.NoAgent}
+		if m.Exec {
+			cfg.Driver = "exec"
+		}
+		if i == 0 {
+			cfg.EtcdEmbed, cfg.EtcdClientAddr, cfg.EtcdPeerAddr = true, "127.0.0.1:0", "127.0.0.1:0"
+		} else {
+			cfg.EtcdEndpoints, cfg.NoEngine = []string{etcd}, true
+		}
+		a, dir := run(t, cfg)
+		if m.Exec {
+			c.unitDirs = append(c.unitDirs, dir)
+		} else {
+			c.unitDirs = append(c.unitDirs, "")
+		}
+		if !m.NoAgent {
+			agents++
+		}
+		if i == 0 {
+			etcd = "http://" + a.EtcdClient
+			c.URL = "http://" + a.API
+		}
+		c.URLs = append(c.URLs, "http://"+a.API)
+	}
+	cl, err := client.New(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		st, err := cl.Status(context.Background())
+		if err == nil && st.Leader == machines[0].ID {
+			var ml *api.MachineList
+			if ml, err = cl.Machines(context.Background()); err == nil && len(ml.Machines) == agents {
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemontest: no leader with %d machines up within %v (last error: %v)", agents, timeout, err)
+		}
+	}
+}
+
+// StartNoLeader runs one daemon with neither engine nor agent: its API
+// answers, but its cluster never has a leader. It returns the API URL.
+func StartNoLeader(t testing.TB) string {
+	t.Helper()
+	a, _ := run(t, daemon.Config{Name: "noleader", EtcdEmbed: true, EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0",
+		ElectionTTL: time.Second, NoEngine: true, NoAgent: true})
+	return "http://" + a.API
+}
+
+// run starts one daemon with cfg (in a new data directory, API on a free
+// loopback port) and returns its addresses once it serves, and the
+// directory of its units (the exec driver's). It is stopped when the test
+// ends.
+func run(t testing.TB, cfg daemon.Config) (daemon.Addrs, string) {
+	t.Helper()
+	cfg.DataDir = t.TempDir()
+	cfg.APIAddr = "127.0.0.1:0"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	ready := make(chan daemon.Addrs, 1)
+	cfg.Ready = func(a daemon.Addrs) { ready <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- daemon.Run(ctx, cfg) }()
+	units := filepath.Join(cfg.DataDir, "units")
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon %s: %v", cfg.Name, err)
+		}
+		if cfg.Driver == "exec" {
+			supervisortest.Stop(t, units)
+		}
+	})
+	select {
+	case a := <-ready:
+		return a, units
+	case err := <-done:
+		t.Fatalf("daemon %s ended before it was ready: %v", cfg.Name, err)
+	case <-time.After(timeout):
+		t.Fatalf("daemon %s not ready within %v", cfg.Name, timeout)
+	}
+	panic(fmt.Sprintf("daemon %s: unreachable", cfg.Name))
+}
+
+// WaitUnit polls the unit through c until ok(unit) and returns it, or
+// fails the test after 30s: the cluster places and starts units after a
+// write returns.
+func WaitUnit(t testing.TB, c *client.Client, name string, ok func(*api.Unit) bool) *api.Unit {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		u, err := c.Unit(context.Background(), name)
+		if err == nil && ok(u) {
+			return u
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unit %s not as wanted within 30s: %+v, %v", name, u, err)
+		}
+	}
+}
