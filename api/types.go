@@ -36,7 +36,10 @@ type Unit struct {
 	// machines at once; LostAfter is how long the unit's machine may go
 	// unheard before the unit is started elsewhere ("infinity": never;
 	// empty: the cluster's agent TTL, shown in LostAfterDefault).
-	Singleton bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
+	// MovingFrom names the machine a moving unit is stopping on: it is
+	// placed again once that copy has stopped (its reason says so too).
+	MovingFrom string `json:"movingFrom,omitempty"`
+	Singleton  bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
 	LostAfter string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, e.g. "30s"
 	// History is the unit's recent notable events (lost with its machine,
 	// moved, placed again), oldest first; only in single-unit answers.

@@ -60,7 +60,7 @@ func judge(t waitTarget, want string, u *apiv1.Unit) verdict {
 		}
 		return reached
 	}
-	if want != stateInactive && u.Reason != "" && !strings.HasSuffix(u.Reason, movingReason) {
+	if want != stateInactive && u.Reason != "" && u.MovingFrom == "" && !strings.HasSuffix(u.Reason, movingReason) {
 		return unplaceable
 	}
 	return pending
@@ -69,8 +69,8 @@ func judge(t waitTarget, want string, u *apiv1.Unit) verdict {
 // movingReason ends the engine's reason for a unit that left a machine it
 // no longer fits and is placed again once it has stopped there ("stopping
 // on M before it moves"): a unit on its way, not one that cannot be placed.
-// The API has no field for it; TestRestartUnitMoves fails if the words
-// change.
+// Units carry MovingFrom for this; the words are still recognized from a
+// leader that does not set it.
 const movingReason = "before it moves"
 
 // processDone reports whether the process of a unit whose machine applied

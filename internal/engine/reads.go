@@ -150,6 +150,9 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 		u.File = r.file.Raw
 		u.History = t.unitHistory(r.file.Name)
 	}
+	if r.machine == "" {
+		u.MovingFrom = t.draining[r.file.Name]
+	}
 	if r.file.Fleet.Global {
 		// A global unit is where it fits: it has reached its desired state
 		// when every machine it is assigned to has carried it out.
