@@ -40,7 +40,7 @@ type Unit struct {
 	// placed again once that copy has stopped (its reason says so too).
 	MovingFrom string `json:"movingFrom,omitempty"`
 	Singleton  bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
-	LostAfter string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, e.g. "30s"
+	LostAfter  string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, e.g. "30s"
 	// History is the unit's recent notable events (lost with its machine,
 	// moved, placed again), oldest first; only in single-unit answers.
 	History []HistoryEntry `json:"history,omitempty"`
