@@ -667,24 +667,7 @@ func TestEngineMoveWaitsForStop(t *testing.T) {
 	a2 := startAgent(t, cli, reg, "m2", "disk=hdd", "stop=700ms")
 	waitMachines(t, e.Engine, 2)
 	ctx := context.Background()
-	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
-	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: db, DesiredState: unit.Launched}}); err != nil {
-		t.Fatal(err)
-	}
-	running := func(a *testAgent) bool {
-		for _, s := range a.driver.States() {
-			if s.Name == "db.service" && s.Running() {
-				return true
-			}
-		}
-		return false
-	}
-	eventually(t, 10*time.Second, "db on m1", func() error {
-		if !running(a1) {
-			return errors.New("not running on m1")
-		}
-		return nil
-	})
+	running := startSSDUnit(t, e.Engine, a1)
 	hdd, ssd := "hdd", "ssd"
 	if err := e.PatchMachine(ctx, "m1", map[string]*string{"disk": &hdd}); err != nil {
 		t.Fatal(err)
@@ -734,24 +717,7 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 	a2 := startAgent(t, cli, reg, "m2", "disk=hdd", "stop=3s")
 	waitMachines(t, e1.Engine, 2)
 	ctx := context.Background()
-	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
-	if err := e1.Apply(ctx, []engine.Change{{Name: "db.service", File: db, DesiredState: unit.Launched}}); err != nil {
-		t.Fatal(err)
-	}
-	running := func(a *testAgent) bool {
-		for _, s := range a.driver.States() {
-			if s.Name == "db.service" && s.Running() {
-				return true
-			}
-		}
-		return false
-	}
-	eventually(t, 10*time.Second, "db on m1", func() error {
-		if !running(a1) {
-			return errors.New("not running on m1")
-		}
-		return nil
-	})
+	running := startSSDUnit(t, e1.Engine, a1)
 	hdd, ssd := "hdd", "ssd"
 	if err := e1.PatchMachine(ctx, "m2", map[string]*string{"disk": &ssd}); err != nil {
 		t.Fatal(err)
@@ -933,4 +899,30 @@ func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 			t.Errorf("%s: pid %d, %s; want pid %d, active (not restarted)", s.Name, s.PID, s.Active, pids[s.Name])
 		}
 	}
+}
+
+// startSSDUnit launches db.service, which needs disk=ssd, waits until it
+// runs on a (the one ssd machine), and returns a probe of whether an agent
+// runs it.
+func startSSDUnit(t *testing.T, e *engine.Engine, a *testAgent) func(*testAgent) bool {
+	t.Helper()
+	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
+	if err := e.Apply(context.Background(), []engine.Change{{Name: "db.service", File: db, DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	running := func(a *testAgent) bool {
+		for _, s := range a.driver.States() {
+			if s.Name == "db.service" && s.Running() {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 10*time.Second, "db on "+a.name, func() error {
+		if !running(a) {
+			return errors.New("not running on " + a.name)
+		}
+		return nil
+	})
+	return running
 }
