@@ -184,10 +184,12 @@ func TestStartFails(t *testing.T) {
 	m := machine(testMachines[0])
 	m.Exec = true // /bin/false really fails
 	srv := newCluster(t, m)
-	dir := writeUnits(t, map[string]string{"bad.service": "[Service]\nExecStart=/bin/false\n"})
+	// It fails while activating (ExecStartPre=), so it is never seen active:
+	// a main process that exits at once may be seen running first.
+	dir := writeUnits(t, map[string]string{"bad.service": "[Service]\nExecStartPre=/bin/false\nExecStart=/bin/sleep 1000\n"})
 	r := run(t, srv, "start", filepath.Join(dir, "bad.service"))
 	r.mustFail(t, "1 of 1 units did not become launched")
-	if want := "Unit bad.service failed on 113f16a7.../172.17.8.101 (Result: exit-code): main process exited, code=exited, status=1/FAILURE\n"; r.err != want {
+	if want := "Unit bad.service failed on 113f16a7.../172.17.8.101 (Result: exit-code): ExecStartPre=/bin/false: code=exited, status=1/FAILURE\n"; r.err != want {
 		t.Errorf("stderr = %q, want %q", r.err, want)
 	}
 }

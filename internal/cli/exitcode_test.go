@@ -45,7 +45,7 @@ func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	for name, text := range map[string]string{
 		"ok.service":      "[Service]\nExecStart=/bin/sleep 1000\n",
-		"fails.service":   "[Service]\nExecStart=/bin/false\n",
+		"fails.service":   "[Service]\nExecStartPre=/bin/false\nExecStart=/bin/sleep 1000\n", // fails while activating: never seen active
 		"nowhere.service": "[Service]\nExecStart=/bin/sleep 1000\n\n[X-Fleet]\nMachineMetadata=role=nowhere\n",
 		"idle.service":    "[Service]\nExecStart=/bin/sleep 1000\n",
 	} {
