@@ -42,7 +42,7 @@ type Unit struct {
 	Singleton  bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
 	LostAfter  string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, e.g. "30s"
 	// History is the unit's recent notable events (lost with its machine,
-	// moved, placed again), oldest first; only in single-unit answers.
+	// moved, placed again), oldest first, since this leader's term began.
 	History []HistoryEntry `json:"history,omitempty"`
 }
 

@@ -148,8 +148,8 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	}
 	if withFile {
 		u.File = r.file.Raw
-		u.History = t.unitHistory(r.file.Name)
 	}
+	u.History = t.unitHistory(r.file.Name)
 	if r.machine == "" {
 		u.MovingFrom = t.draining[r.file.Name]
 	}

@@ -463,6 +463,9 @@ func (t *term) setUnit(name string, rec *unitRec) {
 		}
 	}
 	if rec == nil {
+		t.histMu.Lock()
+		delete(t.hist, name)
+		t.histMu.Unlock()
 		delete(t.units, name)
 		delete(t.unplaced, name)
 		delete(t.globals, name)
