@@ -342,6 +342,25 @@ func TestWriteStatus(t *testing.T) {
   Desired: launched
 `,
 		},
+		{
+			name: "singleton replaced",
+			unit: apiv1.Unit{Name: "lock.service", DesiredState: "launched", Machine: m1, Singleton: true, LostAfter: "30s",
+				State: &apiv1.UnitState{Load: "loaded", Active: "active", Sub: "running", PID: 7, Since: "2024-05-01T11:59:00Z"},
+				History: []apiv1.HistoryEntry{
+					{Time: "2024-05-01T11:58:59Z", Event: "lost on m3 (unheard for 30.6s)"},
+					{Time: "2024-05-01T11:58:59.5Z", Event: "replaced on m1 (its machine m3 was lost)"},
+				}},
+			want: `● lock.service
+   Loaded: loaded
+   Active: active (running) since Wed 2024-05-01 11:59:00 UTC; 1min 0s ago
+ Main PID: 7
+  Machine: M
+  Desired: launched
+   Policy: singleton: killed on its machine after 30s cut off, then started elsewhere
+  History: Wed 2024-05-01 11:58:59 UTC lost on m3 (unheard for 30.6s)
+           Wed 2024-05-01 11:58:59 UTC replaced on m1 (its machine m3 was lost)
+`,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer

@@ -126,7 +126,7 @@ func writeStatus(w io.Writer, u apiv1.Unit, machine string, now time.Time, loc *
 		fmt.Fprintf(w, "   Policy: %s\n", p)
 	}
 	for i, h := range u.History {
-		label := "         "
+		label := "          "
 		if i == 0 {
 			label = "  History:"
 		}
