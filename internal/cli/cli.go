@@ -211,7 +211,7 @@ func firstAnswering(ctx context.Context, list string, opts []client.Option) (*cl
 	case 1:
 		return clients[0], nil
 	}
-	var errs []string
+	var errs []error
 	for _, c := range clients {
 		_, err := c.Status(ctx)
 		var ae *client.APIError
@@ -221,9 +221,9 @@ func firstAnswering(ctx context.Context, list string, opts []client.Option) (*cl
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		errs = append(errs, err.Error())
+		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("none of the %d endpoints of --endpoint answers:\n  %s", len(clients), strings.Join(errs, "\n  "))
+	return nil, fmt.Errorf("none of the %d endpoints of --endpoint answers:\n%w", len(clients), errors.Join(errs...))
 }
 
 // runE returns a cobra RunE that sets the command's environment up and

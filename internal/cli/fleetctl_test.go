@@ -79,6 +79,9 @@ func TestEndpoints(t *testing.T) {
 	if !strings.Contains(r.runErr.Error(), "http://127.0.0.1:1") || !strings.Contains(r.runErr.Error(), "unix:///nonexistent/fleet.sock") {
 		t.Errorf("error %q does not name both endpoints", r.runErr)
 	}
+	if code := ExitCode(r.runErr); code != ExitUnavailable {
+		t.Errorf("exit code when no endpoint answers = %d, want %d", code, ExitUnavailable)
+	}
 	run(t, srv, "--endpoint", "unix://fleet.sock", "list-machines").mustFail(t, "three slashes")
 	run(t, srv, "--endpoint", " , ", "list-machines").mustFail(t, "names no endpoint")
 }
