@@ -375,6 +375,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}()
 
+	// The API's listeners first: a socket in use is refused before
+	// anything starts.
+	apiLns, err := listenAPI(&cfg)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, apiLns.close)
+
 	endpoints := cfg.EtcdEndpoints
 	var etcdClientAddr string
 	if cfg.EtcdEmbed {
@@ -400,11 +408,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	cleanups = append(cleanups, func() { cli.Close() })
 
-	apiLns, err := listenAPI(&cfg)
-	if err != nil {
-		return err
-	}
-	cleanups = append(cleanups, apiLns.close)
 	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
