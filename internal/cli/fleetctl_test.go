@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,27 +15,6 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 )
-
-// unixProxy serves srv's API on a unix socket, as a daemon's --api-socket
-// does, and returns the socket's path.
-func unixProxy(t *testing.T, srv *testServer) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "fleet.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, _ := url.Parse(srv.URL)
-	hs := &http.Server{Handler: httputil.NewSingleHostReverseProxy(target)}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	return sock
-}
 
 // runNoEndpoint runs the commands with no --endpoint flag, as a user
 // relying on the environment does.
@@ -59,7 +34,7 @@ func runNoEndpoint(t *testing.T, args ...string) result {
 
 func TestEndpoints(t *testing.T) {
 	srv := newServer(t, testMachines[0])
-	sock := unixProxy(t, srv)
+	sock := srv.cluster.Socket
 	for _, ep := range []string{
 		"unix://" + sock,
 		sock,
@@ -90,7 +65,7 @@ func TestFleetctlEndpointEnv(t *testing.T) {
 	srv := newServer(t, testMachines[0])
 	t.Setenv(EndpointEnv, "")
 	os.Unsetenv(EndpointEnv)
-	t.Setenv(FleetctlEndpointEnv, "unix://"+unixProxy(t, srv))
+	t.Setenv(FleetctlEndpointEnv, "unix://"+srv.cluster.Socket)
 	r := runNoEndpoint(t, "list-machines", "--no-legend").mustSucceed(t)
 	if !strings.Contains(r.out, "113f16a7...") {
 		t.Errorf("list-machines through $FLEETCTL_ENDPOINT:\n%s", r.out)
