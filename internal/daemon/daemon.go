@@ -382,6 +382,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, apiLns.close)
+	if apiLns.activated > 0 {
+		// A socket systemd passed may listen beyond loopback.
+		if _, err := cfg.credentials(); err != nil {
+			return fmt.Errorf("socket activation: %w", err)
+		}
+	}
 
 	endpoints := cfg.EtcdEndpoints
 	var etcdClientAddr string

@@ -54,7 +54,11 @@ func listenAPI(cfg *Config) (*apiListeners, error) {
 			l.tcp = append(l.tcp, ln)
 		}
 	}
-	if len(l.tcp) == 0 {
+	if len(l.tcp) > 0 {
+		// What systemd passed is what --api-addr would have been: the
+		// checks of a listener beyond loopback apply to it.
+		cfg.APIAddr = l.tcp[0].Addr().String()
+	} else {
 		ln, err := net.Listen("tcp", cfg.APIAddr)
 		if err != nil {
 			l.close()
