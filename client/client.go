@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -42,7 +43,10 @@ const DefaultTimeout = 10 * time.Second
 
 // Client talks to one Flotilla endpoint. It is safe for concurrent use.
 type Client struct {
-	base      *url.URL
+	base *url.URL
+	// socket is the unix socket of a unix:// endpoint, "" for http(s).
+	socket    string
+	endpoint  string
 	hc        *http.Client
 	timeout   time.Duration
 	userAgent string
@@ -105,46 +109,95 @@ func WithUserAgent(ua string) Option {
 	return func(c *Client) { c.userAgent = ua }
 }
 
-// New returns a Client of the API at endpoint, an http or https URL such as
-// http://127.0.0.1:7480; a path in it is a prefix of every API path.
+// New returns a Client of the API at endpoint: an http or https URL such as
+// http://127.0.0.1:7480, where a path is a prefix of every API path, or a
+// daemon's unix socket (--api-socket) as unix:///var/run/fleet.sock or
+// the bare path /var/run/fleet.sock, as fleetctl's --endpoint took it.
 func New(endpoint string, opts ...Option) (*Client, error) {
-	base, err := parseEndpoint(endpoint)
+	base, socket, err := parseEndpoint(endpoint)
 	if err != nil {
 		return nil, err
 	}
 	c := &Client{
 		base:      base,
+		socket:    socket,
+		endpoint:  base.String(),
 		hc:        &http.Client{},
 		timeout:   DefaultTimeout,
 		userAgent: "flotilla-client",
 	}
+	if socket != "" {
+		c.endpoint = "unix://" + socket
+	}
 	for _, o := range opts {
 		o(c)
+	}
+	if socket != "" {
+		hc, err := overSocket(c.hc, socket)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s: %w", c.endpoint, err)
+		}
+		c.hc = hc
 	}
 	return c, nil
 }
 
-func parseEndpoint(endpoint string) (*url.URL, error) {
+// overSocket returns a copy of hc whose connections all go to the unix
+// socket at path.
+func overSocket(hc *http.Client, path string) (*http.Client, error) {
+	var t *http.Transport
+	switch rt := hc.Transport.(type) {
+	case nil:
+		t = http.DefaultTransport.(*http.Transport).Clone()
+	case *http.Transport:
+		t = rt.Clone()
+	default:
+		return nil, fmt.Errorf("a unix socket needs an *http.Transport, the HTTP client has a %T", rt)
+	}
+	t.Proxy = nil
+	t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+	n := *hc
+	n.Transport = t
+	return &n, nil
+}
+
+// parseEndpoint returns the base URL of endpoint's requests and, for a
+// unix socket, its path (the URL is then http://localhost: any Host is
+// accepted over the socket).
+func parseEndpoint(endpoint string) (*url.URL, string, error) {
+	if strings.HasPrefix(endpoint, "/") {
+		endpoint = "unix://" + endpoint
+	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("invalid endpoint %q: want a URL such as http://127.0.0.1:7480: %w", endpoint, err)
+		return nil, "", fmt.Errorf("invalid endpoint %q: want a URL such as http://127.0.0.1:7480: %w", endpoint, err)
+	}
+	if u.Scheme == "unix" {
+		if u.Host != "" || u.Path == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return nil, "", fmt.Errorf("invalid endpoint %q: want a unix socket as unix:///path/to/socket (three slashes) or /path/to/socket", endpoint)
+		}
+		return &url.URL{Scheme: "http", Host: "localhost"}, u.Path, nil
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("invalid endpoint %q: scheme must be http or https, as in http://127.0.0.1:7480", endpoint)
+		return nil, "", fmt.Errorf("invalid endpoint %q: scheme must be http, https or unix, as in http://127.0.0.1:7480 or unix:///var/run/fleet.sock", endpoint)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("invalid endpoint %q: no host, want a URL such as http://127.0.0.1:7480", endpoint)
+		return nil, "", fmt.Errorf("invalid endpoint %q: no host, want a URL such as http://127.0.0.1:7480", endpoint)
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("invalid endpoint %q: want scheme, host and optional path only", endpoint)
+		return nil, "", fmt.Errorf("invalid endpoint %q: want scheme, host and optional path only", endpoint)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = strings.TrimSuffix(u.RawPath, "/")
-	return u, nil
+	return u, "", nil
 }
 
-// Endpoint returns the endpoint the Client talks to.
-func (c *Client) Endpoint() string { return c.base.String() }
+// Endpoint returns the endpoint the Client talks to (unix:///path for a
+// unix socket).
+func (c *Client) Endpoint() string { return c.endpoint }
 
 // Status returns who answered and who leads the cluster.
 func (c *Client) Status(ctx context.Context) (*api.Status, error) {
@@ -199,6 +252,18 @@ func (c *Client) DestroyUnit(ctx context.Context, name string) error {
 func (c *Client) Batch(ctx context.Context, b api.Batch) (*api.BatchResult, error) {
 	var r api.BatchResult
 	if err := c.call(ctx, http.MethodPost, c.url(nil, "v1", "batch"), b, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ReplaceBatch is Batch with ?replace=true: a unit whose File differs from
+// the one the cluster has is replaced in place (it keeps its machine, which
+// stops it, loads the new file and starts it again if it is launched)
+// instead of being refused with a conflict. docs/api.md says more.
+func (c *Client) ReplaceBatch(ctx context.Context, b api.Batch) (*api.BatchResult, error) {
+	var r api.BatchResult
+	if err := c.call(ctx, http.MethodPost, c.url(url.Values{"replace": {"true"}}, "v1", "batch"), b, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -408,7 +473,8 @@ func (c *Client) requestError(parent context.Context, req *http.Request, err err
 		return fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, parent.Err())
 	case errors.Is(req.Context().Err(), context.DeadlineExceeded):
 		return c.timeoutError(req)
-	case errors.Is(err, syscall.ECONNREFUSED):
+	case errors.Is(err, syscall.ECONNREFUSED), c.socket != "" && errors.Is(err, syscall.ENOENT):
+		// A unix socket that does not exist: no daemon made it.
 		return &UnreachableError{Endpoint: c.Endpoint(), Err: err}
 	}
 	return fmt.Errorf("%s %s at %s: %w", req.Method, req.URL.Path, c.Endpoint(), err)

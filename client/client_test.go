@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,14 +46,19 @@ func TestNewValidatesEndpoint(t *testing.T) {
 		{"http://127.0.0.1:7480", ""},
 		{"https://flotilla.example.com", ""},
 		{"http://h:7480/prefix/", ""},
-		{"", "scheme must be http or https"},
+		{"", "scheme must be http, https or unix"},
 		{"127.0.0.1:7480", "want a URL"},
-		{"localhost:7480", "scheme must be http or https"},
-		{"ftp://h", "scheme must be http or https"},
+		{"localhost:7480", "scheme must be http, https or unix"},
+		{"ftp://h", "scheme must be http, https or unix"},
 		{"http://", "no host"},
 		{"http:///v1", "no host"},
 		{"http://h?x=1", "scheme, host and optional path only"},
 		{"http://user:pw@h", "scheme, host and optional path only"},
+		{"unix:///var/run/fleet.sock", ""},
+		{"/var/run/fleet.sock", ""},
+		{"unix://var/run/fleet.sock", "three slashes"},
+		{"unix://", "three slashes"},
+		{"unix:///s?x=1", "three slashes"},
 	} {
 		t.Run(tc.endpoint, func(t *testing.T) {
 			_, err := client.New(tc.endpoint)
@@ -375,5 +381,26 @@ func TestJournalFollowOutlivesTimeout(t *testing.T) {
 	cancel()
 	if _, err := io.ReadAll(rc); err == nil {
 		t.Error("stream did not end with its context")
+	}
+}
+
+// TestUnixSocket: a unix:// endpoint (or a bare socket path) reaches the
+// API over the socket; one nothing listens on is unreachable, named as given.
+func TestUnixSocket(t *testing.T) {
+	sock := daemontest.Start(t, machines...).Socket
+	dir := filepath.Dir(sock)
+	for _, ep := range []string{"unix://" + sock, sock} {
+		c := newClient(t, ep)
+		if c.Endpoint() != "unix://"+sock {
+			t.Errorf("Endpoint() = %q, want unix://%s", c.Endpoint(), sock)
+		}
+		if st, err := c.Status(context.Background()); err != nil || st.Leader != machines[0].ID {
+			t.Errorf("Status through %s = %+v, %v", ep, st, err)
+		}
+	}
+	_, err := newClient(t, "unix://"+filepath.Join(dir, "none.sock")).Status(context.Background())
+	var ue *client.UnreachableError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "unix://"+filepath.Join(dir, "none.sock")) {
+		t.Errorf("Status through a socket nothing listens on = %v, want an UnreachableError naming it", err)
 	}
 }

@@ -61,6 +61,9 @@ func (e *UnreachableError) Error() string {
 	if errors.Is(e.Err, syscall.ECONNREFUSED) {
 		why = "connection refused"
 	}
+	if errors.Is(e.Err, syscall.ENOENT) {
+		why = "no such socket"
+	}
 	return fmt.Sprintf("cannot reach flotilla at %s: %s; is it running? (for a local cluster, start `flotilla dev`)", e.Endpoint, why)
 }
 

@@ -19,7 +19,9 @@ import (
 //
 //  1. a Host that is not this API's own (an IP address, localhost, or one
 //     of Config.ServerNames): 403, so a page on a name that an attacker
-//     rebinds to this address (DNS rebinding) gets nothing;
+//     rebinds to this address (DNS rebinding) gets nothing. A connection
+//     over a unix socket (--api-socket) is local, out of a browser's reach,
+//     and may name any Host (fleetctl sends the socket's file name);
 //  2. an Origin that is not this API's own (scheme://Host): 403, so no
 //     other site's page can make the daemon act, even with a request a
 //     browser sends without asking (a form or text/plain POST);
@@ -28,7 +30,7 @@ import (
 //     role is below what the request needs (auth.Required), 403.
 func (s *server) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.ownHost(r.Host) {
+		if !overUnixSocket(r) && !s.ownHost(r.Host) {
 			refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("Host %q is not an address of this API: call it by IP address, localhost or a name its certificate covers", r.Host))
 			return
 		}
@@ -97,6 +99,12 @@ func bearer(r *http.Request) string {
 		return r.URL.Query().Get("token")
 	}
 	return ""
+}
+
+// overUnixSocket reports whether r came over a unix socket.
+func overUnixSocket(r *http.Request) bool {
+	a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && a.Network() == "unix"
 }
 
 // ownHost reports whether a request's Host names this API: an IP address

@@ -7,10 +7,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -29,6 +31,10 @@ const DefaultEndpoint = "http://127.0.0.1:7480"
 
 // EndpointEnv names the environment variable holding the default endpoint.
 const EndpointEnv = "FLOTILLA_ENDPOINT"
+
+// FleetctlEndpointEnv is fleetctl's variable for its endpoint, honoured
+// when EndpointEnv is unset, so that fleet users' environments work.
+const FleetctlEndpointEnv = "FLEETCTL_ENDPOINT"
 
 // Environment variables holding the defaults of --token, --ca-file,
 // --cert-file and --key-file.
@@ -75,7 +81,7 @@ func AddCommands(root *cobra.Command) {
 
 // AddFlags registers the global flags in fs, bound to g.
 func (g *Globals) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API; $"+EndpointEnv+" sets the default")
+	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API (http://HOST:PORT, https://..., or a unix socket as unix:///PATH or /PATH); a comma-separated list is tried in order and the first that answers is used; $"+EndpointEnv+", else $"+FleetctlEndpointEnv+", sets the default")
 	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
 	// The token's default is read in clientOptions, so that help output
@@ -161,11 +167,18 @@ func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop c
 			fmt.Fprintf(errOut, "warning: etcd unreachable since %s; showing the leader's memory (writes are refused until etcd is back)\n", since)
 		})
 	}))
-	c, err := client.New(g.Endpoint, opts...)
-	if err != nil {
-		return nil, nil, nil, err // it names the endpoint
+	endpoint := g.Endpoint
+	if f := cmd.Flags().Lookup("endpoint"); f != nil && !f.Changed && os.Getenv(EndpointEnv) == "" {
+		if v := os.Getenv(FleetctlEndpointEnv); v != "" {
+			endpoint = v
+		}
 	}
 	ctx, stop = signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	c, err := firstAnswering(ctx, endpoint, opts)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err // it names the endpoint
+	}
 	return &env{
 		c:      c,
 		out:    cmd.OutOrStdout(),
@@ -173,6 +186,44 @@ func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop c
 		json:   g.Output == outputJSON,
 		g:      g,
 	}, ctx, stop, nil
+}
+
+// firstAnswering returns a client of the first endpoint of the
+// comma-separated list that answers, as fleetctl and etcdctl try theirs in
+// order. A single endpoint is returned unprobed: its first request says
+// whether it answers.
+func firstAnswering(ctx context.Context, list string, opts []client.Option) (*client.Client, error) {
+	var clients []*client.Client
+	for _, ep := range strings.Split(list, ",") {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			continue
+		}
+		c, err := client.New(ep, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("--endpoint: %w", err)
+		}
+		clients = append(clients, c)
+	}
+	switch len(clients) {
+	case 0:
+		return nil, fmt.Errorf("--endpoint %q names no endpoint", list)
+	case 1:
+		return clients[0], nil
+	}
+	var errs []error
+	for _, c := range clients {
+		_, err := c.Status(ctx)
+		var ae *client.APIError
+		if err == nil || errors.As(err, &ae) {
+			return c, nil // it answered, even if with an error
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("none of the %d endpoints of --endpoint answers:\n%w", len(clients), errors.Join(errs...))
 }
 
 // runE returns a cobra RunE that sets the command's environment up and

@@ -72,11 +72,12 @@ func completeList(names []string) cobra.CompletionFunc {
 
 // completionClient is a client of the endpoint the command line names.
 func (g *Globals) completionClient() (*client.Client, context.Context, context.CancelFunc, error) {
-	c, err := client.New(g.Endpoint, client.WithTimeout(completionTimeout), client.WithUserAgent("flotilla-completion"))
+	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
+	c, err := firstAnswering(ctx, g.Endpoint, []client.Option{client.WithTimeout(completionTimeout), client.WithUserAgent("flotilla-completion")})
 	if err != nil {
+		cancel()
 		return nil, nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
 	return c, ctx, cancel, nil
 }
 

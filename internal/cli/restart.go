@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +14,7 @@ import (
 )
 
 func newRestartCommand(g *Globals) *cobra.Command {
-	var blockTimeout time.Duration
+	var blk block
 	cmd := &cobra.Command{
 		Use:   "restart [flags] UNIT...",
 		Short: "Restart one or more running units, one machine at a time",
@@ -43,14 +42,13 @@ restart has to wait to go on to the next machine.`,
 		Args:         unitArgs,
 		SilenceUsage: true,
 		RunE: g.runE(func(ctx context.Context, e *env, args []string) error {
-			if blockTimeout < 0 {
-				return fmt.Errorf("invalid --block-timeout %s: must not be negative", blockTimeout)
+			if err := blk.check(); err != nil {
+				return err
 			}
-			return e.restart(ctx, nameArgs(args), blockTimeout)
+			return e.restart(ctx, nameArgs(args), blk)
 		}),
 	}
-	cmd.Flags().DurationVar(&blockTimeout, "block-timeout", 0,
-		"on each machine, give up waiting for the units to stop, or to start again, after this long (0 means no limit)")
+	blk.register(cmd.Flags(), "on each machine, give up waiting for the units to stop, or to start again, after this long (0 means no limit)")
 	return cmd
 }
 
@@ -61,14 +59,14 @@ type restartGroup struct {
 }
 
 // restart restarts the units names machine by machine.
-func (e *env) restart(ctx context.Context, names []string, blockTimeout time.Duration) error {
+func (e *env) restart(ctx context.Context, names []string, blk block) error {
 	groups, err := e.restartPlan(ctx, names)
 	if err != nil {
 		return err
 	}
 	machines := newMachineCache(e.c)
 	for i, grp := range groups {
-		if err := e.restartOn(ctx, grp, machines, blockTimeout); err != nil {
+		if err := e.restartOn(ctx, grp, machines, blk); err != nil {
 			var rest []string
 			for _, later := range groups[i+1:] {
 				rest = append(rest, machines.legend(ctx, later.machine, false))
@@ -131,7 +129,7 @@ func (e *env) restartPlan(ctx context.Context, names []string) ([]restartGroup, 
 
 // restartOn stops the units of grp, waits until their processes stopped,
 // starts them again and waits until they run.
-func (e *env) restartOn(ctx context.Context, grp restartGroup, machines *machineCache, blockTimeout time.Duration) error {
+func (e *env) restartOn(ctx context.Context, grp restartGroup, machines *machineCache, blk block) error {
 	legend := machines.legend(ctx, grp.machine, false)
 	fail := func(err error, stopped bool) error {
 		names := grp.units
@@ -154,7 +152,8 @@ func (e *env) restartOn(ctx context.Context, grp restartGroup, machines *machine
 	err = e.wait(ctx, waitSpec{
 		targets:  restartTargets(grp.units, snapshots),
 		want:     stateLoaded,
-		timeout:  blockTimeout,
+		timeout:  blk.timeout,
+		attempts: blk.attempts,
 		machines: machines,
 		line: func(u *apiv1.Unit, machine string) string {
 			return fmt.Sprintf("Unit %s stopped on %s", u.Name, machine)
@@ -171,7 +170,8 @@ func (e *env) restartOn(ctx context.Context, grp restartGroup, machines *machine
 	err = e.wait(ctx, waitSpec{
 		targets:  restartTargets(grp.units, snapshots),
 		want:     stateLaunched,
-		timeout:  blockTimeout,
+		timeout:  blk.timeout,
+		attempts: blk.attempts,
 		machines: machines,
 		line: func(u *apiv1.Unit, machine string) string {
 			return fmt.Sprintf("Unit %s restarted on %s", u.Name, machine)

@@ -38,6 +38,7 @@ type testServer struct {
 // request is a request the commands sent.
 type request struct {
 	Method, Path string
+	Query        string
 	Body         []byte
 }
 
@@ -81,7 +82,7 @@ func newCluster(t *testing.T, machines ...daemontest.Machine) *testServer {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		s.mu.Lock()
 		s.requests[r.Method+" "+r.URL.Path]++
-		s.log = append(s.log, request{Method: r.Method, Path: r.URL.Path, Body: body})
+		s.log = append(s.log, request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body})
 		onBatch := s.onBatch
 		s.mu.Unlock()
 		if onBatch != nil && r.Method == http.MethodPost && r.URL.Path == "/v1/batch" {

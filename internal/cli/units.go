@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,7 +11,11 @@ import (
 )
 
 func newSubmitCommand(g *Globals) *cobra.Command {
-	return &cobra.Command{
+	var (
+		replace bool
+		blk     block
+	)
+	cmd := &cobra.Command{
 		Use:   "submit UNIT...",
 		Short: "Upload one or more units to the cluster without starting them",
 		Long: `Upload one or more units to the cluster without scheduling or starting them.
@@ -20,22 +23,36 @@ func newSubmitCommand(g *Globals) *cobra.Command {
 A UNIT is the path of a unit file (the unit is named after the file's base
 name) or, for an instance such as web@1.service, of its template
 web@.service. Submitting a unit the cluster already has with the same file
-changes nothing; with a different file the cluster refuses: destroy the unit
-first. All units are submitted at once: if one is refused, none is.`,
+changes nothing; with a different file the cluster refuses (destroy the unit
+first), unless --replace: then the unit is replaced in place, keeping its
+desired state, and where it runs it is restarted with the new file, one
+machine at a time (see start). All units are submitted at once: if one is
+refused, none is.`,
 		Example: `  flotilla submit hello.service
-  flotilla submit units/*.service`,
+  flotilla submit units/*.service
+  flotilla submit --replace units/web@.service units/web@{1..3}.service`,
 		Args:         unitArgs,
 		SilenceUsage: true,
 		RunE: g.runE(func(ctx context.Context, e *env, args []string) error {
-			return e.submit(ctx, args)
+			if err := blk.check(); err != nil {
+				return err
+			}
+			return e.submit(ctx, args, replace, blk)
 		}),
 	}
+	cmd.Flags().BoolVar(&replace, "replace", false, replaceHelp)
+	blk.register(cmd.Flags(), "with --replace, on each machine, give up waiting for the replaced units after this long (0 means no limit)")
+	return cmd
 }
 
-func (e *env) submit(ctx context.Context, args []string) error {
+func (e *env) submit(ctx context.Context, args []string, replace bool, blk block) error {
 	refs, known, err := e.resolveUnitFiles(ctx, args)
 	if err != nil {
 		return err
+	}
+	var roll []replaceGroup
+	if replace {
+		refs, roll = rollingPlan(refs, known)
 	}
 	var b apiv1.Batch
 	for _, r := range refs {
@@ -43,20 +60,23 @@ func (e *env) submit(ctx context.Context, args []string) error {
 			b.Units = append(b.Units, apiv1.UnitChange{Name: r.Name, File: r.File})
 		}
 	}
-	if len(b.Units) == 0 {
-		return nil // every unit named is in the cluster already
-	}
-	res, err := e.c.Batch(ctx, b)
-	if err != nil {
-		return err
-	}
-	e.warn(res.Warnings)
-	for _, ch := range b.Units {
-		if _, existed := known[ch.Name]; !existed {
-			fmt.Fprintf(e.out, "Unit %s %s\n", ch.Name, stateInactive)
+	if len(b.Units) > 0 {
+		batch := e.c.Batch
+		if replace {
+			batch = e.c.ReplaceBatch
+		}
+		res, err := batch(ctx, b)
+		if err != nil {
+			return err
+		}
+		e.warn(res.Warnings)
+		for _, ch := range b.Units {
+			if _, existed := known[ch.Name]; !existed {
+				fmt.Fprintf(e.out, "Unit %s %s\n", ch.Name, stateInactive)
+			}
 		}
 	}
-	return nil
+	return e.roll(ctx, roll, "", blk)
 }
 
 // resolveUnitFiles resolves the UNIT arguments of submit, load and start,
@@ -141,8 +161,9 @@ unit is inactive unless --no-block.`,
 
 func newStateCommand(g *Globals, v stateVerb) *cobra.Command {
 	var (
-		noBlock      bool
-		blockTimeout time.Duration
+		noBlock bool
+		replace bool
+		blk     block
 	)
 	cmd := &cobra.Command{
 		Use:          v.name + " [flags] UNIT...",
@@ -152,20 +173,23 @@ func newStateCommand(g *Globals, v stateVerb) *cobra.Command {
 		Args:         unitArgs,
 		SilenceUsage: true,
 		RunE: g.runE(func(ctx context.Context, e *env, args []string) error {
-			if blockTimeout < 0 {
-				return fmt.Errorf("invalid --block-timeout %s: must not be negative", blockTimeout)
+			if err := blk.check(); err != nil {
+				return err
 			}
-			return e.changeState(ctx, v, args, noBlock, blockTimeout)
+			return e.changeState(ctx, v, args, noBlock, blk, replace)
 		}),
 	}
 	cmd.Flags().BoolVar(&noBlock, "no-block", false, "do not wait until the units are "+v.target)
-	cmd.Flags().DurationVar(&blockTimeout, "block-timeout", 0, "give up waiting after this long (0 means no limit)")
+	blk.register(cmd.Flags(), "give up waiting after this long (0 means no limit)")
+	if v.submits {
+		cmd.Flags().BoolVar(&replace, "replace", false, replaceHelp)
+	}
 	return cmd
 }
 
 // changeState sets the desired state of the units of args to v.target in
 // one batch (submitting unit files first for load and start) and waits.
-func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlock bool, blockTimeout time.Duration) error {
+func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlock bool, blk block, replace bool) error {
 	var (
 		refs  []unitRef
 		known map[string]apiv1.Unit
@@ -191,11 +215,23 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		}
 	}
 
+	var roll []replaceGroup
+	if replace && !noBlock {
+		refs, roll = rollingPlan(refs, known)
+	}
 	b := apiv1.Batch{Units: make([]apiv1.UnitChange, 0, len(refs))}
 	for _, r := range refs {
 		b.Units = append(b.Units, apiv1.UnitChange{Name: r.Name, File: r.File, DesiredState: v.target})
 	}
-	res, err := e.c.Batch(ctx, b)
+	var res *apiv1.BatchResult
+	switch {
+	case len(b.Units) == 0:
+		res = &apiv1.BatchResult{}
+	case replace:
+		res, err = e.c.ReplaceBatch(ctx, b)
+	default:
+		res, err = e.c.Batch(ctx, b)
+	}
 	if err != nil {
 		return err
 	}
@@ -217,12 +253,18 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		t := waitTarget{name: r.Name, changed: !existed || before.DesiredState != v.target}
 		if u, ok := after[r.Name]; ok {
 			t.snapshot = u.State
+			if existed && u.Hash != before.Hash {
+				t.changed, t.hash, t.running = true, u.Hash, true // replaced
+			}
 		} else {
 			t.snapshot = before.State
 		}
 		targets = append(targets, t)
 	}
-	return e.waitUnits(ctx, targets, v.target, blockTimeout)
+	if err := e.waitUnits(ctx, targets, v.target, blk); err != nil {
+		return err
+	}
+	return e.roll(ctx, roll, v.target, blk)
 }
 
 // resolveExisting resolves UNIT arguments to names of units the cluster

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
 )
@@ -29,6 +31,9 @@ type waitTarget struct {
 	// active, loaded inactive or failed. Agents report the state they
 	// applied before the process has finished starting or stopping.
 	running bool
+	// hash, for a replaced unit, is the hash of its new file: until its
+	// machine reports running that file, what it reports is of the old one.
+	hash string
 }
 
 // verdict is where a unit stands on its way to a state.
@@ -48,13 +53,14 @@ func judge(t waitTarget, want string, u *apiv1.Unit) verdict {
 	if u == nil {
 		return vanished
 	}
-	if want == stateLaunched && u.State != nil && u.State.Active == "failed" {
+	stale := t.hash != "" && (u.State == nil || u.State.Hash != t.hash)
+	if want == stateLaunched && u.State != nil && u.State.Active == "failed" && !stale {
 		if t.changed && sameReport(t.snapshot, u.State) {
 			return pending // the failure predates the change
 		}
 		return failed
 	}
-	if u.CurrentState == want {
+	if u.CurrentState == want && !stale {
 		if t.running && !processDone(want, u.State) {
 			return pending
 		}
@@ -106,8 +112,32 @@ const (
 // waitUnits polls the units of targets until each reaches the state want,
 // cannot be placed, failed or vanished, printing fleetctl's line for each.
 // timeout > 0 bounds the wait. It fails if any unit did not reach want.
-func (e *env) waitUnits(ctx context.Context, targets []waitTarget, want string, timeout time.Duration) error {
-	return e.wait(ctx, waitSpec{targets: targets, want: want, timeout: timeout})
+func (e *env) waitUnits(ctx context.Context, targets []waitTarget, want string, b block) error {
+	return e.wait(ctx, waitSpec{targets: targets, want: want, timeout: b.timeout, attempts: b.attempts})
+}
+
+// block holds the flags that bound a wait: --block-timeout and fleetctl's
+// --block-attempts.
+type block struct {
+	timeout  time.Duration
+	attempts int
+}
+
+// register adds --block-timeout (its help given) and --block-attempts to fs.
+func (b *block) register(fs *pflag.FlagSet, timeoutHelp string) {
+	fs.DurationVar(&b.timeout, "block-timeout", 0, timeoutHelp)
+	fs.IntVar(&b.attempts, "block-attempts", 0, "give up waiting after this many polls of the units' states, as fleetctl's --block-attempts (0 means no limit)")
+}
+
+// check refuses negative values.
+func (b block) check() error {
+	if b.timeout < 0 {
+		return fmt.Errorf("invalid --block-timeout %s: must not be negative", b.timeout)
+	}
+	if b.attempts < 0 {
+		return fmt.Errorf("invalid --block-attempts %d: must not be negative", b.attempts)
+	}
+	return nil
 }
 
 // waitSpec says what to wait for.
@@ -116,6 +146,8 @@ type waitSpec struct {
 	want    string
 	// timeout > 0 bounds the wait.
 	timeout time.Duration
+	// attempts > 0 bounds the number of polls (fleetctl's --block-attempts).
+	attempts int
 	// line is what to print of a unit that reached want, given the legend
 	// of its machine; nil means reachedLine.
 	line func(u *apiv1.Unit, machine string) string
@@ -165,7 +197,9 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 	var problems []string
 	notStarted := false
 	pollErrors := 0
+	polls := 0
 	for {
+		polls++
 		units, err := e.fetchUnits(ctx, targetNames(pendingTargets))
 		switch {
 		case err == nil:
@@ -202,6 +236,11 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 		}
 		if len(pendingTargets) == 0 {
 			break
+		}
+		if w.attempts > 0 && polls >= w.attempts {
+			names := targetNames(pendingTargets)
+			return &waitError{units: append(problems, names...), notStarted: notStarted,
+				msg: fmt.Sprintf("gave up after %d attempts (--block-attempts) waiting for units to become %s: %s", w.attempts, want, strings.Join(names, ", "))}
 		}
 		select {
 		case <-ctx.Done():

@@ -56,6 +56,12 @@ type Config struct {
 	DataDir string
 	// APIAddr is where the HTTP API listens (default 127.0.0.1:7480).
 	APIAddr string
+	// APISocket, if set, is a unix socket the daemon also serves the whole
+	// API on (--api-socket; fleet's was /var/run/fleet.sock): mode 0660,
+	// plain HTTP, any Host accepted, removed on exit. Sockets passed by
+	// systemd (socket activation) take the place of APIAddr and APISocket
+	// (docs/cluster.md).
+	APISocket string
 	// GRPCAddr is where the engine serves agents (default 127.0.0.1:0).
 	GRPCAddr string
 	// GRPCAdvertiseAddr, if set, is the address agents are told to dial for
@@ -145,6 +151,8 @@ const MaxTxnOpsLimit = 1 << 16
 // Addrs are the addresses a running daemon listens on.
 type Addrs struct {
 	API, GRPC, EtcdClient string
+	// APISocket are the unix sockets the API is served on.
+	APISocket []string
 }
 
 // insecureWarningEvery is how often a daemon run with --insecure beyond
@@ -367,6 +375,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}()
 
+	// The API's listeners first: a socket in use is refused before
+	// anything starts.
+	apiLns, err := listenAPI(&cfg)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, apiLns.close)
+	if apiLns.activated > 0 {
+		// A socket systemd passed may listen beyond loopback.
+		if _, err := cfg.credentials(); err != nil {
+			return fmt.Errorf("socket activation: %w", err)
+		}
+	}
+
 	endpoints := cfg.EtcdEndpoints
 	var etcdClientAddr string
 	if cfg.EtcdEmbed {
@@ -392,16 +414,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	cleanups = append(cleanups, func() { cli.Close() })
 
-	apiLn, err := net.Listen("tcp", cfg.APIAddr)
-	if err != nil {
-		return fmt.Errorf("--api-addr: %w", err)
-	}
 	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
-		apiLn.Close()
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
-	addrs := Addrs{API: advertise(apiLn.Addr(), cfg.PublicIP), GRPC: advertise(grpcLn.Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
+	addrs := Addrs{API: advertise(apiLns.tcp[0].Addr(), cfg.PublicIP), GRPC: advertise(grpcLn.Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
+	for _, ln := range apiLns.unix {
+		addrs.APISocket = append(addrs.APISocket, ln.Addr().String())
+	}
 	grpcAdvertised := addrs.GRPC
 	if cfg.GRPCAdvertiseAddr != "" {
 		grpcAdvertised = cfg.GRPCAdvertiseAddr
@@ -461,7 +481,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, LeaderInfo: currentLeader, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger, Metrics: ms,
 			AuthorizeAgent: authorizeAgent})
 		if err != nil {
-			apiLn.Close()
 			grpcLn.Close()
 			return err
 		}
@@ -524,10 +543,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		srv.TLSConfig = creds.ServerConfig()
 	}
 	srv.Handler = api.New(acfg)
-	if creds != nil {
-		go srv.ServeTLS(apiLn, "", "")
-	} else {
-		go srv.Serve(apiLn)
+	for _, ln := range apiLns.tcp {
+		if creds != nil {
+			go srv.ServeTLS(ln, "", "")
+		} else {
+			go srv.Serve(ln)
+		}
+	}
+	// The unix socket speaks plain HTTP: its file mode is its guard.
+	usrv := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: srv.ReadHeaderTimeout, ReadTimeout: srv.ReadTimeout,
+		WriteTimeout: srv.WriteTimeout, IdleTimeout: srv.IdleTimeout}
+	for _, ln := range apiLns.unix {
+		go usrv.Serve(ln)
 	}
 	if flag, addr := cfg.exposed(); flag != "" && (creds == nil || !cfg.ACL) {
 		wg.Add(1)
@@ -544,7 +571,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	} else {
 		close(agentDone)
 	}
-	log.Info("daemon running", "api", scheme(creds)+"://"+addrs.API, "grpc", addrs.GRPC, "engine", eng != nil, "agent", ag != nil,
+	log.Info("daemon running", "api", scheme(creds)+"://"+addrs.API, "api_socket", addrs.APISocket, "socket_activated", apiLns.activated, "grpc", addrs.GRPC, "engine", eng != nil, "agent", ag != nil,
 		"tls", creds != nil, "acl", cfg.ACL)
 	if cfg.Ready != nil {
 		cfg.Ready(addrs)
@@ -556,6 +583,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	notifySystemd(log, sddaemon.SdNotifyStopping)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Shutdown(sctx)
+	usrv.Shutdown(sctx)
 	cancel()
 	stop()
 	wg.Wait() // the engine has resigned

@@ -84,6 +84,8 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc(Prefix+"/units/{name}", only("GET, PUT and DELETE"))
 	mux.HandleFunc("GET "+Prefix+"/state", s.listStates)
 	mux.HandleFunc(Prefix+"/state", only("GET"))
+	mux.HandleFunc("GET "+Prefix+"/state/{name}", s.getState)
+	mux.HandleFunc(Prefix+"/state/{name}", only("GET"))
 	mux.HandleFunc("GET "+Prefix+"/machines", s.listMachines)
 	mux.HandleFunc("PATCH "+Prefix+"/machines", s.patchMachines)
 	mux.HandleFunc(Prefix+"/machines", only("GET and PATCH"))
@@ -305,14 +307,51 @@ func (s *server) listStates(w http.ResponseWriter, r *http.Request) {
 			h = s.fleetHash(st.Name)
 			hashes[st.Name] = h
 		}
-		hash := st.Hash
-		if st.Hash == h.flotilla && h.fleet != "" {
-			hash = h.fleet
-		}
-		page.States = append(page.States, &UnitState{Name: st.Name, Hash: hash, MachineID: st.Machine,
-			SystemdLoadState: st.Load, SystemdActiveState: st.Active, SystemdSubState: st.Sub})
+		page.States = append(page.States, toFleetState(st, h))
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// toFleetState is st in fleet's terms, its hash fleet's when the machine
+// runs the unit's current file (of hashes h).
+func toFleetState(st apiv1.UnitState, h fleetHash) *UnitState {
+	hash := st.Hash
+	if st.Hash == h.flotilla && h.fleet != "" {
+		hash = h.fleet
+	}
+	return &UnitState{Name: st.Name, Hash: hash, MachineID: st.Machine,
+		SystemdLoadState: st.Load, SystemdActiveState: st.Active, SystemdSubState: st.Sub}
+}
+
+// getState answers GET /fleet/v1/state/{name}, which fleetctl start asks
+// after a unit is launched: the state its machine reports (a global unit's,
+// or one not yet moved, the first reported), 404 when none is.
+func (s *server) getState(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	states, err := s.cfg.Engine.UnitStates("", []string{name})
+	if err != nil {
+		s.engineError(w, err)
+		return
+	}
+	var mine []apiv1.UnitState
+	for _, st := range states {
+		if st.Name == name { // UnitStates matches names as globs
+			mine = append(mine, st)
+		}
+	}
+	if len(mine) == 0 {
+		WriteError(w, http.StatusNotFound, "unit state does not exist")
+		return
+	}
+	st := mine[0]
+	if u, err := s.cfg.Engine.Unit(name); err == nil {
+		for _, x := range mine {
+			if x.Machine == u.Machine {
+				st = x
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, toFleetState(st, s.fleetHash(name)))
 }
 
 // fleetHash is a unit's hash in Flotilla's terms and in fleet's.

@@ -169,6 +169,11 @@ func TestUnitsGolden(t *testing.T) {
 		{"GET", "/fleet/v1/state?machineID=m1", "", false, 200, state},
 		{"GET", "/fleet/v1/state?machineID=m2", "", false, 200, `{}`},
 		{"GET", "/fleet/v1/state?unitName=hello", "", false, 200, `{}`},
+		// One unit's state, as fleetctl start asks once the unit is launched.
+		{"GET", "/fleet/v1/state/hello.service", "", false, 200, `{"name":"hello.service","hash":"` + helloHash + `","machineID":"m1","systemdLoadState":"loaded","systemdActiveState":"active","systemdSubState":"running"}`},
+		{"GET", "/fleet/v1/state/hello", "", false, 404, `{"error":{"code":404,"message":"unit state does not exist"}}`},
+		{"GET", "/fleet/v1/state/hello*", "", false, 404, `{"error":{"code":404,"message":"unit state does not exist"}}`},
+		{"POST", "/fleet/v1/state/hello.service", "{}", true, 405, `{"error":{"code":405,"message":"only GET supported against this resource"}}`},
 	})
 
 	// New options replace the unit: it runs the new file, with its hash.

@@ -48,6 +48,9 @@ type Cluster struct {
 	URL string
 	// URLs are the APIs of all machines, in the order given.
 	URLs []string
+	// Socket is the unix socket the first machine also serves its API on
+	// (--api-socket).
+	Socket string
 
 	unitDirs []string // by machine: the exec driver's directory, "" for sim
 }
@@ -98,6 +101,14 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 		}
 		if i == 0 {
 			cfg.EtcdEmbed, cfg.EtcdClientAddr, cfg.EtcdPeerAddr = true, "127.0.0.1:0", "127.0.0.1:0"
+			// Not in t.TempDir(): a socket's path must fit in 108 bytes.
+			dir, err := os.MkdirTemp("", "fl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			cfg.APISocket = filepath.Join(dir, "api.sock")
+			c.Socket = cfg.APISocket
 		} else {
 			cfg.EtcdEndpoints, cfg.NoEngine = []string{etcd}, true
 		}
