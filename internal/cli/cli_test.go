@@ -184,8 +184,8 @@ func TestStartFails(t *testing.T) {
 	m := machine(testMachines[0])
 	m.Exec = true // /bin/false really fails
 	srv := newCluster(t, m)
-	// It fails while activating (ExecStartPre=), so it is never seen active:
-	// a main process that exits at once may be seen running first.
+	// It fails while activating (ExecStartPre=), so it is never active:
+	// start waits until the unit runs or fails.
 	dir := writeUnits(t, map[string]string{"bad.service": "[Service]\nExecStartPre=/bin/false\nExecStart=/bin/sleep 1000\n"})
 	r := run(t, srv, "start", filepath.Join(dir, "bad.service"))
 	r.mustFail(t, "1 of 1 units did not become launched")

@@ -250,11 +250,14 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 	targets := make([]waitTarget, 0, len(refs))
 	for _, r := range refs {
 		before, existed := known[r.Name]
-		t := waitTarget{name: r.Name, changed: !existed || before.DesiredState != v.target}
+		// running: start waits until the unit runs (or fails), stop until
+		// it has stopped, as the tour says; its machine reports "launched"
+		// as soon as it has begun.
+		t := waitTarget{name: r.Name, changed: !existed || before.DesiredState != v.target, running: true}
 		if u, ok := after[r.Name]; ok {
 			t.snapshot = u.State
 			if existed && u.Hash != before.Hash {
-				t.changed, t.hash, t.running = true, u.Hash, true // replaced
+				t.changed, t.hash = true, u.Hash // replaced
 			}
 		} else {
 			t.snapshot = before.State
