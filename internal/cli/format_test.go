@@ -289,6 +289,8 @@ func TestJudge(t *testing.T) {
 			&apiv1.Unit{CurrentState: "loaded", State: &apiv1.UnitState{Active: "inactive", Sub: "dead"}}, reached},
 		{"loaded and failed counts as stopped", waitTarget{changed: true, running: true}, stateLoaded,
 			&apiv1.Unit{CurrentState: "loaded", State: newFailure}, reached},
+		{"global, launched everywhere", waitTarget{changed: true, running: true}, stateLaunched,
+			&apiv1.Unit{Global: true, CurrentState: "launched"}, reached},
 		{"process not asked for: applied loaded is enough", waitTarget{changed: true}, stateLoaded,
 			&apiv1.Unit{CurrentState: "loaded", State: &apiv1.UnitState{Active: "deactivating"}}, reached},
 	} {

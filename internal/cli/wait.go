@@ -61,7 +61,9 @@ func judge(t waitTarget, want string, u *apiv1.Unit) verdict {
 		return failed
 	}
 	if u.CurrentState == want && !stale {
-		if t.running && !processDone(want, u.State) {
+		// A global unit has no one process to wait for: its state is that
+		// every machine it runs on has carried out the desired state.
+		if t.running && !u.Global && !processDone(want, u.State) {
 			return pending
 		}
 		return reached
