@@ -394,3 +394,24 @@ func readPIDFile(path string) (int, error) {
 	}
 	return pid, nil
 }
+
+// ServeArgs serves as the supervisor a client starts with the arguments it
+// gives it ("supervisor --dir DIR", see Client), and returns the process's
+// exit code. Test binaries that stand in for the flotilla binary call it.
+func ServeArgs(args []string, version string, log *slog.Logger) int {
+	var dir string
+	for i, a := range args {
+		if a == "--dir" && i+1 < len(args) {
+			dir = args[i+1]
+		}
+	}
+	if len(args) == 0 || args[0] != "supervisor" || dir == "" {
+		fmt.Fprintf(os.Stderr, "supervisor: want arguments supervisor --dir DIR, got %q\n", args)
+		return 2
+	}
+	if err := Serve(ServeConfig{Dir: dir, Version: version, Logger: log}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}

@@ -42,22 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 func runSupervisor(args []string) int {
-	var dir string
-	for i, a := range args {
-		if a == "--dir" && i+1 < len(args) {
-			dir = args[i+1]
-		}
-	}
-	if len(args) == 0 || args[0] != "supervisor" || dir == "" {
-		fmt.Fprintf(os.Stderr, "test supervisor: want args supervisor --dir DIR, got %q\n", args)
-		return 2
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if err := Serve(ServeConfig{Dir: dir, Version: "test", Logger: log}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return ServeArgs(args, "test", slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 }
 
 // runHelper is a daemon that will be killed or frozen: it starts

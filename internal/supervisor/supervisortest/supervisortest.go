@@ -34,22 +34,7 @@ func Main(m *testing.M) {
 }
 
 func serve(args []string) int {
-	var dir string
-	for i, a := range args {
-		if a == "--dir" && i+1 < len(args) {
-			dir = args[i+1]
-		}
-	}
-	if len(args) == 0 || args[0] != "supervisor" || dir == "" {
-		fmt.Fprintf(os.Stderr, "test binary as supervisor: want args supervisor --dir DIR, got %q\n", args)
-		return 2
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := supervisor.Serve(supervisor.ServeConfig{Dir: dir, Version: "test", Logger: log}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return supervisor.ServeArgs(args, "test", slog.New(slog.NewTextHandler(os.Stderr, nil)))
 }
 
 // Stop ends the supervisor serving dir (a daemon's <data-dir>/units), if
