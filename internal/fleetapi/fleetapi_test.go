@@ -1,73 +1,23 @@
 package fleetapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	apiv1 "github.com/flotilla/flotilla/api"
-	"github.com/flotilla/flotilla/internal/agent"
-	"github.com/flotilla/flotilla/internal/api"
-	"github.com/flotilla/flotilla/internal/driver/sim"
-	"github.com/flotilla/flotilla/internal/election"
-	"github.com/flotilla/flotilla/internal/engine"
-	"github.com/flotilla/flotilla/internal/etcdtest"
-	"github.com/flotilla/flotilla/internal/registry"
-	"github.com/flotilla/flotilla/proto/agentpb"
+	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 )
 
-// start runs one leading engine, one sim agent (machine m1, 127.0.0.1) and
-// the whole API on httptest, and returns the API's URL.
+// start runs a one-machine daemon (machine m1, 127.0.0.1, the sim driver)
+// and returns its API's URL.
 func start(t *testing.T) string {
 	t.Helper()
-	cli := etcdtest.Start(t).Client(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewUnstartedServer(nil)
-	eng, err := engine.New(engine.Config{Machine: "m1", Client: cli, ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
-		GRPCAddr: ln.Addr().String(), APIAddr: ts.Listener.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	agentpb.RegisterEngineServer(gs, eng)
-	go gs.Serve(ln)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	go func() { eng.Run(ctx); done <- struct{}{} }()
-	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: 5 * time.Second,
-		Leaders: func(ctx context.Context) <-chan election.Info {
-			return election.Observe(ctx, cli, registry.Keys{}.Election())
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
-	a.SetDriver(d)
-	go func() { a.Run(ctx); done <- struct{}{} }()
-	ts.Config.Handler = api.New(api.Config{Machine: "m1", Engine: eng, Driver: d})
-	ts.Start()
-	t.Cleanup(func() { ts.Close(); cancel(); <-done; <-done; gs.Stop() })
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ms, _ := eng.Machines(); len(ms) == 1 {
-			return ts.URL
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("the engine did not lead with one machine within 10s")
-	return ""
+	return daemontest.Start(t, daemontest.Machine{ID: "m1"}).URL
 }
 
 // do sends a request, with Content-Type: application/json when ctype is
