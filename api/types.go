@@ -84,6 +84,10 @@ type Machine struct {
 	Free     Resources `json:"free"`     // what placed units leave
 	// Draining is set while flotilla drain empties the machine.
 	Draining bool `json:"draining,omitempty"`
+	// Drivers are the drivers the machine runs units with ("exec",
+	// "systemd", "docker", "sim"); a unit is placed only where one of them
+	// can run it.
+	Drivers []string `json:"drivers"`
 }
 
 // MachinePatch is the body of PATCH /v1/machines/{id}: each metadata key is
@@ -121,9 +125,17 @@ type MachineList struct {
 
 // UnitChange is one change in a batch: create a unit (File set), change its
 // desired state (DesiredState set), or both. A unit that does not exist needs
-// a File.
+// a File, but for an instance of a submitted template.
+//
+// Name may name a range of a template's instances, as shells write a
+// sequence: "web@{1..1000}.service" is web@1.service to web@1000.service
+// ("web@{001..100}.service" pads to three digits), at most 1,000,000 of
+// them. The change then sets their desired state, creating from the
+// template those that do not exist; it takes no File, counts as one change
+// of the batch, and is answered in BatchResult.Ranges rather than Units.
+// In Batch.Destroy a range destroys every instance it names.
 type UnitChange struct {
-	Name         string `json:"name"`                   // the unit, e.g. hello.service
+	Name         string `json:"name"`                   // the unit, e.g. hello.service, or a range, web@{1..1000}.service
 	File         string `json:"file,omitempty"`         // the unit file's text, to create the unit
 	DesiredState string `json:"desiredState,omitempty"` // inactive, loaded or launched; "" leaves it (inactive for a new unit)
 }
@@ -138,8 +150,17 @@ type Batch struct {
 
 // BatchResult is the answer of POST /v1/batch.
 type BatchResult struct {
-	Units    []Unit   `json:"units"`              // the changed units, in the batch's order
-	Warnings []string `json:"warnings,omitempty"` // what the unit files' parser noted
+	Units    []Unit        `json:"units"`              // the changed units, in the batch's order (ranges aside)
+	Ranges   []RangeResult `json:"ranges,omitempty"`   // the changed ranges of instances, in the batch's order
+	Warnings []string      `json:"warnings,omitempty"` // what the unit files' parser noted
+}
+
+// RangeResult is a range of instances a batch changed or destroyed.
+type RangeResult struct {
+	Name         string `json:"name"`                   // as the batch named it, web@{1..1000}.service
+	Instances    int    `json:"instances"`              // how many units it names
+	DesiredState string `json:"desiredState,omitempty"` // what they were given ("" when destroyed)
+	Destroyed    bool   `json:"destroyed,omitempty"`
 }
 
 // Status is the answer of GET /v1/status: who answered and who leads.

@@ -269,6 +269,35 @@ func (c *Client) ReplaceBatch(ctx context.Context, b api.Batch) (*api.BatchResul
 	return &r, nil
 }
 
+// StateFilter selects part of the cluster state (GET /v1/state); zero
+// fields do not filter.
+type StateFilter struct {
+	Unit    string // a glob on unit names, or a range of instances (web@{1..1000}.service)
+	Machine string // units scheduled to this machine
+	State   string // an active state (active, failed...), a desired state, or "unplaced"
+	After   string // units after this name (the Next of the former page)
+	Limit   int    // at most this many units (0: all); Total counts them all
+}
+
+// State returns the cluster state: every machine, and the units f selects
+// with their total.
+func (c *Client) State(ctx context.Context, f StateFilter) (*api.State, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"unit": f.Unit, "machine": f.Machine, "state": f.State, "after": f.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var s api.State
+	if err := c.call(ctx, http.MethodGet, c.url(q, "v1", "state"), nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // UnitStateFilter narrows UnitStates; zero fields do not filter.
 type UnitStateFilter struct {
 	Machine string   // only the states this machine reports

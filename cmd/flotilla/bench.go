@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +19,8 @@ func benchCommand() *cobra.Command {
 		Use:   "bench --agents M --units N",
 		Short: "Measure how fast a real cluster on this host starts N units on M simulated agents",
 		Long: `Starts a cluster on this host (an etcd process, engine daemons, and M simulated
-agents in helper processes), starts N units through the API in one request (one per 100,000 units), and
+agents in helper processes), submits one template and starts N of its instances
+through the API in one request (bench@{1..N}.service), and
 reports how long each unit took until the leader saw it active (a histogram and
 percentiles), units per second, etcd requests by kind, and the CPU time and peak
 memory of the engine, the agents and etcd. Everything it starts and every
@@ -52,10 +54,68 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.IntVar(&cfg.StatePollers, "state-pollers", 0, "clients polling the full cluster state (/v1/state) during and after the run")
 	fs.BoolVar(&cfg.StateConditional, "state-conditional", false, "state pollers send If-None-Match with the last ETag (304 when nothing changed), as well-behaved pollers do")
 	fs.BoolVar(&cfg.TLS, "tls", false, "run the cluster with mutual TLS on every connection (a CA and certificates made for the run)")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "keep CPU and heap profiles of each engine over the measured window in this directory (<registry>-<engine>-cpu.pprof, -heap.pprof; read them with go tool pprof)")
+	fs.BoolVar(&cfg.DistinctFiles, "distinct-files", false, "start N units with a file each, in batches of 100,000, instead of N instances of one template in one request (bench@{1..N}.service)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print each run's report as one JSON object per line")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long a run waits for every unit to become active")
 	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 500, "most simulated agents in one helper process")
 	fs.DurationVar(&cfg.SimStartDelay, "sim-start-delay", 0, "how long a simulated unit takes to start")
 	fs.DurationVar(&cfg.AgentTTL, "agent-ttl", 20*time.Second, "agent TTL of the engines and agents")
+	cmd.AddCommand(benchDriverCommand())
+	return cmd
+}
+
+func benchDriverCommand() *cobra.Command {
+	var (
+		cfg      bench.DriverConfig
+		unitFile string
+	)
+	cmd := &cobra.Command{
+		Use:   "driver --driver NAME --units N",
+		Short: "Measure how fast one real daemon starts, then stops, N units with a driver",
+		Long: `Starts one daemon on this host (embedded etcd, engine and agent in one process,
+as flotilla dev) with --driver NAME, in a temporary directory; starts N units
+through its API (desired state launched, in batch requests) and measures the
+time until the daemon saw every unit active; then stops them all (desired
+state loaded) and measures the time until it saw every unit inactive (or
+failed), both by the units' observedAt. It reports both, with the CPU time
+the daemon and the supervisor it started spent on each. The units run /bin/sleep infinity
+unless --unit-file gives another unit (a container for a container driver).
+
+--baseline exec also times a plain loop starting and then stopping N
+/bin/sleep infinity processes from the bench itself; --baseline command times
+--baseline-start and then --baseline-stop run once per unit, one after
+another, with {} replaced by the unit's name (a plain systemd-run or docker
+run loop). Everything the run made is removed when it ends, also on Ctrl-C.
+See docs/benchmarks.md.`,
+		Example: `  flotilla bench driver --driver exec --units 1000 --baseline exec
+  flotilla bench driver --driver systemd --units 1000 --baseline command \
+    --baseline-start 'systemd-run --unit {} /bin/sleep infinity' --baseline-stop 'systemctl stop {}'
+  flotilla bench driver --driver docker --units 1000 --unit-file sleeper.service --baseline command \
+    --baseline-start 'docker run -d --name {} sleeper' --baseline-stop 'docker rm -f {}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if unitFile != "" {
+				b, err := os.ReadFile(unitFile)
+				if err != nil {
+					return fmt.Errorf("--unit-file: %w", err)
+				}
+				cfg.UnitFile = string(b)
+			}
+			cfg.Out, cfg.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			ctx, cancel := signalContext()
+			defer cancel()
+			return bench.RunDriver(ctx, cfg)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&cfg.Driver, "driver", "exec", "the daemon's --driver")
+	fs.IntVar(&cfg.Units, "units", 1000, "units to start then stop, 1 to 100000")
+	fs.StringVar(&unitFile, "unit-file", "", "unit file every unit runs (default: a service running /bin/sleep infinity)")
+	fs.StringVar(&cfg.Baseline, "baseline", "", "also time a plain loop: exec (processes started by the bench) or command (--baseline-start/--baseline-stop)")
+	fs.StringVar(&cfg.BaselineStart, "baseline-start", "", "command starting one unit in the plain loop; {} is the unit's name")
+	fs.StringVar(&cfg.BaselineStop, "baseline-stop", "", "command stopping one unit in the plain loop; {} is the unit's name")
+	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "how long each of the start and the stop may take")
+	fs.BoolVar(&cfg.JSON, "json", false, "print the report as one JSON object")
 	return cmd
 }

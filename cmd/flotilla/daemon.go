@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla/flotilla/internal/daemon"
 	"github.com/flotilla/flotilla/internal/flagconfig"
 	"github.com/flotilla/flotilla/internal/machine"
+	"github.com/flotilla/flotilla/internal/profiling"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -26,15 +27,18 @@ type daemonFlags struct {
 	level       slog.Level
 	config      string
 	printConfig bool
+	profileDir  string
 }
 
 // Flags of daemon and dev that are not configuration: they cannot be keys
 // of the configuration file.
-var notConfig = []string{"config", "print-config"}
+var notConfig = []string{"config", "print-config", "profile-dir"}
 
 func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.config, "config", "", "YAML configuration file whose keys are these flags' names (data-dir: /var/lib/flotilla); flags and $FLOTILLA_<FLAG> override it")
+	fs.StringVar(&f.profileDir, "profile-dir", "", "keep CPU and heap profiles in this directory over the window SIGUSR1 (start) and SIGUSR2 (stop) mark (flotilla bench --profile)")
+	fs.MarkHidden("profile-dir")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the configuration merged from flags, environment, file and defaults as YAML (with where each value came from), then exit")
 	fs.StringVar(&f.cfg.DataDir, "data-dir", "", "directory for the etcd member, unit logs and state")
 	fs.StringVar(&f.cfg.APIAddr, "api-addr", "127.0.0.1:7480", "address the HTTP API listens on")
@@ -57,7 +61,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 		}
 		return nil
 	}).init("info"), "log-level", "debug, info, warn or error")
-	fs.StringVar(&f.cfg.Driver, "driver", "exec", "how units run: exec (processes) or sim (in memory, for benchmarks)")
+	fs.StringVar(&f.cfg.Driver, "driver", "exec", "how units run: exec (supervised processes), systemd (the machine's systemd, over D-Bus), docker (containers), or several, comma-separated, in order of preference; sim (in memory) for benchmarks")
 	fs.DurationVar(&f.cfg.SimStartDelay, "sim-start-delay", 0, "sim driver: how long a unit takes to start")
 	fs.Float64Var(&f.cfg.SimFailureRate, "sim-failure-rate", 0, "sim driver: share of starts that fail, 0 to 1")
 	fs.Var(parsed(func(v string) (err error) {
@@ -100,7 +104,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	cmd.MarkFlagDirname("data-dir")
 	cmd.MarkFlagFilename("api-socket")
 	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
-	completeValues(cmd, "driver", "exec", "sim")
+	completeValues(cmd, "driver", "exec", "systemd", "docker", "exec,docker", "systemd,docker", "sim")
 	if !full {
 		return
 	}
@@ -108,6 +112,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.cfg.Registry, "registry", "grpc", "how agents and the engine coordinate: grpc (a stream per agent to the leader) or etcd (through etcd, as fleet did)")
 	fs.StringVar(&f.cfg.GRPCAdvertiseAddr, "grpc-advertise-addr", "", "address agents dial for this engine, if not --grpc-addr (a proxy, a NAT address)")
 	fs.BoolVar(&f.cfg.NoAgent, "no-agent", false, "run no agent (no units) on this machine")
+	fs.BoolVar(&f.cfg.StopUnitsOnExit, "stop-units-on-exit", false, "fleet's shutdown: on SIGTERM or SIGINT, stop this machine's units (each within its stop timeout) and leave the cluster, so the leader places them elsewhere at once (default: units outlive the daemon)")
 	fs.StringVar(&f.endpoints, "etcd-endpoints", "", "client URLs of an external etcd cluster, URL,...")
 	fs.BoolVar(&f.cfg.EtcdEmbed, "etcd-embed", false, "run an etcd member in this process")
 	fs.StringVar(&f.cfg.EtcdClientAddr, "etcd-client-addr", "127.0.0.1:2379", "embedded etcd member's client address")
@@ -134,6 +139,14 @@ func (f *daemonFlags) load(cmd *cobra.Command, src *flagconfig.Sources) (done bo
 		return true, src.Print(cmd.OutOrStdout(), cmd.LocalFlags(), notConfig...)
 	}
 	return false, nil
+}
+
+// profile keeps profiles on signals if --profile-dir asks.
+func (f *daemonFlags) profile(ctx context.Context) error {
+	if f.profileDir == "" {
+		return nil
+	}
+	return profiling.OnSignals(ctx, f.profileDir, f.cfg.Logger)
 }
 
 func (f *daemonFlags) finish() {
@@ -198,6 +211,9 @@ func devCommand(src *flagconfig.Sources) *cobra.Command {
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
+			if err := f.profile(ctx); err != nil {
+				return err
+			}
 			return daemon.Dev(ctx, daemon.DevConfig{Config: f.cfg})
 		},
 	}
@@ -234,6 +250,9 @@ it is ready (Type=notify) once its API serves.`,
 			f.finish()
 			ctx, cancel := signalContext()
 			defer cancel()
+			if err := f.profile(ctx); err != nil {
+				return err
+			}
 			return daemon.Run(ctx, f.cfg)
 		},
 	}

@@ -41,7 +41,7 @@ active, 4 the cluster is unreachable or has no leader (docs/cli.md).`,
 	}
 	src := flagconfig.New(envPrefix)
 	cli.AddCommands(root)
-	root.AddCommand(devCommand(src), daemonCommand(src), supervisorCommand())
+	root.AddCommand(devCommand(src), daemonCommand(src), supervisorCommand(), dockerFenceCommand())
 	root.AddCommand(benchCommand(), benchAgentsCommand(), genManCommand(root))
 	root.AddCommand(tlsCommand())
 	src.FromEnv(root, os.Environ())

@@ -16,7 +16,9 @@
 //  3. Apply each later delta; send status changes (coalesced) and a
 //     heartbeat when idle.
 //  4. When the stream breaks or the leader changes, go back to 1. Units keep
-//     running meanwhile.
+//     running meanwhile. A leader that refuses the Hello because another
+//     live daemon holds the machine's name (with another instance: another
+//     data dir) ends Run with ErrNameInUse.
 //  5. The cut-off policy. Every message from the leader carries the
 //     leader's monotonic send time; the agent maps it onto the machine's
 //     monotonic clock (monotime) with the smallest offset seen on the
@@ -32,6 +34,9 @@
 //     daemon still has it killed on time), and by the agent's watchdog
 //     otherwise. The leader places it elsewhere only after that. Global
 //     units are never stopped for being cut off.
+//  6. Leave (daemon --stop-units-on-exit, fleet's shutdown): stop carrying
+//     out assignments, unload every unit, send Leave; the leader places
+//     the units elsewhere at once. Run then returns.
 package agent
 
 import (
@@ -42,12 +47,15 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
@@ -69,7 +77,17 @@ type Machine struct {
 	// bytes; 0 means not limited.
 	CPUPercent  int64
 	MemoryBytes int64
+	// Drivers are the drivers the machine runs units with.
+	Drivers unit.DriverSet
+	// Instance identifies the daemon's data dir (see the daemon's
+	// instance file): the leader refuses the agent while another live
+	// daemon holds the machine ID with another instance.
+	Instance string
 }
+
+// ErrNameInUse is returned by Run when the leader refuses the machine's ID
+// because another live daemon holds it; the error names that daemon.
+var ErrNameInUse = errors.New("agent: machine name in use")
 
 // Config configures an Agent.
 type Config struct {
@@ -112,6 +130,7 @@ type Agent struct {
 	mu       sync.Mutex
 	wants    map[string]want
 	files    map[string]*unit.File
+	protos   map[[2]string]*unit.File // (template, text) -> an instance parsed from it (parseAssigned)
 	haves    map[string]have
 	statuses map[string]unit.Status // the driver's latest report per unit
 	dirty    map[string]bool        // units whose status is to be sent
@@ -147,6 +166,15 @@ type Agent struct {
 
 	kick  chan struct{}
 	flush chan struct{}
+
+	// leaving is set by Leave: the reconciler stops carrying out
+	// assignments. leaveNow is closed once the units are stopped, for the
+	// session to tell the leader; left is closed once it has.
+	leaving   bool
+	leaveOnce sync.Once
+	leaveNow  chan struct{}
+	left      chan struct{}
+	leftOnce  sync.Once
 }
 
 // New returns an agent. The driver must deliver its notifications to the
@@ -187,10 +215,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	return &Agent{
 		cfg: cfg, log: cfg.Logger.With("component", "agent", "machine", cfg.Machine.ID),
-		wants: map[string]want{}, files: map[string]*unit.File{}, haves: map[string]have{},
+		wants: map[string]want{}, files: map[string]*unit.File{}, protos: map[[2]string]*unit.File{}, haves: map[string]have{},
 		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
 		fenced: map[string]bool{}, destroyed: map[string]bool{},
 		kick: make(chan struct{}, 1), flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
+		leaveNow: make(chan struct{}), left: make(chan struct{}),
 	}, nil
 }
 
@@ -234,21 +263,24 @@ func signal(c chan struct{}) {
 	}
 }
 
-// Run keeps the agent connected and its units reconciled until ctx is done.
-// It does not stop the units: the caller closes the driver.
+// Run keeps the agent connected and its units reconciled until ctx is done
+// or the machine has left the cluster (Leave). It does not stop the units:
+// the caller closes the driver. It returns an error wrapping ErrNameInUse
+// when the leader refuses the machine's ID, held by another live daemon.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Driver == nil {
 		return errors.New("agent: no driver")
 	}
 	a.adopt()
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); a.reconcileLoop(ctx) }()
 	go func() { defer wg.Done(); a.watchdog(ctx) }()
 	defer wg.Wait()
+	defer cancel() // before the wait: Run may end before ctx does
 	if a.cfg.Registry == registry.ModeEtcd {
-		a.runEtcd(ctx)
-		return nil
+		return a.runEtcd(ctx)
 	}
 
 	var (
@@ -295,7 +327,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		start := a.cfg.Now()
 		err := a.session(ctx, cur, changed, current)
-		if ctx.Err() != nil {
+		if errors.Is(err, ErrNameInUse) {
+			return err
+		}
+		if ctx.Err() != nil || a.hasLeft() {
 			break
 		}
 		if a.cfg.Now().Sub(start) > 5*time.Second {
@@ -334,12 +369,17 @@ func (a *Agent) session(ctx context.Context, leader election.Info, changed chan 
 		return err
 	}
 	errc := make(chan error, 2)
+	recvErr := make(chan error, 1)
 	go func() { errc <- a.sendLoop(sctx, stream) }()
 	go func() {
 		var clock sendClock
 		for {
 			msg, err := stream.Recv()
 			if err != nil {
+				if status.Code(err) == codes.AlreadyExists {
+					err = fmt.Errorf("%w: %s", ErrNameInUse, status.Convert(err).Message())
+				}
+				recvErr <- err
 				errc <- err
 				return
 			}
@@ -349,6 +389,27 @@ func (a *Agent) session(ctx context.Context, leader election.Info, changed chan 
 	for {
 		select {
 		case err := <-errc:
+			if errors.Is(err, io.EOF) {
+				// A Send that fails says io.EOF; the stream's status
+				// (a refused Hello, say) comes from Recv.
+				select {
+				case err = <-recvErr:
+				case <-time.After(time.Second):
+				}
+			}
+			if errors.Is(err, errLeaveSent) {
+				// The leader ends the stream once it has taken the Leave.
+				select {
+				case err = <-recvErr:
+				case <-time.After(leaveAckTimeout):
+					err = errors.New("the leader did not end the stream after the Leave")
+				}
+				if err == io.EOF {
+					a.leftOnce.Do(func() { close(a.left) })
+					return errLeaveSent
+				}
+				return fmt.Errorf("leaving: %w", err)
+			}
 			return err
 		case <-a.resync:
 			return errors.New("units were killed for want of word from a leader; saying hello again")
@@ -369,6 +430,8 @@ func (a *Agent) hello(rev int64) *agentpb.Hello {
 		Id: a.cfg.Machine.ID, Ip: a.cfg.Machine.IP, Metadata: a.cfg.Machine.Metadata,
 		ApiAddr: a.cfg.Machine.APIAddr, Version: a.cfg.Machine.Version,
 		CpuPercent: a.cfg.Machine.CPUPercent, MemoryBytes: a.cfg.Machine.MemoryBytes,
+		Drivers:  a.cfg.Machine.Drivers.Names(),
+		Instance: a.cfg.Machine.Instance,
 	}}
 	for name := range a.haves {
 		h.Units = append(h.Units, a.statusLocked(name))
@@ -394,7 +457,9 @@ func (a *Agent) statusLocked(name string) *agentpb.UnitStatus {
 	return us
 }
 
-// sendLoop sends coalesced status updates, and heartbeats when idle.
+// sendLoop sends coalesced status updates, and heartbeats when idle. Once
+// Leave has stopped the units, it sends the last update and a Leave, and
+// returns errLeaveSent.
 func (a *Agent) sendLoop(ctx context.Context, stream agentpb.Engine_ConnectClient) error {
 	hb := time.NewTicker(a.cfg.HeartbeatInterval)
 	defer hb.Stop()
@@ -406,6 +471,17 @@ func (a *Agent) sendLoop(ctx context.Context, stream agentpb.Engine_ConnectClien
 			// Give a burst of changes a moment to gather into one message.
 			time.Sleep(5 * time.Millisecond)
 		case <-hb.C:
+		case <-a.leaveNow:
+			if msg := a.takeUpdate(); msg != nil {
+				if err := stream.Send(msg); err != nil {
+					return err
+				}
+			}
+			if err := stream.Send(&agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Leave{Leave: &agentpb.Leave{}}}); err != nil {
+				return err
+			}
+			stream.CloseSend()
+			return errLeaveSent
 		}
 		msg := a.takeUpdate()
 		if msg == nil {
@@ -469,12 +545,21 @@ func (c *sendClock) sent(sentMono int64, now monotime.Time) monotime.Time {
 // set then keeps them, or unloads those no longer assigned here.
 func (a *Agent) adopt() {
 	states := a.cfg.Driver.States()
+	rec, recorded := a.cfg.Driver.(driver.StartRecorder)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.started = a.cfg.Mono()
 	for _, s := range states {
 		applied := unit.Loaded
-		if s.Running() || (s.Result != "" && s.Result != resultFenced) {
+		launched := s.Running() || (s.Result != "" && s.Result != resultFenced)
+		if recorded {
+			// The unit may run because something else started it (a
+			// socket): only the driver knows whether the agent did.
+			if started, known := rec.Started(s.Name); known {
+				launched = started && s.Result != resultFenced
+			}
+		}
+		if launched {
 			applied = unit.Launched // it was started, and may have ended since
 		}
 		a.haves[s.Name] = have{Hash: s.Hash, Applied: applied}
@@ -528,7 +613,7 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 			a.log.Error("assigned a template unit; only its instances run", "unit", as.Name)
 			continue
 		}
-		f, err := unit.ParseStored(as.Name, as.File)
+		f, err := a.parseAssigned(as.Name, as.File)
 		if err != nil {
 			a.log.Error("assigned unit does not parse; not running it", "unit", as.Name, "err", err)
 			continue
@@ -548,6 +633,31 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 	a.mu.Unlock()
 	a.fence(true)
 	signal(a.kick)
+}
+
+// parseAssigned parses an assigned unit as unit.ParseStored does, but
+// parses each template's text once for all its instances when they differ
+// only by name (unit.Shareable): each instance is then a copy of the first
+// with its own name. Callers hold mu.
+func (a *Agent) parseAssigned(name, text string) (*unit.File, error) {
+	if !unit.IsInstance(name) || unit.TypeOf(name) != "service" || strings.Contains(text, "%") {
+		return unit.ParseStored(name, text)
+	}
+	k := [2]string{unit.TemplateOf(name), text}
+	if proto := a.protos[k]; proto != nil {
+		f := *proto
+		f.Name = name
+		return &f, nil
+	}
+	f, err := unit.ParseStored(name, text)
+	if err != nil {
+		return nil, err
+	}
+	if len(a.protos) >= 64 {
+		clear(a.protos) // templates come and go: keep the recent ones
+	}
+	a.protos[k] = f
+	return f, nil
 }
 
 // findLeader asks the engines the leader named who leads now, whenever
@@ -715,12 +825,26 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 		case <-a.kick:
 		}
 		a.mu.Lock()
+		if a.leaving {
+			a.mu.Unlock()
+			continue // Leave stops the units; nothing is started again
+		}
 		acts := plan(a.wants, a.haves)
 		a.mu.Unlock()
 		for _, act := range acts {
 			a.do(ctx, act, &wg)
 		}
 	}
+}
+
+// load loads f on the driver, unless none of the machine's drivers can run
+// it (a leader that does not know drivers placed it here): the exec driver
+// must not be handed a .timer it would run as something else.
+func (a *Agent) load(d driver.Driver, f *unit.File) error {
+	if have := a.cfg.Machine.Drivers; have != 0 && !have.Runs(f.Drivers()) {
+		return fmt.Errorf("this machine runs the %v driver; %s needs %s", have, f.Name, unit.DriversReason(f.Name, f.Drivers()))
+	}
+	return d.Load(f)
 }
 
 func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
@@ -737,7 +861,7 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		a.haves[act.Name] = have{Hash: f.Hash, Applied: unit.Loaded}
 		a.dirty[act.Name] = true
 		a.mu.Unlock()
-		if err := d.Load(f); err != nil {
+		if err := a.load(d, f); err != nil {
 			// systemd shows a unit it cannot load as load=error; it is
 			// reported failed so that whoever waits for it stops waiting.
 			log.Error("load failed", "err", err)
@@ -849,4 +973,96 @@ func (a *Agent) setStatus(s unit.Status) {
 		a.dirty[s.Name] = true
 	}
 	a.mu.Unlock()
+}
+
+// errLeaveSent ends a session whose Leave has been sent.
+var errLeaveSent = errors.New("agent: left the cluster")
+
+// leaveAckTimeout bounds the wait for the leader to end the stream after a
+// Leave.
+const leaveAckTimeout = 10 * time.Second
+
+func (a *Agent) hasLeft() bool {
+	select {
+	case <-a.left:
+		return true
+	default:
+		return false
+	}
+}
+
+// Leave is fleet's shutdown (daemon --stop-units-on-exit): it stops the
+// reconciler, unloads every unit (each stopped gracefully, within its stop
+// timeout; all at once), then tells the leader that the machine leaves the
+// cluster (a Leave on the stream; in etcd mode a presence key marked
+// leaving, then the agent's lease revoked, which deletes its unit states).
+// The leader purges the machine's unit states and places its units
+// elsewhere at once. Leave returns once the leader has taken the Leave and
+// the machine is named by no unit in the schedule in etcd, or with an error
+// when ctx ends first (the units are stopped whatever happens; the leader
+// then finds the machine lost after its units' LostAfter=). Run returns
+// once the machine has left. Leave must be called while Run runs.
+func (a *Agent) Leave(ctx context.Context) error {
+	a.mu.Lock()
+	a.leaving = true
+	names := make([]string, 0, len(a.haves))
+	for name := range a.haves {
+		names = append(names, name)
+	}
+	a.mu.Unlock()
+	sort.Strings(names)
+	var (
+		wg   sync.WaitGroup
+		emu  sync.Mutex
+		errs []error
+	)
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.cfg.Driver.Unload(ctx, name); err != nil && !errors.Is(err, driver.ErrUnknownUnit) {
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("unit %s: %w", name, err))
+				emu.Unlock()
+				return
+			}
+			a.mu.Lock()
+			delete(a.haves, name)
+			delete(a.statuses, name)
+			a.removed[name] = true
+			a.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("agent: stopping units before leaving: %w", err)
+	}
+	a.log.Info("units stopped; leaving the cluster", "units", len(names))
+	a.leaveOnce.Do(func() { close(a.leaveNow) })
+	select {
+	case <-a.left:
+	case <-ctx.Done():
+		return fmt.Errorf("agent: no leader took this machine's Leave: %w", ctx.Err())
+	}
+	return a.waitUnscheduled(ctx)
+}
+
+// waitUnscheduled waits until no unit is scheduled to the machine in etcd:
+// the leader has placed them elsewhere (or nowhere), so a leader elected
+// after this daemon's engine resigns does not wait for them either.
+func (a *Agent) waitUnscheduled(ctx context.Context) error {
+	if a.cfg.Etcd == nil {
+		return nil
+	}
+	for {
+		n, err := registry.CountScheduled(ctx, a.cfg.Etcd, a.cfg.Keys, a.cfg.Machine.ID)
+		if err == nil && n == 0 {
+			return nil
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("agent: the leader has not yet placed this machine's units elsewhere: %w", ctx.Err())
+		}
+	}
 }

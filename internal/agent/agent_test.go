@@ -432,3 +432,53 @@ func (f *refusingFencer) Start(name string) error {
 	}
 	return f.Driver.Start(name)
 }
+
+// startRecorder is a sim driver that says which units the agent started
+// (driver.StartRecorder), as the systemd driver does.
+type startRecorder struct {
+	*sim.Driver
+	started map[string]bool
+}
+
+func (r *startRecorder) Started(name string) (bool, bool) { return r.started[name], true }
+
+// TestAgentAdoptsTriggeredUnits: a unit that runs though the agent did not
+// start it (systemd started it for its socket) is adopted as loaded, and
+// left running when the leader wants it loaded.
+func TestAgentAdoptsTriggeredUnits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, d := newTestAgent(t, time.Minute)
+		r := &startRecorder{Driver: d, started: map[string]bool{"web.service": true}}
+		a.SetDriver(r)
+		for _, name := range []string{"web.service", "greet.service"} {
+			f, err := unit.Parse(name, []byte(unitText(false)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Load(f)
+			d.Start(name)
+		}
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		synctest.Wait()
+		applied := map[string]string{}
+		for _, u := range a.hello(1).Units {
+			applied[u.Name] = u.Applied
+		}
+		if applied["web.service"] != "launched" || applied["greet.service"] != "loaded" {
+			t.Fatalf("adopted as %v, want web.service launched and greet.service loaded", applied)
+		}
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+			{Name: "web.service", File: unitText(false), DesiredState: "launched"},
+			{Name: "greet.service", File: unitText(false), DesiredState: "loaded"},
+		}}}}, a.cfg.Mono())
+		synctest.Wait()
+		if got := active(d); got["web.service"] != "active" || got["greet.service"] != "active" {
+			t.Errorf("after the full set: %v, want both still active (greet.service was started by its socket)", got)
+		}
+		cancel()
+		<-done
+	})
+}

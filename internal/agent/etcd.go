@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -25,14 +26,18 @@ import (
 // rather than revoking it: its units keep running, and the leader must not
 // count the machine lost before its TTL has passed.
 
-// runEtcd keeps an etcd session going until ctx is done.
-func (a *Agent) runEtcd(ctx context.Context) {
+// runEtcd keeps an etcd session going until ctx is done, the machine has
+// left, or its name is in use.
+func (a *Agent) runEtcd(ctx context.Context) error {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		start := a.cfg.Now()
 		err := a.etcdSession(ctx)
-		if ctx.Err() != nil {
-			return
+		if errors.Is(err, ErrNameInUse) {
+			return err
+		}
+		if ctx.Err() != nil || a.hasLeft() {
+			return nil
 		}
 		if a.cfg.Now().Sub(start) > 5*time.Second {
 			backoff = 50 * time.Millisecond
@@ -44,10 +49,27 @@ func (a *Agent) runEtcd(ctx context.Context) {
 		}
 		backoff = min(backoff*2, time.Second)
 	}
+	return nil
 }
 
 func (a *Agent) etcdSession(ctx context.Context) error {
 	cli, keys := a.cfg.Etcd, a.cfg.Keys
+	// A presence key is live while its lease is: one written by another
+	// instance (another data dir) means another machine has this name.
+	cur, err := cli.Get(ctx, keys.Presence(a.cfg.Machine.ID))
+	if err != nil {
+		return err
+	}
+	var curRev int64
+	if len(cur.Kvs) > 0 {
+		curRev = cur.Kvs[0].ModRevision
+		var other agentpb.Machine
+		if proto.Unmarshal(cur.Kvs[0].Value, &other) == nil && !other.Leaving && other.Instance != "" &&
+			a.cfg.Machine.Instance != "" && other.Instance != a.cfg.Machine.Instance {
+			return fmt.Errorf("%w: machine name %q is already in use by a live daemon (IP %s, API %s, instance %s; this daemon is instance %s): give this one another --name, or stop that one first (its presence key expires %ds after it stops)",
+				ErrNameInUse, a.cfg.Machine.ID, orUnknown(other.Ip), orUnknown(other.ApiAddr), other.Instance, a.cfg.Machine.Instance, leaseTTL(ctx, cli, cur.Kvs[0].Lease))
+		}
+	}
 	secs := int64((a.cfg.TTL + time.Second - 1) / time.Second)
 	lease, err := cli.Grant(ctx, secs)
 	if err != nil {
@@ -61,7 +83,16 @@ func (a *Agent) etcdSession(ctx context.Context) error {
 	go func() { kaErr <- a.renewLease(sctx, lease.ID, ttl, ka) }()
 	hello := a.hello(0)
 	pm, _ := proto.Marshal(hello.Machine)
-	ops := []clientv3.Op{clientv3.OpPut(keys.Presence(a.cfg.Machine.ID), string(pm), clientv3.WithLease(lease.ID))}
+	// The presence key is written only if it is still what was read above.
+	txn, err := cli.Txn(sctx).If(clientv3.Compare(clientv3.ModRevision(keys.Presence(a.cfg.Machine.ID)), "=", curRev)).
+		Then(clientv3.OpPut(keys.Presence(a.cfg.Machine.ID), string(pm), clientv3.WithLease(lease.ID))).Commit()
+	if err != nil {
+		return err
+	}
+	if !txn.Succeeded {
+		return errors.New("the machine's presence key changed while registering")
+	}
+	var ops []clientv3.Op
 	for _, s := range hello.Units {
 		b, _ := proto.Marshal(s)
 		ops = append(ops, clientv3.OpPut(keys.MachineStates(a.cfg.Machine.ID)+s.Name, string(b), clientv3.WithLease(lease.ID)))
@@ -92,6 +123,31 @@ func (a *Agent) etcdSession(ctx context.Context) error {
 			return err
 		case <-a.resync:
 			return errors.New("units were killed for want of word; registering again")
+		case <-a.leaveNow:
+			// The units are stopped: write their last states, mark the
+			// presence key leaving (the leader places the units elsewhere
+			// at once), then revoke the lease, which deletes the presence
+			// and every unit state.
+			if msg := a.takeUpdate(); msg != nil {
+				var ops []clientv3.Op
+				for _, name := range msg.GetUpdate().Removed {
+					ops = append(ops, clientv3.OpDelete(keys.MachineStates(a.cfg.Machine.ID)+name))
+				}
+				if err := a.etcdWrite(sctx, ops); err != nil {
+					a.requeue(msg.GetUpdate())
+					return err
+				}
+			}
+			hello.Machine.Leaving = true
+			pm, _ := proto.Marshal(hello.Machine)
+			if _, err := cli.Put(sctx, keys.Presence(a.cfg.Machine.ID), string(pm), clientv3.WithLease(lease.ID)); err != nil {
+				return fmt.Errorf("leaving: %w", err)
+			}
+			if _, err := cli.Revoke(sctx, lease.ID); err != nil {
+				a.log.Warn("leaving: could not revoke the agent's lease; its keys expire with it", "err", err)
+			}
+			a.leftOnce.Do(func() { close(a.left) })
+			return errLeaveSent
 		case sent := <-ka:
 			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}}, sent)
 		case wr, ok := <-wch:
@@ -189,4 +245,20 @@ func (a *Agent) requeue(u *agentpb.StatusUpdate) {
 		a.removed[name] = true
 	}
 	a.mu.Unlock()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// leaseTTL returns the TTL in seconds of the lease id (0 if unknown).
+func leaseTTL(ctx context.Context, cli *clientv3.Client, id int64) int64 {
+	resp, err := cli.TimeToLive(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		return 0
+	}
+	return resp.GrantedTTL
 }

@@ -301,12 +301,16 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, changes []engine.
 		return apiv1.BatchResult{}, false
 	}
 	var names []string
+	res := apiv1.BatchResult{Units: []apiv1.Unit{}, Warnings: warnings}
 	for _, c := range changes {
-		if !c.Destroy {
+		switch {
+		case c.Range != nil:
+			res.Ranges = append(res.Ranges, apiv1.RangeResult{Name: rangeName(c),
+				Instances: c.Range.Len(), DesiredState: string(c.DesiredState), Destroyed: c.Destroy})
+		case !c.Destroy:
 			names = append(names, c.Name)
 		}
 	}
-	res := apiv1.BatchResult{Units: []apiv1.Unit{}, Warnings: warnings}
 	if len(names) > 0 {
 		us, err := s.cfg.Engine.Units(names)
 		if err != nil {
@@ -322,6 +326,11 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, changes []engine.
 	return res, true
 }
 
+// rangeName is the name of a range change as a batch writes it.
+func rangeName(c engine.Change) string {
+	return unit.Prefix(c.Name) + "@" + c.Range.String() + strings.TrimPrefix(c.Name, unit.Prefix(c.Name)+"@")
+}
+
 // toChanges validates a batch: names, unit files, desired states. Nothing
 // is applied when any part is wrong.
 func toChanges(b apiv1.Batch) ([]engine.Change, []string, error) {
@@ -335,6 +344,24 @@ func toChanges(b apiv1.Batch) ([]engine.Change, []string, error) {
 		return nil, nil, err
 	}
 	for i, c := range b.Units {
+		if tmpl, r, ok, err := unit.ParseRange(c.Name); ok {
+			if err != nil {
+				return nil, nil, fmt.Errorf("units[%d]: %w", i, err)
+			}
+			if seen[c.Name] {
+				return nil, nil, fmt.Errorf("units[%d]: %s appears twice in the batch", i, c.Name)
+			}
+			seen[c.Name] = true
+			if c.File != "" {
+				return nil, nil, fmt.Errorf("units[%d]: %s names a range of instances: it takes no file (submit the template %s)", i, c.Name, tmpl)
+			}
+			ds, err := unit.ParseDesiredState(c.DesiredState)
+			if err != nil || c.DesiredState == "" {
+				return nil, nil, fmt.Errorf("units[%d]: %s: want a desiredState of inactive, loaded or launched for the range", i, c.Name)
+			}
+			out = append(out, engine.Change{Name: tmpl, Range: &r, DesiredState: ds})
+			continue
+		}
 		if err := unit.ValidateName(c.Name); err != nil {
 			return nil, nil, fmt.Errorf("units[%d]: %w", i, err)
 		}
@@ -359,6 +386,17 @@ func toChanges(b apiv1.Batch) ([]engine.Change, []string, error) {
 		out = append(out, ch)
 	}
 	for i, name := range b.Destroy {
+		if tmpl, r, ok, err := unit.ParseRange(name); ok {
+			if err != nil {
+				return nil, nil, fmt.Errorf("destroy[%d]: %w", i, err)
+			}
+			if seen[name] {
+				return nil, nil, fmt.Errorf("destroy[%d]: %s appears twice in the batch", i, name)
+			}
+			seen[name] = true
+			out = append(out, engine.Change{Name: tmpl, Range: &r, Destroy: true})
+			continue
+		}
 		if err := unit.ValidateName(name); err != nil {
 			return nil, nil, fmt.Errorf("destroy[%d]: %w", i, err)
 		}

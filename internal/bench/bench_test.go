@@ -247,3 +247,67 @@ func runBench(t *testing.T, args ...string) []string {
 	}
 	return lines
 }
+
+// TestBenchDriver runs `flotilla bench driver` with the exec driver and a
+// few units through the real binary: every unit starts and stops, the
+// report is complete, and nothing is left behind (the daemon, the
+// supervisor it started, the units' processes, the directory).
+func TestBenchDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a daemon and its units")
+	}
+	bin := buildFlotilla(t)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "driver", "--driver", "exec", "--units", "30", "--baseline", "exec", "--json", "--timeout", "60s")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("progress (stderr):\n%s", stderr.String())
+	if err != nil {
+		t.Fatalf("flotilla bench driver: %v\nstdout:\n%s", err, stdout.String())
+	}
+	checkCleanedUp(t, bin, tmp)
+	var r bench.DriverReport
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("report: %v\n%s", err, stdout.String())
+	}
+	if r.Driver != "exec" || r.Units != 30 || r.Active != 30 || r.Stopped != 30 || r.Failed != 0 || r.Error != "" {
+		t.Errorf("report %+v, want 30 exec units started and stopped", r)
+	}
+	if r.StartSeconds <= 0 || r.StopSeconds <= 0 || r.DaemonStartCPUSeconds <= 0 || r.SupervisorStartCPUSeconds <= 0 {
+		t.Errorf("report %+v, want start and stop times and CPU times measured", r)
+	}
+	if b := r.Baseline; b == nil || b.Kind != "exec" || b.StartSeconds <= 0 {
+		t.Errorf("baseline %+v, want the plain exec loop timed", b)
+	}
+}
+
+// TestBenchDriverRefused: a driver the daemon does not run ends the bench
+// with the daemon's own reason, and bad flags are named.
+func TestBenchDriverRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a daemon")
+	}
+	bin := buildFlotilla(t)
+	tmp := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--driver", "no-such-driver", "--units", "5"}, `--driver "no-such-driver"`},
+		{[]string{"--baseline", "command"}, "--baseline command needs --baseline-start and --baseline-stop"},
+		{[]string{"--baseline", "loop"}, `--baseline "loop": want exec or command`},
+		{[]string{"--units", "-1"}, "--units -1: want 1 to"},
+	} {
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"bench", "driver"}, tt.args...)...)
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tt.want) {
+			t.Errorf("bench driver %v: %v, output:\n%s\nwant an error with %q", tt.args, err, out, tt.want)
+		}
+	}
+	checkCleanedUp(t, bin, tmp)
+}

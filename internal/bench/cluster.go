@@ -9,9 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/profiling"
 )
 
 // cluster is the cluster of one run: an etcd process, engine processes,
@@ -144,12 +149,16 @@ func (c *cluster) start(ctx context.Context) error {
 			return err
 		}
 		name := fmt.Sprintf("engine%d", i+1)
-		p, err := startProcess(name, cfg.Binary, append([]string{"daemon", "--name", name,
+		var profile []string
+		if cfg.ProfileDir != "" {
+			profile = []string{"--profile-dir", c.profileDir(name)}
+		}
+		p, err := startProcess(name, cfg.Binary, append(append([]string{"daemon", "--name", name,
 			"--no-agent", "--registry", c.registry, "--log-level", "warn",
 			"--etcd-endpoints", endpoints, "--api-addr", api,
 			"--grpc-addr", grpcAddr, "--grpc-advertise-addr", advertised,
 			"--agent-ttl", cfg.AgentTTL.String(),
-			"--data-dir", filepath.Join(c.dir, name)}, c.tls.daemonFlags(name)...), filepath.Join(c.dir, name+".log"))
+			"--data-dir", filepath.Join(c.dir, name)}, profile...), c.tls.daemonFlags(name)...), filepath.Join(c.dir, name+".log"))
 		if err != nil {
 			return err
 		}
@@ -198,6 +207,97 @@ func (c *cluster) start(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// profileDir is where an engine keeps its profiles (--profile-dir) in a
+// profiled run.
+func (c *cluster) profileDir(engine string) string {
+	return filepath.Join(c.dir, "profile-"+engine)
+}
+
+// profileStart has every engine start its CPU profile (SIGUSR1, see
+// package profiling); nothing without --profile.
+func (c *cluster) profileStart() {
+	if c.cfg.ProfileDir == "" {
+		return
+	}
+	for _, p := range c.engines {
+		p.cmd.Process.Signal(syscall.SIGUSR1)
+	}
+}
+
+// profileStop has every engine stop its CPU profile and write its heap
+// profile (SIGUSR2), waits for the files and copies them to --profile as
+// <registry>-<engine>-cpu.pprof and -heap.pprof.
+func (c *cluster) profileStop(ctx context.Context) error {
+	if c.cfg.ProfileDir == "" {
+		return nil
+	}
+	for _, p := range c.engines {
+		p.cmd.Process.Signal(syscall.SIGUSR2)
+	}
+	for _, p := range c.engines {
+		src := c.profileDir(p.name)
+		if err := c.waitFor(ctx, 2*time.Minute, p.name+"'s heap profile", func() error {
+			_, err := os.Stat(filepath.Join(src, profiling.HeapFile))
+			return err
+		}); err != nil {
+			return err
+		}
+		for _, f := range []struct{ from, to string }{{profiling.CPUFile, "cpu"}, {profiling.HeapFile, "heap"}} {
+			b, err := os.ReadFile(filepath.Join(src, f.from))
+			if err != nil {
+				return fmt.Errorf("profile of %s: %w", p.name, err)
+			}
+			dst := filepath.Join(c.cfg.ProfileDir, fmt.Sprintf("%s-%s-%s.pprof", c.registry, p.name, f.to))
+			if err := os.WriteFile(dst, b, 0o644); err != nil {
+				return fmt.Errorf("--profile: %w", err)
+			}
+		}
+	}
+	c.prog.phase("engine profiles written to %s", c.cfg.ProfileDir)
+	return nil
+}
+
+// etcdDBSize compacts etcd to its current revision, defragments it and
+// returns the size of its database.
+func (c *cluster) etcdDBSize(ctx context.Context) (int64, error) {
+	ep := c.tls.scheme() + "://" + c.etcdAddr
+	cfg := clientv3.Config{Endpoints: []string{ep}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()}
+	if c.tls != nil {
+		cfg.TLS = c.tls.client.Clone()
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return 0, fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	st, err := cli.Status(ctx, ep)
+	if err != nil {
+		return 0, fmt.Errorf("etcd status: %w", err)
+	}
+	if _, err := cli.Compact(ctx, st.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		return 0, fmt.Errorf("etcd compact: %w", err)
+	}
+	if _, err := cli.Defragment(ctx, ep); err != nil {
+		return 0, fmt.Errorf("etcd defragment: %w", err)
+	}
+	if st, err = cli.Status(ctx, ep); err != nil {
+		return 0, fmt.Errorf("etcd status: %w", err)
+	}
+	return st.DbSize, nil
+}
+
+// agentNames returns the machine names of the simulated agents.
+func (c *cluster) agentNames() []string {
+	width := len(strconv.Itoa(c.cfg.Agents))
+	names := make([]string, c.cfg.Agents)
+	for i := range names {
+		names[i] = (&AgentsConfig{Prefix: "sim-", Width: width}).AgentName(i + 1)
+	}
+	return names
 }
 
 // client returns an API client of the daemon at addr.

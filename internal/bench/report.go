@@ -59,6 +59,10 @@ type Report struct {
 	EnginePeakRSSBytes int64 `json:"engine_peak_rss_bytes"`
 	AgentPeakRSSBytes  int64 `json:"agent_peak_rss_bytes"`
 	EtcdPeakRSSBytes   int64 `json:"etcd_peak_rss_bytes"`
+	// EtcdDBBytes is the size of etcd's database once every unit is
+	// active, after compacting to the current revision and defragmenting:
+	// what the cluster costs in etcd to keep (0 when the run failed).
+	EtcdDBBytes int64 `json:"etcd_db_bytes,omitempty"`
 
 	// State is the /v1/state pollers' report, when --state-pollers > 0.
 	State *StateReport `json:"state,omitempty"`
@@ -247,6 +251,10 @@ func (r *Report) WriteText(w io.Writer) {
 		r.EngineCPUSeconds, r.AgentCPUSeconds, r.EtcdCPUSeconds, r.BenchCPUSeconds, r.OtherCPUSeconds, r.HostCPUs)
 	fmt.Fprintf(w, "peak memory    engine %s  agents %s  etcd %s\n",
 		fmtBytes(r.EnginePeakRSSBytes), fmtBytes(r.AgentPeakRSSBytes), fmtBytes(r.EtcdPeakRSSBytes))
+	if r.EtcdDBBytes > 0 {
+		fmt.Fprintf(w, "etcd database  %s once compacted and defragmented (%.0f bytes a unit)\n",
+			fmtBytes(r.EtcdDBBytes), float64(r.EtcdDBBytes)/float64(max(r.Units, 1)))
+	}
 	if s := r.State; s != nil {
 		fmt.Fprintf(w, "/v1/state      %d %s: %d answers, p50 %.1f ms  p99 %.1f ms  max %.1f ms, %s each",
 			s.Pollers, plural(s.Pollers, "poller", "pollers"), s.Requests, s.P50MS, s.P99MS, s.MaxMS, fmtBytes(s.Bytes))

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,12 +10,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/limits"
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // Config configures `flotilla bench`. Zero fields take the defaults named.
@@ -61,6 +65,15 @@ type Config struct {
 	// certificates made for the run (as `flotilla tls` makes them) for
 	// etcd, the engines, every agent and the bench's own requests.
 	TLS bool
+	// ProfileDir, if set, keeps CPU and heap profiles of each engine over
+	// the measured window (the start request until every unit is active):
+	// DIR/<registry>-<engine>-cpu.pprof and -heap.pprof.
+	ProfileDir string
+	// DistinctFiles starts N units with a file each (differing by their
+	// description), sent in batches of up to limits.BatchUnits, as the
+	// bench did before ranges; by default it submits one template and
+	// starts N of its instances in one request (bench@{1..N}.service).
+	DistinctFiles bool
 	// JSON prints each run's report as one JSON object on one line.
 	JSON bool
 	// Out receives the reports (default os.Stdout); Progress the progress
@@ -140,6 +153,16 @@ func (c *Config) validate() error {
 	if c.AgentTTL <= 2*engineElectionTTL {
 		return fmt.Errorf("--agent-ttl %v: want more than %v, twice the engines' election TTL", c.AgentTTL, 2*engineElectionTTL)
 	}
+	if c.ProfileDir != "" {
+		dir, err := filepath.Abs(c.ProfileDir)
+		if err != nil {
+			return fmt.Errorf("--profile %q: %w", c.ProfileDir, err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
+		c.ProfileDir = dir
+	}
 	if c.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -164,6 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	raiseFileLimit()
 	prog := newProgress(cfg.Progress)
 	var (
 		grpc     *Report
@@ -232,12 +256,37 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	if err != nil {
 		return nil, err
 	}
-	batch := apiv1.Batch{Units: make([]apiv1.UnitChange, cfg.Units)}
+	// The units: by default instances of one template, started by one
+	// request naming their range; with DistinctFiles, a file each, in
+	// batches of up to limits.BatchUnits.
+	var batches []apiv1.Batch
+	names := make([]string, cfg.Units)
 	width := len(fmt.Sprint(cfg.Units))
-	for i := range batch.Units {
-		name := fmt.Sprintf("%s%0*d.service", unitPrefix, width, i+1)
-		batch.Units[i] = apiv1.UnitChange{Name: name, DesiredState: "launched",
-			File: fmt.Sprintf("[Unit]\nDescription=flotilla bench unit %d\n\n[Service]\nExecStart=/bin/sleep infinity\n", i+1)}
+	if cfg.DistinctFiles {
+		for i := range names {
+			names[i] = fmt.Sprintf("%s%0*d.service", unitPrefix, width, i+1)
+		}
+		for i := 0; i < len(names); i += limits.BatchUnits {
+			b := apiv1.Batch{}
+			for j := i; j < min(i+limits.BatchUnits, len(names)); j++ {
+				b.Units = append(b.Units, apiv1.UnitChange{Name: names[j], DesiredState: "launched",
+					File: fmt.Sprintf("[Unit]\nDescription=flotilla bench unit %d\n\n[Service]\nExecStart=/bin/sleep infinity\n", j+1)})
+			}
+			batches = append(batches, b)
+		}
+	} else {
+		tmpl, r, _, err := unit.ParseRange(fmt.Sprintf("%s@{%0*d..%d}.service", benchTemplate, width, 1, cfg.Units))
+		if err != nil {
+			return nil, err
+		}
+		for i := range names {
+			names[i] = unit.RangeName(tmpl, r, i)
+		}
+		if _, err := api.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: tmpl,
+			File: "[Unit]\nDescription=flotilla bench unit\n\n[Service]\nExecStart=/bin/sleep infinity\n"}}}); err != nil {
+			return nil, fmt.Errorf("submit the template %s: %w", tmpl, err)
+		}
+		batches = []apiv1.Batch{{Units: []apiv1.UnitChange{{Name: fmt.Sprintf("%s@%s.service", benchTemplate, r), DesiredState: "launched"}}}}
 	}
 	hc := c.tls.httpClient(30 * time.Second)
 	etcdURL := c.tls.scheme() + "://" + c.etcdAddr
@@ -255,11 +304,18 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 		defer pollers.stop() // on an early return; stopping twice is harmless
 	}
 
-	prog.phase("starting %s units (batch requests of up to %s units to the leader's API)", thousands(int64(cfg.Units)), thousands(limits.BatchUnits))
+	c.profileStart()
+	if cfg.DistinctFiles {
+		prog.phase("starting %s units (batch requests of up to %s units to the leader's API)", thousands(int64(cfg.Units)), thousands(limits.BatchUnits))
+	} else {
+		prog.phase("starting %s units (one request: %s)", thousands(int64(cfg.Units)), batches[0].Units[0].Name)
+	}
 	t0 := time.Now()
 	var startErr error
-	for i := 0; i < len(batch.Units) && startErr == nil; i += limits.BatchUnits {
-		_, startErr = api.Batch(ctx, apiv1.Batch{Units: batch.Units[i:min(i+limits.BatchUnits, len(batch.Units))]})
+	for _, b := range batches {
+		if _, startErr = api.Batch(ctx, b); startErr != nil {
+			break
+		}
 	}
 	submitted := time.Since(t0)
 	var observed map[string]time.Time
@@ -273,12 +329,15 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 		prog.phase("the start request failed after %.3f s: %v", submitted.Seconds(), startErr)
 	} else {
 		prog.phase("the start request was answered in %.3f s", submitted.Seconds())
-		if observed, err = waitActive(ctx, c, base, t0, batch, prog); err != nil {
+		if observed, err = waitActive(ctx, c, base, t0, names, prog); err != nil {
 			return nil, err
 		}
 	}
 	waited := time.Since(t0)
-	if pollers != nil && len(observed) == len(batch.Units) {
+	if err := c.profileStop(ctx); err != nil {
+		return nil, err
+	}
+	if pollers != nil && len(observed) == len(names) {
 		pollers.allActive()
 	}
 	statsAfter, err := c.stats()
@@ -327,6 +386,12 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 		return nil, err
 	}
 	r.EnginePeakRSSBytes, r.AgentPeakRSSBytes, r.EtcdPeakRSSBytes = end.enginePeak, end.agentPeak, end.etcdPeak
+	if r.AllActive {
+		prog.phase("compacting and defragmenting etcd to measure its database")
+		if r.EtcdDBBytes, err = c.etcdDBSize(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -337,8 +402,13 @@ type unitState struct {
 	ObservedAt string `json:"observedAt"`
 }
 
-// unitPrefix starts the name of every unit the bench starts.
-const unitPrefix = "bench-"
+// unitPrefix starts the name of every unit the bench starts with
+// DistinctFiles; benchTemplate is the prefix of the template otherwise
+// (bench@.service).
+const (
+	unitPrefix    = "bench-"
+	benchTemplate = "bench"
+)
 
 // waitActive waits until the leader has seen every unit of batch active,
 // or cfg.Timeout has passed since t0, and returns when the leader saw each
@@ -350,14 +420,17 @@ const unitPrefix = "bench-"
 // engine little; /v1/unit-states, a list built for each request, is read
 // once at the end. The pause between polls grows with the time a poll
 // takes (8×), keeping the bench's load on the engine small.
-func waitActive(ctx context.Context, c *cluster, base string, t0 time.Time, batch apiv1.Batch, prog *progress) (map[string]time.Time, error) {
-	want := make(map[string]bool, len(batch.Units))
-	for _, u := range batch.Units {
-		want[u.Name] = true
+func waitActive(ctx context.Context, c *cluster, base string, t0 time.Time, names []string, prog *progress) (map[string]time.Time, error) {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
 	}
 	hc := c.tls.httpClient(2 * time.Minute)
 	deadline := t0.Add(c.cfg.Timeout)
 	countURL := base + "/v1/state?" + url.Values{"unit": {unitPrefix + "*"}, "state": {"active"}, "limit": {"1"}}.Encode()
+	if !c.cfg.DistinctFiles {
+		countURL = base + "/v1/state?" + url.Values{"unit": {benchTemplate + "@*"}, "state": {"active"}, "limit": {"1"}}.Encode()
+	}
 	var (
 		observed map[string]time.Time
 		lastErr  error
@@ -374,7 +447,7 @@ func waitActive(ctx context.Context, c *cluster, base string, t0 time.Time, batc
 		timedOut := time.Now().After(deadline)
 		if err != nil || n >= len(want) || timedOut {
 			// Without the count, or once it says done: read every state.
-			observed, err = activeSince(ctx, hc, base+"/v1/unit-states", want)
+			observed, err = activeSince(ctx, hc, base, c.agentNames(), want)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
@@ -394,6 +467,9 @@ func waitActive(ctx context.Context, c *cluster, base string, t0 time.Time, batc
 		}
 		if timedOut {
 			prog.phase("gave up after %v: %d of %d units active (last poll error: %v)", c.cfg.Timeout, len(observed), len(want), lastErr)
+			for _, p := range c.engines {
+				prog.phase("the end of %s's log (warnings and errors):\n%s", p.name, p.tail(40))
+			}
 			return observed, nil
 		}
 		pause := min(max(8*took, 50*time.Millisecond), 5*time.Second)
@@ -420,24 +496,63 @@ func countActive(ctx context.Context, hc *http.Client, url string) (int, error) 
 }
 
 // activeSince returns when the leader saw each unit of want active, for
-// those that are.
-func activeSince(ctx context.Context, hc *http.Client, url string, want map[string]bool) (map[string]time.Time, error) {
-	var l struct {
-		States []unitState `json:"states"`
+// those that are. It reads /v1/unit-states a machine at a time
+// (?machine=), four at once, so that no answer is large: one answer for a
+// million units would make the leader hold hundreds of MB at once, and
+// count in its peak memory.
+func activeSince(ctx context.Context, hc *http.Client, base string, machines []string, want map[string]bool) (map[string]time.Time, error) {
+	type answer struct {
+		states []unitState
+		err    error
 	}
-	if err := getJSON(ctx, hc, url, &l); err != nil {
-		return nil, err
+	next := make(chan string)
+	answers := make(chan answer)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range next {
+				var l struct {
+					States []unitState `json:"states"`
+				}
+				err := getJSON(ctx, hc, base+"/v1/unit-states?"+url.Values{"machine": {m}}.Encode(), &l)
+				answers <- answer{l.States, err}
+			}
+		}()
 	}
+	go func() {
+		defer close(next)
+		for _, m := range machines {
+			select {
+			case next <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(answers) }()
 	observed := make(map[string]time.Time, len(want))
-	for _, s := range l.States {
-		if s.Active != "active" || !want[s.Name] {
+	var firstErr error
+	for a := range answers {
+		if a.err != nil {
+			firstErr = cmp.Or(firstErr, a.err)
 			continue
 		}
-		at, err := time.Parse(time.RFC3339Nano, s.ObservedAt)
-		if err != nil {
-			return nil, fmt.Errorf("GET %s: unit %s: observedAt %q: %w", url, s.Name, s.ObservedAt, err)
+		for _, s := range a.states {
+			if s.Active != "active" || !want[s.Name] {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, s.ObservedAt)
+			if err != nil {
+				firstErr = cmp.Or(firstErr, fmt.Errorf("/v1/unit-states: unit %s: observedAt %q: %w", s.Name, s.ObservedAt, err))
+				continue
+			}
+			observed[s.Name] = at
 		}
-		observed[s.Name] = at
+	}
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return observed, nil
 }

@@ -406,9 +406,9 @@ func TestListCommands(t *testing.T) {
 	}
 
 	r = run(t, srv, "list-machines").mustSucceed(t)
-	want = "MACHINE\t\tIP\t\tMETADATA\n" +
-		"113f16a7...\t172.17.8.101\taz=a,role=web\n" +
-		"2c0ffee0...\t172.17.8.102\t-\n"
+	want = "MACHINE\t\tIP\t\tMETADATA\tDRIVERS\n" +
+		"113f16a7...\t172.17.8.101\taz=a,role=web\tsim\n" +
+		"2c0ffee0...\t172.17.8.102\t-\t\tsim\n"
 	if r.out != want {
 		t.Errorf("list-machines:\n%q\nwant:\n%q", r.out, want)
 	}
@@ -420,7 +420,7 @@ func TestListCommands(t *testing.T) {
 	}{
 		{"list-units", "active,hash,load,machine,sub,unit"},
 		{"list-unit-files", "desc,dstate,hash,reason,state,tmachine,unit"},
-		{"list-machines", "ip,leader,machine,metadata,units"},
+		{"list-machines", "drivers,ip,leader,machine,metadata,units"},
 	} {
 		r := run(t, srv, "-o", "json", tc.cmd).mustSucceed(t)
 		var objs []map[string]any
@@ -614,4 +614,38 @@ func (w *watchWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// TestStartRange: a range of instances is one short request; start waits
+// until every instance is active, stop until none runs, destroy removes
+// them all.
+func TestStartRange(t *testing.T) {
+	srv := newServer(t, testMachines[0])
+	srv.put(t, stateInactive, map[string]string{"web@.service": "[Service]\nExecStart=/bin/web\n"})
+
+	r := run(t, srv, "start", "web@{1..50}.service").mustSucceed(t)
+	if r.out != "Units web@{1..50}.service launched (50 units)\n" {
+		t.Errorf("start: stdout = %q", r.out)
+	}
+	if n := srv.Requests("POST /v1/batch"); n != 1 {
+		t.Errorf("%d batch requests, want 1", n)
+	}
+	for _, n := range []string{"web@1.service", "web@50.service"} {
+		if u, ok := srv.Unit(t, n); !ok || u.DesiredState != stateLaunched {
+			t.Errorf("%s = %+v, want launched", n, u)
+		}
+	}
+	if _, ok := srv.Unit(t, "web@51.service"); ok {
+		t.Error("web@51.service exists")
+	}
+	r = run(t, srv, "stop", "web@{1..50}").mustSucceed(t)
+	if r.out != "Units web@{1..50}.service loaded (50 units)\n" {
+		t.Errorf("stop: stdout = %q", r.out)
+	}
+	run(t, srv, "destroy", "web@{1..50}.service").mustSucceed(t)
+	if _, ok := srv.Unit(t, "web@7.service"); ok {
+		t.Error("web@7.service survived destroy of its range")
+	}
+	run(t, srv, "start", "web@{5..1}.service").mustFail(t, "TO (1) is below FROM (5)")
+	run(t, srv, "start", "web{1..3}.service").mustFail(t, "must follow the \"@\"")
 }

@@ -274,6 +274,7 @@ type machineRow struct {
 	Leader   bool              `json:"leader"`
 	Units    int               `json:"units"`
 	Draining bool              `json:"draining,omitempty"`
+	Drivers  []string          `json:"drivers"`
 }
 
 func machineFields() []field[machineRow] {
@@ -284,10 +285,11 @@ func machineFields() []field[machineRow] {
 		{"leader", func(r machineRow, _ bool) string { return strconv.FormatBool(r.Leader) }},
 		{"units", func(r machineRow, _ bool) string { return strconv.Itoa(r.Units) }},
 		{"draining", func(r machineRow, _ bool) string { return strconv.FormatBool(r.Draining) }},
+		{"drivers", func(r machineRow, _ bool) string { return dash(strings.Join(r.Drivers, ",")) }},
 	}
 }
 
-const defaultMachineFields = "machine,ip,metadata"
+const defaultMachineFields = "machine,ip,metadata,drivers"
 
 func machineRows(machines []apiv1.Machine) []machineRow {
 	rows := make([]machineRow, 0, len(machines))
@@ -296,7 +298,7 @@ func machineRows(machines []apiv1.Machine) []machineRow {
 		if md == nil {
 			md = map[string]string{}
 		}
-		rows = append(rows, machineRow{Machine: m.ID, IP: m.IP, Metadata: md, Leader: m.Leader, Units: m.Units, Draining: m.Draining})
+		rows = append(rows, machineRow{Machine: m.ID, IP: m.IP, Metadata: md, Leader: m.Leader, Units: m.Units, Draining: m.Draining, Drivers: m.Drivers})
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Machine < rows[j].Machine })
 	return rows

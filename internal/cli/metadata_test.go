@@ -65,7 +65,7 @@ func TestSetMetadata(t *testing.T) {
 	srv := newServer(t, testMachines...)
 
 	r := run(t, srv, "set-metadata", "113f16a7...", "role=db", "disk=ssd", "--remove", "az").mustSucceed(t)
-	want := "MACHINE\t\tIP\t\tMETADATA\n113f16a7...\t172.17.8.101\tdisk=ssd,role=db\n"
+	want := "MACHINE\t\tIP\t\tMETADATA\t\tDRIVERS\n113f16a7...\t172.17.8.101\tdisk=ssd,role=db\tsim\n"
 	if r.out != want {
 		t.Errorf("stdout:\n%q\nwant:\n%q", r.out, want)
 	}
@@ -79,7 +79,7 @@ func TestSetMetadata(t *testing.T) {
 
 	// Full IDs, list flags, JSON.
 	r = run(t, srv, "set-metadata", "--no-legend", "--full", m2, "role=web").mustSucceed(t)
-	if r.out != m2+"\t172.17.8.102\trole=web\n" {
+	if r.out != m2+"\t172.17.8.102\trole=web\tsim\n" {
 		t.Errorf("--no-legend --full: %q", r.out)
 	}
 	r = run(t, srv, "-o", "json", "set-metadata", "2c0f", "--remove", "role").mustSucceed(t)
@@ -88,7 +88,10 @@ func TestSetMetadata(t *testing.T) {
   "ip": "172.17.8.102",
   "metadata": {},
   "leader": false,
-  "units": 0
+  "units": 0,
+  "drivers": [
+    "sim"
+  ]
 }
 `; r.out != want {
 		t.Errorf("-o json:\n%s\nwant:\n%s", r.out, want)

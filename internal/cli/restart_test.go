@@ -181,13 +181,15 @@ func TestRestartRefuses(t *testing.T) {
 
 func TestRestartStopsAtFailure(t *testing.T) {
 	// m2 runs real processes: bad.service runs now, but fails when started
-	// again.
+	// again, in ExecStartPre= so that it never looks active (a main process
+	// that exits at once is active for a moment, which a loaded machine may
+	// report before its failure).
 	ms := []daemontest.Machine{machine(restartMachines[0]), machine(restartMachines[1]), machine(restartMachines[2])}
 	ms[2].Exec = true
 	srv := newCluster(t, ms...)
 	pids := runUnits(t, srv, webFile, map[string]string{"a.service": m1, "c.service": m3})
 	flag := filepath.Join(t.TempDir(), "ran")
-	runUnits(t, srv, "[Service]\nExecStart=/bin/sh -c 'if [ -e "+flag+" ]; then exit 1; fi; touch "+flag+"; exec sleep 1000'\n",
+	runUnits(t, srv, "[Service]\nExecStartPre=/bin/sh -c 'if [ -e "+flag+" ]; then exit 1; fi; touch "+flag+"'\nExecStart=/bin/sleep 1000\n",
 		map[string]string{"bad.service": m2})
 
 	r := run(t, srv, "restart", "a", "bad", "c")
@@ -195,7 +197,7 @@ func TestRestartStopsAtFailure(t *testing.T) {
 	if strings.Contains(r.runErr.Error(), "left with desired state loaded") {
 		t.Errorf("error %q says units were left stopped; they were started", r.runErr)
 	}
-	if want := "Unit bad.service failed on 2c0ffee0.../172.17.8.102 (Result: exit-code): main process exited, code=exited, status=1/FAILURE\n"; r.err != want {
+	if want := "Unit bad.service failed on 2c0ffee0.../172.17.8.102 (Result: exit-code): ExecStartPre=/bin/sh: code=exited, status=1/FAILURE\n"; r.err != want {
 		t.Errorf("stderr = %q, want %q", r.err, want)
 	}
 	want := "Unit a.service stopped on 113f16a7.../172.17.8.101\n" +

@@ -195,9 +195,15 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		known map[string]apiv1.Unit
 		err   error
 	)
-	if v.submits {
+	ranges, args, err := rangeArgs(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(args) == 0:
+	case v.submits:
 		refs, known, err = e.resolveUnitFiles(ctx, args)
-	} else {
+	default:
 		refs, known, err = e.resolveExisting(ctx, args)
 	}
 	if err != nil {
@@ -219,9 +225,12 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 	if replace && !noBlock {
 		refs, roll = rollingPlan(refs, known)
 	}
-	b := apiv1.Batch{Units: make([]apiv1.UnitChange, 0, len(refs))}
+	b := apiv1.Batch{Units: make([]apiv1.UnitChange, 0, len(refs)+len(ranges))}
 	for _, r := range refs {
 		b.Units = append(b.Units, apiv1.UnitChange{Name: r.Name, File: r.File, DesiredState: v.target})
+	}
+	for _, r := range ranges {
+		b.Units = append(b.Units, apiv1.UnitChange{Name: r.name, DesiredState: v.target})
 	}
 	var res *apiv1.BatchResult
 	switch {
@@ -240,6 +249,9 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 	if noBlock {
 		for _, r := range refs {
 			fmt.Fprintf(e.out, "Triggered unit %s %s\n", r.Name, v.name)
+		}
+		for _, r := range ranges {
+			fmt.Fprintf(e.out, "Triggered units %s %s (%d units)\n", r.name, v.name, r.n)
 		}
 		return nil
 	}
@@ -264,7 +276,12 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		}
 		targets = append(targets, t)
 	}
-	if err := e.waitUnits(ctx, targets, v.target, blk); err != nil {
+	if len(targets) > 0 {
+		if err := e.waitUnits(ctx, targets, v.target, blk); err != nil {
+			return err
+		}
+	}
+	if err := e.waitRanges(ctx, ranges, v, blk); err != nil {
 		return err
 	}
 	return e.roll(ctx, roll, v.target, blk)
@@ -320,12 +337,21 @@ that do not exist are skipped with a note, so that destroy can be repeated.`,
 }
 
 func (e *env) destroy(ctx context.Context, args []string) error {
-	names := nameArgs(args)
-	known, err := e.fetchUnits(ctx, names)
+	ranges, args, err := rangeArgs(args)
 	if err != nil {
 		return err
 	}
+	names := nameArgs(args)
+	known := map[string]apiv1.Unit{}
+	if len(names) > 0 {
+		if known, err = e.fetchUnits(ctx, names); err != nil {
+			return err
+		}
+	}
 	var b apiv1.Batch
+	for _, r := range ranges {
+		b.Destroy = append(b.Destroy, r.name)
+	}
 	for _, n := range names {
 		if _, ok := known[n]; ok {
 			b.Destroy = append(b.Destroy, n)

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +29,6 @@ import (
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
-	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/limits"
@@ -38,7 +36,6 @@ import (
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
-	"github.com/flotilla/flotilla/internal/supervisor"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -72,8 +69,9 @@ type Config struct {
 	// their assignments in etcd and write states and presence there).
 	Registry string
 	// Driver runs units: "exec" (default; in the machine's supervisor
-	// process, so they outlive the daemon) or "sim" (in memory, for
-	// benchmarks).
+	// process, so they outlive the daemon), "systemd", "docker", or a
+	// comma-separated list of them in order of preference; or "sim" (in
+	// memory, for benchmarks).
 	Driver string
 	// SupervisorBinary is the program started as the supervisor
 	// (`SupervisorBinary supervisor --dir DIR`); default: this executable.
@@ -112,6 +110,13 @@ type Config struct {
 
 	NoEngine bool
 	NoAgent  bool
+	// StopUnitsOnExit is fleet's shutdown (--stop-units-on-exit): a daemon
+	// stopped cleanly (its context done: SIGTERM, SIGINT) stops its units,
+	// each gracefully within its stop timeout, and leaves the cluster at
+	// once, its unit states purged; the leader places the units elsewhere
+	// without waiting for their LostAfter=. The machine's supervisor ends
+	// too. By default units outlive their daemon.
+	StopUnitsOnExit bool
 	// AgentTTL: see engine.Config.AgentTTL (default 20s).
 	AgentTTL time.Duration
 	// ElectionTTL: see engine.Config.ElectionTTL (default 5s).
@@ -155,6 +160,10 @@ type Addrs struct {
 	APISocket []string
 }
 
+// leaveTimeout bounds a --stop-units-on-exit shutdown: stopping the units
+// (each within its TimeoutStopSec=) and the leader's taking the Leave.
+const leaveTimeout = 2 * time.Minute
+
 // insecureWarningEvery is how often a daemon run with --insecure beyond
 // loopback says so again.
 const insecureWarningEvery = time.Hour
@@ -187,13 +196,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--registry %w", err)
 	}
 	c.Registry = mode
-	switch c.Driver {
-	case "":
+	if c.Driver == "" {
 		c.Driver = "exec"
-	case "exec", "sim":
-	default:
-		return fmt.Errorf("--driver %q: want exec or sim", c.Driver)
 	}
+	if _, err := parseDrivers(c.Driver); err != nil {
+		return err
+	}
+	c.Driver = strings.Join(splitDrivers(c.Driver), ",")
 	et, at := c.ElectionTTL, c.AgentTTL
 	if et == 0 {
 		et = 5 * time.Second
@@ -368,6 +377,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	instance, err := machine.Instance(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
 	var cleanups []func()
 	defer func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -403,16 +416,25 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		log.Info("embedded etcd member ready", "client", etcdClientAddr, "peer", cfg.EtcdPeerAddr)
 	}
 	ms := metrics.New()
-	cli, err := clientv3.New(clientv3.Config{
+	etcdCfg := clientv3.Config{
 		Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: ms.EtcdDialOptions(),
 		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 		Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
 		TLS: etcdTLS,
-	})
+	}
+	cli, err := clientv3.New(etcdCfg)
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 	}
 	cleanups = append(cleanups, func() { cli.Close() })
+	// The engine's election (campaign, lease renewals, probes) has a
+	// connection of its own: the leader's large writes and watches on cli
+	// cannot hold a renewal back past the lease's TTL.
+	electionCli, err := clientv3.New(etcdCfg)
+	if err != nil {
+		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+	}
+	cleanups = append(cleanups, func() { electionCli.Close() })
 
 	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -432,7 +454,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		wg  sync.WaitGroup
 		eng *engine.Engine
 	)
-	runCtx, stop := context.WithCancel(ctx)
+	// The daemon's parts run until the shutdown below stops them; with
+	// --stop-units-on-exit the agent (and the engine, which may be the
+	// leader that takes its Leave) must outlive ctx while the units stop.
+	parent := ctx
+	if cfg.StopUnitsOnExit {
+		parent = context.WithoutCancel(ctx)
+	}
+	runCtx, stop := context.WithCancel(parent)
 	defer stop()
 
 	// The current leader, for forwarding API requests and for agents that ask
@@ -477,7 +506,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	gsrv := grpc.NewServer(gopts...)
 	if !cfg.NoEngine {
-		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
+		eng, err = engine.New(engine.Config{Machine: cfg.Name, Client: cli, ElectionClient: electionCli, Keys: keys, ElectionTTL: cfg.ElectionTTL,
 			AgentTTL: cfg.AgentTTL, Registry: cfg.Registry, LeaderInfo: currentLeader, GRPCAddr: grpcAdvertised, APIAddr: addrs.API, MaxTxnOps: cfg.MaxTxnOps, Logger: cfg.Logger, Metrics: ms,
 			AuthorizeAgent: authorizeAgent})
 		if err != nil {
@@ -499,24 +528,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ag, err = agent.New(agent.Config{
 			DialOptions: dial,
 			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version,
-				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes},
+				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes, Drivers: driverSet(cfg.Driver), Instance: instance},
 			Leaders: leaders, TTL: agentTTL(cfg), Logger: cfg.Logger,
 			Registry: cfg.Registry, Etcd: cli, Keys: keys,
 		})
 		if err != nil {
 			return err
 		}
-		if cfg.Driver == "sim" {
-			drv, err = sim.New(sim.Config{Machine: cfg.Name, Notify: ag.Notify, StartDelay: cfg.SimStartDelay, FailureRate: cfg.SimFailureRate})
-		} else {
-			// Units run in the machine's supervisor process, so that they
-			// outlive this one; it is started if none runs.
-			drv, err = supervisor.New(supervisor.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: ag.Notify,
-				Logger: cfg.Logger, Binary: cfg.SupervisorBinary, Version: Version,
-				Logs: &execdriver.LogConfig{Limits: execdriver.LogLimits{MaxBytes: cfg.LogMaxSize, MaxFiles: cfg.LogMaxFiles}, Journald: cfg.LogJournald}})
-		}
+		drv, err = newDriver(cfg, ag.Notify)
 		if err != nil {
-			return fmt.Errorf("%s driver: %w", cfg.Driver, err)
+			return err
 		}
 		ag.SetDriver(drv)
 	}
@@ -566,8 +587,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		go func() { defer wg.Done(); eng.Run(runCtx) }()
 	}
 	agentDone := make(chan struct{})
+	var agentErr error // set before agentDone closes
 	if ag != nil {
-		go func() { defer close(agentDone); ag.Run(runCtx) }()
+		go func() { defer close(agentDone); agentErr = ag.Run(runCtx) }()
 	} else {
 		close(agentDone)
 	}
@@ -578,9 +600,33 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	notifySystemd(log, sddaemon.SdNotifyReady)
 
-	<-ctx.Done()
+	var refused error
+	select {
+	case <-ctx.Done():
+	case <-agentDone:
+		// The agent ends by itself only when its machine name is refused.
+		if agentErr == nil {
+			<-ctx.Done()
+		}
+		refused = agentErr
+	}
 	log.Info("shutting down")
 	notifySystemd(log, sddaemon.SdNotifyStopping)
+	if refused != nil {
+		log.Error("this daemon cannot join the cluster", "err", refused)
+	}
+	leave := cfg.StopUnitsOnExit && ag != nil && refused == nil
+	if leave {
+		// fleet's shutdown: the units stop here, then the leader places
+		// them elsewhere at once.
+		lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		if err := ag.Leave(lctx); err != nil {
+			log.Error("--stop-units-on-exit: leaving the cluster", "err", err)
+		} else {
+			log.Info("--stop-units-on-exit: units stopped; the machine left the cluster")
+		}
+		cancel()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Shutdown(sctx)
 	usrv.Shutdown(sctx)
@@ -591,15 +637,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if drv != nil {
 		// The supervisor's units keep running for the next daemon on this
 		// data dir to adopt; the sim driver's units end with the process.
+		// A daemon that left (its units stopped), or that was refused
+		// before it ran any unit, ends the supervisor too.
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if det, ok := drv.(driver.Detacher); ok {
+		if det, ok := drv.(driver.Detacher); ok && !leave && (refused == nil || len(drv.States()) > 0) {
 			det.Detach(cctx)
 		} else {
 			drv.Close(cctx)
 		}
 		cancel()
 	}
-	return nil
+	return refused
 }
 
 func scheme(creds *auth.Credentials) string {

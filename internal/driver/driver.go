@@ -83,3 +83,16 @@ type Detacher interface {
 type LogRemover interface {
 	RemoveLog(name string) error
 }
+
+// StartRecorder is implemented by drivers on which a unit may run without
+// the agent having started it: systemd starts the unit a socket, timer or
+// path triggers, and the units another one requires. Started reports
+// whether the agent's last Start of the unit was not undone by a Stop (or
+// an unload); known is false when the driver keeps no such record of the
+// unit (a Mux's other drivers). An agent adopting the driver's units takes
+// those started as launched, and the others as loaded, whatever they are
+// doing, so it does not stop a socket-activated service the leader wants
+// loaded.
+type StartRecorder interface {
+	Started(name string) (started, known bool)
+}

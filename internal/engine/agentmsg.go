@@ -42,7 +42,7 @@ func checkMachine(m *agentpb.Machine) error {
 	if err := machine.ValidateName(m.Id); err != nil {
 		return err
 	}
-	for _, f := range [...]struct{ name, v string }{{"ip", m.Ip}, {"api_addr", m.ApiAddr}, {"version", m.Version}} {
+	for _, f := range [...]struct{ name, v string }{{"ip", m.Ip}, {"api_addr", m.ApiAddr}, {"version", m.Version}, {"instance", m.Instance}} {
 		if len(f.v) > limits.MachineFieldBytes {
 			return fmt.Errorf("machine %s: %s is %d bytes; the limit is %d", m.Id, f.name, len(f.v), limits.MachineFieldBytes)
 		}

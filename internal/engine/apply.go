@@ -31,12 +31,18 @@ var (
 // restarts it with the new file, unless the new file's placement (its
 // [X-Fleet] options or resource needs) differs: then it is placed again,
 // as a new unit, and may move.
+//
+// A change with Range names the instances of the template Name in the
+// range (unit.ParseRange) and sets their DesiredState, creating those that
+// do not exist, or destroys them; it carries no file. Starting or stopping
+// a range is written as one key (registry.RangeRecord) whatever its size.
 type Change struct {
 	Name         string
 	File         *unit.File
 	DesiredState unit.DesiredState
 	Destroy      bool
 	Replace      bool
+	Range        *unit.Range
 }
 
 type applyReq struct {
@@ -117,6 +123,14 @@ func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 // transactions as the ops allow. Each request stands or falls alone in
 // validation; an etcd failure fails the whole round.
 func (t *term) applyRound(round []*applyReq) {
+	// A range record must never outlive a later change of one of its
+	// instances (records.go): write what ranges stand for first.
+	if err := t.materialize(); err != nil {
+		for _, req := range round {
+			req.res <- applyRes{err: err}
+		}
+		return
+	}
 	roundRecs := map[string]*unitRec{} // nil value: destroyed
 	roundMachines := map[string]map[string]*string{}
 	roundDrain := map[string]bool{}
@@ -175,7 +189,12 @@ func (t *term) applyRound(round []*applyReq) {
 		local := map[string]*unitRec{}
 		var err error
 		for _, c := range req.changes {
-			if err = t.validate(local, lookup, c); err != nil {
+			if c.Range != nil {
+				err = t.validateRange(local, lookup, c)
+			} else {
+				err = t.validate(local, lookup, c)
+			}
+			if err != nil {
 				break
 			}
 		}
@@ -201,21 +220,48 @@ func (t *term) applyRound(round []*applyReq) {
 	if newOptions != nil {
 		ops = append(ops, putOptions(t.keys, *newOptions))
 	}
+	// A range of instances is one key when every instance ends the round
+	// as the range set it; otherwise (another request of the round
+	// destroyed or changed one) its instances are written one by one.
+	covered := map[string]*pendingRange{}
+	var newRanges []*pendingRange
+	for _, req := range accepted {
+		for _, c := range req.changes {
+			if c.Range == nil || c.Destroy {
+				continue
+			}
+			content, ok := t.rangeCovers(c, roundRecs)
+			if !ok {
+				continue
+			}
+			rr := rangeRecord(c, content)
+			pr := &pendingRange{key: t.keys.Range(rr)}
+			newRanges = append(newRanges, pr)
+			ops = append(ops, registry.PutRange(t.keys, rr))
+			for i := range c.Range.Len() {
+				name := unit.RangeName(c.Name, *c.Range, i)
+				if _, changed := roundRecs[name]; changed {
+					covered[name] = pr
+				}
+			}
+		}
+	}
 	for name, next := range roundRecs {
 		cur := t.units[name]
-		switch {
-		case next == nil && cur == nil:
-			continue
-		case next == nil:
-			ops = append(ops, registry.DeleteUnit(t.keys, name))
-			if _, moving := t.draining[name]; moving {
-				ops = append(ops, registry.DeleteMove(t.keys, name))
+		if covered[name] == nil {
+			switch {
+			case next == nil && cur == nil:
+				continue
+			case next == nil:
+				ops = append(ops, t.deleteRecord(name)...)
+				if _, moving := t.draining[name]; moving {
+					ops = append(ops, registry.DeleteMove(t.keys, name))
+				}
+			case cur == nil || cur.desired != next.desired || cur.file.Hash != next.file.Hash || cur.machine != next.machine || cur.content != next.content:
+				ops = append(ops, t.putRecord(name, next)...)
 			}
-		case cur == nil || cur.desired != next.desired || cur.file.Hash != next.file.Hash:
-			ops = append(ops, registry.PutUnit(t.keys, registry.Record{Name: name, File: next.file.Raw, DesiredState: string(next.desired)}))
 		}
 		if cur != nil && cur.machine != "" && (next == nil || next.machine == "") {
-			ops = append(ops, registry.DeleteSchedule(t.keys, name))
 			ops = append(ops, t.dropAssignment(cur.machine, name)...)
 		}
 		if cur != nil && cur.file.Fleet.Global && (next == nil || !next.wanted()) {
@@ -230,7 +276,13 @@ func (t *term) applyRound(round []*applyReq) {
 		// leads before acknowledging, as memory alone cannot tell.
 		err = t.confirmNoop()
 	} else {
-		err = t.commit(ops)
+		err = t.commitRecords(ops, func(yield func(*unitRec) bool) {
+			for _, r := range roundRecs {
+				if !yield(r) {
+					return
+				}
+			}
+		})
 	}
 	if err != nil {
 		for _, req := range accepted {
@@ -258,16 +310,70 @@ func (t *term) applyRound(round []*applyReq) {
 		t.placeDirty = true
 		t.changed()
 	}
+	for _, pr := range newRanges {
+		t.ranges[pr.key] = pr
+	}
 	for name, rec := range roundRecs {
-		if rec == nil || rec.machine == "" {
+		if cur := t.units[name]; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
 			t.sched.Unplace(name)
 		}
 		t.setUnit(name, rec)
+		if pr := covered[name]; pr != nil {
+			if old := t.unwritten[name]; old != nil {
+				old.left--
+			}
+			t.unwritten[name] = pr
+			pr.left++
+		} else {
+			t.written(name)
+		}
 	}
 	t.mu.Unlock()
 	for _, req := range accepted {
 		req.res <- applyRes{}
 	}
+	if err := t.dropFiles(); err != nil {
+		t.e.log.Warn("could not delete unit files no unit names", "err", err)
+	}
+}
+
+// rangeCovers reports whether range change c can be written as one range
+// record: every instance it names ends the round (roundRecs, or as it
+// was) with the range's desired state. It returns the content of the file
+// instances it creates are made from.
+func (t *term) rangeCovers(c Change, roundRecs map[string]*unitRec) (content string, ok bool) {
+	for i := range c.Range.Len() {
+		name := unit.RangeName(c.Name, *c.Range, i)
+		r, changed := roundRecs[name]
+		if !changed {
+			r = t.units[name]
+		}
+		if r == nil || r.desired != c.DesiredState || r.content == "" {
+			return "", false
+		}
+		if content == "" || (changed && t.units[name] == nil) {
+			content = r.content
+		}
+	}
+	return content, content != ""
+}
+
+// validateRange validates a range change as the change of each instance
+// it names.
+func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change) error {
+	if c.File != nil {
+		return fmt.Errorf("%w: %s%s names a range of instances: it takes no file (submit the template %s)", ErrInvalid, c.Name, c.Range, c.Name)
+	}
+	if !c.Destroy && c.DesiredState == "" {
+		return fmt.Errorf("%w: the range of %s sets no desired state", ErrInvalid, c.Name)
+	}
+	for i := range c.Range.Len() {
+		ic := Change{Name: unit.RangeName(c.Name, *c.Range, i), DesiredState: c.DesiredState, Destroy: c.Destroy}
+		if err := t.validate(local, lookup, ic); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // validate checks one change against the state seen through lookup and
@@ -288,8 +394,12 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 				ErrConflict, c.Name, unit.ShortHash(cur.file.Hash))
 		}
 		su := scheduler.NewUnit(c.File)
+		su.Name = c.Name
 		next = cur.with(func(r *unitRec) {
 			r.file = c.File
+			if r.content != "" {
+				r.content = t.contentOf(c.File.Raw)
+			}
 			if !reflect.DeepEqual(*su, *r.su) {
 				r.machine, r.reason = "", "" // placed again by the new constraints
 			}
@@ -297,17 +407,17 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		})
 	case c.File != nil && cur != nil:
 	case c.File != nil:
-		next = &unitRec{file: c.File, desired: unit.Inactive, su: scheduler.NewUnit(c.File)}
+		next = t.newRec(c.Name, c.File)
 	case cur == nil:
 		tmpl := lookup(local, unit.TemplateOf(c.Name))
 		if tmpl == nil {
 			return fmt.Errorf("%w: unit %s does not exist; submit its unit file first", ErrNotFound, c.Name)
 		}
-		f, err := unit.Instantiate(tmpl.file, unit.Instance(c.Name))
+		f, err := t.instanceFile(tmpl.file, c.Name)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		next = &unitRec{file: f, desired: unit.Inactive, su: scheduler.NewUnit(f)}
+		next = t.newRec(c.Name, f)
 	}
 	if c.DesiredState != "" && c.DesiredState != next.desired {
 		if unit.IsTemplate(c.Name) && c.DesiredState != unit.Inactive {
@@ -325,8 +435,8 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		})
 	}
 	if next != cur {
-		if cur == nil || cur.file != next.file {
-			rec := registry.PutUnit(t.keys, registry.Record{Name: c.Name, File: next.file.Raw, DesiredState: string(next.desired)})
+		if (cur == nil || cur.file != next.file) && next.content == "" {
+			rec := registry.PutUnit(t.keys, record(c.Name, next))
 			if err := registry.CheckRecord(fmt.Sprintf("unit %s (its file is %d bytes, escaped in JSON)", c.Name, len(next.file.Raw)), rec); err != nil {
 				return fmt.Errorf("%w: %w", ErrInvalid, err)
 			}

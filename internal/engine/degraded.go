@@ -106,7 +106,8 @@ func (t *term) degrade(cause error) {
 		t.e.cfg.Metrics.EtcdUnreachableSince.Set(float64(now.UnixNano()) / 1e9)
 		t.e.log.Warn("etcd unreachable: serving reads from memory, refusing writes, deciding nothing until etcd is back",
 			"leader_rev", t.info.Rev, "cause", cause)
-		t.changed() // /v1/state says so
+		t.stopCommit() // send etcd nothing more (see term.commitCtx)
+		t.changed()    // /v1/state says so
 		close(t.deg.c)
 	})
 }
@@ -148,7 +149,7 @@ func (t *term) etcdLost(cause error) bool {
 // that the term still leads, before a request that changes nothing is
 // acknowledged: memory alone cannot tell a deposed leader from a current one.
 func (t *term) confirmNoop() error {
-	err := t.committer.Confirm(t.ctx)
+	err := t.committer.Confirm(t.commitCtx)
 	switch {
 	case err == nil:
 		return nil
@@ -174,7 +175,7 @@ func (e *Engine) probeTimeout() time.Duration {
 func (e *Engine) probeEtcd(in election.Info) (reachable, ours bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.probeTimeout())
 	defer cancel()
-	resp, err := e.cfg.Client.Get(ctx, in.Key)
+	resp, err := e.cfg.ElectionClient.Get(ctx, in.Key)
 	if err != nil {
 		return false, false
 	}
@@ -320,7 +321,7 @@ func (e *Engine) followDegraded(ctx context.Context, t *term) {
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, e.probeTimeout())
-		in, _, ok, err := election.Current(pctx, e.cfg.Client, e.cfg.Keys.Election())
+		in, _, ok, err := election.Current(pctx, e.cfg.ElectionClient, e.cfg.Keys.Election())
 		cancel()
 		if err == nil && ok && in.Rev != t.info.Rev && in.Machine != e.cfg.Machine {
 			e.log.Warn("etcd is back and another engine leads: dropping the degraded term's memory", "leader", in.Machine, "leader_rev", in.Rev)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -316,5 +317,59 @@ func TestEngineOversizedRecords(t *testing.T) {
 	small := "ssd"
 	if err := e1.PatchMachine(ctx, "m1", map[string]*string{"disk": &small}); err != nil {
 		t.Errorf("a small patch after the refused one: %v", err)
+	}
+}
+
+// TestEngineElectionOwnConnection: the election has its own etcd
+// connection (Config.ElectionClient), so a leader whose data connection
+// is stalled for several election TTLs (as by a million-unit write) keeps
+// its lease: the same term leads throughout, answering reads as current,
+// and writes again once the connection moves.
+func TestEngineElectionOwnConnection(t *testing.T) {
+	srv := etcdtest.Start(t)
+	px := srv.Proxy(t)
+	data := px.Client(t)    // the engine's writes, reads and watches
+	direct := srv.Client(t) // its election
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	e, err := engine.New(engine.Config{Machine: "e1", Client: data, ElectionClient: direct, ElectionTTL: time.Second,
+		AgentTTL: agentTTL, GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	te := &testEngine{Engine: e, name: "e1"}
+	waitLeader(t, te)
+	if err := e.Apply(context.Background(), launch(t, 3, "web")); err != nil {
+		t.Fatal(err)
+	}
+	_, rev0 := e.IsLeader()
+
+	px.Cut() // the data connection stalls; etcd and the election's connection do not
+	cutAt := time.Now()
+	for time.Since(cutAt) < 4*time.Second { // 4 TTLs
+		if ok, rev := e.IsLeader(); !ok || rev != rev0 {
+			t.Fatalf("IsLeader() = %v, %d %v after the data connection stalled, want true, %d", ok, rev, time.Since(cutAt).Round(time.Millisecond), rev0)
+		}
+		if since, degraded := e.EtcdUnreachableSince(); degraded {
+			t.Fatalf("degraded (etcd unreachable since %v) while only the data connection stalled", since)
+		}
+		if us, err := e.Units(nil); err != nil || len(us) != 3 {
+			t.Fatalf("Units() = %d units, %v while the data connection stalled", len(us), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	px.Restore()
+	if err := e.Apply(context.Background(), launch(t, 1, "after")); err != nil {
+		t.Fatalf("a write once the data connection moves: %v", err)
+	}
+	if ok, rev := e.IsLeader(); !ok || rev != rev0 {
+		t.Errorf("IsLeader() = %v, %d after the stall, want the same term %d", ok, rev, rev0)
 	}
 }

@@ -38,9 +38,32 @@
 //	leader -> agent   Assignments{units, removed}         deltas, as decisions commit
 //	agent  -> leader  StatusUpdate{units, removed}        as unit states change
 //	both directions   Heartbeat                           every HeartbeatInterval when idle
+//	agent  -> leader  Leave                               last: its units are stopped, it leaves
 //
 // The leader refuses a Hello naming another term (leader_rev), and ends every
 // stream when its term ends; the agent then looks the leader up again.
+//
+// It also refuses (AlreadyExists, naming the machine's IP and API address)
+// a Hello for a machine that is live (its stream open, heard within
+// muteAfter) under another instance: Machine.instance is a random ID kept
+// in the daemon's data dir, so it is the same for a daemon restarted on its
+// machine (which takes its machine over at once, its old stream ended) and
+// differs for another machine given the same name. The refused agent's
+// daemon exits with the error. In the etcd registry mode the agent itself
+// refuses to overwrite a presence key that another instance holds (its
+// lease keeps it while that daemon lives), and writes its own only if the
+// key is still what it read.
+//
+// Leave is fleet's shutdown (daemon --stop-units-on-exit): the agent stops
+// carrying out assignments, unloads every unit (each stopped within its stop
+// timeout), then sends its last StatusUpdate and Leave. The leader drops the
+// machine's unit states, marks it left (the plan then places its units
+// elsewhere at once, whatever their LostAfter=, and forgets the machine) and
+// ends the stream; the agent waits until the schedule in etcd names the
+// machine no more, so that a leader elected after this daemon resigns does
+// not wait for those units either. In the etcd registry mode the agent
+// marks its presence key leaving, then revokes its lease, which deletes the
+// presence and every unit state.
 //
 // Every message the leader sends carries its monotonic send time; the
 // leader sends nothing while its lease is not known to be held
@@ -59,7 +82,8 @@
 // A Singleton=true unit waits until LostAfter= (plus a margin) has passed
 // since the leader last sent the machine anything, by when its agent (or
 // the supervisor holding its deadline) has killed it. Global units are
-// never replaced. A unit moving off a reachable machine (its constraints no
+// never replaced. A machine that left (Leave, above) is gone at once: its
+// units are stopped already. A unit moving off a reachable machine (its constraints no
 // longer hold there, the machine drains, or Replaces=) is recorded under
 // moves/ in etcd with the machine, and placed again only once that copy is
 // gone: a new leader loads the moves, so a change of leader never lets it

@@ -27,6 +27,12 @@ type Config struct {
 	Machine string
 	// Client is the etcd client. Required.
 	Client *clientv3.Client
+	// ElectionClient, if set, is the etcd client the election uses: the
+	// campaign, the lease's renewals and the probes of etcd (degraded.go).
+	// Give it its own connection (a client of its own) so that the
+	// leader's large writes and watches on Client cannot delay a renewal
+	// past the lease's TTL; nil uses Client.
+	ElectionClient *clientv3.Client
 	// Keys is the cluster's key layout; zero means registry.DefaultPrefix.
 	Keys registry.Keys
 	// ElectionTTL is the leader lease TTL (whole seconds; default 5s, min 1s):
@@ -75,6 +81,9 @@ func (c *Config) validate() error {
 	}
 	if c.GRPCAddr == "" || c.APIAddr == "" {
 		return errors.New("engine: gRPC and API addresses are required")
+	}
+	if c.ElectionClient == nil {
+		c.ElectionClient = c.Client
 	}
 	if c.ElectionTTL == 0 {
 		c.ElectionTTL = 5 * time.Second
@@ -151,7 +160,7 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Run(ctx context.Context) error {
 	me := election.Info{Machine: e.cfg.Machine, GRPCAddr: e.cfg.GRPCAddr, APIAddr: e.cfg.APIAddr}
 	for ctx.Err() == nil {
-		t, err := election.Campaign(ctx, e.cfg.Client, e.cfg.Keys.Election(), e.cfg.ElectionTTL, me)
+		t, err := election.Campaign(ctx, e.cfg.ElectionClient, e.cfg.Keys.Election(), e.cfg.ElectionTTL, me)
 		if err != nil {
 			if ctx.Err() != nil {
 				break

@@ -65,6 +65,9 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 			t.e.log.Warn("ignoring a malformed presence key", "key", string(kv.Key))
 			continue
 		}
+		if pm.Leaving {
+			continue // it left: its lease and keys are about to go
+		}
 		present[pm.Id] = true
 		conns[pm.Id] = t.attachEtcd(&pm, states[pm.Id])
 	}
@@ -98,6 +101,16 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 				}
 				var pm agentpb.Machine
 				if err := proto.Unmarshal(ev.Kv.Value, &pm); err != nil || pm.Id != id || checkMachine(&pm) != nil {
+					continue
+				}
+				if pm.Leaving {
+					// The agent stopped its units and leaves (daemon
+					// --stop-units-on-exit): they move at once.
+					if c := conns[id]; c != nil {
+						t.leave(c)
+						c.close()
+						delete(conns, id)
+					}
 					continue
 				}
 				if c := conns[id]; c != nil && ev.Kv.Version > 1 {
@@ -247,10 +260,13 @@ func (t *term) writeAssignments(c *agentConn) {
 				ops = append(ops, registry.Op{Key: prefix + name, Delete: true})
 			}
 		}
-		if err := t.committer.Commit(t.ctx, ops); err != nil {
+		if err := t.committer.Commit(t.commitCtx, ops); err != nil {
 			if errors.Is(err, registry.ErrFenced) {
 				t.cancel(err)
 				return
+			}
+			if t.commitCtx.Err() != nil {
+				return // degraded: the next term sends them
 			}
 			t.e.log.Warn("writing assignments; retrying", "machine", c.machine, "err", err)
 			sleepCtx(t.ctx, 200*time.Millisecond)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -19,13 +20,25 @@ import (
 // longer fit, pending units are allocated (by dominant resource fairness
 // between roles), and global units follow the machines they fit.
 
-// placeSlice is how many placements are committed and applied at a time.
-const placeSlice = 10000
+// placeSlice is how many placements are committed and applied at a time,
+// at least; placesPerMachine raises it with the cluster's size, so that
+// each agent is sent its share of a slice in one message of about that
+// many units, however many machines there are (a slice of 10,000 over
+// 4,000 machines was 2.5 units a message, and messages, not units, were
+// then the leader's main cost).
+const (
+	placeSlice       = 10000
+	placesPerMachine = 16
+)
 
 // schedMachine is what the scheduler was last told of a machine.
+// maxLostLogged is how many lost units a reconcile pass logs one by one.
+const maxLostLogged = 20
+
 type schedMachine struct {
 	metadata map[string]string
 	capacity scheduler.Resources
+	drivers  unit.DriverSet
 }
 
 // reconcile runs one pass: it takes the plan's input under the lock,
@@ -53,10 +66,30 @@ func (t *term) reconcile() (recheck time.Time) {
 		moved[name] = t.units[name].with(func(r *unitRec) { r.machine, r.reason = "", reason })
 		t.sched.Unplace(name)
 	}
+	// The first units lost in a pass are logged one by one, the rest
+	// counted by machine: a machine of thousands of units lost would
+	// otherwise log a line for each (each unit's history has it anyway).
+	logged, unlogged := 0, map[string]int{}
 	for _, l := range p.Lost {
-		t.e.log.Warn("machine unreachable beyond the unit's LostAfter=; placing the unit elsewhere", "unit", l.Name, "machine", l.Machine, "unheard", l.Unheard.Round(time.Millisecond))
 		unschedule(l.Name, "")
-		t.history(l.Name, fmt.Sprintf("lost on %s (unheard for %s)", l.Machine, l.Unheard.Round(time.Millisecond)))
+		if l.Left {
+			t.history(l.Name, "stopped on "+l.Machine+", which left the cluster")
+		} else {
+			t.history(l.Name, fmt.Sprintf("lost on %s (unheard for %s)", l.Machine, l.Unheard.Round(time.Millisecond)))
+		}
+		if logged == maxLostLogged {
+			unlogged[l.Machine]++
+			continue
+		}
+		logged++
+		if l.Left {
+			t.e.log.Info("machine left the cluster, its units stopped; placing the unit elsewhere", "unit", l.Name, "machine", l.Machine)
+		} else {
+			t.e.log.Warn("machine unreachable beyond the unit's LostAfter=; placing the unit elsewhere", "unit", l.Name, "machine", l.Machine, "unheard", l.Unheard.Round(time.Millisecond))
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(unlogged)) {
+		t.e.log.Warn("more units of a lost or departed machine placed elsewhere (not logged one by one)", "machine", m, "units", unlogged[m])
 	}
 	for _, mf := range p.Misfit {
 		t.e.log.Info("unit no longer fits its machine; moving it", "unit", mf.Name, "machine", mf.Machine, "reason", mf.Reason)
@@ -132,8 +165,9 @@ func (t *term) reconcile() (recheck time.Time) {
 			names = append(names, name) // a move forgotten without a new placement (the unit is no longer wanted)
 		}
 	}
+	slice := max(placeSlice, placesPerMachine*len(t.schedMachines))
 	for len(names) > 0 {
-		part := names[:min(len(names), placeSlice)]
+		part := names[:min(len(names), slice)]
 		names = names[len(part):]
 		// One op per key, from the outcome: a unit moved off a machine and
 		// placed again in the same pass is one put (etcd refuses a key twice
@@ -152,17 +186,23 @@ func (t *term) reconcile() (recheck time.Time) {
 			if nr == nil {
 				continue
 			}
-			switch {
-			case nr.machine != "" && nr.machine != cur.machine:
-				ops = append(ops, registry.PutSchedule(t.keys, name, nr.machine))
-			case nr.machine == "" && cur.machine != "":
-				ops = append(ops, registry.DeleteSchedule(t.keys, name))
+			// The record holds the machine: a unit placed for the first
+			// time is written once, its record then (records.go).
+			if nr.machine != cur.machine || t.unwritten[name] != nil {
+				ops = append(ops, t.putRecord(name, nr)...)
 			}
 			if cur.machine != "" && nr.machine != cur.machine {
 				ops = append(ops, t.dropAssignment(cur.machine, name)...)
 			}
 		}
-		if err := t.commit(ops); err != nil {
+		err := t.commitRecords(ops, func(yield func(*unitRec) bool) {
+			for _, name := range part {
+				if nr := moved[name]; nr != nil && !yield(nr) {
+					return
+				}
+			}
+		})
+		if err != nil {
 			// commit has ended the term (the next one reloads from etcd),
 			// so the tentative placements left in t.sched do not matter.
 			t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", len(ops))
@@ -170,6 +210,9 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 		t.mu.Lock()
 		for _, name := range part {
+			if nr, cur := moved[name], t.units[name]; nr != nil && cur != nil && (nr.machine != cur.machine || t.unwritten[name] != nil) {
+				t.written(name)
+			}
 			if from, ok := newMoves[name]; ok {
 				t.draining[name] = from
 			} else if done[name] {
@@ -189,6 +232,12 @@ func (t *term) reconcile() (recheck time.Time) {
 			t.setUnit(name, rec)
 		}
 		t.mu.Unlock()
+	}
+	// Write what range records still stand for (units not placed by this
+	// pass), then delete the ranges.
+	if err := t.materialize(); err != nil {
+		t.e.log.Warn("reconcile: could not write the units of a range", "err", err)
+		return time.Time{}
 	}
 	t.mu.Lock()
 	t.followersMoved = false
@@ -236,7 +285,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		}
 	}
 	for id, m := range t.machines {
-		pm := planMachine{Reachable: t.reachable(m, now), Draining: t.drainMachines[id], HeardAt: m.heardAt(), SentAt: m.sentAt()}
+		pm := planMachine{Reachable: t.reachable(m, now), Left: m.left, Draining: t.drainMachines[id], HeardAt: m.heardAt(), SentAt: m.sentAt()}
 		if !pm.Reachable || pm.Draining {
 			pm.Units = slices.Collect(maps.Keys(m.units))
 			for _, name := range pm.Units {
@@ -296,9 +345,9 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 	for id, m := range t.machines {
 		sm, known := t.schedMachines[id]
 		if t.reachable(m, now) && !t.drainMachines[id] {
-			cur := schedMachine{metadata: t.metadata(m), capacity: scheduler.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}}
-			if !known || !maps.Equal(cur.metadata, sm.metadata) || cur.capacity != sm.capacity {
-				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: cur.metadata, Capacity: cur.capacity})
+			cur := schedMachine{metadata: t.metadata(m), capacity: scheduler.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}, drivers: m.info.Drivers}
+			if !known || !maps.Equal(cur.metadata, sm.metadata) || cur.capacity != sm.capacity || cur.drivers != sm.drivers {
+				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: cur.metadata, Capacity: cur.capacity, Drivers: cur.drivers})
 				t.schedMachines[id] = cur
 				t.placeDirty = true
 				if known {

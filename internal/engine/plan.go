@@ -34,6 +34,11 @@ import (
 //     old lease is gone);
 //   - global units are never lost: they run wherever they fit.
 //
+// A machine that left the cluster (its daemon stopped its units and said
+// so: daemon --stop-units-on-exit, as fleetd did on shutdown) is not cut
+// off but gone: its units, singletons included, are lost at once, and the
+// machine is forgotten once none is scheduled to it.
+//
 // A unit moving off a machine (its constraints no longer hold there, the
 // machine drains, or a unit that Replaces= it took its place) is a move:
 // it is unscheduled and recorded durably (registry moves/<unit>), and is
@@ -77,6 +82,9 @@ type planInput struct {
 // planMachine is what the plan knows of one machine.
 type planMachine struct {
 	Reachable bool
+	// Left is set for a machine whose agent left the cluster after
+	// stopping its units (it is not reachable).
+	Left bool
 	// Draining machines (flotilla drain) take no units and their units
 	// move off.
 	Draining bool
@@ -125,6 +133,8 @@ type lostUnit struct {
 	Name, Machine string
 	// Unheard is how long the machine had not been heard.
 	Unheard time.Duration
+	// Left is set when the machine left the cluster, its units stopped.
+	Left bool
 }
 
 type misfitUnit struct {
@@ -158,6 +168,9 @@ func (in *planInput) lostAt(u planUnit, m planMachine) (at time.Time, ok bool) {
 // run elsewhere now, and how long m has been unheard. A unit not lost yet
 // moves p.Recheck to when it will be.
 func (in *planInput) isLost(u planUnit, m planMachine, p *reconcilePlan) (bool, time.Duration) {
+	if m.Left {
+		return true, in.Now.Sub(latest(m.HeardAt, in.TermStart))
+	}
 	at, ok := in.lostAt(u, m)
 	if !ok {
 		return false, 0
@@ -199,14 +212,14 @@ func planReconcile(in planInput) reconcilePlan {
 				moving[name] = id
 			case !m.Reachable:
 				if lost, unheard := in.isLost(u, m, &p); lost {
-					p.Lost = append(p.Lost, lostUnit{Name: name, Machine: id, Unheard: unheard})
+					p.Lost = append(p.Lost, lostUnit{Name: name, Machine: id, Unheard: unheard, Left: m.Left})
 					if u.Wanted {
 						place[name] = true
 					}
 				}
 			}
 		}
-		if !m.Reachable && len(m.Units) == 0 && in.Now.Sub(latest(m.HeardAt, in.TermStart)) > in.AgentTTL+in.Grace {
+		if !m.Reachable && len(m.Units) == 0 && (m.Left || in.Now.Sub(latest(m.HeardAt, in.TermStart)) > in.AgentTTL+in.Grace) {
 			p.Gone = append(p.Gone, id)
 		}
 	}

@@ -129,6 +129,24 @@ func TestPlanReconcile(t *testing.T) {
 		backlog:  []string{"a", "b"},
 		want:     "waiting=[b: stopping on m1 before it moves] place=[a]",
 	}, {
+		name:     "a machine that left the cluster: every unit is lost at once, singletons and LostAfter=infinity included",
+		now:      3,
+		machines: map[string]planMachine{"m1": {Left: true, HeardAt: at(2.5), SentAt: at(2.9), Units: []string{"batch", "db", "old", "web"}}},
+		units:    map[string]planUnit{"batch": never, "db": single, "old": {}, "web": ordinary},
+		want:     "lost=[batch@m1 after 500ms db@m1 after 500ms old@m1 after 500ms web@m1 after 500ms] place=[batch db web]",
+	}, {
+		name:     "a unit moving off a machine that left is placed at once",
+		now:      3,
+		machines: map[string]planMachine{"m1": {Left: true, HeardAt: at(2.5)}},
+		units:    map[string]planUnit{"db": single},
+		moves:    map[string]string{"db": "m1"},
+		want:     "done=[db] gone=[m1] place=[db]",
+	}, {
+		name:     "a machine that left with no unit is forgotten at once",
+		now:      3,
+		machines: map[string]planMachine{"m1": {Left: true, HeardAt: at(2.5)}, "m2": {HeardAt: at(2.5)}},
+		want:     "gone=[m1] place=[]",
+	}, {
 		name:     "a machine unreachable past the agent TTL with no units is forgotten",
 		now:      25,
 		machines: map[string]planMachine{"m1": {HeardAt: at(2)}, "m2": {HeardAt: at(10)}},

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sort"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -91,7 +92,7 @@ func (t *term) buildSnapshot() *state.Snapshot {
 		if r == nil {
 			continue
 		}
-		u := apiv1.StateUnit{Name: r.file.Name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
+		u := apiv1.StateUnit{Name: r.name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
 			Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter), Reason: r.reason}
 		if r.machine != "" {
 			if m := t.machines[r.machine]; m != nil {
@@ -150,12 +151,39 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 		return nil, err
 	}
 	s := &state.Snapshot{Revision: snap.Revision, Units: make([]apiv1.StateUnit, 0, len(snap.Units))}
+	at := map[string]int{}
+	parsed := map[[2]string]*unit.File{} // (name's template, text) -> a parsed instance: all alike when shareable
 	for _, r := range snap.Units {
 		u := apiv1.StateUnit{Name: r.Name, DesiredState: r.DesiredState, Machine: snap.Schedule[r.Name]}
-		if f, err := unit.ParseStored(r.Name, r.File); err == nil {
+		k := [2]string{unit.TemplateOf(r.Name), r.File}
+		f := parsed[k]
+		if f == nil || !unit.IsInstance(r.Name) {
+			var err error
+			if f, err = unit.ParseStored(r.Name, r.File); err != nil {
+				f = nil
+			} else if unit.IsInstance(r.Name) && unit.TypeOf(r.Name) == "service" && !strings.Contains(r.File, "%") {
+				parsed[k] = f
+			}
+		}
+		if f != nil {
 			u.Hash, u.Global = f.Hash, f.Fleet.Global
 		}
+		at[r.Name] = len(s.Units)
 		s.Units = append(s.Units, u)
 	}
+	// Ranges not yet written unit by unit (registry.RangeRecord).
+	for _, rr := range snap.Ranges {
+		r := unit.Range{From: rr.From, To: rr.To, Width: rr.Width}
+		for i := range r.Len() {
+			name := unit.RangeName(rr.Template, r, i)
+			if j, ok := at[name]; ok {
+				s.Units[j].DesiredState = rr.DesiredState
+				continue
+			}
+			at[name] = len(s.Units)
+			s.Units = append(s.Units, apiv1.StateUnit{Name: name, DesiredState: rr.DesiredState})
+		}
+	}
+	sort.Slice(s.Units, func(i, j int) bool { return s.Units[i].Name < s.Units[j].Name })
 	return s, nil
 }

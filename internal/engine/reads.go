@@ -31,7 +31,7 @@ func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
 	} else {
 		out = make([]apiv1.Unit, 0, len(t.units))
 		for _, r := range t.units {
-			if len(names) == 0 || matchAny(names, r.file.Name) {
+			if len(names) == 0 || matchAny(names, r.name) {
 				out = append(out, t.unitView(r, false))
 			}
 		}
@@ -111,10 +111,18 @@ func (t *term) machineViews() []apiv1.Machine {
 			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units) + len(m.globals),
 			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes},
 			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)},
-			Draining: t.drainMachines[id]})
+			Draining: t.drainMachines[id], Drivers: drivers(m.info.Drivers)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// drivers names the drivers of a machine; one that names none runs exec.
+func drivers(set unit.DriverSet) []string {
+	if set == 0 {
+		set = unit.DriverExec
+	}
+	return set.Names()
 }
 
 // UnitMachine returns the API address of the machine that runs (or last
@@ -142,25 +150,25 @@ func (e *Engine) UnitMachine(name string) (id, apiAddr string, err error) {
 // unitView renders a unit; callers hold mu.
 func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	u := apiv1.Unit{
-		Name: r.file.Name, Hash: r.file.Hash, Description: r.file.Description,
+		Name: r.name, Hash: r.file.Hash, Description: r.file.Description,
 		DesiredState: string(r.desired), Machine: r.machine, Reason: r.reason, CurrentState: string(unit.Inactive),
 		Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter),
 	}
 	if withFile {
 		u.File = r.file.Raw
 	}
-	u.History = t.unitHistory(r.file.Name)
+	u.History = t.unitHistory(r.name)
 	if r.machine == "" {
-		u.MovingFrom = t.draining[r.file.Name]
+		u.MovingFrom = t.draining[r.name]
 	}
 	if r.file.Fleet.Global {
 		// A global unit is where it fits: it has reached its desired state
 		// when every machine it is assigned to has carried it out.
 		n, done := 0, 0
 		for _, m := range t.machines {
-			if _, ok := m.globals[r.file.Name]; ok {
+			if _, ok := m.globals[r.name]; ok {
 				n++
-				if s, ok := m.states[r.file.Name]; ok && s.Applied == string(r.desired) {
+				if s, ok := m.states[r.name]; ok && s.Applied == string(r.desired) {
 					done++
 				}
 			}
@@ -172,7 +180,7 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	}
 	if r.machine != "" {
 		if m := t.machines[r.machine]; m != nil {
-			if s, ok := m.states[r.file.Name]; ok {
+			if s, ok := m.states[r.name]; ok {
 				sv := stateView(s)
 				u.State = &sv
 				if s.Applied != "" {

@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -146,7 +149,11 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	if hello.LeaderRev != 0 && hello.LeaderRev != t.info.Rev {
 		return status.Errorf(codes.FailedPrecondition, "stale leader revision %d; the leader's is %d", hello.LeaderRev, t.info.Rev)
 	}
-	conn := t.attach(hello)
+	conn, err := t.attach(hello)
+	if err != nil {
+		e.log.Warn("refused an agent's Hello", "machine", hello.Machine.Id, "err", err)
+		return status.Error(codes.AlreadyExists, err.Error())
+	}
 	defer t.detach(conn)
 	e.cfg.Metrics.AgentStreams.Inc()
 	defer e.cfg.Metrics.AgentStreams.Dec()
@@ -168,11 +175,20 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 					return
 				}
 			}
+			if msg.GetLeave() != nil {
+				t.leave(conn)
+				errc <- errLeft
+				return
+			}
 			t.received(conn, msg)
 		}
 	}()
 	select {
 	case err := <-errc:
+		if errors.Is(err, errLeft) {
+			log.Info("machine left the cluster; its units are placed elsewhere")
+			return nil
+		}
 		log.Debug("agent stream ended", "err", err)
 		return err
 	case <-conn.done:
@@ -251,23 +267,70 @@ func (t *term) maySpeak(c *agentConn) bool {
 	return now.Sub(c.heard()) <= t.muteAfter()
 }
 
-// attach registers an agent's stream and queues its full desired set.
-func (t *term) attach(h *agentpb.Hello) *agentConn {
-	return t.attachMachine(h.Machine, h.Units)
+// errLeft ends the stream of an agent that left the cluster.
+var errLeft = errors.New("the machine left the cluster")
+
+// attach registers an agent's stream and queues its full desired set, unless
+// the machine's name is held by another live daemon (nameInUse).
+func (t *term) attach(h *agentpb.Hello) (*agentConn, error) {
+	t.mu.Lock()
+	if err := t.nameInUse(h.Machine); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	conn := t.attachLocked(h.Machine, h.Units)
+	t.mu.Unlock()
+	t.poke()
+	return conn, nil
+}
+
+// nameInUse returns an error naming the daemon that holds machine pm.Id if
+// it is live (its stream open and heard within muteAfter) and is another
+// instance (another data dir: another machine took the same name). A
+// daemon restarted on the same data dir has the same instance and takes
+// its machine over, as does one whose old stream is not live. Daemons that
+// do not say their instance (older versions) are not compared. Callers
+// hold mu.
+func (t *term) nameInUse(pm *agentpb.Machine) error {
+	m := t.machines[pm.Id]
+	if m == nil || m.conn == nil || !t.reachable(m, t.e.cfg.Now()) {
+		return nil
+	}
+	if m.info.Instance == "" || pm.Instance == "" || m.info.Instance == pm.Instance {
+		return nil
+	}
+	return fmt.Errorf("machine name %q is already in use by a live daemon (IP %s, API %s, instance %s; this daemon is instance %s): give this one another --name, or stop that one first",
+		pm.Id, orNone(m.info.IP), orNone(m.info.APIAddr), m.info.Instance, pm.Instance)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // attachMachine registers a machine whose agent is reachable (a stream in
 // grpc mode, a presence key in etcd mode) with the states it reports, and
 // has the loop send it its full desired set.
 func (t *term) attachMachine(pm *agentpb.Machine, units []*agentpb.UnitStatus) *agentConn {
+	t.mu.Lock()
+	conn := t.attachLocked(pm, units)
+	t.mu.Unlock()
+	t.poke()
+	return conn
+}
+
+// attachLocked is attachMachine with mu held; the caller pokes the loop.
+func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus) *agentConn {
 	conn := newAgentConn(pm.Id)
 	conn.agentTTL = t.e.cfg.AgentTTL
 	conn.heardNano.Store(t.e.cfg.Now().UnixNano())
-	t.mu.Lock()
 	m := t.machine(pm.Id)
 	if m.conn != nil {
 		m.conn.close()
 	}
+	m.left = false
 	m.conn = conn
 	m.lastSeen = t.e.cfg.Now()
 	m.info = machineInfo(pm)
@@ -286,9 +349,27 @@ func (t *term) attachMachine(pm *agentpb.Machine, units []*agentpb.UnitStatus) *
 	// soon as it runs: deciding which global units fit needs the scheduler.
 	m.needFull = true
 	t.machineEvent(pm.Id, true)
+	return conn
+}
+
+// leave unregisters a machine whose agent left the cluster (it stopped its
+// units first): its unit states are purged, and the next pass places its
+// units elsewhere at once and forgets the machine. The caller closes conn.
+func (t *term) leave(conn *agentConn) {
+	t.mu.Lock()
+	if m := t.machines[conn.machine]; m != nil && m.conn == conn {
+		m.lastSeen, m.lastSent = m.heardAt(), m.sentAt()
+		m.conn = nil
+		m.left = true
+		for name, s := range m.states {
+			delete(m.states, name)
+			t.stateEvent(conn.machine, s, true)
+			t.drained(conn.machine, name, false)
+		}
+		t.machineEvent(conn.machine, false)
+	}
 	t.mu.Unlock()
 	t.poke()
-	return conn
 }
 
 func (t *term) detach(conn *agentConn) {
@@ -339,15 +420,26 @@ func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
 	}
 }
 
-func machineInfo(pm *agentpb.Machine) MachineInfo {
-	return MachineInfo{ID: pm.Id, IP: pm.Ip, Metadata: pm.Metadata, APIAddr: pm.ApiAddr, Version: pm.Version,
-		CPUPercent: pm.CpuPercent, MemoryBytes: pm.MemoryBytes}
+// intern returns the canonical copy of s.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
 }
 
+func machineInfo(pm *agentpb.Machine) MachineInfo {
+	return MachineInfo{ID: pm.Id, IP: pm.Ip, Metadata: pm.Metadata, APIAddr: pm.ApiAddr, Version: pm.Version,
+		CPUPercent: pm.CpuPercent, MemoryBytes: pm.MemoryBytes, Drivers: unit.DriversFromNames(pm.Drivers), Instance: pm.Instance}
+}
+
+// fromProto converts a reported status. The strings that take few values
+// across units (hash, states, result) are interned: the leader holds a
+// status per unit, and a million copies of "active" cost 16 MB.
 func fromProto(machine string, s *agentpb.UnitStatus) agentStatus {
-	st := agentStatus{Applied: s.Applied, Status: unit.Status{
-		Name: s.Name, Hash: s.Hash, Machine: machine, Load: s.Load, Active: s.Active, Sub: s.Sub,
-		PID: int(s.Pid), Result: cutText(s.Result), Message: cutText(s.Message),
+	st := agentStatus{Applied: intern(s.Applied), Status: unit.Status{
+		Name: s.Name, Hash: intern(s.Hash), Machine: machine, Load: intern(s.Load), Active: intern(s.Active), Sub: intern(s.Sub),
+		PID: int(s.Pid), Result: intern(cutText(s.Result)), Message: cutText(s.Message),
 	}}
 	if s.SinceUnixNano != 0 {
 		st.Since = time.Unix(0, s.SinceUnixNano)

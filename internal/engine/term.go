@@ -23,7 +23,12 @@ import (
 // place once published in term.units: changes replace it, so readers holding
 // the read lock see consistent records.
 type unitRec struct {
+	// name is the unit's: file may be shared by every instance of a
+	// template without specifiers (unit.Shareable), and then file.Name is
+	// another instance's.
+	name    string
 	file    *unit.File
+	content string // the file's key under files/ (templates and instances), "" when stored inline
 	desired unit.DesiredState
 	machine string // target machine, "" when unscheduled
 	reason  string // why a wanted unit is unscheduled
@@ -53,6 +58,10 @@ type agentStatus struct {
 // hold mu for writing.
 func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	t.changed()
+	if r := t.units[s.Name]; r != nil {
+		s.Name = r.name // one copy of each name
+	}
+	s.Machine = m.info.ID
 	prev, ok := m.states[s.Name]
 	if ok && prev.Active == s.Active {
 		s.Observed = prev.Observed
@@ -82,6 +91,11 @@ type MachineInfo struct {
 	// Capacity: CPU percent and memory bytes offered to units (0: not limited).
 	CPUPercent  int64
 	MemoryBytes int64
+	// Drivers are the drivers the machine runs units with (none: exec).
+	Drivers unit.DriverSet `json:",omitempty"`
+	// Instance identifies the daemon's data dir ("" from older daemons):
+	// a Hello for a live machine with another instance is refused.
+	Instance string
 }
 
 type machineRec struct {
@@ -97,6 +111,11 @@ type machineRec struct {
 	globals  map[string]struct{} // global units assigned here
 	needFull bool                // a new stream awaits its full desired set
 	used     scheduler.Resources // what placed units need here (after the last pass)
+	// left is set when the machine's agent left the cluster (daemon
+	// --stop-units-on-exit): its units, already stopped, are placed
+	// elsewhere at once, and the machine is forgotten. A new stream from it
+	// clears it.
+	left bool
 }
 
 // heardAt is when the machine's agent was last heard.
@@ -144,8 +163,14 @@ type term struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	committer *registry.Committer
-	wg        sync.WaitGroup
-	deg       *degradation // lease and etcd reachability (degraded.go)
+	// commitCtx is the committer's and its callers': cancelled when the
+	// term degrades, so a degraded term sends nothing more to etcd (its
+	// in-flight writes are abandoned, of unknown outcome) and does not
+	// starve the campaign that is to replace it.
+	commitCtx  context.Context
+	stopCommit context.CancelFunc
+	wg         sync.WaitGroup
+	deg        *degradation // lease and etcd reachability (degraded.go)
 
 	mu       sync.RWMutex
 	units    map[string]*unitRec
@@ -188,6 +213,18 @@ type term struct {
 	options scheduler.Options
 	shares  map[string]float64
 
+	// How units are stored (records.go): files by content, the units whose
+	// schedule/ key predates records holding the machine, and the range
+	// records not yet materialized with the units they stand for. Changed
+	// by the loop under mu.
+	files      map[string]*storedFile
+	rawContent map[string]string // file text -> content key
+	legacy     map[string]bool
+	ranges     map[string]*pendingRange
+	unwritten  map[string]*pendingRange
+	protoMu    sync.Mutex
+	protos     map[*unit.File]*unit.File // template -> the instance its instances share
+
 	// owned by the loop goroutine (it also holds mu when it changes them)
 	sched         *scheduler.Cluster
 	schedMachines map[string]schedMachine
@@ -212,6 +249,10 @@ type term struct {
 	events     *eventLog
 }
 
+// loadTimeout bounds a new term's load of the cluster from etcd while its
+// election session lasts but etcd does not answer.
+const loadTimeout = 10 * time.Minute
+
 func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &term{
@@ -226,6 +267,12 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		schedMachines: map[string]schedMachine{},
 		schedGlobals:  map[string]bool{},
 		followers:     map[string]struct{}{},
+		files:         map[string]*storedFile{},
+		rawContent:    map[string]string{},
+		legacy:        map[string]bool{},
+		ranges:        map[string]*pendingRange{},
+		unwritten:     map[string]*pendingRange{},
+		protos:        map[*unit.File]*unit.File{},
 		placeDirty:    true,
 		draining:      map[string]string{},
 		drainMachines: map[string]bool{},
@@ -235,13 +282,28 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		reqs:          make(chan *applyReq, 256),
 		kick:          make(chan struct{}, 1),
 	}
-	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
+	t.commitCtx, t.stopCommit = context.WithCancel(ctx)
+	// The load takes as long as the cluster's size needs: a million units
+	// on a busy host took more than the 30 s it was once bounded by, so
+	// the engine won, timed out loading, resigned and won again without
+	// ever leading. It ends when the election session does (etcd gone, or
+	// the lease lost) and, as a last resort against an etcd that keeps the
+	// lease but never answers a read, after loadTimeout.
+	lctx, lcancel := context.WithTimeout(ctx, loadTimeout)
+	go func() {
+		select {
+		case <-el.Done():
+			lcancel()
+		case <-lctx.Done():
+		}
+	}()
 	loadStart := time.Now()
 	snap, err := registry.Load(lctx, e.cfg.Client, t.keys)
 	e.cfg.Metrics.ObserveEtcd("load", time.Since(loadStart))
 	lcancel()
 	if err != nil {
 		cancel(err)
+		t.stopCommit()
 		return nil, err
 	}
 	t.rev = snap.Revision
@@ -255,8 +317,13 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 			t.drainMachines[id] = true
 		}
 	}
+	t.legacy = snap.Legacy
+	for c := range snap.Files {
+		t.files[c] = &storedFile{text: snap.Files[c], stored: true}
+	}
+	templates := map[[2]string]*unit.File{} // (template, text) -> parsed
 	for _, r := range snap.Units {
-		f, err := unit.ParseStored(r.Name, r.File)
+		f, err := t.parseStored(r.Name, r.File, templates)
 		if err != nil {
 			// A unit that parsed when it was submitted but not now (a newer
 			// Flotilla with stricter rules): keep it visible, never run it.
@@ -267,19 +334,27 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		if err != nil {
 			ds = unit.Inactive
 		}
-		rec := &unitRec{file: f, desired: ds, su: scheduler.NewUnit(f)}
-		if len(f.Fleet.MachineOf) > 0 {
-			t.followers[r.Name] = struct{}{}
-		}
-		if f.Fleet.Global {
-			t.globals[r.Name] = struct{}{}
-		} else if m, ok := snap.Schedule[r.Name]; ok {
+		rec := t.newRec(r.Name, f)
+		rec.desired = ds
+		if m, ok := snap.Schedule[r.Name]; ok && !f.Fleet.Global {
 			rec.machine = m
-			t.machine(m).units[r.Name] = struct{}{}
-		} else if rec.wanted() {
-			t.unplaced[r.Name] = struct{}{}
 		}
+		t.refFile(nil, rec)
 		t.units[r.Name] = rec
+	}
+	t.loadRanges(snap)
+	for name, rec := range t.units {
+		if len(rec.file.Fleet.MachineOf) > 0 {
+			t.followers[name] = struct{}{}
+		}
+		switch {
+		case rec.file.Fleet.Global:
+			t.globals[name] = struct{}{}
+		case rec.machine != "":
+			t.machine(rec.machine).units[name] = struct{}{}
+		case rec.wanted():
+			t.unplaced[name] = struct{}{}
+		}
 	}
 	for name, from := range snap.Moves {
 		if r := t.units[name]; r != nil && r.machine == "" && !r.file.Fleet.Global {
@@ -290,7 +365,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		// pass of a move completing deletes its key.
 	}
 	t.wg.Add(2)
-	go func() { defer t.wg.Done(); t.committer.Run(ctx) }()
+	go func() { defer t.wg.Done(); t.committer.Run(t.commitCtx) }()
 	go func() { defer t.wg.Done(); t.loop() }()
 	if e.cfg.Registry == registry.ModeGRPC {
 		t.wg.Add(1)
@@ -303,6 +378,24 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		go func() { defer t.wg.Done(); t.followAgentsEtcd() }()
 	}
 	return t, nil
+}
+
+// parseStored parses a stored unit as unit.ParseStored does, parsing each
+// template's text once for all its instances (see instanceFile).
+func (t *term) parseStored(name, text string, templates map[[2]string]*unit.File) (*unit.File, error) {
+	if !unit.IsInstance(name) {
+		return unit.Parse(name, []byte(text))
+	}
+	k := [2]string{unit.TemplateOf(name), text}
+	tmpl := templates[k]
+	if tmpl == nil {
+		var err error
+		if tmpl, err = unit.Parse(k[0], []byte(text)); err != nil {
+			return nil, err
+		}
+		templates[k] = tmpl
+	}
+	return t.instanceFile(tmpl, name)
 }
 
 func (t *term) stop() {
@@ -391,7 +484,7 @@ func (t *term) commit(ops []registry.Op) error {
 	// Each transaction has its own timeout (registry.CommitterConfig): a
 	// large batch to a far etcd takes as long as it takes, an unreachable
 	// etcd fails it within the timeout.
-	err := t.committer.Commit(t.ctx, ops)
+	err := t.committer.Commit(t.commitCtx, ops)
 	if errors.Is(err, registry.ErrFenced) {
 		t.cancel(err)
 		return ErrNotLeader
@@ -417,7 +510,7 @@ func (t *term) commit(ops []registry.Op) error {
 
 // assignment is what an agent is told about a unit.
 func assignment(r *unitRec) *agentpb.Assignment {
-	return &agentpb.Assignment{Name: r.file.Name, Hash: r.file.Hash, File: r.file.Raw, DesiredState: string(r.desired), Global: r.file.Fleet.Global}
+	return &agentpb.Assignment{Name: r.name, Hash: r.file.Hash, File: r.file.Raw, DesiredState: string(r.desired), Global: r.file.Fleet.Global}
 }
 
 // setUnit publishes rec as unit name's record (nil deletes it), keeping the
@@ -426,6 +519,10 @@ func (t *term) setUnit(name string, rec *unitRec) {
 	t.changed()
 	t.placeDirty = true
 	old := t.units[name]
+	t.refFile(old, rec)
+	if old != nil && (rec == nil || old.file != rec.file) {
+		delete(t.protos, old.file) // a template replaced or destroyed
+	}
 	t.unitEvent(name, rec)
 	if rec != nil && len(rec.file.Fleet.MachineOf) > 0 {
 		t.followers[name] = struct{}{}

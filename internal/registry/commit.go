@@ -209,7 +209,14 @@ func (c *Committer) flush(ctx context.Context, pending []*commitReq) (later []*c
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := c.txn(ctx, p.ops)
+			// A transaction all of whose requests have already failed is
+			// not sent: a large request that failed (fenced, etcd slow or
+			// gone, the leader stepping down) stops loading etcd at once
+			// instead of sending its remaining transactions.
+			err := failedAll(p.parts)
+			if err == nil {
+				err = c.txn(ctx, p.ops)
+			}
 			for _, r := range p.parts {
 				r.finish(err)
 			}
@@ -217,6 +224,24 @@ func (c *Committer) flush(ctx context.Context, pending []*commitReq) (later []*c
 	}
 	wg.Wait()
 	return later
+}
+
+// failedAll returns the first error of the requests when every one of them
+// has already failed, nil otherwise.
+func failedAll(rs []*commitReq) error {
+	var first error
+	for _, r := range rs {
+		r.mu.Lock()
+		err := r.err
+		r.mu.Unlock()
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // finish records one transaction's outcome for the request and answers the

@@ -4,8 +4,17 @@
 //
 // Layout under the cluster prefix (default "/flotilla/"):
 //
-//	units/<name>     JSON Record: the unit file and its desired state
-//	schedule/<name>  the ID of the machine the unit is scheduled to
+//	units/<name>     JSON Record: the unit file (or its content's key under
+//	                 files/), its desired state and the machine it is
+//	                 scheduled to
+//	files/<content>  a unit file stored once by content (ContentOf) for the
+//	                 templates and instances whose records name it
+//	ranges/<template>/<from>-<to>
+//	                 JSON RangeRecord: instances of a template given a
+//	                 desired state at once, in one key; the leader then
+//	                 writes each instance's record and deletes the range
+//	schedule/<name>  the machine of a unit whose record predates Machine
+//	                 (read, and deleted when the record is next written)
 //	moves/<name>     the ID of the machine a moving unit is stopping on: it is
 //	                 placed again only once that copy is gone, by whichever
 //	                 leader sees it go

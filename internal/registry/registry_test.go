@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -119,6 +120,40 @@ func TestCommitterFenced(t *testing.T) {
 	resp, _ := cli.Get(context.Background(), keys.Schedule("a.service"))
 	if len(resp.Kvs) != 0 {
 		t.Errorf("a fenced write landed: %v", resp.Kvs)
+	}
+}
+
+// TestCommitterStopsFailedRequest: once a transaction of a request split
+// over many has failed, its remaining transactions are not sent: a leader
+// whose large write failed (fenced, or etcd too slow) stops loading etcd at
+// once, which lets its lease renewals and the next campaign through.
+func TestCommitterStopsFailedRequest(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	keys := registry.Keys{Prefix: "/t/"}
+	var mu sync.Mutex
+	sent := 0
+	c := registry.NewCommitter(cli, fenceKey(t, cli, "/t/election/x"), registry.CommitterConfig{MaxOps: 10, InFlight: 2,
+		Observe: func(time.Duration) { mu.Lock(); sent++; mu.Unlock() }})
+	runCommitter(t, c)
+	if _, err := cli.Delete(context.Background(), "/t/election/x"); err != nil {
+		t.Fatal(err)
+	}
+	var ops []registry.Op
+	for i := range 1000 { // 100 transactions
+		ops = append(ops, registry.PutSchedule(keys, fmt.Sprintf("u%04d.service", i), "m1"))
+	}
+	if err := c.Commit(context.Background(), ops); !errors.Is(err, registry.ErrFenced) {
+		t.Fatalf("Commit after losing the fence = %v, want ErrFenced", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent > 2 {
+		t.Errorf("%d transactions sent after the first failed, want at most 2 (the ones already in flight)", sent)
+	}
+	resp, _ := cli.Get(context.Background(), keys.Schedule(""), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if resp.Count != 0 {
+		t.Errorf("%d fenced writes landed", resp.Count)
 	}
 }
 

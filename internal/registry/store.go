@@ -10,11 +10,21 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Record is a unit as stored under units/<name>.
+// Record is a unit as stored under units/<name>: its file, its desired
+// state and the machine it is scheduled to, in one key, so that a unit
+// started costs one write.
+//
+// The file is stored inline (File), or, for templates and their
+// instances, once by content under files/<Content> (see ContentOf), so
+// that a million instances of one template cost one file. Load fills File
+// from Content. A record's Name is its key's; records written before
+// Machine was kept here have their machine under schedule/<name>.
 type Record struct {
-	Name         string `json:"name"`
-	File         string `json:"file"`
+	Name         string `json:"name,omitempty"`
+	File         string `json:"file,omitempty"`
+	Content      string `json:"content,omitempty"`
 	DesiredState string `json:"desiredState"`
+	Machine      string `json:"machine,omitempty"`
 }
 
 // MachineRecord is what the API changed of a machine, under machines/<id>.
@@ -29,8 +39,19 @@ type MachineRecord struct {
 
 // Snapshot is the whole durable record at one revision.
 type Snapshot struct {
-	Units    []Record
+	Units []Record
+	// Schedule is every unit's machine: a record's Machine, or its
+	// schedule/ key (written before records held the machine).
 	Schedule map[string]string // unit name -> machine ID
+	// Legacy names the units with a schedule/ key: the next write of their
+	// record deletes it.
+	Legacy map[string]bool
+	// Files are the stored unit files by content (files/<content>).
+	Files map[string]string
+	// Ranges are the ranges of template instances written at once
+	// (ranges/): each instance it names takes its desired state, and is
+	// created from its file if it has no record.
+	Ranges []RangeRecord
 	// Moves are the units moving off a machine: unit name -> the machine
 	// whose copy must stop before the unit is placed again.
 	Moves    map[string]string
@@ -52,7 +73,8 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 		return nil, fmt.Errorf("registry: load: %w", err)
 	}
 	rev := first.Header.Revision
-	snap := &Snapshot{Schedule: map[string]string{}, Moves: map[string]string{}, Machines: map[string]MachineRecord{}, Revision: rev}
+	snap := &Snapshot{Schedule: map[string]string{}, Legacy: map[string]bool{}, Files: map[string]string{},
+		Moves: map[string]string{}, Machines: map[string]MachineRecord{}, Revision: rev}
 	read := func(prefix string, fn func(key string, val []byte) error) error {
 		const page = 5000
 		start := prefix
@@ -74,6 +96,22 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 			start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
 	}
+	err = read(keys.Files(), func(key string, val []byte) error {
+		snap.Files[strings.TrimPrefix(key, keys.Files())] = string(val)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = read(keys.Schedules(), func(key string, val []byte) error {
+		name := strings.TrimPrefix(key, keys.Schedules())
+		snap.Schedule[name] = string(val)
+		snap.Legacy[name] = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	err = read(keys.Units(), func(key string, val []byte) error {
 		var r Record
 		if err := json.Unmarshal(val, &r); err != nil {
@@ -83,14 +121,35 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 		if r.Name == "" {
 			r.Name = strings.TrimPrefix(key, keys.Units())
 		}
+		if r.Content != "" {
+			f, ok := snap.Files[r.Content]
+			if !ok {
+				snap.Skipped = append(snap.Skipped, key+" (its file "+keys.File(r.Content)+" is missing)")
+				return nil
+			}
+			r.File = f
+		}
+		if r.Machine != "" {
+			snap.Schedule[r.Name] = r.Machine
+		}
 		snap.Units = append(snap.Units, r)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	err = read(keys.Schedules(), func(key string, val []byte) error {
-		snap.Schedule[strings.TrimPrefix(key, keys.Schedules())] = string(val)
+	err = read(keys.Ranges(), func(key string, val []byte) error {
+		var r RangeRecord
+		if err := json.Unmarshal(val, &r); err != nil || r.check() != nil {
+			snap.Skipped = append(snap.Skipped, key)
+			return nil
+		}
+		if _, ok := snap.Files[r.Content]; !ok {
+			snap.Skipped = append(snap.Skipped, key+" (its file "+keys.File(r.Content)+" is missing)")
+			return nil
+		}
+		r.Key = key
+		snap.Ranges = append(snap.Ranges, r)
 		return nil
 	})
 	if err != nil {
@@ -125,10 +184,12 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	return snap, nil
 }
 
-// PutUnit is the op that stores a unit record.
+// PutUnit is the op that stores a unit record (File or Content, not both).
 func PutUnit(keys Keys, r Record) Op {
+	name := r.Name
+	r.Name = ""             // the key's
 	b, _ := json.Marshal(r) // a Record of strings always marshals
-	return Op{Key: keys.Unit(r.Name), Value: string(b)}
+	return Op{Key: keys.Unit(name), Value: string(b)}
 }
 
 // DeleteUnit is the op that removes a unit record.

@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // Decide picks the machine a unit that is not global should run on, or says
@@ -23,11 +25,13 @@ import (
 //     the first feasible machine in spread order; for binpack, a walk from
 //     the fullest machine that stops once no further machine can rank
 //     better.
-//  3. If no machine is feasible and the unit has Replaces=, a second pass
-//     over the candidates that run a unit it replaces (the first pass
-//     rejected them for that alone), with those units treated as gone. If
-//     one fits, the unit goes there and the units it replaces there are
-//     Displaced.
+//  3. Replaces= (fleet's rule): a unit that replaces placed units takes
+//     one of their machines, chosen by the chain and the rank with those
+//     units treated as gone, and the units it replaces there are
+//     Displaced (the caller moves them elsewhere). Only when none of those
+//     machines fits is it placed as any other unit, keeping off them. Two
+//     units that replace each other never both run: while one is placed,
+//     the other is not, with a reason.
 //
 // When no machine is left, Reason gathers the rejections by kind.
 func (c *Cluster) Decide(u *Unit) Decision {
@@ -45,6 +49,9 @@ func (c *Cluster) decide(u *Unit) Decision {
 	if len(c.machines) == 0 {
 		return Decision{Reason: "no machines available"}
 	}
+	if why := c.replacedEachOther(u); why != "" {
+		return Decision{Reason: why}
+	}
 	pr := c.prepare(u)
 	if why := c.overQuota(pr.role, u.Needs); why != "" {
 		return Decision{Reason: why}
@@ -56,26 +63,29 @@ func (c *Cluster) decide(u *Unit) Decision {
 	}
 	strategy := c.strategy(u)
 	c.rej = c.rej[:0]
-	e.decideChain()
-	best := c.search(e, cands, strategy)
-	if best == nil && len(u.Fleet.Replaces) > 0 {
-		// Second pass: the machines rejected for running a unit u
-		// replaces, with those units treated as gone.
-		var displacing []*machine
-		kept := c.rej[:0]
-		for _, r := range c.rej {
-			if r.kind == kindReplaces {
-				displacing = append(displacing, r.m)
-			} else {
+	var best *machine
+	if taken := c.replacedOn(u, cands); len(taken) > 0 {
+		// First pass: the machines of the units u replaces, with those
+		// units treated as gone.
+		e.displacing = true
+		e.decideChain()
+		best = c.search(e, taken, strategy)
+	}
+	if best == nil {
+		// Every machine, keeping off those of the units u replaces (the
+		// first pass said why they do not fit; the second pass's
+		// rejections of them say nothing more).
+		e.displacing = false
+		e.decideChain()
+		n := len(c.rej)
+		best = c.search(e, cands, strategy)
+		kept := c.rej[:n]
+		for _, r := range c.rej[n:] {
+			if r.kind != kindReplaces {
 				kept = append(kept, r)
 			}
 		}
 		c.rej = kept
-		if len(displacing) > 0 {
-			e.displacing = true
-			e.decideChain()
-			best = c.search(e, displacing, strategy)
-		}
 	}
 	if best == nil {
 		return Decision{Reason: c.explain(e, cands, metaSubset)}
@@ -91,6 +101,51 @@ func (c *Cluster) decide(u *Unit) Decision {
 		slices.Sort(d.Displaced)
 	}
 	return d
+}
+
+// replacedOn returns the machines, among the candidates (nil: every
+// machine), that run a unit u replaces and may take from it: placed, not
+// global (a global unit is not displaced), not u itself.
+func (c *Cluster) replacedOn(u *Unit, cands []*machine) []*machine {
+	if len(u.Fleet.Replaces) == 0 || u.Fleet.Global {
+		return nil
+	}
+	c.epoch++
+	for _, m := range cands {
+		m.mark = c.epoch
+	}
+	var out []*machine
+	for _, x := range u.Fleet.Replaces {
+		pl := c.where[x]
+		if pl == nil || x == u.Name || pl.u.Fleet.Global || (cands != nil && pl.m.mark != c.epoch) || slices.Contains(out, pl.m) {
+			continue
+		}
+		out = append(out, pl.m)
+	}
+	c.epoch++
+	return out
+}
+
+// replacedEachOther says why u may not be placed because a unit it
+// replaces, which also replaces it, is placed: of such a pair only one
+// runs at a time (fleet's functional tests ran one of a circular pair).
+// It returns "" otherwise.
+func (c *Cluster) replacedEachOther(u *Unit) string {
+	if p := c.circularPartner(u); p != nil {
+		return fmt.Sprintf("%s and %s replace each other (Replaces=), and %s runs on %s: only one of them runs at a time", u.Name, p.u.Name, p.u.Name, p.m.ID)
+	}
+	return ""
+}
+
+// circularPartner returns the placement of a unit that u replaces and
+// that replaces u, other than u's own, or nil.
+func (c *Cluster) circularPartner(u *Unit) *placement {
+	for _, x := range u.Fleet.Replaces {
+		if pl := c.where[x]; pl != nil && x != u.Name && slices.Contains(pl.u.Fleet.Replaces, u.Name) {
+			return pl
+		}
+	}
+	return nil
 }
 
 // strategy returns the placement strategy for u.
@@ -127,6 +182,9 @@ func (c *Cluster) overQuota(role string, need Resources) string {
 // or why there is none.
 func (c *Cluster) candidates(e *eval) (cands []*machine, metaSubset bool, why string) {
 	f := e.u.Fleet
+	if _, any := c.driverCheck(e.u); !any && len(c.machines) > 0 {
+		return nil, false, "needs " + unit.DriversReason(e.u.Name, e.u.Drivers) + "; no machine runs it"
+	}
 	if f.MachineID != "" {
 		m := c.machines[f.MachineID]
 		if m == nil {
@@ -320,11 +378,19 @@ func (e *eval) rankKey(m *machine, strategy string) rankKey {
 // is the one that must move), and a unit placed on a machine whose capacity
 // shrank below what its units need keeps its room if the units sorting
 // before it by name leave it enough. Quotas are not checked: placed units
-// stay within a lowered quota. Fits works for global units too.
+// stay within a lowered quota. Of two placed units that replace each other,
+// the one whose name sorts last does not fit. Fits works for global units
+// too.
 func (c *Cluster) Fits(u *Unit, id string) (bool, string) {
 	m := c.machines[id]
 	if m == nil {
 		return false, "machine " + id + " is not available"
+	}
+	if p := c.circularPartner(u); p != nil && p.u.Name < u.Name {
+		// Both of a pair that replace each other are placed (one was
+		// changed to name the other): the one whose name sorts first
+		// stays.
+		return false, c.replacedEachOther(u)
 	}
 	e := c.residentEval(u, m)
 	e.at(m)

@@ -152,11 +152,37 @@ func TestDecide(t *testing.T) {
 			unit:   mk(t, "x.service", "Conflicts=db-[ab].service"), want: Decision{Machine: "m2"},
 		},
 
-		// Replaces=: keep off the replaced unit's machine, unless it is the
-		// only one; then displace it.
+		// Replaces= (fleet's rule): take the replaced unit's machine and
+		// displace it; keep off it only when it does not fit there.
 		{
-			name: "replaces: another machine is free", machines: three[:2],
-			placed: []at{{mk(t, "old.service"), "m1"}, {mk(t, "x.service"), "m2"}, {mk(t, "y.service"), "m2"}},
+			name: "replaces: takes its machine though another is emptier", machines: three[:2],
+			placed: []at{{mk(t, "old.service"), "m1"}, {mk(t, "x.service"), "m1"}, {mk(t, "y.service"), "m2"}},
+			unit:   mk(t, "new.service", "Replaces=old.service"),
+			want:   Decision{Machine: "m1", Displaced: []string{"old.service"}},
+		},
+		{
+			// fleet's functional TestScheduleReplace: replace.0 on m0,
+			// replace.1 and replace.2 on m1; replace-kick0 takes m0.
+			name: "replaces: fleet's TestScheduleReplace", machines: three[:2],
+			placed: []at{{mk(t, "replace.0.service"), "m1"}, {mk(t, "replace.1.service"), "m2"}, {mk(t, "replace.2.service", "MachineOf=replace.1.service"), "m2"}},
+			unit:   mk(t, "replace-kick0.service", "Replaces=replace.0.service"),
+			want:   Decision{Machine: "m1", Displaced: []string{"replace.0.service"}},
+		},
+		{
+			name: "replaces: several, the best of their machines", machines: three,
+			placed: []at{{mk(t, "a.service"), "m1"}, {mk(t, "x.service"), "m1"}, {mk(t, "b.service"), "m2"}},
+			unit:   mk(t, "new.service", "Replaces=a.service b.service"),
+			want:   Decision{Machine: "m2", Displaced: []string{"b.service"}},
+		},
+		{
+			name: "replaces: its machine does not fit, another does", machines: two,
+			placed: []at{{mk(t, "old.service"), "m2"}},
+			unit:   mk(t, "new.service", "Replaces=old.service", "MachineMetadata=region=us"),
+			want:   Decision{Machine: "m1"},
+		},
+		{
+			name: "replaces: nothing placed to replace", machines: three[:2],
+			placed: []at{{mk(t, "x.service"), "m1"}},
 			unit:   mk(t, "new.service", "Replaces=old.service"), want: Decision{Machine: "m2"},
 		},
 		{
@@ -194,9 +220,16 @@ func TestDecide(t *testing.T) {
 			unit:   mk(t, "old.service"), want: Decision{Reason: "replaced by new.service on m1"},
 		},
 		{
-			name: "replacing each other: no displacing", machines: three[:1],
+			name: "replacing each other: only one runs", machines: three,
 			placed: []at{{mk(t, "b.service", "Replaces=a.service"), "m1"}},
-			unit:   mk(t, "a.service", "Replaces=b.service"), want: Decision{Reason: "replaced by b.service on m1"},
+			unit:   mk(t, "a.service", "Replaces=b.service"),
+			want:   Decision{Reason: "a.service and b.service replace each other (Replaces=), and b.service runs on m1: only one of them runs at a time"},
+		},
+		{
+			name: "replacing each other: the first placed runs", machines: three[:2],
+			placed: []at{{mk(t, "b.service"), "m1"}},
+			unit:   mk(t, "a.service", "Replaces=b.service"),
+			want:   Decision{Machine: "m1", Displaced: []string{"b.service"}},
 		},
 		{
 			name: "replaces a global unit", machines: three[:1],

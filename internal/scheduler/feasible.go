@@ -48,7 +48,8 @@ func (c *Cluster) prepare(u *Unit) *prep {
 type kind uint8
 
 const (
-	kindMachineID      kind = iota // not the machine MachineID= names
+	kindDriver         kind = iota // runs none of the drivers that can run the unit
+	kindMachineID                  // not the machine MachineID= names
 	kindMetadata                   // metadata does not match MachineMetadata=
 	kindMachineOf                  // a MachineOf= unit does not run there
 	kindConflict                   // a unit there conflicts with it, or it with a unit there
@@ -80,6 +81,7 @@ type checker struct {
 // second; then the rules users write, before the resources they fill, so
 // that a machine both forbidden and full is reported as forbidden.
 var (
+	driverChecker         = checker{"Drivers", (*eval).checkDriver}
 	replacesChecker       = checker{"Replaces", (*eval).checkReplaces}
 	machineIDChecker      = checker{"MachineID", (*eval).checkMachineID}
 	metadataChecker       = checker{"MachineMetadata", (*eval).checkMetadata}
@@ -138,6 +140,9 @@ func (c *Cluster) newEval(u *Unit, pr *prep, self *placement) *eval {
 // candidate set already guarantees MachineID= and MachineOf=.
 func (e *eval) decideChain() []checker {
 	ch := e.buf[:0]
+	if some, _ := e.c.driverCheck(e.u); some {
+		ch = append(ch, driverChecker)
+	}
 	if len(e.u.Fleet.Replaces) > 0 && !e.u.Fleet.Global && !e.displacing {
 		// First, so that every machine running a unit u replaces is
 		// checked again, with that unit gone, if no other machine fits.
@@ -167,6 +172,9 @@ func (e *eval) decideChain() []checker {
 // checked: a unit it replaces is the one to move (see checkReplacedBy).
 func (e *eval) residentChain() []checker {
 	ch := e.buf[:0]
+	if some, _ := e.c.driverCheck(e.u); some {
+		ch = append(ch, driverChecker)
+	}
 	if e.u.Fleet.MachineID != "" {
 		ch = append(ch, machineIDChecker)
 	}
@@ -238,6 +246,13 @@ func (e *eval) exUsed() Resources {
 		r = r.add(x.u.Needs)
 	}
 	return r
+}
+
+func (e *eval) checkDriver(m *machine) (rejection, bool) {
+	if !m.Drivers.Runs(e.u.Drivers) {
+		return rejection{kind: kindDriver, m: m}, false
+	}
+	return rejection{}, true
 }
 
 func (e *eval) checkMachineID(m *machine) (rejection, bool) {

@@ -71,6 +71,14 @@ func TestFits(t *testing.T) {
 			checks: []check{{newer, "m1", true, ""}, {older, "m1", false, "replaced by new.service on m1"}, {older, "m2", true, ""}},
 		},
 		{
+			name:   "units replacing each other on two machines: the first by name stays",
+			placed: []at{{mk(t, "a.service", "Replaces=b.service"), "m1"}, {mk(t, "b.service", "Replaces=a.service"), "m2"}},
+			checks: []check{
+				{mk(t, "a.service", "Replaces=b.service"), "m1", true, ""},
+				{mk(t, "b.service", "Replaces=a.service"), "m2", false, "b.service and a.service replace each other (Replaces=), and a.service runs on m1: only one of them runs at a time"},
+			},
+		},
+		{
 			name:   "resources of a unit not placed there",
 			placed: []at{{a, "m1"}, {b, "m1"}},
 			checks: []check{{c2, "m1", false, "needs 2G memory, largest free is 0B on m1"}, {c2, "m2", true, ""}},

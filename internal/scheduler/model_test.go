@@ -19,6 +19,12 @@ import (
 // naiveFits reports whether u may run on m, the slow way, with u's own
 // placement on m treated as gone.
 func naiveFits(c *Cluster, u *Unit, m *machine, decide bool) bool {
+	return naiveFitsWithout(c, u, m, decide, nil)
+}
+
+// naiveFitsWithout is naiveFits with the units named in gone treated as
+// gone too (the units a Replaces= unit displaces).
+func naiveFitsWithout(c *Cluster, u *Unit, m *machine, decide bool, gone map[string]bool) bool {
 	f := u.Fleet
 	if f.MachineID != "" && f.MachineID != m.ID {
 		return false
@@ -35,7 +41,7 @@ func naiveFits(c *Cluster, u *Unit, m *machine, decide bool) bool {
 	}
 	var used Resources
 	for name, pl := range m.units {
-		if name == u.Name {
+		if name == u.Name || gone[name] {
 			continue
 		}
 		used = used.add(pl.u.Needs)
@@ -57,6 +63,15 @@ func naiveFits(c *Cluster, u *Unit, m *machine, decide bool) bool {
 		}
 	}
 	if !decide && m.units[u.Name] != nil {
+		// Of two placed units that replace each other, the first by name
+		// stays.
+		for _, om := range c.machines {
+			for name, pl := range om.units {
+				if name < u.Name && !pl.u.Fleet.Global && slices.Contains(f.Replaces, name) && slices.Contains(pl.u.Fleet.Replaces, u.Name) {
+					return false
+				}
+			}
+		}
 		// A resident unit: the name-ordered rule of checkResident.
 		over := func(capa, total int64) bool { return capa > 0 && total > capa }
 		total := used.add(u.Needs)
@@ -79,31 +94,62 @@ func naiveFits(c *Cluster, u *Unit, m *machine, decide bool) bool {
 		fits(u.Needs.MemoryBytes, m.Capacity.MemoryBytes, used.MemoryBytes)
 }
 
-// naiveDecide is Decide without displacement, the slow way.
-func naiveDecide(c *Cluster, u *Unit) string {
-	var roleUsed Resources
+// naiveDecide is Decide, the slow way: the machine and the units
+// displaced there.
+func naiveDecide(c *Cluster, u *Unit) (string, []string) {
+	// Of two units that replace each other, only one is placed.
+	placedAt := map[string]*placement{}
 	for _, m := range c.machines {
 		for name, pl := range m.units {
-			if name != u.Name && pl.u.Role() == u.Role() {
-				roleUsed = roleUsed.add(pl.u.Needs)
+			if !pl.u.Fleet.Global {
+				placedAt[name] = pl
 			}
 		}
 	}
-	q := c.opts.policy(u.Role()).Quota
-	if (q.CPUPercent > 0 && u.Needs.CPUPercent > 0 && roleUsed.CPUPercent+u.Needs.CPUPercent > q.CPUPercent) ||
-		(q.MemoryBytes > 0 && u.Needs.MemoryBytes > 0 && roleUsed.MemoryBytes+u.Needs.MemoryBytes > q.MemoryBytes) {
-		return ""
+	for _, x := range u.Fleet.Replaces {
+		if pl := placedAt[x]; pl != nil && x != u.Name && slices.Contains(pl.u.Fleet.Replaces, u.Name) {
+			return "", nil
+		}
 	}
+	if naiveOverQuota(c, u) {
+		return "", nil
+	}
+	// The machines of the units it replaces first, those units gone.
+	gone := map[string]bool{}
+	taken := map[string]bool{}
+	if !u.Fleet.Global {
+		for _, x := range u.Fleet.Replaces {
+			if pl := placedAt[x]; pl != nil && x != u.Name {
+				gone[x], taken[pl.m.ID] = true, true
+			}
+		}
+	}
+	if best := naiveBest(c, u, gone, func(id string) bool { return taken[id] }); best != "" {
+		var displaced []string
+		for name := range c.machines[best].units {
+			if gone[name] {
+				displaced = append(displaced, name)
+			}
+		}
+		slices.Sort(displaced)
+		return best, displaced
+	}
+	return naiveBest(c, u, nil, func(string) bool { return true }), nil
+}
+
+// naiveBest returns the best machine among those ok lets in where u fits
+// with the units in gone treated as gone, or "".
+func naiveBest(c *Cluster, u *Unit, gone map[string]bool, ok func(string) bool) string {
 	strategy := c.strategy(u)
 	best, bestKey := "", rankKey{}
 	for id, m := range c.machines {
-		if !naiveFits(c, u, m, true) {
+		if !ok(id) || !naiveFitsWithout(c, u, m, true, gone) {
 			continue
 		}
 		var used Resources
 		n := 0
 		for name, pl := range m.units {
-			if name != u.Name {
+			if name != u.Name && !gone[name] {
 				used = used.add(pl.u.Needs)
 				n++
 			}
@@ -117,6 +163,21 @@ func naiveDecide(c *Cluster, u *Unit) string {
 		}
 	}
 	return best
+}
+
+// naiveOverQuota reports whether placing u takes its role over its quota.
+func naiveOverQuota(c *Cluster, u *Unit) bool {
+	var roleUsed Resources
+	for _, m := range c.machines {
+		for name, pl := range m.units {
+			if name != u.Name && pl.u.Role() == u.Role() {
+				roleUsed = roleUsed.add(pl.u.Needs)
+			}
+		}
+	}
+	q := c.opts.policy(u.Role()).Quota
+	return (q.CPUPercent > 0 && u.Needs.CPUPercent > 0 && roleUsed.CPUPercent+u.Needs.CPUPercent > q.CPUPercent) ||
+		(q.MemoryBytes > 0 && u.Needs.MemoryBytes > 0 && roleUsed.MemoryBytes+u.Needs.MemoryBytes > q.MemoryBytes)
 }
 
 // checkInvariants compares the Cluster's aggregates and indexes with the
@@ -341,12 +402,9 @@ func TestAgainstModel(t *testing.T) {
 					units[name] = u
 				default:
 					d := c.Decide(u)
-					want := naiveDecide(c, u)
-					if len(d.Displaced) > 0 && want != "" {
-						t.Fatalf("step %d: Decide(%s %+v) = %+v, displacing while %s fits", step, name, u.Fleet, d, want)
-					}
-					if d.Machine != want && len(d.Displaced) == 0 {
-						t.Fatalf("step %d: Decide(%s %+v needs %+v) = %+v, want machine %q\ncluster: %s", step, name, u.Fleet, u.Needs, d, want, c.state())
+					want, wantDisplaced := naiveDecide(c, u)
+					if d.Machine != want || !slices.Equal(d.Displaced, wantDisplaced) {
+						t.Fatalf("step %d: Decide(%s %+v needs %+v) = %+v, want machine %q displacing %v\ncluster: %s", step, name, u.Fleet, u.Needs, d, want, wantDisplaced, c.state())
 					}
 					if d.Machine == "" && d.Reason == "" {
 						t.Fatalf("step %d: Decide(%s) = %+v, want a reason", step, name, d)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // This file turns rejections into the reason a unit is not placed: one
@@ -106,6 +108,8 @@ func (c *Cluster) render(e *eval, gs *groups, whole bool) string {
 func (c *Cluster) phrase(e *eval, k kind, g *group, whole bool) string {
 	on := " on " + g.list()
 	switch k {
+	case kindDriver:
+		return "needs " + unit.DriversReason(e.u.Name, e.u.Drivers) + ", not" + on
 	case kindMachineID:
 		return "MachineID=" + e.u.Fleet.MachineID + " rules out " + g.list()
 	case kindMetadata:

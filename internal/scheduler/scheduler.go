@@ -57,6 +57,9 @@ type Machine struct {
 	// Capacity is what the units placed on the machine may need in all. A
 	// zero field is unknown: any unit fits in that dimension.
 	Capacity Resources
+	// Drivers are the drivers the machine runs units with; none means exec
+	// (see unit.DriverSet.Runs).
+	Drivers unit.DriverSet
 }
 
 // Unit is what the scheduler needs to know of a unit. A Unit must not be
@@ -66,15 +69,19 @@ type Unit struct {
 	Fleet unit.Fleet
 	// Needs is what the unit needs of a machine's capacity.
 	Needs Resources
+	// Drivers are the drivers that can run the unit (unit.File.Drivers);
+	// zero means any.
+	Drivers unit.DriverSet
 }
 
 // NewUnit returns the scheduler's view of a unit file: its name, its
 // [X-Fleet] options, and as Needs its [Service] CPUQuota= and MemoryMax=.
 func NewUnit(f *unit.File) *Unit {
 	return &Unit{
-		Name:  f.Name,
-		Fleet: f.Fleet,
-		Needs: Resources{CPUPercent: int64(f.Service.CPUQuotaPercent), MemoryBytes: f.Service.MemoryMax},
+		Name:    f.Name,
+		Fleet:   f.Fleet,
+		Needs:   Resources{CPUPercent: int64(f.Service.CPUQuotaPercent), MemoryBytes: f.Service.MemoryMax},
+		Drivers: f.Drivers(),
 	}
 }
 
@@ -192,8 +199,9 @@ type Cluster struct {
 	spread   order    // machines by spread rank
 	binpack  order    // machines by binpack rank
 	meta     map[string]map[string]map[*machine]struct{}
-	total    Resources // sum of known capacities, for shares
-	minCap   Resources // smallest known capacity per dimension, for binpack's bound
+	drivers  map[unit.DriverSet]int // how many machines run each set of drivers
+	total    Resources              // sum of known capacities, for shares
+	minCap   Resources              // smallest known capacity per dimension, for binpack's bound
 
 	where     map[string]*placement              // non-global units
 	global    map[string]map[*machine]*placement // global units' instances
@@ -210,6 +218,7 @@ type Cluster struct {
 func NewCluster() *Cluster {
 	c := &Cluster{
 		machines:  map[string]*machine{},
+		drivers:   map[unit.DriverSet]int{},
 		meta:      map[string]map[string]map[*machine]struct{}{},
 		where:     map[string]*placement{},
 		global:    map[string]map[*machine]*placement{},
@@ -258,13 +267,39 @@ func (c *Cluster) SetMachine(m Machine) {
 		c.addCapacity(ms.Capacity)
 	} else {
 		c.unindexMetadata(ms)
+		c.countDrivers(ms.Drivers, -1)
 		at := c.unrank(ms)
 		ms.Metadata = m.Metadata
 		ms.Capacity = m.Capacity
+		ms.Drivers = m.Drivers
 		c.rerank(ms, at)
 		c.capacityChanged()
 	}
+	c.countDrivers(ms.Drivers, 1)
 	c.indexMetadata(ms)
+}
+
+// countDrivers adds n machines running the drivers in set.
+func (c *Cluster) countDrivers(set unit.DriverSet, n int) {
+	if c.drivers[set] += n; c.drivers[set] == 0 {
+		delete(c.drivers, set)
+	}
+}
+
+// driverCheck reports whether some machine cannot run u's drivers (so
+// that the driver checker must run), and whether any machine can.
+func (c *Cluster) driverCheck(u *Unit) (some, any bool) {
+	if u.Drivers == 0 {
+		return false, len(c.machines) > 0
+	}
+	for set := range c.drivers {
+		if set.Runs(u.Drivers) {
+			any = true
+		} else {
+			some = true
+		}
+	}
+	return some, any
 }
 
 // RemoveMachine removes a machine; the units placed on it are forgotten.
@@ -277,6 +312,7 @@ func (c *Cluster) RemoveMachine(id string) {
 		c.remove(ms.units[name])
 	}
 	c.unindexMetadata(ms)
+	c.countDrivers(ms.Drivers, -1)
 	c.spread.remove(ms)
 	c.binpack.remove(ms)
 	delete(c.machines, id)

@@ -80,6 +80,22 @@ func appendMachine(b []byte, m *apiv1.Machine) []byte {
 	b = appendResources(b, m.Capacity)
 	b = append(b, `,"free":`...)
 	b = appendResources(b, m.Free)
+	if m.Draining {
+		b = append(b, `,"draining":true`...)
+	}
+	b = append(b, `,"drivers":`...)
+	if m.Drivers == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, d := range m.Drivers {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, d)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}')
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // Snapshot is the cluster at one moment. Never modify one after publishing.
@@ -79,7 +80,7 @@ func (s *Snapshot) view(units []apiv1.StateUnit, total int, next string) apiv1.S
 // Filter selects part of a snapshot.
 type Filter struct {
 	Machine string // units whose target machine is this one
-	Unit    string // glob on unit names
+	Unit    string // glob on unit names, or a range of instances (web@{1..1000}.service)
 	State   string // active state (active, failed, ...), desired state, or "unplaced"
 	After   string // page: units after this name
 	Limit   int    // page size; 0 means all
@@ -98,9 +99,10 @@ func (s *Snapshot) Select(f Filter) apiv1.State {
 	var out []apiv1.StateUnit
 	total := 0
 	next := ""
+	name := f.names()
 	for i := range units {
 		u := &units[i]
-		if !f.match(u) {
+		if !f.match(u, name) {
 			continue
 		}
 		total++
@@ -118,14 +120,23 @@ func (s *Snapshot) Select(f Filter) apiv1.State {
 	return s.view(out, total, next)
 }
 
-func (f Filter) match(u *apiv1.StateUnit) bool {
+// names returns what matches unit names against f.Unit.
+func (f Filter) names() func(string) bool {
+	if tmpl, r, ok, err := unit.ParseRange(f.Unit); ok && err == nil {
+		return func(name string) bool { return r.Contains(tmpl, name) }
+	}
+	return func(name string) bool {
+		ok, _ := path.Match(f.Unit, name)
+		return ok
+	}
+}
+
+func (f Filter) match(u *apiv1.StateUnit, name func(string) bool) bool {
 	if f.Machine != "" && u.Machine != f.Machine {
 		return false
 	}
-	if f.Unit != "" {
-		if ok, _ := path.Match(f.Unit, u.Name); !ok {
-			return false
-		}
+	if f.Unit != "" && !name(u.Name) {
+		return false
 	}
 	if f.State != "" {
 		unplaced := u.DesiredState != "inactive" && u.Machine == "" && !u.Global

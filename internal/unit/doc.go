@@ -1,12 +1,24 @@
-// Package unit parses and validates Flotilla's unit files: systemd service
-// units with fleet's [X-Fleet] placement section.
+// Package unit parses and validates Flotilla's unit files: systemd units
+// with fleet's [X-Fleet] placement section.
 //
-// # Names
+// # Names and types
 //
-// Only services run on Flotilla. A unit is named "prefix.service", a template
-// "prefix@.service", or an instance of a template "prefix@instance.service";
-// see ValidateName. IsTemplate, IsInstance, TemplateOf, Prefix and Instance
-// take names apart.
+// A unit is named "prefix.type", a template "prefix@.type", or an instance
+// of a template "prefix@instance.type", where type is service, socket,
+// timer, path, mount, automount, swap or target, the types fleet scheduled;
+// see ValidateName. IsTemplate, IsInstance, TemplateOf, Prefix, Instance and
+// TypeOf take names apart.
+//
+// Each type has its own section ([Service], [Socket], [Timer], …), checked
+// against systemd's option tables, and what systemd needs of the whole file
+// (a timer's trigger, a mount's What= and Where= matching its name). A
+// service may instead have an [X-Container] section (Container): it then
+// runs as a container of its Image=. File.Drivers says which drivers can run
+// a unit: services the exec driver supervises under exec or systemd,
+// containers under docker, and Type=forking services and every other type
+// under systemd only; the scheduler places a unit only on machines running
+// one of them. A socket, timer or path unit is placed where the unit it
+// activates is (File.Triggers, an implicit MachineOf=).
 //
 // # Files
 //

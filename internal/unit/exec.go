@@ -32,10 +32,9 @@ func (p *parser) serviceOption(o option) error {
 		if !ok {
 			return p.errorf(o, "invalid value %s (want simple, exec, forking, oneshot, notify, notify-reload, dbus or idle)", quote(v))
 		}
-		if v == "forking" {
-			return p.errorf(o, "Type=forking is not supported: Flotilla supervises the process it starts, so run the daemon in the foreground (Type=simple)")
-		}
-		if simple {
+		if simple && v != "forking" {
+			// Type=forking services are placed on systemd machines only
+			// (File.Drivers); the others run as Type=simple under exec.
 			p.warnf(o, "the exec driver runs Type=%s services as Type=simple", v)
 		}
 		s.Type = v

@@ -193,7 +193,8 @@ func (p *parser) expandSpecifiers(s string) string {
 		case 'n':
 			b.WriteString(name)
 		case 'N':
-			b.WriteString(strings.TrimSuffix(name, serviceSuffix))
+			suffix, _ := typeSuffix(name)
+			b.WriteString(strings.TrimSuffix(name, suffix))
 		case 'p':
 			b.WriteString(prefix)
 		case 'i':

@@ -10,14 +10,36 @@ import (
 // MaxNameLength is the longest unit name systemd accepts.
 const MaxNameLength = 255
 
-// serviceSuffix is the only unit type Flotilla runs.
+// serviceSuffix is the suffix of services, the unit type every driver runs.
 const serviceSuffix = ".service"
 
-// systemdUnitTypes are the unit types systemd knows besides services, past
-// and present; they get a clearer error than an unknown suffix.
-var systemdUnitTypes = []string{
-	"automount", "busname", "device", "mount", "path", "scope",
-	"slice", "snapshot", "socket", "swap", "target", "timer",
+// unitTypes are the unit types Flotilla accepts, as fleet did: services run
+// on every driver, the others only under the systemd driver (see
+// File.Drivers).
+var unitTypes = []string{"service", "socket", "timer", "path", "mount", "automount", "swap", "target"}
+
+// systemdUnitTypes are the unit types systemd knows that Flotilla does not
+// schedule, past and present; they get a clearer error than an unknown
+// suffix.
+var systemdUnitTypes = []string{"busname", "device", "scope", "slice", "snapshot"}
+
+// typeSuffix returns the ".type" suffix of name if it is one of unitTypes.
+func typeSuffix(name string) (string, bool) {
+	dot := strings.LastIndexByte(name, '.')
+	if dot < 0 || !slices.Contains(unitTypes, name[dot+1:]) {
+		return "", false
+	}
+	return name[dot:], true
+}
+
+// TypeOf returns the unit type of a valid unit name, its suffix without the
+// dot ("web@1.timer" -> "timer"), or "" for an invalid name.
+func TypeOf(name string) string {
+	if nameProblem(name) != "" {
+		return ""
+	}
+	suffix, _ := typeSuffix(name)
+	return suffix[1:]
 }
 
 // nameChar reports whether c may appear in a unit name's prefix or instance.
@@ -27,8 +49,9 @@ func nameChar(c byte) bool {
 }
 
 // ValidateName reports whether name is a valid name for a Flotilla unit:
-// "prefix.service", a template "prefix@.service" or an instance
-// "prefix@instance.service", at most MaxNameLength bytes, where prefix and
+// "prefix.type", a template "prefix@.type" or an instance
+// "prefix@instance.type", where type is one of service, socket, timer, path,
+// mount, automount, swap or target, at most MaxNameLength bytes, where prefix and
 // instance use only letters, digits and ":_.-\". The error, an *Error with
 // Field "name", names the bad name and what is wrong with it.
 func ValidateName(name string) error {
@@ -53,16 +76,17 @@ func nameProblem(name string) string {
 	}
 	dot := strings.LastIndexByte(name, '.')
 	if dot < 0 {
-		return bad("missing the %q suffix", serviceSuffix)
+		return bad("missing a unit type suffix such as %q", serviceSuffix)
 	}
-	if suffix := name[dot:]; suffix != serviceSuffix {
+	suffix := name[dot:]
+	if _, ok := typeSuffix(name); !ok {
 		if slices.Contains(systemdUnitTypes, suffix[1:]) {
-			return bad("unit type %q is not supported: only %s units run on Flotilla", suffix, serviceSuffix)
+			return bad("unit type %q is not supported: Flotilla schedules %s units", suffix, typeList())
 		}
-		if strings.EqualFold(suffix, serviceSuffix) {
-			return bad("the suffix must be %q, in lower case", serviceSuffix)
+		if slices.Contains(unitTypes, strings.ToLower(suffix[1:])) {
+			return bad("the suffix must be %q, in lower case", strings.ToLower(suffix))
 		}
-		return bad("unknown unit type %q: unit names end in %q", suffix, serviceSuffix)
+		return bad("unknown unit type %q: unit names end in one of %s", suffix, typeList())
 	}
 	base := name[:dot]
 	prefix, instance, templated := strings.Cut(base, "@")
@@ -70,7 +94,7 @@ func nameProblem(name string) string {
 		if templated {
 			return bad(`must not start with "@"`)
 		}
-		return bad("empty name before %q", serviceSuffix)
+		return bad("empty name before %q", suffix)
 	}
 	if strings.Contains(instance, "@") {
 		return bad(`more than one "@"`)
@@ -98,11 +122,28 @@ func splitName(name string) (prefix, instance string, templated, ok bool) {
 	if nameProblem(name) != "" {
 		return "", "", false, false
 	}
-	prefix, instance, templated = strings.Cut(strings.TrimSuffix(name, serviceSuffix), "@")
+	suffix, _ := typeSuffix(name)
+	prefix, instance, templated = strings.Cut(strings.TrimSuffix(name, suffix), "@")
 	return prefix, instance, templated, true
 }
 
-// IsTemplate reports whether name is a valid template unit name, "prefix@.service".
+// typeList returns the accepted suffixes for messages: ".service", ".socket", ….
+func typeList() string {
+	var b strings.Builder
+	for i, t := range unitTypes {
+		switch {
+		case i == len(unitTypes)-1:
+			b.WriteString(" or ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		b.WriteString(`".` + t + `"`)
+	}
+	return b.String()
+}
+
+// IsTemplate reports whether name is a valid template unit name, "prefix@.service"
+// (or of another unit type, "prefix@.timer").
 func IsTemplate(name string) bool {
 	_, instance, templated, ok := splitName(name)
 	return ok && templated && instance == ""
@@ -123,7 +164,8 @@ func TemplateOf(name string) string {
 	if !ok || instance == "" {
 		return ""
 	}
-	return prefix + "@" + serviceSuffix
+	suffix, _ := typeSuffix(name)
+	return prefix + "@" + suffix
 }
 
 // Prefix returns the part of a valid unit name before the "@" or the suffix

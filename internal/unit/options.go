@@ -489,14 +489,26 @@ var obsoleteOptions = map[string]string{
 }
 
 // Section names, in the order the canonical serialization (see hash.go) uses.
+// The order of the first four must not change: it is in every stored hash.
 const (
-	sectionUnit    = "Unit"
-	sectionService = "Service"
-	sectionInstall = "Install"
-	sectionFleet   = "X-Fleet"
+	sectionUnit      = "Unit"
+	sectionService   = "Service"
+	sectionInstall   = "Install"
+	sectionFleet     = "X-Fleet"
+	sectionSocket    = "Socket"
+	sectionTimer     = "Timer"
+	sectionPath      = "Path"
+	sectionMount     = "Mount"
+	sectionAutomount = "Automount"
+	sectionSwap      = "Swap"
+	sectionContainer = "X-Container"
 )
 
-var sections = []string{sectionUnit, sectionService, sectionInstall, sectionFleet}
+var sections = []string{
+	sectionUnit, sectionService, sectionInstall, sectionFleet,
+	sectionSocket, sectionTimer, sectionPath, sectionMount, sectionAutomount, sectionSwap,
+	sectionContainer,
+}
 
 // sectionIndex returns the position of section in sections, or -1.
 func sectionIndex(section string) int {
@@ -514,6 +526,20 @@ func optionTable(section string) []string {
 		return installOptions
 	case sectionFleet:
 		return fleetOptions
+	case sectionSocket:
+		return socketOptions
+	case sectionTimer:
+		return timerOptions
+	case sectionPath:
+		return pathOptions
+	case sectionMount:
+		return mountOptions
+	case sectionAutomount:
+		return automountOptions
+	case sectionSwap:
+		return swapOptions
+	case sectionContainer:
+		return containerOptions
 	}
 	return nil
 }

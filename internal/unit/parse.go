@@ -30,6 +30,14 @@ type parser struct {
 	lastLine map[string]int  // line of the last assignment of each option
 
 	memoryLimit int64 // legacy MemoryLimit=, used when MemoryMax= is not set
+
+	// Of the other unit types (kinds.go):
+	triggers int    // trigger options of a socket, timer or path
+	accept   bool   // [Socket] Accept=
+	where    string // [Mount] or [Automount] Where=
+	what     bool   // [Mount] or [Swap] What= is set
+
+	successAction bool // [Unit] SuccessAction= other than none
 }
 
 // Parse validates the unit file data named name and returns it parsed.
@@ -178,8 +186,14 @@ func (p *parser) keep(o option, canon string) {
 
 // option validates one option and applies it to the File.
 func (p *parser) option(o option) error {
-	if o.section == sectionFleet {
+	if err := p.checkSection(o); err != nil {
+		return err
+	}
+	switch o.section {
+	case sectionFleet:
 		return p.fleetOption(o)
+	case sectionContainer:
+		return p.containerOption(o)
 	}
 	if !knownOption(o.section, o.name) {
 		if canon, ok := deprecatedFleetOptions[o.name]; ok {
@@ -198,6 +212,8 @@ func (p *parser) option(o option) error {
 		err = p.unitOption(o)
 	case sectionService:
 		err = p.serviceOption(o)
+	default:
+		err = p.typeOption(o)
 	}
 	if err != nil {
 		return err
@@ -233,6 +249,8 @@ func (p *parser) unitOption(o option) error {
 		return p.startLimitInterval(o)
 	case "StartLimitBurst":
 		return p.startLimitBurst(o)
+	case "SuccessAction":
+		p.successAction = o.value != "" && o.value != "none"
 	}
 	return nil
 }
@@ -272,7 +290,7 @@ func (p *parser) startLimitBurst(o option) error {
 // hash.
 func (p *parser) finish() error {
 	s := &p.f.Service
-	if err := p.checkExecStart(); err != nil {
+	if err := p.checkType(); err != nil {
 		return err
 	}
 	if !p.explicit["MemoryMax"] && p.memoryLimit > 0 {
@@ -282,6 +300,7 @@ func (p *parser) finish() error {
 		// systemd: a burst of 0 turns the rate limit off, like an interval of 0.
 		s.StartLimitInterval, p.explicit["StartLimitIntervalSec"] = 0, true
 	}
+	p.colocate()
 	if err := p.checkFleet(); err != nil {
 		return err
 	}
@@ -297,15 +316,20 @@ func (p *parser) checkExecStart() error {
 	at := func(name string) option {
 		return option{section: sectionService, name: name, written: name, line: p.lastLine[name]}
 	}
+	if s.Type == "" && len(s.ExecStart) == 0 && len(s.ExecStop) == 0 && p.successAction {
+		// systemd makes a service without commands Type=oneshot; with
+		// SuccessAction= it exists for that action (systemd-reboot.service).
+		s.Type = "oneshot"
+	}
 	oneshot := s.Type == "oneshot"
 	switch {
 	case !oneshot && len(s.ExecStart) == 0:
 		return p.errorf(at("ExecStart"), "missing; a service needs exactly one ExecStart= command (only Type=oneshot services may have none or several)")
 	case !oneshot && len(s.ExecStart) > 1:
 		return p.errorf(at("ExecStart"), "%d commands, but only Type=oneshot services may have more than one", len(s.ExecStart))
-	case oneshot && len(s.ExecStart) == 0 && len(s.ExecStop) == 0:
-		return p.errorf(at("ExecStart"), "missing; a service needs an ExecStart= or an ExecStop= command")
-	case oneshot && len(s.ExecStart) == 0 && !s.RemainAfterExit:
+	case oneshot && len(s.ExecStart) == 0 && len(s.ExecStop) == 0 && !p.successAction:
+		return p.errorf(at("ExecStart"), "missing; a service needs an ExecStart= or an ExecStop= command (or [Unit] SuccessAction=)")
+	case oneshot && len(s.ExecStart) == 0 && !s.RemainAfterExit && !p.successAction:
 		return p.errorf(at("ExecStart"), "missing; a Type=oneshot service without ExecStart= needs RemainAfterExit=yes")
 	case oneshot && (s.Restart == "always" || s.Restart == "on-success"):
 		return p.errorf(at("Restart"), "Restart=%s is not allowed for Type=oneshot services", s.Restart)

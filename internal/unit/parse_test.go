@@ -296,7 +296,7 @@ func TestParseErrors(t *testing.T) {
 		{"[Foo]\n" + minimal, []string{"line 1:", "unknown section [Foo]", "Flotilla units have"}},
 		{"[X-Flet]\nGlobal=true\n" + minimal, []string{"unknown section [X-Flet]; did you mean [X-Fleet]?"}},
 		{"[service]\nExecStart=/bin/true\n", []string{"unknown section [service]; did you mean [Service]?"}},
-		{"[Socket]\nListenStream=80\n" + minimal, []string{"unknown section [Socket]"}},
+		{"[Socket]\nListenStream=80\n" + minimal, []string{"a .service unit has no [Socket] section; its options go in [Service]"}},
 		{minimal + "ExecStrat=/bin/x\n", []string{"[Service] ExecStrat=:", "line 3:", "unknown option in [Service]; did you mean ExecStart=?"}},
 		{minimal + "execstart=/bin/x\n", []string{"did you mean ExecStart=?"}},
 		{minimal + "Restrat=always\n", []string{"did you mean Restart=?"}},
@@ -347,7 +347,6 @@ func TestParseErrors(t *testing.T) {
 
 		// Values.
 		{minimal + "Type=daemon\n", []string{"[Service] Type=:", `invalid value "daemon"`, "simple, exec, forking, oneshot"}},
-		{minimal + "Type=forking\n", []string{"[Service] Type=:", "Type=forking is not supported", "foreground"}},
 		{minimal + "Restart=sometimes\n", []string{`invalid value "sometimes"`, "on-failure"}},
 		{minimal + "KillMode=all\n", []string{`invalid value "all"`, "control-group"}},
 		{minimal + "KillSignal=sigterm\n", []string{`unknown signal "sigterm"; did you mean SIGTERM?`}},
@@ -386,7 +385,7 @@ func TestParseErrors(t *testing.T) {
 		{minimal + "[X-Fleet]\nMachineID=a b\n", []string{"[X-Fleet] MachineID=:", "takes one value, not 2"}},
 		{minimal + "[X-Fleet]\nRole=a b\n", []string{"takes one value"}},
 		{minimal + "[X-Fleet]\nMachineOf=db\n", []string{"[X-Fleet] MachineOf=:", `invalid unit name "db"`}},
-		{minimal + "[X-Fleet]\nReplaces=db.timer\n", []string{"[X-Fleet] Replaces=:", `unit type ".timer" is not supported`}},
+		{minimal + "[X-Fleet]\nReplaces=db.device\n", []string{"[X-Fleet] Replaces=:", `unit type ".device" is not supported`}},
 		{minimal + "[X-Fleet]\nConflicts=web[.service\n", []string{`invalid pattern "web[.service"`}},
 		{minimal + "[X-Fleet]\nMachineMetadata=region\n", []string{`metadata "region" is not a key=value pair`}},
 		{minimal + "[X-Fleet]\nMachineMetadata=region=us disk\n", []string{`metadata "disk" is not a key=value pair`}},
@@ -566,8 +565,8 @@ func TestParseSize(t *testing.T) {
 }
 
 func TestParseName(t *testing.T) {
-	_, err := Parse("web.timer", []byte(minimal))
-	checkError(t, `Parse("web.timer")`, err, `unit type ".timer" is not supported`)
+	_, err := Parse("web.device", []byte(minimal))
+	checkError(t, `Parse("web.device")`, err, `unit type ".device" is not supported`)
 }
 
 func TestParseLineContinuation(t *testing.T) {

@@ -67,7 +67,7 @@ func scan(data string) (opts []scanned, warnings []string, err error) {
 				if s := suggestSection(section); s != "" {
 					msg += fmt.Sprintf("; did you mean [%s]?", s)
 				} else {
-					msg += "; Flotilla units have [Unit], [Service], [Install] and [X-Fleet]"
+					msg += "; Flotilla units have [Unit], [Install], [X-Fleet] and their type's section ([Service], [Socket], [Timer], [Path], [Mount], [Automount], [Swap]; [X-Container] in services)"
 				}
 				return nil, nil, &Error{Msg: msg}
 			}

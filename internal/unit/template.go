@@ -15,5 +15,6 @@ func Instantiate(tmpl *File, instance string) (*File, error) {
 	if err := validInstance(instance); err != nil {
 		return nil, withUnit(err, tmpl.Name)
 	}
-	return Parse(Prefix(tmpl.Name)+"@"+instance+serviceSuffix, []byte(tmpl.Raw))
+	suffix, _ := typeSuffix(tmpl.Name)
+	return Parse(Prefix(tmpl.Name)+"@"+instance+suffix, []byte(tmpl.Raw))
 }

@@ -39,6 +39,14 @@ type File struct {
 	Service Service
 	// Fleet holds the [X-Fleet] placement options.
 	Fleet Fleet
+	// Container is the [X-Container] section of a service the docker
+	// driver runs, or nil.
+	Container *Container `json:",omitempty"`
+	// Triggers is the unit a .socket, .timer or .path unit activates (its
+	// Service= or Unit=, by default the service of the same name; for a
+	// socket with Accept=yes, the template "prefix@.service"), or "". Such a
+	// unit is placed where the unit it triggers is (an implicit MachineOf=).
+	Triggers string `json:",omitempty"`
 	// Warnings are non-fatal notes about the file (deprecated spellings, options
 	// accepted but not acted on by the exec driver).
 	Warnings []string
@@ -47,7 +55,7 @@ type File struct {
 // Service is the [Service] section, reduced to what drivers act on.
 // Durations are zero when the option is absent; Defaults() fills systemd's defaults.
 type Service struct {
-	Type             string    // simple (default), exec, oneshot, forking, notify (treated as simple)
+	Type             string    // simple (default), exec, oneshot, forking (systemd driver only), notify, … (run as simple by exec)
 	ExecStartPre     []Command // run in order before ExecStart; a failing one fails the start unless IgnoreFailure
 	ExecStart        []Command // exactly one unless Type=oneshot
 	ExecStartPost    []Command

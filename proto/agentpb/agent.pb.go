@@ -140,8 +140,22 @@ type Machine struct {
 	Version string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
 	// What the machine offers to units: CPU in percent of one CPU (400 = four
 	// CPUs) and memory in bytes; 0 means not limited.
-	CpuPercent    int64 `protobuf:"varint,6,opt,name=cpu_percent,json=cpuPercent,proto3" json:"cpu_percent,omitempty"`
-	MemoryBytes   int64 `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	CpuPercent  int64 `protobuf:"varint,6,opt,name=cpu_percent,json=cpuPercent,proto3" json:"cpu_percent,omitempty"`
+	MemoryBytes int64 `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// instance identifies the daemon's data dir (a random ID written there on
+	// its first start): a daemon restarted on the same machine has the same
+	// one. A leader refuses a Hello whose machine ID is live with another
+	// instance (another machine took the same name). Empty from daemons older
+	// than this field: not compared.
+	Instance string `protobuf:"bytes,8,opt,name=instance,proto3" json:"instance,omitempty"`
+	// leaving is set on the presence key (etcd registry mode) of an agent
+	// that stopped its units and leaves the cluster (daemon
+	// --stop-units-on-exit): the leader places its units elsewhere at once.
+	Leaving bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// drivers names the drivers the agent runs units with ("exec",
+	// "systemd", "docker", "sim"); the leader places a unit only where one
+	// of them can run it. None means exec (an agent older than drivers).
+	Drivers       []string `protobuf:"bytes,10,rep,name=drivers,proto3" json:"drivers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +237,27 @@ func (x *Machine) GetMemoryBytes() int64 {
 		return x.MemoryBytes
 	}
 	return 0
+}
+
+func (x *Machine) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *Machine) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
+func (x *Machine) GetDrivers() []string {
+	if x != nil {
+		return x.Drivers
+	}
+	return nil
 }
 
 type UnitStatus struct {
@@ -351,6 +386,7 @@ type AgentMessage struct {
 	//	*AgentMessage_Hello
 	//	*AgentMessage_Update
 	//	*AgentMessage_Heartbeat
+	//	*AgentMessage_Leave
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -420,6 +456,15 @@ func (x *AgentMessage) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *AgentMessage) GetLeave() *Leave {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Leave); ok {
+			return x.Leave
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -436,11 +481,57 @@ type AgentMessage_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
 }
 
+type AgentMessage_Leave struct {
+	Leave *Leave `protobuf:"bytes,4,opt,name=leave,proto3,oneof"`
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Update) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Heartbeat) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Leave) isAgentMessage_Msg() {}
+
+// Leave is an agent's last message: it has stopped its units and leaves the
+// cluster (daemon --stop-units-on-exit). The leader drops the machine and
+// its unit states and places its units elsewhere at once, then ends the
+// stream.
+type Leave struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Leave) Reset() {
+	*x = Leave{}
+	mi := &file_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Leave) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Leave) ProtoMessage() {}
+
+func (x *Leave) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Leave.ProtoReflect.Descriptor instead.
+func (*Leave) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{5}
+}
 
 // Hello opens a stream: who the agent is and the full state of every unit
 // its driver has loaded.
@@ -457,7 +548,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +560,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +573,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Hello) GetMachine() *Machine {
@@ -518,7 +609,7 @@ type StatusUpdate struct {
 
 func (x *StatusUpdate) Reset() {
 	*x = StatusUpdate{}
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +621,7 @@ func (x *StatusUpdate) String() string {
 func (*StatusUpdate) ProtoMessage() {}
 
 func (x *StatusUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +634,7 @@ func (x *StatusUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusUpdate.ProtoReflect.Descriptor instead.
 func (*StatusUpdate) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StatusUpdate) GetUnits() []*UnitStatus {
@@ -569,7 +660,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +672,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +685,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Heartbeat) GetUnixNano() int64 {
@@ -628,7 +719,7 @@ type EngineMessage struct {
 
 func (x *EngineMessage) Reset() {
 	*x = EngineMessage{}
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +731,7 @@ func (x *EngineMessage) String() string {
 func (*EngineMessage) ProtoMessage() {}
 
 func (x *EngineMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +744,7 @@ func (x *EngineMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineMessage.ProtoReflect.Descriptor instead.
 func (*EngineMessage) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EngineMessage) GetMsg() isEngineMessage_Msg {
@@ -729,7 +820,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +832,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +845,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Assignment) GetName() string {
@@ -817,7 +908,7 @@ type Assignments struct {
 
 func (x *Assignments) Reset() {
 	*x = Assignments{}
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +920,7 @@ func (x *Assignments) String() string {
 func (*Assignments) ProtoMessage() {}
 
 func (x *Assignments) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +933,7 @@ func (x *Assignments) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignments.ProtoReflect.Descriptor instead.
 func (*Assignments) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Assignments) GetFull() bool {
@@ -898,7 +989,7 @@ const file_agent_proto_rawDesc = "" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x10\n" +
-	"\x03rev\x18\x04 \x01(\x03R\x03rev\"\xa5\x02\n" +
+	"\x03rev\x18\x04 \x01(\x03R\x03rev\"\xf5\x02\n" +
 	"\aMachine\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
 	"\x02ip\x18\x02 \x01(\tR\x02ip\x12D\n" +
@@ -907,7 +998,11 @@ const file_agent_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1f\n" +
 	"\vcpu_percent\x18\x06 \x01(\x03R\n" +
 	"cpuPercent\x12!\n" +
-	"\fmemory_bytes\x18\a \x01(\x03R\vmemoryBytes\x1a;\n" +
+	"\fmemory_bytes\x18\a \x01(\x03R\vmemoryBytes\x12\x1a\n" +
+	"\binstance\x18\b \x01(\tR\binstance\x12\x18\n" +
+	"\aleaving\x18\t \x01(\bR\aleaving\x12\x18\n" +
+	"\adrivers\x18\n" +
+	" \x03(\tR\adrivers\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x01\n" +
@@ -923,12 +1018,14 @@ const file_agent_proto_rawDesc = "" +
 	"\x06result\x18\b \x01(\tR\x06result\x12\x18\n" +
 	"\amessage\x18\t \x01(\tR\amessage\x12\x18\n" +
 	"\aapplied\x18\n" +
-	" \x01(\tR\aapplied\"\xc0\x01\n" +
+	" \x01(\tR\aapplied\"\xf2\x01\n" +
 	"\fAgentMessage\x120\n" +
 	"\x05hello\x18\x01 \x01(\v2\x18.flotilla.agent.v1.HelloH\x00R\x05hello\x129\n" +
 	"\x06update\x18\x02 \x01(\v2\x1f.flotilla.agent.v1.StatusUpdateH\x00R\x06update\x12<\n" +
-	"\theartbeat\x18\x03 \x01(\v2\x1c.flotilla.agent.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\x91\x01\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x1c.flotilla.agent.v1.HeartbeatH\x00R\theartbeat\x120\n" +
+	"\x05leave\x18\x04 \x01(\v2\x18.flotilla.agent.v1.LeaveH\x00R\x05leaveB\x05\n" +
+	"\x03msg\"\a\n" +
+	"\x05Leave\"\x91\x01\n" +
 	"\x05Hello\x124\n" +
 	"\amachine\x18\x01 \x01(\v2\x1a.flotilla.agent.v1.MachineR\amachine\x123\n" +
 	"\x05units\x18\x02 \x03(\v2\x1d.flotilla.agent.v1.UnitStatusR\x05units\x12\x1d\n" +
@@ -977,41 +1074,43 @@ func file_agent_proto_rawDescGZIP() []byte {
 	return file_agent_proto_rawDescData
 }
 
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_agent_proto_goTypes = []any{
 	(*LeaderRequest)(nil), // 0: flotilla.agent.v1.LeaderRequest
 	(*LeaderInfo)(nil),    // 1: flotilla.agent.v1.LeaderInfo
 	(*Machine)(nil),       // 2: flotilla.agent.v1.Machine
 	(*UnitStatus)(nil),    // 3: flotilla.agent.v1.UnitStatus
 	(*AgentMessage)(nil),  // 4: flotilla.agent.v1.AgentMessage
-	(*Hello)(nil),         // 5: flotilla.agent.v1.Hello
-	(*StatusUpdate)(nil),  // 6: flotilla.agent.v1.StatusUpdate
-	(*Heartbeat)(nil),     // 7: flotilla.agent.v1.Heartbeat
-	(*EngineMessage)(nil), // 8: flotilla.agent.v1.EngineMessage
-	(*Assignment)(nil),    // 9: flotilla.agent.v1.Assignment
-	(*Assignments)(nil),   // 10: flotilla.agent.v1.Assignments
-	nil,                   // 11: flotilla.agent.v1.Machine.MetadataEntry
+	(*Leave)(nil),         // 5: flotilla.agent.v1.Leave
+	(*Hello)(nil),         // 6: flotilla.agent.v1.Hello
+	(*StatusUpdate)(nil),  // 7: flotilla.agent.v1.StatusUpdate
+	(*Heartbeat)(nil),     // 8: flotilla.agent.v1.Heartbeat
+	(*EngineMessage)(nil), // 9: flotilla.agent.v1.EngineMessage
+	(*Assignment)(nil),    // 10: flotilla.agent.v1.Assignment
+	(*Assignments)(nil),   // 11: flotilla.agent.v1.Assignments
+	nil,                   // 12: flotilla.agent.v1.Machine.MetadataEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	11, // 0: flotilla.agent.v1.Machine.metadata:type_name -> flotilla.agent.v1.Machine.MetadataEntry
-	5,  // 1: flotilla.agent.v1.AgentMessage.hello:type_name -> flotilla.agent.v1.Hello
-	6,  // 2: flotilla.agent.v1.AgentMessage.update:type_name -> flotilla.agent.v1.StatusUpdate
-	7,  // 3: flotilla.agent.v1.AgentMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
-	2,  // 4: flotilla.agent.v1.Hello.machine:type_name -> flotilla.agent.v1.Machine
-	3,  // 5: flotilla.agent.v1.Hello.units:type_name -> flotilla.agent.v1.UnitStatus
-	3,  // 6: flotilla.agent.v1.StatusUpdate.units:type_name -> flotilla.agent.v1.UnitStatus
-	10, // 7: flotilla.agent.v1.EngineMessage.assignments:type_name -> flotilla.agent.v1.Assignments
-	7,  // 8: flotilla.agent.v1.EngineMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
-	9,  // 9: flotilla.agent.v1.Assignments.units:type_name -> flotilla.agent.v1.Assignment
-	4,  // 10: flotilla.agent.v1.Engine.Connect:input_type -> flotilla.agent.v1.AgentMessage
-	0,  // 11: flotilla.agent.v1.Engine.Leader:input_type -> flotilla.agent.v1.LeaderRequest
-	8,  // 12: flotilla.agent.v1.Engine.Connect:output_type -> flotilla.agent.v1.EngineMessage
-	1,  // 13: flotilla.agent.v1.Engine.Leader:output_type -> flotilla.agent.v1.LeaderInfo
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	12, // 0: flotilla.agent.v1.Machine.metadata:type_name -> flotilla.agent.v1.Machine.MetadataEntry
+	6,  // 1: flotilla.agent.v1.AgentMessage.hello:type_name -> flotilla.agent.v1.Hello
+	7,  // 2: flotilla.agent.v1.AgentMessage.update:type_name -> flotilla.agent.v1.StatusUpdate
+	8,  // 3: flotilla.agent.v1.AgentMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
+	5,  // 4: flotilla.agent.v1.AgentMessage.leave:type_name -> flotilla.agent.v1.Leave
+	2,  // 5: flotilla.agent.v1.Hello.machine:type_name -> flotilla.agent.v1.Machine
+	3,  // 6: flotilla.agent.v1.Hello.units:type_name -> flotilla.agent.v1.UnitStatus
+	3,  // 7: flotilla.agent.v1.StatusUpdate.units:type_name -> flotilla.agent.v1.UnitStatus
+	11, // 8: flotilla.agent.v1.EngineMessage.assignments:type_name -> flotilla.agent.v1.Assignments
+	8,  // 9: flotilla.agent.v1.EngineMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
+	10, // 10: flotilla.agent.v1.Assignments.units:type_name -> flotilla.agent.v1.Assignment
+	4,  // 11: flotilla.agent.v1.Engine.Connect:input_type -> flotilla.agent.v1.AgentMessage
+	0,  // 12: flotilla.agent.v1.Engine.Leader:input_type -> flotilla.agent.v1.LeaderRequest
+	9,  // 13: flotilla.agent.v1.Engine.Connect:output_type -> flotilla.agent.v1.EngineMessage
+	1,  // 14: flotilla.agent.v1.Engine.Leader:output_type -> flotilla.agent.v1.LeaderInfo
+	13, // [13:15] is the sub-list for method output_type
+	11, // [11:13] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1023,8 +1122,9 @@ func file_agent_proto_init() {
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_Update)(nil),
 		(*AgentMessage_Heartbeat)(nil),
+		(*AgentMessage_Leave)(nil),
 	}
-	file_agent_proto_msgTypes[8].OneofWrappers = []any{
+	file_agent_proto_msgTypes[9].OneofWrappers = []any{
 		(*EngineMessage_Assignments)(nil),
 		(*EngineMessage_Heartbeat)(nil),
 	}
@@ -1034,7 +1134,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

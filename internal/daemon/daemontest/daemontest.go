@@ -40,6 +40,10 @@ type Machine struct {
 	// NoAgent runs the daemon without an agent: it is not a machine of the
 	// cluster (the first machine then leads a cluster of the others).
 	NoAgent bool
+	// Driver, when set, is the daemon's --driver (Exec is then ignored).
+	Driver string
+	// StopUnitsOnExit is the daemon's --stop-units-on-exit.
+	StopUnitsOnExit bool
 }
 
 // Cluster is a running test cluster.
@@ -53,7 +57,98 @@ type Cluster struct {
 	Socket string
 
 	unitDirs []string // by machine: the exec driver's directory, "" for sim
+	procs    []*proc  // by machine
+	etcd     string   // the embedded etcd's client URL
 }
+
+// proc is one daemon of the cluster.
+type proc struct {
+	name   string
+	cfg    daemon.Config
+	cancel context.CancelFunc
+	done   chan error // Run's result, once
+	err    error
+	ended  bool
+}
+
+// wait returns Run's result once it has ended, or false after timeout.
+func (p *proc) wait(timeout time.Duration) (error, bool) {
+	if p.ended {
+		return p.err, true
+	}
+	select {
+	case p.err = <-p.done:
+		p.ended = true
+		return p.err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
+}
+
+// Stop stops machine i's daemon as SIGTERM does (its context ends) and
+// returns what it returned. Its units outlive it unless it was run with
+// StopUnitsOnExit.
+func (c *Cluster) Stop(t testing.TB, i int) error {
+	t.Helper()
+	p := c.procs[i]
+	p.cancel()
+	err, ok := p.wait(3 * time.Minute)
+	if !ok {
+		t.Fatalf("daemontest: daemon %s did not stop within 3m", p.name)
+	}
+	return err
+}
+
+// Add starts one more daemon, an agent on the cluster's etcd (no engine),
+// and returns its index once it serves its API. It does not wait for the
+// leader to hear from it.
+func (c *Cluster) Add(t testing.TB, m Machine) int {
+	t.Helper()
+	cfg := daemon.Config{Name: m.ID, PublicIP: m.IP, Metadata: m.Metadata, Driver: "sim", SimStartDelay: m.StartDelay,
+		ElectionTTL: time.Second, AgentTTL: 5 * time.Second, NoAgent: m.NoAgent, StopUnitsOnExit: m.StopUnitsOnExit,
+		EtcdEndpoints: []string{c.etcd}, NoEngine: true}
+	if m.Exec {
+		cfg.Driver = "exec"
+	}
+	p, a, dir := run(t, cfg)
+	c.procs = append(c.procs, p)
+	if m.Exec {
+		c.unitDirs = append(c.unitDirs, dir)
+	} else {
+		c.unitDirs = append(c.unitDirs, "")
+	}
+	c.URLs = append(c.URLs, "http://"+a.API)
+	return len(c.procs) - 1
+}
+
+// Restart stops machine i's daemon (not the first, which holds the etcd
+// member) and starts it again on the same data dir, as a daemon restarted
+// on its machine is; it returns once the new one serves its API.
+func (c *Cluster) Restart(t testing.TB, i int) {
+	t.Helper()
+	if i == 0 {
+		t.Fatal("daemontest: Restart of the first machine, which holds the etcd member")
+	}
+	if err := c.Stop(t, i); err != nil {
+		t.Fatalf("daemontest: daemon %s stopped with %v", c.procs[i].name, err)
+	}
+	cfg := c.procs[i].cfg
+	cfg.Ready = nil
+	p, a, _ := run(t, cfg)
+	c.procs[i] = p
+	c.URLs[i] = "http://" + a.API
+}
+
+// Ended waits up to timeout for machine i's daemon to end by itself (a
+// daemon refused by the cluster) and returns what it returned; ok is
+// false if it still runs.
+func (c *Cluster) Ended(t testing.TB, i int, timeout time.Duration) (err error, ok bool) {
+	t.Helper()
+	return c.procs[i].wait(timeout)
+}
+
+// UnitDir is machine i's exec driver directory ("" for the sim driver).
+func (c *Cluster) UnitDir(i int) string { return c.unitDirs[i] }
 
 // Freeze stops (SIGSTOP) the supervisor of machine i, which must run the
 // exec driver, until the test ends: the machine stays in the cluster and
@@ -95,9 +190,12 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 	agents := 0
 	for i, m := range machines {
 		cfg := daemon.Config{Name: m.ID, PublicIP: m.IP, Metadata: m.Metadata, Driver: "sim", SimStartDelay: m.StartDelay,
-			ElectionTTL: time.Second, AgentTTL: 5 * time.Second, NoAgent: m.NoAgent}
+			ElectionTTL: time.Second, AgentTTL: 5 * time.Second, NoAgent: m.NoAgent, StopUnitsOnExit: m.StopUnitsOnExit}
 		if m.Exec {
 			cfg.Driver = "exec"
+		}
+		if m.Driver != "" {
+			cfg.Driver = m.Driver
 		}
 		if i == 0 {
 			cfg.EtcdEmbed, cfg.EtcdClientAddr, cfg.EtcdPeerAddr = true, "127.0.0.1:0", "127.0.0.1:0"
@@ -112,8 +210,9 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 		} else {
 			cfg.EtcdEndpoints, cfg.NoEngine = []string{etcd}, true
 		}
-		a, dir := run(t, cfg)
-		if m.Exec {
+		p, a, dir := run(t, cfg)
+		c.procs = append(c.procs, p)
+		if strings.Contains(cfg.Driver, "exec") {
 			c.unitDirs = append(c.unitDirs, dir)
 		} else {
 			c.unitDirs = append(c.unitDirs, "")
@@ -123,6 +222,7 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 		}
 		if i == 0 {
 			etcd = "http://" + a.EtcdClient
+			c.etcd = etcd
 			c.URL = "http://" + a.API
 		}
 		c.URLs = append(c.URLs, "http://"+a.API)
@@ -149,39 +249,44 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 // answers, but its cluster never has a leader. It returns the API URL.
 func StartNoLeader(t testing.TB) string {
 	t.Helper()
-	a, _ := run(t, daemon.Config{Name: "noleader", EtcdEmbed: true, EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0",
+	_, a, _ := run(t, daemon.Config{Name: "noleader", EtcdEmbed: true, EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0",
 		ElectionTTL: time.Second, NoEngine: true, NoAgent: true})
 	return "http://" + a.API
 }
 
 // run starts one daemon with cfg (in a new data directory, API on a free
-// loopback port) and returns its addresses once it serves, and the
+// loopback port) and returns it with its addresses once it serves, and the
 // directory of its units (the exec driver's). It is stopped when the test
-// ends.
-func run(t testing.TB, cfg daemon.Config) (daemon.Addrs, string) {
+// ends; an error it returns fails the test unless the test collected it
+// (Cluster.Stop, Cluster.Ended).
+func run(t testing.TB, cfg daemon.Config) (*proc, daemon.Addrs, string) {
 	t.Helper()
-	cfg.DataDir = t.TempDir()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
 	cfg.APIAddr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	ready := make(chan daemon.Addrs, 1)
 	cfg.Ready = func(a daemon.Addrs) { ready <- a }
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, cfg) }()
+	p := &proc{name: cfg.Name, cfg: cfg, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- daemon.Run(ctx, cfg) }()
 	units := filepath.Join(cfg.DataDir, "units")
 	t.Cleanup(func() {
+		collected := p.ended
 		cancel()
-		if err := <-done; err != nil {
+		if err, _ := p.wait(3 * time.Minute); err != nil && !collected {
 			t.Errorf("daemon %s: %v", cfg.Name, err)
 		}
-		if cfg.Driver == "exec" {
+		if strings.Contains(cfg.Driver, "exec") {
 			supervisortest.Stop(t, units)
 		}
 	})
 	select {
 	case a := <-ready:
-		return a, units
-	case err := <-done:
+		return p, a, units
+	case err := <-p.done:
+		p.ended, p.err = true, err
 		t.Fatalf("daemon %s ended before it was ready: %v", cfg.Name, err)
 	case <-time.After(timeout):
 		t.Fatalf("daemon %s not ready within %v", cfg.Name, timeout)

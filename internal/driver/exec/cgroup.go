@@ -3,238 +3,156 @@ package execdriver
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
-	"time"
 )
 
-// cgroup2Magic is the statfs type of a cgroup v2 file system.
-const cgroup2Magic = 0x63677270
+// Magic numbers of the cgroup file systems, as statfs reports them.
+const (
+	cgroup2Magic = 0x63677270 // CGROUP2_SUPER_MAGIC
+	cgroup1Magic = 0x27e0eb   // CGROUP_SUPER_MAGIC
+)
 
-// cpuPeriod is the cpu.max period, in microseconds.
+// cpuPeriod is the CPU bandwidth period (cpu.max on v2, cpu.cfs_period_us on
+// v1), in microseconds.
 const cpuPeriod = 100000
 
-// unitCgroup is the cgroup (v2) one run of a unit is placed in, to enforce
-// CPUQuota= and MemoryMax=. Processes are started straight into it with
-// clone3(CLONE_INTO_CGROUP), so none escapes by forking early.
-type unitCgroup struct {
-	path string
-	dir  *os.File // the cgroup's directory; its descriptor goes to clone3
+// unitCgroup is the cgroup one run of a unit is placed in, to enforce
+// CPUQuota= and MemoryMax=: a cgroup v2 (cgroup2.go) or a set of cgroup v1
+// hierarchies (cgroup1.go). Every process of the run is started inside it,
+// so that none escapes by forking early.
+type unitCgroup interface {
+	// where names the cgroup in messages.
+	where() string
+	// start starts cmd inside the cgroup. An error wrapping
+	// errCgroupPlacement means the process could not be placed and was not
+	// started; any other error is cmd.Start's.
+	start(cmd *exec.Cmd) error
+	// populated reports whether any process is left in the cgroup.
+	populated() bool
+	// signal sends sig to every process in the cgroup.
+	signal(sig syscall.Signal)
+	// oomKills is how many processes the kernel's OOM killer has killed in
+	// the cgroup since it was made.
+	oomKills() uint64
+	// remove kills what is left in the cgroup and removes it.
+	remove() error
 }
 
-// newUnitCgroup makes the cgroup parent/name with the given limits (a
-// cpuPercent or memoryMax of 0 is no limit). It needs parent to lie in a
-// cgroup v2 hierarchy where the cpu and memory controllers can be enabled:
-// every directory from the hierarchy's root down to parent gets the needed
-// controllers in its cgroup.subtree_control, and parent is created if
-// missing. Under cgroup v2's rule that only leaves hold processes, this works
-// when parent and the directories it creates hold no processes themselves,
-// as with the default /sys/fs/cgroup/flotilla.slice/... on a host's root
-// hierarchy, or a subtree delegated to flotilla (systemd Delegate=yes).
-func newUnitCgroup(parent, name string, cpuPercent int, memoryMax int64) (*unitCgroup, error) {
-	var need []string
-	if cpuPercent > 0 {
-		need = append(need, "cpu")
-	}
-	if memoryMax > 0 {
-		need = append(need, "memory")
-	}
-	levels, err := cgroupLevels(parent)
-	if err != nil {
-		return nil, err
-	}
-	for i, dir := range levels {
-		if i > 0 {
-			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return nil, err
-			}
-		}
-		if err := enableControllers(dir, need); err != nil {
-			return nil, err
-		}
-	}
-	path := filepath.Join(parent, name)
-	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, err
-	}
-	cg := &unitCgroup{path: path}
-	if err := cg.setLimits(cpuPercent, memoryMax); err != nil {
-		cg.remove()
-		return nil, err
-	}
-	dir, err := os.Open(path)
-	if err != nil {
-		cg.remove()
-		return nil, err
-	}
-	cg.dir = dir
-	return cg, nil
+// errCgroupPlacement is wrapped by unitCgroup.start when the process could
+// not be put in the cgroup.
+var errCgroupPlacement = errors.New("cannot place the process in its cgroup")
+
+// cgroupHost is how this machine's cgroups are reached, found once by New:
+// a cgroup v2 hierarchy (a unified host), cgroup v1 controller hierarchies
+// (a legacy or hybrid host: the controllers are on v1 there), or neither.
+type cgroupHost struct {
+	version int    // 2, 1, or 0 when neither can be used
+	root    string // v2: the hierarchy's mount; v1: the directory holding the controllers' mounts
+	parent  string // Config.CgroupParent: the path, within the hierarchies, of the units' cgroups
+	why     error  // version 0: why
 }
 
-// cgroupLevels lists the directories from the root of the cgroup v2
-// hierarchy holding dir down to dir itself, some of which may not exist yet.
-func cgroupLevels(dir string) ([]string, error) {
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("cgroup parent %q is not an absolute path", dir)
+// detectCgroups looks at what is mounted at root (Config.CgroupRoot).
+func detectCgroups(root, parent string) *cgroupHost {
+	h := &cgroupHost{root: root, parent: parent}
+	switch {
+	case fsType(root) == cgroup2Magic:
+		h.version = 2
+	case fsType(filepath.Join(root, "cpu")) == cgroup1Magic || fsType(filepath.Join(root, "memory")) == cgroup1Magic:
+		h.version = 1
+	default:
+		h.why = fmt.Errorf("no cgroup hierarchy at %s: neither cgroup v2 nor the cgroup v1 cpu and memory controllers are mounted there", root)
 	}
-	dir = filepath.Clean(dir)
-	existing := dir
-	for {
-		if _, err := os.Stat(existing); err == nil {
-			break
-		}
-		existing = filepath.Dir(existing)
-	}
-	if !isCgroup2(existing) {
-		return nil, fmt.Errorf("%s is not in a cgroup v2 hierarchy (the host runs cgroup v1 or hybrid)", existing)
-	}
-	root := existing
-	for {
-		up := filepath.Dir(root)
-		if up == root || !isCgroup2(up) {
-			break
-		}
-		root = up
-	}
-	var levels []string
-	for p := dir; ; p = filepath.Dir(p) {
-		levels = append(levels, p)
-		if p == root {
-			break
-		}
-	}
-	slices.Reverse(levels)
-	return levels, nil
+	return h
 }
 
-func isCgroup2(path string) bool {
+func fsType(path string) int64 {
 	var st syscall.Statfs_t
-	return syscall.Statfs(path, &st) == nil && st.Type == cgroup2Magic
+	if syscall.Statfs(path, &st) != nil {
+		return 0
+	}
+	return int64(st.Type)
 }
 
-// enableControllers makes sure dir passes the controllers on to its children.
-func enableControllers(dir string, need []string) error {
-	if len(need) == 0 {
-		return nil
+// String is how the status and the docs name the host's cgroups.
+func (h *cgroupHost) String() string {
+	switch h.version {
+	case 2:
+		return "cgroup v2 at " + h.root
+	case 1:
+		return "cgroup v1 at " + h.root
 	}
-	avail, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-	if err != nil {
-		return err
-	}
-	enabled, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
-	if err != nil {
-		return err
-	}
-	for _, c := range need {
-		if !slices.Contains(strings.Fields(string(avail)), c) {
-			return fmt.Errorf("the %s controller is not available in %s", c, dir)
-		}
-		if slices.Contains(strings.Fields(string(enabled)), c) {
-			continue
-		}
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0); err != nil {
-			return fmt.Errorf("enable the %s controller in %s: %w", c, dir, err)
-		}
-	}
-	return nil
+	return "no cgroups"
 }
 
-func (c *unitCgroup) setLimits(cpuPercent int, memoryMax int64) error {
-	if cpuPercent > 0 {
-		v := fmt.Sprintf("%d %d", cpuPercent*cpuPeriod/100, cpuPeriod)
-		if err := os.WriteFile(filepath.Join(c.path, "cpu.max"), []byte(v), 0); err != nil {
-			return err
-		}
+// newUnitCgroup makes the cgroup of one run of the unit name, with the given
+// limits (a cpuPercent or memoryMax of 0 is no limit).
+func (h *cgroupHost) newUnitCgroup(name string, cpuPercent int, memoryMax int64) (unitCgroup, error) {
+	switch h.version {
+	case 2:
+		return newCgroup2(filepath.Join(h.root, h.parent), name, cpuPercent, memoryMax)
+	case 1:
+		return newCgroup1(h.root, filepath.Join(h.parent, name), cpuPercent, memoryMax)
 	}
-	if memoryMax > 0 {
-		v := strconv.FormatInt(memoryMax, 10)
-		if err := os.WriteFile(filepath.Join(c.path, "memory.max"), []byte(v), 0); err != nil {
-			return err
-		}
-	}
-	return nil
+	return nil, h.why
 }
 
-// fd is the descriptor clone3 places new processes with.
-func (c *unitCgroup) fd() int { return int(c.dir.Fd()) }
-
-// populated reports whether any process is left in the cgroup.
-func (c *unitCgroup) populated() bool {
-	data, err := os.ReadFile(filepath.Join(c.path, "cgroup.events"))
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "populated "); ok {
-			return v != "0"
-		}
-	}
-	return false
-}
-
-// signal sends sig to every process in the cgroup. SIGKILL goes through
-// cgroup.kill where the kernel has it (5.14+).
-func (c *unitCgroup) signal(sig syscall.Signal) {
-	if sig == syscall.SIGKILL {
-		if os.WriteFile(filepath.Join(c.path, "cgroup.kill"), []byte("1"), 0) == nil {
-			return
-		}
-	}
-	data, err := os.ReadFile(filepath.Join(c.path, "cgroup.procs"))
-	if err != nil {
-		return
-	}
-	for _, f := range strings.Fields(string(data)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-			syscall.Kill(pid, sig)
-		}
-	}
-}
-
-// remove kills what is left in the cgroup and removes it, waiting briefly for
-// the killed processes to go.
-func (c *unitCgroup) remove() error {
-	if c.dir != nil {
-		c.dir.Close()
-		c.dir = nil
-	}
-	var err error
-	for i := 0; i < 20; i++ {
-		err = os.Remove(c.path)
-		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if i == 0 {
-			c.signal(syscall.SIGKILL)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return err
-}
-
-// removeStaleCgroups removes the unit cgroups an earlier driver left in
+// removeStale removes the unit cgroups an earlier driver left under the
 // parent, killing what still runs in them.
-func removeStaleCgroups(parent string, log *slog.Logger) {
-	entries, err := os.ReadDir(parent)
-	if err != nil || !isCgroup2(parent) {
-		return
+func (h *cgroupHost) removeStale(log *slog.Logger) {
+	var stale []unitCgroup
+	switch h.version {
+	case 2:
+		stale = staleCgroups2(filepath.Join(h.root, h.parent))
+	case 1:
+		stale = staleCgroups1(h.root, h.parent)
 	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		cg := &unitCgroup{path: filepath.Join(parent, e.Name())}
+	for _, cg := range stale {
 		if cg.populated() {
-			log.Warn("killing processes left in a unit cgroup by a previous flotilla", "unit", e.Name(), "cgroup", cg.path)
+			log.Warn("killing processes left in a unit cgroup by a previous flotilla", "cgroup", cg.where())
 		}
 		if err := cg.remove(); err != nil {
-			log.Warn("cannot remove stale unit cgroup", "unit", e.Name(), "err", err)
+			log.Warn("cannot remove stale unit cgroup", "cgroup", cg.where(), "err", err)
 		}
 	}
+}
+
+// removeParent removes the parent of the units' cgroups once they are gone,
+// and then its own parent if that is a flotilla.slice left empty (as the
+// default /flotilla.slice/exec-<id> leaves it when no other driver uses
+// it); a cgroup with children cannot be removed.
+func (h *cgroupHost) removeParent() {
+	var roots []string
+	switch h.version {
+	case 2:
+		roots = []string{h.root}
+	case 1:
+		for _, c := range cgroup1Controllers {
+			roots = append(roots, filepath.Join(h.root, c))
+		}
+	}
+	for _, root := range roots {
+		if os.Remove(filepath.Join(root, h.parent)) == nil && filepath.Base(filepath.Dir(h.parent)) == "flotilla.slice" {
+			os.Remove(filepath.Join(root, filepath.Dir(h.parent)))
+		}
+	}
+}
+
+// subdirs lists the directories in dir.
+func subdirs(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

@@ -63,8 +63,9 @@
 // it; a Start while stopping starts again once dead.
 //
 // When the run ends, its result is the first failure: exit-code, signal,
-// core-dump or timeout (as systemd's Result=), or success. A main process
-// killed by SIGHUP, SIGINT, SIGTERM or SIGPIPE exited cleanly, as in systemd.
+// core-dump, timeout or oom-kill (as systemd's Result=), or success. A main
+// process killed by SIGHUP, SIGINT, SIGTERM or SIGPIPE exited cleanly, as in
+// systemd.
 // The Restart= policy decides from the result whether to restart, following
 // the table in systemd.service(5); Restart=on-watchdog never restarts, as
 // there are no watchdogs. Without a restart the unit ends inactive/dead after
@@ -167,13 +168,36 @@
 //
 // # Resource limits
 //
-// A unit with CPUQuota= or MemoryMax= gets a cgroup v2 of its own,
-// <CgroupParent>/<unit>, with cpu.max and memory.max set, for each run; its
-// processes are started straight into it (clone3 with CLONE_INTO_CGROUP)
-// and a stop also signals everything in it. This needs a cgroup v2 hierarchy
-// where the driver may create CgroupParent and enable the cpu and memory
-// controllers down to it: the host's /sys/fs/cgroup as root, or a subtree
-// delegated to flotilla. Where that is not so (cgroup v1 or hybrid hosts,
-// containers whose cgroup root holds processes), the unit runs without limits
-// and its Status.Message says why; cgroups never stop a unit from starting.
+// A unit with CPUQuota= or MemoryMax= gets a cgroup of its own for each run,
+// <CgroupParent>/<unit> within the host's hierarchies, removed when the run
+// ends. New looks at Config.CgroupRoot (/sys/fs/cgroup) once:
+//
+//   - cgroup v2 there (a unified host): the cgroup is
+//     <CgroupRoot><CgroupParent>/<unit> with cpu.max and memory.max set
+//     (cgroup2.go, by hand). Processes are started straight into it (clone3
+//     with CLONE_INTO_CGROUP). The driver must be allowed to create
+//     CgroupParent and enable the cpu and memory controllers down to it: the
+//     host's /sys/fs/cgroup as root, or a subtree delegated to flotilla.
+//   - cgroup v1 cpu or memory hierarchies there (a legacy host, or a hybrid
+//     one, whose controllers are on v1): the cgroup is the same path in each
+//     of the cpu, cpuacct and memory hierarchies that are mounted, with
+//     cpu.cfs_quota_us (over a 100 ms cpu.cfs_period_us) and
+//     memory.limit_in_bytes set, through containerd's cgroups/v3/cgroup1
+//     (cgroup1.go). A process is started from an OS thread moved into the
+//     cgroup for the start (v1 places threads one by one), so it begins its
+//     life there; the thread is then moved back.
+//   - neither: the unit runs without limits.
+//
+// Where limits cannot be set (no hierarchy, a controller missing or not
+// enabled, the cgroup cannot be made or a process not placed in it) the unit
+// runs without them and its Status.Message says why; cgroups never stop a
+// unit from starting. A stop also signals everything in the cgroup. When a
+// process of the run fails and the cgroup's OOM kill count (memory.events
+// oom_kill on v2, memory.oom_control oom_kill on v1) is not zero, the run's
+// result is oom-kill and its message says the unit ran out of memory.
+//
+// The cgroups, like the processes, belong to the process holding the driver
+// (the machine's supervisor), so they outlive a daemon; New empties and
+// removes those an earlier driver left in CgroupParent, and Close removes
+// CgroupParent (and the default's flotilla.slice when it is left empty).
 package execdriver

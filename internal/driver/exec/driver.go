@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/driver"
@@ -83,10 +82,14 @@ type Config struct {
 	// (after Unload, Kill or Close), after the unit's last Notify. Like
 	// Notify it must not block for long or call back into the driver.
 	Unloaded func(name string)
-	// CgroupParent is the cgroup v2 directory under which units with
-	// CPUQuota= or MemoryMax= get a cgroup of their own. Empty means
-	// /sys/fs/cgroup/flotilla.slice/exec-<hash of Dir>. Where cgroups cannot
-	// be used, such units run without limits and say so in Status.Message.
+	// CgroupRoot is where the cgroup file systems are mounted: a cgroup v2
+	// hierarchy, or a directory holding cgroup v1 hierarchies named for
+	// their controllers (cpu, cpuacct, memory). Empty means /sys/fs/cgroup.
+	CgroupRoot string
+	// CgroupParent is the path, within the cgroup hierarchies, under which
+	// units with CPUQuota= or MemoryMax= get a cgroup of their own. Empty
+	// means /flotilla.slice/exec-<hash of Dir>. Where cgroups cannot be
+	// used, such units run without limits and say so in Status.Message.
 	CgroupParent string
 }
 
@@ -120,12 +123,18 @@ func (c *Config) validate() error {
 	if c.Notify == nil {
 		c.Notify = func(unit.Status) {}
 	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = "/sys/fs/cgroup"
+	} else if !filepath.IsAbs(c.CgroupRoot) {
+		return fmt.Errorf("execdriver: config: CgroupRoot %q is not an absolute path", c.CgroupRoot)
+	}
 	if c.CgroupParent == "" {
 		sum := sha256.Sum256([]byte(c.Dir))
-		c.CgroupParent = "/sys/fs/cgroup/flotilla.slice/exec-" + hex.EncodeToString(sum[:6])
-	} else if !filepath.IsAbs(c.CgroupParent) {
-		return fmt.Errorf("execdriver: config: CgroupParent %q is not an absolute path", c.CgroupParent)
+		c.CgroupParent = "/flotilla.slice/exec-" + hex.EncodeToString(sum[:6])
+	} else if !filepath.IsAbs(c.CgroupParent) || filepath.Clean(c.CgroupParent) == "/" {
+		return fmt.Errorf("execdriver: config: CgroupParent %q is not an absolute path below the hierarchy's root", c.CgroupParent)
 	}
+	c.CgroupParent = filepath.Clean(c.CgroupParent)
 	return nil
 }
 
@@ -148,6 +157,8 @@ type Driver struct {
 
 	fence fence
 	kids  children
+
+	cgroups *cgroupHost
 }
 
 var (
@@ -163,26 +174,15 @@ func New(cfg Config) (*Driver, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	for _, sub := range []string{"logs", "run"} {
-		if err := os.MkdirAll(filepath.Join(cfg.Dir, sub), 0o750); err != nil {
-			return nil, fmt.Errorf("execdriver: %w", err)
-		}
-	}
-	lockPath := filepath.Join(cfg.Dir, "run", "lock")
-	lock, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o644)
+	lock, err := LockDir(cfg.Dir, "execdriver", ErrInUse)
 	if err != nil {
-		return nil, fmt.Errorf("execdriver: %w", err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s", ErrInUse, cfg.Dir)
-		}
-		return nil, fmt.Errorf("execdriver: lock %s: %w", lockPath, err)
+		return nil, err
 	}
 	log := cfg.Logger.With("machine", cfg.Machine)
 	killStale(filepath.Join(cfg.Dir, "run"), log)
-	removeStaleCgroups(cfg.CgroupParent, log)
+	cgroups := detectCgroups(cfg.CgroupRoot, cfg.CgroupParent)
+	log.Info("resource limits", "cgroups", cgroups.String(), "parent", cfg.CgroupParent)
+	cgroups.removeStale(log)
 
 	d := &Driver{
 		logs:  LogConfig{Limits: LogLimits{MaxBytes: cfg.MaxLogBytes, MaxFiles: max(cfg.MaxLogFiles, 0)}, Journald: cfg.Journald},
@@ -195,6 +195,8 @@ func New(cfg Config) (*Driver, error) {
 		live:  &liveGroups{maxAge: 100 * time.Millisecond},
 		units: make(map[string]*supervisor),
 		kids:  children{pids: make(map[int]bool)},
+
+		cgroups: cgroups,
 	}
 	if u, err := user.Current(); err == nil && u.HomeDir != "" {
 		d.home = u.HomeDir
@@ -479,7 +481,7 @@ func (d *Driver) Close(ctx context.Context) error {
 			d.log.Error("units still running after SIGKILL; giving up on them")
 		}
 	}
-	os.Remove(d.cfg.CgroupParent)
+	d.cgroups.removeParent()
 	d.lock.Close()
 	return err
 }

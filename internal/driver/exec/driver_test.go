@@ -30,6 +30,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Dir: "/tmp/x", MaxLogBytes: 100}, "MaxLogBytes 100 is below the minimum"},
 		{Config{Dir: "/tmp/x", MaxLogBytes: -1}, "MaxLogBytes -1"},
 		{Config{Dir: "/tmp/x", CgroupParent: "rel"}, `CgroupParent "rel" is not an absolute path`},
+		{Config{Dir: "/tmp/x", CgroupParent: "/"}, `CgroupParent "/" is not an absolute path below`},
+		{Config{Dir: "/tmp/x", CgroupRoot: "sys"}, `CgroupRoot "sys" is not an absolute path`},
 		{Config{Dir: "/tmp/x"}, ""},
 	}
 	for _, tt := range tests {
@@ -40,7 +42,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	cfg := Config{Dir: "/tmp/x"}
 	cfg.validate()
-	if cfg.MaxLogBytes != DefaultMaxLogBytes || cfg.Logger == nil || cfg.Notify == nil || !strings.HasPrefix(cfg.CgroupParent, "/sys/fs/cgroup/flotilla.slice/exec-") {
+	if cfg.MaxLogBytes != DefaultMaxLogBytes || cfg.Logger == nil || cfg.Notify == nil || cfg.CgroupRoot != "/sys/fs/cgroup" || !strings.HasPrefix(cfg.CgroupParent, "/flotilla.slice/exec-") {
 		t.Errorf("defaults not filled: %+v", cfg)
 	}
 }
@@ -703,14 +705,14 @@ func TestStalePidFile(t *testing.T) {
 
 func TestCgroupUnavailable(t *testing.T) {
 	t.Parallel()
-	parent := filepath.Join(t.TempDir(), "not-a-cgroup")
-	d, rec := newTestDriver(t, func(c *Config) { c.CgroupParent = parent })
+	root := filepath.Join(t.TempDir(), "not-a-cgroup")
+	d, rec := newTestDriver(t, func(c *Config) { c.CgroupRoot = root })
 	mustLoadStart(t, d, newUnit("limited.service", []string{"sleep", "300"}, func(s *unit.Service) {
 		s.CPUQuotaPercent = 50
 		s.MemoryMax = 64 << 20
 	}))
 	st := rec.waitState(t, "limited.service", "active", "running")
-	if !strings.Contains(st.Message, "resource limits not enforced") || !strings.Contains(st.Message, "cgroup v2") {
+	if !strings.Contains(st.Message, "resource limits not enforced") || !strings.Contains(st.Message, "neither cgroup v2 nor the cgroup v1") {
 		t.Errorf("status = %+v, want a message saying limits are not enforced and why", st)
 	}
 	waitLog(t, d, "limited.service", "Resource limits not enforced")
@@ -719,7 +721,7 @@ func TestCgroupUnavailable(t *testing.T) {
 func TestCloseStopsEverything(t *testing.T) {
 	before := runtime.NumGoroutine()
 	rec := newRecorder()
-	d, err := New(Config{Dir: t.TempDir(), Notify: rec.notify, CgroupParent: "/nonexistent"})
+	d, err := New(Config{Dir: t.TempDir(), Notify: rec.notify, CgroupRoot: "/nonexistent"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -769,7 +771,7 @@ func TestCloseStopsEverything(t *testing.T) {
 
 func TestCloseHonoursContext(t *testing.T) {
 	rec := newRecorder()
-	d, err := New(Config{Dir: t.TempDir(), Notify: rec.notify, CgroupParent: "/nonexistent"})
+	d, err := New(Config{Dir: t.TempDir(), Notify: rec.notify, CgroupRoot: "/nonexistent"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,11 +131,11 @@ func newTestDriver(t *testing.T, edit func(*Config)) (*Driver, *recorder) {
 	t.Helper()
 	rec := newRecorder()
 	cfg := Config{
-		Dir:          t.TempDir(),
-		Machine:      "m1",
-		Notify:       rec.notify,
-		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		CgroupParent: "/nonexistent-cgroup-parent-for-tests",
+		Dir:        t.TempDir(),
+		Machine:    "m1",
+		Notify:     rec.notify,
+		Logger:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		CgroupRoot: "/nonexistent-cgroup-root-for-tests",
 	}
 	if edit != nil {
 		edit(&cfg)

@@ -41,10 +41,13 @@ func TestLogMaxFiles(t *testing.T) {
 	mustLoadStart(t, d, chatty("three.service", 300))
 	rec.waitEnded(t, "three.service", "inactive")
 	// The last lines may still be on their way from the output pipe (and a
-	// rotation under way) when the unit is reported ended.
-	var got string
+	// rotation under way) when the unit is reported ended: wait until the
+	// journal holds the last one and the unit's end after it.
+	var got, all string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if got = strings.Join(logFiles(t, d, "three.service"), " "); got == " .1 .2 .3" || time.Now().After(deadline) {
+		got = strings.Join(logFiles(t, d, "three.service"), " ")
+		all = journal(t, d, "three.service")
+		if got == " .1 .2 .3" && strings.Contains(all, ": line 299\n") && strings.HasSuffix(all, "Deactivated successfully.\n") || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -57,7 +60,6 @@ func TestLogMaxFiles(t *testing.T) {
 		}
 	}
 	// The whole journal is every kept line in order, across the four files.
-	all := journal(t, d, "three.service")
 	if !strings.HasSuffix(all, "Deactivated successfully.\n") {
 		t.Errorf("journal does not end with the unit's end:\n%s", all)
 	}

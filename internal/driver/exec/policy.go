@@ -17,6 +17,7 @@ const (
 	resultTimeout       = "timeout"
 	resultStartLimitHit = "start-limit-hit"
 	resultResources     = "resources"
+	resultOOMKill       = "oom-kill" // the kernel's OOM killer killed a process of the unit
 )
 
 // exitStatus is how a process ended.
@@ -91,7 +92,7 @@ func shouldRestart(policy, result string) bool {
 		return false
 	}
 	clean := result == resultSuccess
-	abnormal := result == resultSignal || result == resultCoreDump || result == resultTimeout
+	abnormal := result == resultSignal || result == resultCoreDump || result == resultTimeout || result == resultOOMKill
 	abort := result == resultSignal || result == resultCoreDump
 	switch policy {
 	case "always":

@@ -51,18 +51,19 @@ func TestExitStatusOf(t *testing.T) {
 
 func TestShouldRestart(t *testing.T) {
 	// The table of systemd.service(5), Restart=, with "timeout" for the
-	// timeout column; watchdogs do not exist here.
-	results := []string{resultSuccess, resultExitCode, resultSignal, resultCoreDump, resultTimeout, resultStartLimitHit}
+	// timeout column; watchdogs do not exist here. oom-kill restarts as in
+	// systemd's service_shall_restart: not under on-abort.
+	results := []string{resultSuccess, resultExitCode, resultSignal, resultCoreDump, resultTimeout, resultOOMKill, resultStartLimitHit}
 	want := map[string][]bool{
-		//             success exit   signal core   timeout limit
-		"":            {false, false, false, false, false, false},
-		"no":          {false, false, false, false, false, false},
-		"always":      {true, true, true, true, true, false},
-		"on-success":  {true, false, false, false, false, false},
-		"on-failure":  {false, true, true, true, true, false},
-		"on-abnormal": {false, false, true, true, true, false},
-		"on-abort":    {false, false, true, true, false, false},
-		"on-watchdog": {false, false, false, false, false, false},
+		//             success exit   signal core   timeout oom   limit
+		"":            {false, false, false, false, false, false, false},
+		"no":          {false, false, false, false, false, false, false},
+		"always":      {true, true, true, true, true, true, false},
+		"on-success":  {true, false, false, false, false, false, false},
+		"on-failure":  {false, true, true, true, true, true, false},
+		"on-abnormal": {false, false, true, true, true, true, false},
+		"on-abort":    {false, false, true, true, false, false, false},
+		"on-watchdog": {false, false, false, false, false, false, false},
 	}
 	for policy, row := range want {
 		for i, result := range results {

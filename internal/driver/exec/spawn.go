@@ -162,7 +162,7 @@ func workingDir(wd, home string) (string, error) {
 // startProcess starts c in its own process group, with SIGKILL as its
 // parent-death signal, in cg when not nil; its stdout and stderr go, line by
 // line, to the unit's log. It returns the process and its group.
-func (s *supervisor) startProcess(c cmdRef, extra []string, cg *unitCgroup) (*proc, pgroup, error) {
+func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*proc, pgroup, error) {
 	svc := &s.cur.Service
 	env, err := unitEnviron(s.env.base, svc)
 	if err != nil {
@@ -192,12 +192,12 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg *unitCgroup) (*pr
 			Credential: s.env.cred,
 		},
 	}
-	if cg != nil {
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = cg.fd()
-	}
 	s.d.kids.lock.RLock()
-	err = cmd.Start()
+	if cg != nil {
+		err = cg.start(cmd)
+	} else {
+		err = cmd.Start()
+	}
 	if err == nil {
 		s.d.kids.add(cmd.Process.Pid)
 	}

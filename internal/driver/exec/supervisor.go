@@ -131,7 +131,7 @@ type supervisor struct {
 	groups       []pgroup // process groups started in this run and not seen empty
 	written      []pgroup // groups in the pid file
 	env          *execEnv // how this run's processes are started
-	cg           *unitCgroup
+	cg           unitCgroup
 	result       string // first failure of this run, or success
 	message      string
 	mainResult   string    // main process exited during start-post with this result
@@ -408,7 +408,7 @@ func (s *supervisor) begin() {
 	}
 	s.env = env
 	if svc.CPUQuotaPercent > 0 || svc.MemoryMax > 0 {
-		cg, err := newUnitCgroup(s.d.cfg.CgroupParent, s.name, svc.CPUQuotaPercent, svc.MemoryMax)
+		cg, err := s.d.cgroups.newUnitCgroup(s.name, svc.CPUQuotaPercent, svc.MemoryMax)
 		if err != nil {
 			s.limitsNotEnforced(err)
 		} else {
@@ -709,7 +709,7 @@ func (s *supervisor) enterDead() {
 	s.writePidFile()
 	if s.cg != nil {
 		if err := s.cg.remove(); err != nil {
-			s.slog.Warn("cannot remove unit cgroup", "cgroup", s.cg.path, "err", err)
+			s.slog.Warn("cannot remove unit cgroup", "cgroup", s.cg.where(), "err", err)
 		}
 		s.cg = nil
 	}
@@ -822,7 +822,9 @@ func (s *supervisor) onExit(ev exited) {
 		if res := ev.status.result(false); res != resultSuccess {
 			if !p.cmd.IgnoreFailure {
 				s.event("%s: %s process exited, %s", s.name, controlOrMain(isMain), ev.status)
-				s.fail(res, fmt.Sprintf("%s=%s: %s", p.label, p.argv[0], ev.status))
+				if !s.outOfMemory(p.label+"="+p.argv[0], ev.status) {
+					s.fail(res, fmt.Sprintf("%s=%s: %s", p.label, p.argv[0], ev.status))
+				}
 				s.enterStopSigterm()
 				return
 			}
@@ -860,7 +862,30 @@ func controlOrMain(main bool) string {
 
 func (s *supervisor) mainFailed(st exitStatus, res string) {
 	s.event("%s: Main process exited, %s", s.name, st)
+	if s.outOfMemory("main process", st) {
+		return
+	}
 	s.fail(res, "main process exited, "+st.String())
+}
+
+// outOfMemory fails the run with result oom-kill when the kernel's OOM
+// killer killed a process in the unit's cgroup (the one that failed, or one
+// of its children) and reports whether it did: it names the failure for
+// what it is, as systemd does, rather than as the signal or exit code it
+// showed as. (Unlike systemd's OOMPolicy=stop, an OOM kill that does not
+// end the run does not stop the unit.)
+func (s *supervisor) outOfMemory(what string, st exitStatus) bool {
+	if s.cg == nil {
+		return false
+	}
+	n := s.cg.oomKills()
+	if n == 0 {
+		return false
+	}
+	s.event("%s: A process of this unit has been killed by the OOM killer.", s.name)
+	s.fail(resultOOMKill, fmt.Sprintf("ran out of memory: the kernel's OOM killer killed %d process(es) of the unit over MemoryMax=%d; %s exited, %s",
+		n, s.cur.Service.MemoryMax, what, st))
+	return true
 }
 
 // mainGone handles the main process having exited on its own while the unit
@@ -922,9 +947,9 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 		extra = append(extra, "MAINPID="+strconv.Itoa(s.main.pid))
 	}
 	p, g, err := s.startProcess(c, extra, s.cg)
-	if err != nil && s.cg != nil && cgroupSpawnError(err) {
+	if err != nil && s.cg != nil && errors.Is(err, errCgroupPlacement) {
 		// Never let cgroups stop a unit from starting.
-		s.limitsNotEnforced(fmt.Errorf("start in cgroup %s: %w", s.cg.path, err))
+		s.limitsNotEnforced(fmt.Errorf("start in cgroup %s: %w", s.cg.where(), err))
 		s.cg.remove()
 		s.cg = nil
 		p, g, err = s.startProcess(c, extra, nil)
@@ -972,12 +997,4 @@ func (s *supervisor) trackPipe(r *os.File, add bool) {
 	} else {
 		delete(s.pipes, r)
 	}
-}
-
-// cgroupSpawnError reports whether a failed start may be due to starting
-// into a cgroup (clone3 missing, the cgroup unusable) rather than to the
-// command.
-func cgroupSpawnError(err error) bool {
-	return errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EINVAL) ||
-		errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EBUSY)
 }

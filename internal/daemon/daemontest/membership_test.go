@@ -1,0 +1,129 @@
+package daemontest_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/daemon/daemontest"
+)
+
+// TestStopUnitsOnExit: a daemon run with --stop-units-on-exit and stopped
+// cleanly stops its units (their processes are gone when it returns) and
+// leaves the cluster; the leader starts them on another machine at once,
+// a LostAfter=infinity unit (which a lost machine never gives up) and a
+// singleton included.
+func TestStopUnitsOnExit(t *testing.T) {
+	c := daemontest.Start(t,
+		daemontest.Machine{ID: "lead", NoAgent: true},
+		daemontest.Machine{ID: "b", Exec: true, StopUnitsOnExit: true})
+	cl, err := client.New(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	files := map[string]string{
+		"web.service":   "[Service]\nExecStart=/bin/sleep 1000\n",
+		"db.service":    "[Service]\nExecStart=/bin/sleep 1000\n[X-Fleet]\nSingleton=true\n",
+		"batch.service": "[Service]\nExecStart=/bin/sleep 1000\n[X-Fleet]\nLostAfter=infinity\n",
+	}
+	pids := map[string]int{}
+	for name, file := range files {
+		if _, err := cl.PutUnit(ctx, api.UnitChange{Name: name, File: file, DesiredState: "launched"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range files {
+		u := daemontest.WaitUnit(t, cl, name, func(u *api.Unit) bool { return running(u) && u.Machine == "b" })
+		pids[name] = u.State.PID
+	}
+	c.Add(t, daemontest.Machine{ID: "c", Exec: true})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ml, err := cl.Machines(ctx)
+		if err == nil && len(ml.Machines) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("machine c did not join: %+v, %v", ml, err)
+		}
+	}
+
+	if err := c.Stop(t, 1); err != nil {
+		t.Fatalf("daemon b stopped with %v", err)
+	}
+	for name, pid := range pids {
+		if alive(pid) {
+			t.Errorf("%s's process %d on b still runs after its daemon (--stop-units-on-exit) returned", name, pid)
+		}
+	}
+	for name, pid := range pids {
+		u := daemontest.WaitUnit(t, cl, name, func(u *api.Unit) bool { return running(u) && u.Machine == "c" })
+		if u.State.PID == pid || !alive(u.State.PID) {
+			t.Errorf("%s on c: pid %d (was %d on b), alive %v", name, u.State.PID, pid, alive(u.State.PID))
+		}
+	}
+	ml, err := cl.Machines(ctx)
+	if err != nil || len(ml.Machines) != 1 || ml.Machines[0].ID != "c" {
+		t.Errorf("machines after b left = %+v, %v; want c alone", ml, err)
+	}
+	st, err := cl.UnitStates(ctx, client.UnitStateFilter{Machine: "b"})
+	if err != nil || len(st.States) > 0 {
+		t.Errorf("unit states of b after it left: %+v, %v; want none", st, err)
+	}
+}
+
+// TestNameInUse: a daemon given the name of a live machine is refused with
+// an error naming that machine's IP and API address, and the cluster keeps
+// the first.
+func TestNameInUse(t *testing.T) {
+	c := daemontest.Start(t, daemontest.Machine{ID: "a", IP: "10.0.0.1"})
+	i := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.2"})
+	err, ended := c.Ended(t, i, 30*time.Second)
+	if !ended {
+		t.Fatal("a second daemon named a still runs after 30s")
+	}
+	ml, merr := mustClient(t, c.URL).Machines(context.Background())
+	if merr != nil || len(ml.Machines) != 1 || ml.Machines[0].IP != "10.0.0.1" {
+		t.Fatalf("machines = %+v, %v; want a at 10.0.0.1", ml, merr)
+	}
+	want := []string{`machine name "a" is already in use`, "10.0.0.1", ml.Machines[0].APIAddr}
+	for _, w := range want {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Fatalf("the second daemon returned %v; want an error containing %q", err, w)
+		}
+	}
+}
+
+func mustClient(t *testing.T, url string) *client.Client {
+	t.Helper()
+	cl, err := client.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// TestRestartSameName: a daemon restarted at once on its own data dir is
+// the same instance: it is not refused, and adopts its running unit.
+func TestRestartSameName(t *testing.T) {
+	c := daemontest.Start(t, daemontest.Machine{ID: "a"}, daemontest.Machine{ID: "b", Exec: true})
+	cl := mustClient(t, c.URL)
+	ctx := context.Background()
+	if _, err := cl.PutUnit(ctx, api.UnitChange{Name: "s.service", File: "[Service]\nExecStart=/bin/sleep 1000\n[X-Fleet]\nMachineID=b\n", DesiredState: "launched"}); err != nil {
+		t.Fatal(err)
+	}
+	before := daemontest.WaitUnit(t, cl, "s.service", running)
+	c.Restart(t, 1)
+	if err, ended := c.Ended(t, 1, 2*time.Second); ended {
+		t.Fatalf("the restarted daemon b ended: %v", err)
+	}
+	after := daemontest.WaitUnit(t, cl, "s.service", func(u *api.Unit) bool {
+		return running(u) && u.State.Machine == "b" && u.State.PID == before.State.PID
+	})
+	if !alive(after.State.PID) {
+		t.Fatalf("s.service's process %d is gone after b restarted", after.State.PID)
+	}
+}

@@ -1,0 +1,144 @@
+package systemddriver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/systemdtest"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// benchEnv sets how many units TestInsideBench starts and stops; unset, it
+// is skipped (BenchmarkStartStop sets it).
+const benchEnv = "FLOTILLA_SYSTEMD_BENCH"
+
+// BenchmarkStartStop starts and then stops 1,000 units (ExecStart=/bin/sleep
+// infinity) through the driver in a systemd container, and the same with a
+// plain loop of systemd-run and systemctl stop, and reports the seconds each
+// took. Run it once:
+//
+//	go test -run '^$' -bench BenchmarkStartStop -benchtime 1x ./internal/driver/systemd/
+func BenchmarkStartStop(b *testing.B) {
+	c := systemdtest.Start(b)
+	bin := systemdtest.BuildStatic(b, b.TempDir(), ".", "systemd.test", true)
+	c.CopyIn(bin, testBinary)
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv(benchEnv)); err == nil && v > 0 {
+		n = v
+	}
+	b.ResetTimer()
+	for range b.N {
+		out, err := c.ExecEnv([]string{insideEnv + "=1", benchEnv + "=" + strconv.Itoa(n)},
+			testBinary, "-test.run", "^TestInsideBench$", "-test.v", "-test.timeout=20m")
+		if err != nil {
+			b.Fatalf("%v\n%s", err, out)
+		}
+		b.Log(out)
+		for _, m := range regexp.MustCompile(`(?m)^\s*\S+: RESULT (\S+) ([0-9.]+)s$`).FindAllStringSubmatch(out, -1) {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			b.ReportMetric(v, m[1]+"-s")
+		}
+	}
+}
+
+// counter keeps each unit's last Active/Sub.
+type counter struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func (c *counter) notify(s unit.Status) {
+	c.mu.Lock()
+	c.last[s.Name] = s.Active + "/" + s.Sub
+	c.mu.Unlock()
+}
+
+func (c *counter) count(state string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, s := range c.last {
+		if s == state {
+			n++
+		}
+	}
+	return n
+}
+
+func TestInsideBench(t *testing.T) {
+	inside(t)
+	n, _ := strconv.Atoi(os.Getenv(benchEnv))
+	if n <= 0 {
+		t.Skip("BenchmarkStartStop runs it (" + benchEnv + "=N)")
+	}
+	c := &counter{last: map[string]string{}}
+	d, err := New(Config{Machine: "m1", Notify: c.notify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := func(i int) string { return fmt.Sprintf("bench-%04d.service", i) }
+	result := func(what string, d time.Duration) { t.Logf("RESULT %s %.2fs", what, d.Seconds()) }
+	waitCount := func(state string) {
+		systemdtest.WaitFor(t, 10*time.Minute, func() error {
+			if got := c.count(state); got < n {
+				return fmt.Errorf("%d of %d units %s", got, n, state)
+			}
+			return nil
+		})
+	}
+
+	// As the agent does: each unit loaded then started, one after another;
+	// the time runs until the driver has reported every one running.
+	start := time.Now()
+	for i := range n {
+		f, err := unit.Parse(name(i), []byte("[Service]\nExecStart=/bin/sleep infinity\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Load(f); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(f.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCount("active/running")
+	result("driver-start", time.Since(start))
+	start = time.Now()
+	for i := range n {
+		if err := d.Stop(name(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCount("inactive/dead")
+	result("driver-stop", time.Since(start))
+	start = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	result("driver-close", time.Since(start))
+
+	// The same with systemd's own tools, one command per unit.
+	start = time.Now()
+	for i := range n {
+		if out, err := runOut("systemd-run", "--quiet", "--unit", fmt.Sprintf("plain-%04d", i), "/bin/sleep", "infinity"); err != nil {
+			t.Fatalf("systemd-run: %v %s", err, out)
+		}
+	}
+	result("systemd-run-start", time.Since(start))
+	start = time.Now()
+	for i := range n {
+		if out, err := runOut("systemctl", "stop", fmt.Sprintf("plain-%04d", i)); err != nil {
+			t.Fatalf("systemctl stop: %v %s", err, out)
+		}
+	}
+	result("systemctl-stop", time.Since(start))
+}

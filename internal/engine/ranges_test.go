@@ -1,0 +1,245 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+const rangeTemplate = "[Unit]\nDescription=web\n\n[Service]\nExecStart=/bin/sleep infinity\n"
+
+// countKeys counts the keys under a prefix of the cluster's.
+func countKeys(t *testing.T, cli *clientv3.Client, prefix string) int64 {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+func rangeChange(t *testing.T, name string, ds unit.DesiredState, destroy bool) engine.Change {
+	t.Helper()
+	tmpl, r, ok, err := unit.ParseRange(name)
+	if !ok || err != nil {
+		t.Fatalf("ParseRange(%q) = %v, %v", name, ok, err)
+	}
+	return engine.Change{Name: tmpl, Range: &r, DesiredState: ds, Destroy: destroy}
+}
+
+// TestEngineRange: a range of instances is started by one change; the
+// leader writes one range key, then one record per instance holding its
+// machine, and one file for all; the range is then deleted. Stopping and
+// destroying the range act on every instance.
+func TestEngineRange(t *testing.T) {
+	for _, reg := range []string{"grpc", "etcd"} {
+		t.Run(reg, func(t *testing.T) { testEngineRange(t, reg) })
+	}
+}
+
+func testEngineRange(t *testing.T, reg string) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, reg, "e1")
+	waitLeader(t, e)
+	startAgent(t, cli, reg, "m1")
+	startAgent(t, cli, reg, "m2")
+	waitMachines(t, e.Engine, 2)
+	ctx := context.Background()
+	keys := registry.Keys{}
+
+	if err := e.Apply(ctx, []engine.Change{{Name: "web@.service", File: parse(t, "web@.service", rangeTemplate)}}); err != nil {
+		t.Fatal(err)
+	}
+	before := countKeys(t, cli, "/")
+	rev0, _ := cli.Get(ctx, "/", clientv3.WithCountOnly())
+	if err := e.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..200}.service", unit.Launched, false)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "200 instances and the template", func() error {
+		per, err := allActive(e.Engine, 201)
+		if err != nil {
+			return err
+		}
+		if len(per["m1"])+len(per["m2"]) != 200 {
+			return fmt.Errorf("per machine %v", per)
+		}
+		if n := countKeys(t, cli, keys.Ranges()); n != 0 {
+			return fmt.Errorf("%d range keys left", n)
+		}
+		return nil
+	})
+	if n := countKeys(t, cli, keys.Files()); n != 1 {
+		t.Errorf("%d files stored, want 1 (the template's, for all its instances)", n)
+	}
+	if n := countKeys(t, cli, keys.Schedules()); n != 0 {
+		t.Errorf("%d schedule/ keys, want 0: the machine is in each record", n)
+	}
+	snap, err := registry.Load(ctx, cli, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Units) != 201 || len(snap.Schedule) != 200 {
+		t.Errorf("etcd holds %d units and %d with a machine, want 201 and 200", len(snap.Units), len(snap.Schedule))
+	}
+	if reg == "grpc" {
+		// One key for the range, then each instance's record once; in few
+		// transactions.
+		after := countKeys(t, cli, "/")
+		if after-before != 200 {
+			t.Errorf("%d keys added, want 200", after-before)
+		}
+		txns := snap.Revision - rev0.Header.Revision
+		if txns > 10 {
+			t.Errorf("%d transactions for 200 units, want at most 10", txns)
+		}
+	}
+
+	// Stop them all, then destroy them all.
+	if err := e.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..200}.service", unit.Loaded, false)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "200 instances stopped", func() error {
+		us, err := e.Units([]string{"web@*.service"})
+		if err != nil {
+			return err
+		}
+		for _, u := range us {
+			if u.Name == "web@.service" {
+				continue
+			}
+			if u.DesiredState != "loaded" || u.Machine == "" || u.State == nil || u.State.Active == "active" {
+				return fmt.Errorf("%s: %s on %q, state %+v", u.Name, u.DesiredState, u.Machine, u.State)
+			}
+		}
+		return nil
+	})
+	if err := e.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..200}.service", "", true), {Name: "web@.service", Destroy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "everything destroyed", func() error {
+		if us, err := e.Units(nil); len(us) != 0 || err != nil {
+			return fmt.Errorf("%d units left, %v", len(us), err)
+		}
+		if n := countKeys(t, cli, keys.Units()) + countKeys(t, cli, keys.Files()) + countKeys(t, cli, keys.Ranges()); n != 0 {
+			return fmt.Errorf("%d unit, file and range keys left", n)
+		}
+		return nil
+	})
+}
+
+// TestEngineRangeLoaded: a range record a former leader wrote but did not
+// finish materializing (it died) is loaded by the next: instances with a
+// record keep their machine, the others are created from the range's file
+// and placed; the range is then deleted.
+func TestEngineRangeLoaded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	keys := registry.Keys{}
+	tmpl := registry.PutFile(keys, rangeTemplate)
+	content := registry.ContentOf(rangeTemplate)
+	rr := registry.RangeRecord{Template: "web@.service", From: 1, To: 50, Content: content, DesiredState: "launched"}
+	for _, op := range []registry.Op{
+		tmpl,
+		registry.PutUnit(keys, registry.Record{Name: "web@.service", Content: content, DesiredState: "inactive"}),
+		registry.PutUnit(keys, registry.Record{Name: "web@7.service", Content: content, DesiredState: "launched", Machine: "m2"}),
+		registry.PutRange(keys, rr),
+		// The former layout: a record with its file inline and a schedule key.
+		registry.PutUnit(keys, registry.Record{Name: "old.service", File: simple, DesiredState: "loaded"}),
+		registry.PutSchedule(keys, "old.service", "m1"),
+	} {
+		if _, err := cli.Put(ctx, op.Key, op.Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e)
+	startAgent(t, cli, "grpc", "m1")
+	startAgent(t, cli, "grpc", "m2")
+	waitMachines(t, e.Engine, 2)
+	eventually(t, 20*time.Second, "50 instances active", func() error {
+		_, err := allActive(e.Engine, 52)
+		if err != nil {
+			return err
+		}
+		if n := countKeys(t, cli, keys.Ranges()); n != 0 {
+			return fmt.Errorf("%d range keys left", n)
+		}
+		return nil
+	})
+	u, err := e.Unit("web@7.service")
+	if err != nil || u.Machine != "m2" {
+		t.Errorf("web@7.service = %+v, %v; want it kept on m2, where its record placed it", u, err)
+	}
+	u, err = e.Unit("old.service")
+	if err != nil || u.Machine != "m1" || u.DesiredState != "loaded" {
+		t.Errorf("old.service = %+v, %v; want loaded on m1 as its schedule key said", u, err)
+	}
+	// A change of the old unit writes its record in the new layout.
+	if err := e.Apply(ctx, []engine.Change{{Name: "old.service", DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := countKeys(t, cli, keys.Schedules()); n != 0 {
+		t.Errorf("%d schedule/ keys left after old.service changed, want 0", n)
+	}
+	snap, err := registry.Load(ctx, cli, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Schedule["old.service"] != "m1" || len(snap.Units) != 52 {
+		t.Errorf("after the change etcd holds %d units, old.service on %q; want 52, m1", len(snap.Units), snap.Schedule["old.service"])
+	}
+}
+
+// TestEngineRangeFailover: the leader is stopped right after it answered a
+// range's start, before it has written every instance's record; the next
+// leader loads the range and brings every instance up, and no instance
+// runs twice.
+func TestEngineRangeFailover(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e1 := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e1)
+	e2 := startEngine(t, cli, "grpc", "e2")
+	agents := []*testAgent{startAgent(t, cli, "grpc", "m1"), startAgent(t, cli, "grpc", "m2"), startAgent(t, cli, "grpc", "m3")}
+	waitMachines(t, e1.Engine, 3)
+	ctx := context.Background()
+	if err := e1.Apply(ctx, []engine.Change{{Name: "web@.service", File: parse(t, "web@.service", rangeTemplate)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e1.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..3000}.service", unit.Launched, false)}); err != nil {
+		t.Fatal(err)
+	}
+	e1.stop()
+	t.Logf("when the leader stopped: %d range keys, %d unit records", countKeys(t, cli, registry.Keys{}.Ranges()), countKeys(t, cli, registry.Keys{}.Units()))
+	waitLeader(t, e2)
+	eventually(t, 30*time.Second, "3000 instances active on the new leader", func() error {
+		if _, err := allActive(e2.Engine, 3001); err != nil {
+			return err
+		}
+		if n := countKeys(t, cli, registry.Keys{}.Ranges()); n != 0 {
+			return fmt.Errorf("%d range keys left", n)
+		}
+		return nil
+	})
+	n := 0
+	for _, a := range agents {
+		for _, s := range a.driver.States() {
+			if s.Active == "active" {
+				n++
+			}
+		}
+	}
+	if n != 3000 {
+		t.Errorf("the agents run %d units, want 3000 (each instance once)", n)
+	}
+}

@@ -1,0 +1,322 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// How units are stored (package registry): one record per unit under
+// units/<name> holding its desired state and its machine, so that a unit
+// started costs one write; the file of a template or an instance is stored
+// once by content under files/, and a range of instances given a desired
+// state at once is one key under ranges/ until each instance's record is
+// written.
+//
+// The leader keeps, besides t.units:
+//
+//   - files: the stored files by content, with how many units name each;
+//     a file is written before the first record that names it (in an
+//     earlier commit, as the transactions of one commit land in any
+//     order) and deleted after the last record naming it is gone;
+//   - unwritten: the units whose record is missing or stale because a
+//     range record stands for them, by range. A pass writes their records
+//     as it places them, then deletes the range; an apply round first
+//     writes every one (materialize), so a range never outlives a later
+//     change to one of its instances, and a range loaded from etcd is
+//     always newer than the records it covers.
+
+// storedFile is a unit file stored by content.
+type storedFile struct {
+	text   string
+	refs   int  // units in t.units naming it
+	stored bool // written to etcd (or loaded from it)
+}
+
+// pendingRange is a range record written but not yet materialized.
+type pendingRange struct {
+	key  string
+	left int // its units whose records are not yet written
+}
+
+// byContent reports whether a unit's file is stored by content: templates
+// and their instances, whose files are shared.
+func byContent(name string) bool { return unit.IsTemplate(name) || unit.IsInstance(name) }
+
+// newRec returns the record of a new unit, inactive.
+func (t *term) newRec(name string, f *unit.File) *unitRec {
+	r := &unitRec{name: name, file: f, desired: unit.Inactive, su: scheduler.NewUnit(f)}
+	r.su.Name = name
+	if byContent(name) {
+		r.content = t.contentOf(f.Raw)
+	}
+	return r
+}
+
+// contentOf returns the content key of a file's text, computed once per
+// text in use.
+func (t *term) contentOf(text string) string {
+	if c, ok := t.rawContent[text]; ok {
+		return c
+	}
+	c := registry.ContentOf(text)
+	t.rawContent[text] = c
+	return c
+}
+
+// instanceFile returns the file of instance name of template tmpl: parsed
+// once per template and shared when every instance is alike
+// (unit.Shareable), parsed for each instance otherwise.
+func (t *term) instanceFile(tmpl *unit.File, name string) (*unit.File, error) {
+	if !unit.Shareable(tmpl) {
+		return unit.Instantiate(tmpl, unit.Instance(name))
+	}
+	t.protoMu.Lock()
+	defer t.protoMu.Unlock()
+	if f := t.protos[tmpl]; f != nil {
+		return f, nil
+	}
+	f, err := unit.Instantiate(tmpl, unit.Instance(name))
+	if err != nil {
+		return nil, err
+	}
+	t.protos[tmpl] = f
+	return f, nil
+}
+
+// record is unit name's stored record.
+func record(name string, r *unitRec) registry.Record {
+	rec := registry.Record{Name: name, DesiredState: string(r.desired), Machine: r.machine}
+	if r.content != "" {
+		rec.Content = r.content
+	} else {
+		rec.File = r.file.Raw
+	}
+	return rec
+}
+
+// putRecord returns the ops that write unit name's record (and delete its
+// schedule/ key of an older layout). Callers hold mu or run on the loop.
+func (t *term) putRecord(name string, r *unitRec) []registry.Op {
+	ops := []registry.Op{registry.PutUnit(t.keys, record(name, r))}
+	if t.legacy[name] {
+		ops = append(ops, registry.DeleteSchedule(t.keys, name))
+	}
+	return ops
+}
+
+// deleteRecord returns the ops that remove unit name's record.
+func (t *term) deleteRecord(name string) []registry.Op {
+	ops := []registry.Op{registry.DeleteUnit(t.keys, name)}
+	if t.legacy[name] {
+		ops = append(ops, registry.DeleteSchedule(t.keys, name))
+	}
+	return ops
+}
+
+// written notes that unit name's record was written or deleted: its
+// schedule/ key is gone, and a range no longer stands for it.
+func (t *term) written(name string) {
+	delete(t.legacy, name)
+	if pr, ok := t.unwritten[name]; ok {
+		delete(t.unwritten, name)
+		pr.left--
+	}
+}
+
+// refFile counts the units naming each stored file as rec replaces old
+// (either may be nil). Callers hold mu for writing.
+func (t *term) refFile(old, rec *unitRec) {
+	if rec != nil && rec.content != "" {
+		f := t.files[rec.content]
+		if f == nil {
+			f = &storedFile{text: rec.file.Raw}
+			t.files[rec.content] = f
+		}
+		f.refs++
+	}
+	if old != nil && old.content != "" {
+		if f := t.files[old.content]; f != nil {
+			f.refs--
+		}
+	}
+}
+
+// commitRecords commits ops that write the records of recs: first, in a
+// commit of its own, every file they name that etcd does not hold yet.
+func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) bool)) error {
+	var files []registry.Op
+	var contents []string
+	seen := map[string]bool{}
+	for r := range recs {
+		if r == nil || r.content == "" || seen[r.content] {
+			continue
+		}
+		seen[r.content] = true
+		if f := t.files[r.content]; f == nil || !f.stored {
+			files = append(files, registry.PutFile(t.keys, r.file.Raw))
+			contents = append(contents, r.content)
+		}
+	}
+	if err := t.commit(files); err != nil {
+		return err
+	}
+	if len(contents) > 0 {
+		t.mu.Lock()
+		for i, c := range contents {
+			f := t.files[c]
+			if f == nil {
+				f = &storedFile{text: files[i].Value}
+				t.files[c] = f
+			}
+			f.stored = true
+		}
+		t.mu.Unlock()
+	}
+	return t.commit(ops)
+}
+
+// dropFiles deletes the stored files no unit names any more. It runs on
+// the loop, after the records naming them are gone.
+func (t *term) dropFiles() error {
+	var ops []registry.Op
+	var gone []string
+	t.mu.RLock()
+	for c, f := range t.files {
+		if f.refs <= 0 {
+			gone = append(gone, c)
+			if f.stored {
+				ops = append(ops, registry.DeleteFile(t.keys, c))
+			}
+		}
+	}
+	t.mu.RUnlock()
+	if len(gone) == 0 {
+		return nil
+	}
+	if err := t.commit(ops); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	for _, c := range gone {
+		if f := t.files[c]; f != nil && f.refs <= 0 {
+			delete(t.files, c)
+			delete(t.rawContent, f.text)
+		}
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// materialize writes the record of every unit a range record stands for,
+// then deletes the ranges. It runs on the loop goroutine.
+func (t *term) materialize() error {
+	if len(t.unwritten) == 0 && len(t.ranges) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(t.unwritten))
+	for len(names) > 0 {
+		part := names[:min(len(names), placeSlice)]
+		names = names[len(part):]
+		var ops []registry.Op
+		for _, name := range part {
+			if r := t.units[name]; r != nil {
+				ops = append(ops, t.putRecord(name, r)...)
+			}
+		}
+		err := t.commitRecords(ops, func(yield func(*unitRec) bool) {
+			for _, name := range part {
+				if !yield(t.units[name]) {
+					return
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		t.mu.Lock()
+		for _, name := range part {
+			t.written(name)
+		}
+		t.mu.Unlock()
+	}
+	return t.dropRanges()
+}
+
+// dropRanges deletes the range records whose units all have their
+// records.
+func (t *term) dropRanges() error {
+	var ops []registry.Op
+	var done []string
+	for key, pr := range t.ranges {
+		if pr.left <= 0 {
+			ops = append(ops, registry.DeleteRange(key))
+			done = append(done, key)
+		}
+	}
+	if err := t.commit(ops); err != nil {
+		return err
+	}
+	for _, key := range done {
+		delete(t.ranges, key)
+	}
+	return nil
+}
+
+// loadRanges applies the range records of a snapshot over its units (a
+// range is newer than the records it covers): each instance takes the
+// range's desired state, and one without a record is created from the
+// range's file. Called from newTerm, before anything runs.
+func (t *term) loadRanges(snap *registry.Snapshot) {
+	for _, rr := range snap.Ranges {
+		ds, err := unit.ParseDesiredState(rr.DesiredState)
+		if err != nil {
+			t.e.log.Error("a stored range has a bad desired state; leaving it out", "key", rr.Key, "err", err)
+			continue
+		}
+		text := snap.Files[rr.Content]
+		tmpl, err := unit.Parse(rr.Template, []byte(text))
+		if err != nil {
+			t.e.log.Error("the file of a stored range no longer parses; leaving it out", "key", rr.Key, "err", err)
+			continue
+		}
+		pr := &pendingRange{key: rr.Key}
+		t.ranges[rr.Key] = pr
+		r := unit.Range{From: rr.From, To: rr.To, Width: rr.Width}
+		for i := range r.Len() {
+			name := unit.RangeName(rr.Template, r, i)
+			rec := t.units[name]
+			if rec == nil {
+				f, err := t.instanceFile(tmpl, name)
+				if err != nil {
+					t.e.log.Error("an instance of a stored range does not parse; leaving it out", "unit", name, "err", err)
+					continue
+				}
+				rec = t.newRec(name, f)
+				t.refFile(nil, rec)
+				t.units[name] = rec
+			}
+			rec.desired = ds
+			if !rec.wanted() {
+				rec.machine = ""
+			}
+			if old := t.unwritten[name]; old != nil {
+				old.left--
+			}
+			t.unwritten[name] = pr
+			pr.left++
+		}
+	}
+}
+
+// rangeOf describes a range change for its record.
+func rangeRecord(c Change, content string) registry.RangeRecord {
+	return registry.RangeRecord{Template: c.Name, From: c.Range.From, To: c.Range.To, Width: c.Range.Width,
+		Content: content, DesiredState: string(c.DesiredState)}
+}
+
+var _ = fmt.Sprintf

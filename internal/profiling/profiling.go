@@ -1,0 +1,111 @@
+// Package profiling keeps CPU and heap profiles of a daemon over a window
+// that another process (flotilla bench) chooses with signals:
+//
+//  1. SIGUSR1 starts a CPU profile into DIR/cpu.pprof;
+//  2. SIGUSR2 stops it, runs a garbage collection and writes the heap
+//     profile (in use and allocated since the process started) into
+//     DIR/heap.pprof.
+//
+// Each file is written under a temporary name and renamed once complete,
+// so a file that exists is whole. Read them with `go tool pprof`.
+package profiling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+)
+
+// File names in the directory.
+const (
+	CPUFile  = "cpu.pprof"
+	HeapFile = "heap.pprof"
+)
+
+// OnSignals makes the process keep profiles in dir (created if missing) on
+// SIGUSR1 and SIGUSR2, until ctx is done. Without it those signals end the
+// process, so a caller signals only a process started with profiling.
+func OnSignals(ctx context.Context, dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("profile directory: %w", err)
+	}
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+	go func() {
+		defer signal.Stop(sig)
+		var cpu *os.File
+		for {
+			select {
+			case <-ctx.Done():
+				if cpu != nil {
+					pprof.StopCPUProfile()
+					finish(cpu, filepath.Join(dir, CPUFile), log)
+				}
+				return
+			case s := <-sig:
+				switch {
+				case s == syscall.SIGUSR1 && cpu == nil:
+					f, err := os.CreateTemp(dir, CPUFile+".*")
+					if err == nil {
+						if err = pprof.StartCPUProfile(f); err != nil {
+							f.Close()
+							os.Remove(f.Name())
+						}
+					}
+					if err != nil {
+						log.Error("could not start the CPU profile", "err", err)
+						continue
+					}
+					cpu = f
+					log.Info("CPU profile started", "dir", dir)
+				case s == syscall.SIGUSR2:
+					if cpu != nil {
+						pprof.StopCPUProfile()
+						finish(cpu, filepath.Join(dir, CPUFile), log)
+						cpu = nil
+					}
+					if err := writeHeap(filepath.Join(dir, HeapFile)); err != nil {
+						log.Error("could not write the heap profile", "err", err)
+					}
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// finish closes a profile's temporary file and renames it to path.
+func finish(f *os.File, path string, log *slog.Logger) {
+	err := f.Close()
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		log.Error("could not write the CPU profile", "err", err)
+		os.Remove(f.Name())
+	}
+}
+
+func writeHeap(path string) error {
+	runtime.GC() // the in-use figures are as of the last collection
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	err = pprof.Lookup("heap").WriteTo(f, 0)
+	err = errors.Join(err, f.Close())
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
