@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/bench"
 	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/profiling"
 )
 
 // benchAgentsCommand runs many simulated agents in one process, for
@@ -20,6 +21,7 @@ func benchAgentsCommand() *cobra.Command {
 		cfg       bench.AgentsConfig
 		endpoints string
 		logLevel  string
+		profile   string
 	)
 	cmd := &cobra.Command{
 		Use:    "bench-agents --count M --etcd-endpoints URL,...",
@@ -40,6 +42,11 @@ func benchAgentsCommand() *cobra.Command {
 			cfg.Version = daemon.Version
 			ctx, cancel := signalContext()
 			defer cancel()
+			if profile != "" {
+				if err := profiling.OnSignals(ctx, profile, cfg.Logger); err != nil {
+					return err
+				}
+			}
 			return bench.RunAgents(ctx, cfg)
 		},
 	}
@@ -55,5 +62,6 @@ func benchAgentsCommand() *cobra.Command {
 	fs.DurationVar(&cfg.TTL, "agent-ttl", 20*time.Second, "agent TTL; must match the engines' --agent-ttl")
 	fs.StringVar(&cfg.TLSDir, "tls-dir", "", "directory with the CA (ca.pem) and each agent's certificate (NAME.pem, NAME-key.pem): mutual TLS to the leader and etcd")
 	fs.StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	fs.StringVar(&profile, "profile-dir", "", "keep CPU and heap profiles in this directory over the window SIGUSR1 (start) and SIGUSR2 (stop) mark (flotilla bench --profile)")
 	return cmd
 }

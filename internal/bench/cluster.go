@@ -186,6 +186,9 @@ func (c *cluster) start(ctx context.Context) error {
 		if c.tls != nil {
 			args = append(args, "--tls-dir", c.tls.dir)
 		}
+		if cfg.ProfileDir != "" {
+			args = append(args, "--profile-dir", c.profileDir(name))
+		}
 		p, err := startProcess(name, cfg.Binary, args, filepath.Join(c.dir, name+".log"))
 		if err != nil {
 			return err
@@ -209,34 +212,41 @@ func (c *cluster) start(ctx context.Context) error {
 	})
 }
 
-// profileDir is where an engine keeps its profiles (--profile-dir) in a
-// profiled run.
+// profileDir is where an engine or an agents' process keeps its profiles
+// (--profile-dir) in a profiled run.
 func (c *cluster) profileDir(engine string) string {
 	return filepath.Join(c.dir, "profile-"+engine)
 }
 
-// profileStart has every engine start its CPU profile (SIGUSR1, see
-// package profiling); nothing without --profile.
+// profiled are the processes a profiled run keeps profiles of: the
+// engines and the simulated agents' processes.
+func (c *cluster) profiled() []*process {
+	return append(append([]*process(nil), c.engines...), c.agents...)
+}
+
+// profileStart has every engine and agents' process start its CPU profile
+// (SIGUSR1, see package profiling); nothing without --profile.
 func (c *cluster) profileStart() {
 	if c.cfg.ProfileDir == "" {
 		return
 	}
-	for _, p := range c.engines {
+	for _, p := range c.profiled() {
 		p.cmd.Process.Signal(syscall.SIGUSR1)
 	}
 }
 
-// profileStop has every engine stop its CPU profile and write its heap
-// profile (SIGUSR2), waits for the files and copies them to --profile as
-// <registry>-<engine>-cpu.pprof and -heap.pprof.
+// profileStop has every profiled process stop its CPU profile and write
+// its heap profile (SIGUSR2), waits for the files and copies them to
+// --profile as <registry>-<process>-cpu.pprof and -heap.pprof (engine1,
+// agents1, ...).
 func (c *cluster) profileStop(ctx context.Context) error {
 	if c.cfg.ProfileDir == "" {
 		return nil
 	}
-	for _, p := range c.engines {
+	for _, p := range c.profiled() {
 		p.cmd.Process.Signal(syscall.SIGUSR2)
 	}
-	for _, p := range c.engines {
+	for _, p := range c.profiled() {
 		src := c.profileDir(p.name)
 		if err := c.waitFor(ctx, 2*time.Minute, p.name+"'s heap profile", func() error {
 			_, err := os.Stat(filepath.Join(src, profiling.HeapFile))
@@ -255,7 +265,7 @@ func (c *cluster) profileStop(ctx context.Context) error {
 			}
 		}
 	}
-	c.prog.phase("engine profiles written to %s", c.cfg.ProfileDir)
+	c.prog.phase("engine and agents' profiles written to %s", c.cfg.ProfileDir)
 	return nil
 }
 

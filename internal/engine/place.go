@@ -50,6 +50,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	now := t.e.cfg.Now()
 	defer func() { t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds()) }()
 	t.mu.Lock()
+	t.applyInboxLocked()
 	drifted := t.syncMachines(now)
 	t.syncGlobals(len(drifted) > 0)
 	t.sendFull()

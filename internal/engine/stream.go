@@ -36,6 +36,8 @@ type agentConn struct {
 	once                sync.Once
 	// agentTTL is the leader's, told to the agent with each full set.
 	agentTTL time.Duration
+	// in holds the agent's reports until the leader's state takes them.
+	in inbox
 }
 
 func newAgentConn(machine string) *agentConn {
@@ -396,27 +398,8 @@ func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
 		signalConn(conn)
 		t.poke()
 	}
-	if msg.GetUpdate() == nil {
-		return // a heartbeat takes no lock
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.machines[conn.machine]
-	if m == nil || m.conn != conn {
-		return
-	}
-	m.lastSeen = t.e.cfg.Now()
 	if u := msg.GetUpdate(); u != nil {
-		for _, s := range u.Units {
-			t.observe(m, fromProto(conn.machine, s), m.lastSeen)
-		}
-		for _, name := range u.Removed {
-			if s, ok := m.states[name]; ok {
-				delete(m.states, name)
-				t.stateEvent(conn.machine, s, true)
-				t.drained(conn.machine, name, false)
-			}
-		}
+		t.report(conn, u) // applied by the inbox's goroutine (inbox.go)
 	}
 }
 

@@ -232,6 +232,8 @@ type term struct {
 
 	reqs chan *applyReq
 	kick chan struct{}
+	// inbox holds the agents' reports not yet applied (inbox.go).
+	inbox *inboxes
 	// engines are the engine candidates' gRPC addresses (discovery.go).
 	engines atomic.Pointer[engineList]
 
@@ -281,6 +283,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		events:        newEventLog(el.Info.Rev),
 		reqs:          make(chan *applyReq, 256),
 		kick:          make(chan struct{}, 1),
+		inbox:         newInboxes(),
 	}
 	t.commitCtx, t.stopCommit = context.WithCancel(ctx)
 	// The load takes as long as the cluster's size needs: a million units
@@ -371,8 +374,9 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.followCandidates() }()
 	}
-	t.wg.Add(1)
+	t.wg.Add(2)
 	go func() { defer t.wg.Done(); t.publishLoop() }()
+	go func() { defer t.wg.Done(); t.inboxLoop() }()
 	if e.cfg.Registry == registry.ModeEtcd {
 		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.followAgentsEtcd() }()

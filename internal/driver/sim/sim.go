@@ -42,8 +42,19 @@ type simUnit struct {
 	starts  int
 	timer   *time.Timer
 	stopped chan struct{} // closed when a delayed stop ends
-	journal []string
+	journal []entry
 }
+
+// entry is one line of a unit's journal, kept compact and formatted when
+// read: 10,000 simulated agents hold a million units, and a formatted line
+// per state change was a tenth of their memory and CPU.
+type entry struct {
+	at          time.Time
+	active, sub string // constants of this package: no copy per unit
+}
+
+// maxJournal is how many state changes a unit's journal keeps.
+const maxJournal = 100
 
 // Driver is a simulated machine.
 type Driver struct {
@@ -78,10 +89,11 @@ func (d *Driver) set(u *simUnit, active, sub, result string, pid int) unit.Statu
 		u.status.Since = d.cfg.Now()
 	}
 	u.status.Active, u.status.Sub, u.status.Result, u.status.PID = active, sub, result, pid
-	u.journal = append(u.journal, fmt.Sprintf("%s %s: %s/%s", d.cfg.Now().UTC().Format(time.RFC3339Nano), u.file.Name, active, sub))
-	if len(u.journal) > 100 {
-		u.journal = u.journal[len(u.journal)-100:]
+	if len(u.journal) == maxJournal {
+		copy(u.journal, u.journal[1:])
+		u.journal = u.journal[:maxJournal-1]
 	}
+	u.journal = append(u.journal, entry{at: d.cfg.Now(), active: active, sub: sub})
 	return u.status
 }
 
@@ -268,10 +280,10 @@ func (d *Driver) Journal(ctx context.Context, name string, lines int, follow boo
 	if lines >= 0 && len(j) > lines {
 		j = j[len(j)-lines:]
 	}
-	j = append([]string(nil), j...)
+	j = append([]entry(nil), j...)
 	d.mu.Unlock()
-	for _, l := range j {
-		if _, err := io.WriteString(w, l+"\n"); err != nil {
+	for _, e := range j {
+		if _, err := fmt.Fprintf(w, "%s %s: %s/%s\n", e.at.UTC().Format(time.RFC3339Nano), name, e.active, e.sub); err != nil {
 			return err
 		}
 	}

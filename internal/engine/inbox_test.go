@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla/flotilla/internal/metrics"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// A stream's reports must not wait for the term's lock: while a reconcile
+// pass holds it for reading (seconds at a million units), the agent's
+// later heartbeats would wait behind its report, and the machine would be
+// counted unheard. The report is taken at once and applied once the lock
+// is free.
+func TestReportDoesNotWaitForTheLock(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	tm := &term{
+		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), HeartbeatInterval: time.Second, Registry: registry.ModeGRPC}},
+		ctx:       ctx,
+		cancel:    cancel,
+		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
+		machines:  map[string]*machineRec{},
+		draining:  map[string]string{},
+		events:    newEventLog(1),
+		kick:      make(chan struct{}, 1),
+		inbox:     newInboxes(),
+	}
+	conn := newAgentConn("m1")
+	tm.machine("m1").conn = conn
+	done := make(chan struct{})
+	go func() { defer close(done); tm.inboxLoop() }()
+	defer func() { cancel(nil); <-done }()
+
+	update := func(active string) *agentpb.AgentMessage {
+		return &agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Update{Update: &agentpb.StatusUpdate{
+			Units: []*agentpb.UnitStatus{{Name: "a.service", Load: "loaded", Active: active, Sub: "x"}}}}}
+	}
+	tm.mu.RLock() // a pass deciding
+	returned := make(chan struct{})
+	go func() {
+		tm.received(conn, update("activating"))
+		tm.received(conn, update("active"))
+		tm.received(conn, &agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}})
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		tm.mu.RUnlock()
+		t.Fatal("a report waited for the term's lock")
+	}
+	if got := tm.machines["m1"].states["a.service"].Active; got != "" {
+		t.Errorf("state applied while the pass held the lock: %q", got)
+	}
+	tm.mu.RUnlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tm.mu.RLock()
+		got := tm.machines["m1"].states["a.service"].Active
+		tm.mu.RUnlock()
+		if got == "active" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the latest report was not applied once the lock was free: state %q", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// A report of a stream its machine no longer has (replaced by a new
+	// Hello) is dropped.
+	old := conn
+	tm.mu.Lock()
+	tm.machines["m1"].conn = newAgentConn("m1")
+	tm.mu.Unlock()
+	tm.received(old, update("failed"))
+	tm.mu.Lock()
+	tm.applyInboxLocked()
+	got := tm.machines["m1"].states["a.service"].Active
+	tm.mu.Unlock()
+	if got != "active" {
+		t.Errorf("a replaced stream's report was applied: state %q", got)
+	}
+}
