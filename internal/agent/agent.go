@@ -49,6 +49,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -163,6 +164,13 @@ type Agent struct {
 	// engines are the engine candidates' gRPC addresses, as the leader last
 	// told them: asked who leads when word stops and etcd does not say.
 	engines []string
+	// heartbeatNano is the heartbeat interval in use (nanoseconds): the
+	// configured one until a leader tells another (it lengthens it as
+	// agents join, so that thousands of them stay cheap).
+	heartbeatNano atomic.Int64
+	// minLost is the shortest LostAfter= of the singleton units wanted
+	// here (0: none): the watchdog looks no further while word is newer.
+	minLost time.Duration
 
 	kick  chan struct{}
 	flush chan struct{}
@@ -213,14 +221,32 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Mono == nil {
 		cfg.Mono = monotime.Now
 	}
-	return &Agent{
+	a := &Agent{
 		cfg: cfg, log: cfg.Logger.With("component", "agent", "machine", cfg.Machine.ID),
 		wants: map[string]want{}, files: map[string]*unit.File{}, protos: map[[2]string]*unit.File{}, haves: map[string]have{},
 		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
 		fenced: map[string]bool{}, destroyed: map[string]bool{},
 		kick: make(chan struct{}, 1), flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 		leaveNow: make(chan struct{}), left: make(chan struct{}),
-	}, nil
+	}
+	a.heartbeatNano.Store(int64(cfg.HeartbeatInterval))
+	return a, nil
+}
+
+// heartbeat is the heartbeat interval in use: how often an idle stream
+// carries one, and what the agent's timers are paced by.
+func (a *Agent) heartbeat() time.Duration { return time.Duration(a.heartbeatNano.Load()) }
+
+// setHeartbeat takes the interval a leader tells (0: none told). It is
+// never longer than a quarter of the agent's own TTL: the leader bounds it
+// by its TTL, and the two should match.
+func (a *Agent) setHeartbeat(ms int64) {
+	if ms <= 0 {
+		return
+	}
+	h := time.Duration(ms) * time.Millisecond
+	h = min(h, max(a.cfg.TTL/4, a.cfg.HeartbeatInterval))
+	a.heartbeatNano.Store(int64(h))
 }
 
 // SetDriver sets the driver when it has to be made after the agent (its
@@ -461,7 +487,7 @@ func (a *Agent) statusLocked(name string) *agentpb.UnitStatus {
 // Leave has stopped the units, it sends the last update and a Leave, and
 // returns errLeaveSent.
 func (a *Agent) sendLoop(ctx context.Context, stream agentpb.Engine_ConnectClient) error {
-	hb := time.NewTicker(a.cfg.HeartbeatInterval)
+	hb := time.NewTicker(a.heartbeat())
 	defer hb.Stop()
 	for {
 		select {
@@ -490,7 +516,7 @@ func (a *Agent) sendLoop(ctx context.Context, stream agentpb.Engine_ConnectClien
 		if err := stream.Send(msg); err != nil {
 			return err
 		}
-		hb.Reset(a.cfg.HeartbeatInterval)
+		hb.Reset(a.heartbeat())
 	}
 }
 
@@ -574,6 +600,7 @@ func (a *Agent) adopt() {
 // machine's monotonic clock).
 func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 	as := msg.GetAssignments()
+	a.setHeartbeat(msg.HeartbeatMs)
 	a.mu.Lock()
 	if sent > a.word {
 		a.word = sent
@@ -630,9 +657,23 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		delete(a.destroyed, as.Name)
 		delete(a.fenced, as.Name)
 	}
+	a.noteSingletonsLocked()
 	a.mu.Unlock()
 	a.fence(true)
 	signal(a.kick)
+}
+
+// noteSingletonsLocked recomputes minLost after wants changed. Callers
+// hold mu.
+func (a *Agent) noteSingletonsLocked() {
+	a.minLost = 0
+	for _, w := range a.wants {
+		if w.Singleton && !w.Global {
+			if d := a.lostAfterLocked(w); a.minLost == 0 || d < a.minLost {
+				a.minLost = d
+			}
+		}
+	}
 }
 
 // parseAssigned parses an assigned unit as unit.ParseStored does, but
@@ -665,20 +706,25 @@ func (a *Agent) parseAssigned(name, text string) (*unit.File, error) {
 // agent cut off from etcd but not from the other daemons learns of a new
 // leader this way. found is given the answer with the highest revision.
 func (a *Agent) findLeader(ctx context.Context, current func() election.Info, found func(election.Info)) {
-	tick := time.NewTicker(max(a.cfg.HeartbeatInterval, 250*time.Millisecond))
+	tick := time.NewTicker(max(a.heartbeat(), 250*time.Millisecond))
 	defer tick.Stop()
-	stale := 2*a.cfg.HeartbeatInterval + 250*time.Millisecond
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		h := a.heartbeat()
+		tick.Reset(max(h, 250*time.Millisecond))
+		stale := 2*h + 250*time.Millisecond
 		a.mu.Lock()
 		quiet := a.cfg.Mono().Sub(a.wordLocked())
-		engines := slices.Clone(a.engines)
+		var engines []string
+		if quiet >= stale {
+			engines = slices.Clone(a.engines)
+		}
 		a.mu.Unlock()
-		if quiet < stale || len(engines) == 0 {
+		if len(engines) == 0 {
 			continue
 		}
 		if best, ok := a.askEngines(ctx, engines); ok && best.Rev > current().Rev {
@@ -795,6 +841,10 @@ func (a *Agent) watchdog(ctx context.Context) {
 		}
 		a.mu.Lock()
 		now, word := a.cfg.Mono(), a.wordLocked()
+		if a.minLost == 0 || now.Sub(word) <= a.minLost {
+			a.mu.Unlock()
+			continue // no singleton here, or word within every LostAfter=
+		}
 		var killed []string
 		for name, w := range a.wants {
 			if w.Singleton && !w.Global && now.Sub(word) > a.lostAfterLocked(w) {
@@ -804,6 +854,7 @@ func (a *Agent) watchdog(ctx context.Context) {
 				killed = append(killed, name)
 			}
 		}
+		a.noteSingletonsLocked()
 		a.mu.Unlock()
 		if len(killed) > 0 {
 			sort.Strings(killed)

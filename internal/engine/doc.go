@@ -37,7 +37,7 @@
 //	leader -> agent   Assignments{full: true, units}      the machine's whole desired set
 //	leader -> agent   Assignments{units, removed}         deltas, as decisions commit
 //	agent  -> leader  StatusUpdate{units, removed}        as unit states change
-//	both directions   Heartbeat                           every HeartbeatInterval when idle
+//	both directions   Heartbeat                           when idle, every heartbeat interval (heartbeat.go)
 //	agent  -> leader  Leave                               last: its units are stopped, it leaves
 //
 // The leader refuses a Hello naming another term (leader_rev), and ends every

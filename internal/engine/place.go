@@ -264,7 +264,7 @@ func (t *term) reconcile() (recheck time.Time) {
 // reading) and run on the loop goroutine.
 func (t *term) planInput(now time.Time, drifted []string) planInput {
 	in := planInput{
-		Now: now, TermStart: t.start, AgentTTL: t.e.cfg.AgentTTL, Grace: t.e.cfg.HeartbeatInterval,
+		Now: now, TermStart: t.start, AgentTTL: t.e.cfg.AgentTTL, Grace: t.heartbeat(),
 		Machines: make(map[string]planMachine, len(t.machines)),
 		Check:    map[string]string{},
 		Moves:    t.draining,

@@ -38,6 +38,9 @@ type agentConn struct {
 	agentTTL time.Duration
 	// in holds the agent's reports until the leader's state takes them.
 	in inbox
+	// toldHeartbeat is the heartbeat interval the agent was last told
+	// (nanoseconds; heartbeat.go).
+	toldHeartbeat atomic.Int64
 }
 
 func newAgentConn(machine string) *agentConn {
@@ -157,6 +160,8 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	}
 	defer t.detach(conn)
+	t.streams.Add(1)
+	defer t.streams.Add(-1)
 	e.cfg.Metrics.AgentStreams.Inc()
 	defer e.cfg.Metrics.AgentStreams.Dec()
 	log := e.log.With("agent", conn.machine, "leader_rev", t.info.Rev)
@@ -224,15 +229,26 @@ func (e *Engine) helloAllowed(ctx context.Context, machine string) error {
 // agent would read the queued messages late; the leader's count of the
 // machine's cut-off time starts from the last message it sent).
 func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
-	hb := time.NewTicker(t.e.cfg.HeartbeatInterval)
+	interval := t.heartbeat()
+	hb := time.NewTicker(interval)
 	defer hb.Stop()
 	var enginesSent uint64
 	emit := func(msg *agentpb.EngineMessage) error {
 		withEngines(msg, &t.engines, &enginesSent)
 		now := t.e.cfg.Now()
 		msg.SentMonoNano = int64(monotime.Now())
+		// Every message tells the interval; a shorter one counts once
+		// sent, a longer one once the agent can have read it (muteAfterFor
+		// takes the longer of the two meanwhile).
+		interval = t.heartbeat()
+		msg.HeartbeatMs = max(interval.Milliseconds(), 1)
+		if told := time.Duration(c.toldHeartbeat.Load()); interval > told || told == 0 {
+			c.toldHeartbeat.Store(int64(interval))
+		}
 		c.sentNano.Store(now.UnixNano())
-		return stream.Send(msg)
+		err := stream.Send(msg)
+		c.toldHeartbeat.Store(int64(interval))
+		return err
 	}
 	for {
 		if t.maySpeak(c) {
@@ -240,7 +256,7 @@ func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
 				if err := emit(msg); err != nil {
 					return err
 				}
-				hb.Reset(t.e.cfg.HeartbeatInterval)
+				hb.Reset(interval)
 			}
 		}
 		select {
@@ -250,6 +266,7 @@ func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
 				if err := emit(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{UnixNano: t.e.cfg.Now().UnixNano()}}}); err != nil {
 					return err
 				}
+				hb.Reset(interval)
 			}
 		case <-c.done:
 			return nil
@@ -266,7 +283,7 @@ func (t *term) maySpeak(c *agentConn) bool {
 	if t.el != nil && !t.el.Valid(time.Now()) {
 		return false
 	}
-	return now.Sub(c.heard()) <= t.muteAfter()
+	return now.Sub(c.heard()) <= t.muteAfterFor(c)
 }
 
 // errLeft ends the stream of an agent that left the cluster.
@@ -392,7 +409,7 @@ func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {
 	now := t.e.cfg.Now()
 	prev := conn.heard()
 	conn.heardNano.Store(now.UnixNano())
-	if now.Sub(prev) > t.muteAfter() {
+	if now.Sub(prev) > t.muteAfterFor(conn) {
 		// The agent speaks again after a silence: the leader speaks to it
 		// again, and the next pass sees the machine reachable.
 		signalConn(conn)

@@ -141,16 +141,7 @@ func (t *term) reachable(m *machineRec, now time.Time) bool {
 	if m.conn == nil {
 		return false
 	}
-	return t.e.cfg.Registry == registry.ModeEtcd || now.Sub(m.heardAt()) <= t.muteAfter()
-}
-
-// muteAfter is how long an agent may be silent on an open stream before
-// the leader stops sending it anything (it may be frozen, or its replies
-// lost): from then on, the leader's word does not reach it, so its units'
-// cut-off policy runs from the last message sent. An idle agent sends a
-// heartbeat every heartbeat interval.
-func (t *term) muteAfter() time.Duration {
-	return 2*t.e.cfg.HeartbeatInterval + 250*time.Millisecond
+	return t.e.cfg.Registry == registry.ModeEtcd || now.Sub(m.heardAt()) <= t.muteAfterFor(m.conn)
 }
 
 // term is the leader's state for one election term.
@@ -234,6 +225,12 @@ type term struct {
 	kick chan struct{}
 	// inbox holds the agents' reports not yet applied (inbox.go).
 	inbox *inboxes
+	// streams counts the agents' open streams; singletons holds the
+	// LostAfter= of singleton units that set one, and shortestLostAfter
+	// the shortest of them: both set the heartbeat interval (heartbeat.go).
+	streams           atomic.Int64
+	singletons        map[string]time.Duration
+	shortestLostAfter atomic.Int64
 	// engines are the engine candidates' gRPC addresses (discovery.go).
 	engines atomic.Pointer[engineList]
 
@@ -284,6 +281,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		reqs:          make(chan *applyReq, 256),
 		kick:          make(chan struct{}, 1),
 		inbox:         newInboxes(),
+		singletons:    map[string]time.Duration{},
 	}
 	t.commitCtx, t.stopCommit = context.WithCancel(ctx)
 	// The load takes as long as the cluster's size needs: a million units
@@ -344,6 +342,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		}
 		t.refFile(nil, rec)
 		t.units[r.Name] = rec
+		t.noteSingleton(r.Name, rec)
 	}
 	t.loadRanges(snap)
 	for name, rec := range t.units {
@@ -524,6 +523,7 @@ func (t *term) setUnit(name string, rec *unitRec) {
 	t.placeDirty = true
 	old := t.units[name]
 	t.refFile(old, rec)
+	t.noteSingleton(name, rec)
 	if old != nil && (rec == nil || old.file != rec.file) {
 		delete(t.protos, old.file) // a template replaced or destroyed
 	}

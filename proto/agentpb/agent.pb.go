@@ -712,7 +712,13 @@ type EngineMessage struct {
 	// engines are the gRPC addresses of every engine candidate, sent on a
 	// stream's first message and whenever they change: where the agent asks
 	// for the leader when etcd cannot tell it.
-	Engines       []string `protobuf:"bytes,4,rep,name=engines,proto3" json:"engines,omitempty"`
+	Engines []string `protobuf:"bytes,4,rep,name=engines,proto3" json:"engines,omitempty"`
+	// heartbeat_ms is how often the leader heartbeats an idle stream, and
+	// asks the agent to: it grows with the number of agents (so that 10,000
+	// agents do not spend the machines' CPU saying they are alive), never
+	// beyond a quarter of the agent TTL or of the shortest LostAfter= of a
+	// singleton unit. 0 (older leaders): the agent keeps its own.
+	HeartbeatMs   int64 `protobuf:"varint,5,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -784,6 +790,13 @@ func (x *EngineMessage) GetEngines() []string {
 		return x.Engines
 	}
 	return nil
+}
+
+func (x *EngineMessage) GetHeartbeatMs() int64 {
+	if x != nil {
+		return x.HeartbeatMs
+	}
+	return 0
 }
 
 type isEngineMessage_Msg interface {
@@ -1035,12 +1048,13 @@ const file_agent_proto_rawDesc = "" +
 	"\x05units\x18\x01 \x03(\v2\x1d.flotilla.agent.v1.UnitStatusR\x05units\x12\x18\n" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\"(\n" +
 	"\tHeartbeat\x12\x1b\n" +
-	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\xd8\x01\n" +
+	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\xfb\x01\n" +
 	"\rEngineMessage\x12B\n" +
 	"\vassignments\x18\x01 \x01(\v2\x1e.flotilla.agent.v1.AssignmentsH\x00R\vassignments\x12<\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1c.flotilla.agent.v1.HeartbeatH\x00R\theartbeat\x12$\n" +
 	"\x0esent_mono_nano\x18\x03 \x01(\x03R\fsentMonoNano\x12\x18\n" +
-	"\aengines\x18\x04 \x03(\tR\aenginesB\x05\n" +
+	"\aengines\x18\x04 \x03(\tR\aengines\x12!\n" +
+	"\fheartbeat_ms\x18\x05 \x01(\x03R\vheartbeatMsB\x05\n" +
 	"\x03msg\"\x85\x01\n" +
 	"\n" +
 	"Assignment\x12\x12\n" +

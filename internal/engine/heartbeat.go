@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"time"
+)
+
+// heartbeatsPerSecond is how many heartbeats a second the leader aims to
+// send (and receive) at most once it has many agents: each is a gRPC
+// message and a write on both sides, and at 10,000 agents a heartbeat a
+// second each way took more of a 2-CPU machine than placing units did.
+// Nomad bounds its servers' heartbeats the same way (max_heartbeats_per_second,
+// 50 there: its heartbeats are Raft-backed RPCs; ours are stream messages).
+const heartbeatsPerSecond = 2000
+
+// heartbeatInterval is how often an idle stream carries a heartbeat, each
+// way, with agents connected: the configured interval while that keeps
+// under heartbeatsPerSecond, longer as agents join, and never more than a
+// quarter of the agent TTL (a machine is lost after its units' LostAfter=,
+// the TTL by default) nor of the shortest LostAfter= of a singleton unit
+// (its agent kills it once that long passes without word from the leader:
+// word must come well within it). shortest is 0 when there is no such unit.
+func heartbeatInterval(base, ttl, shortest time.Duration, agents int) time.Duration {
+	h := time.Duration(agents) * time.Second / heartbeatsPerSecond
+	h = max(h, base)
+	if ceiling := ttl / 4; ceiling > 0 {
+		h = min(h, max(ceiling, base))
+	}
+	if shortest > 0 {
+		h = min(h, shortest/4)
+	}
+	return max(h, time.Millisecond)
+}
+
+// heartbeat is the term's current heartbeat interval (heartbeatInterval);
+// safe from any goroutine.
+func (t *term) heartbeat() time.Duration {
+	return heartbeatInterval(t.e.cfg.HeartbeatInterval, t.e.cfg.AgentTTL,
+		time.Duration(t.shortestLostAfter.Load()), int(t.streams.Load()))
+}
+
+// muteAfterFor is how long the agent on c may be silent before the leader
+// stops sending it anything: two of the heartbeat intervals it was asked
+// for (the current one, or a longer one it was told and may still keep)
+// and a margin.
+func (t *term) muteAfterFor(c *agentConn) time.Duration {
+	h := t.heartbeat()
+	if c != nil {
+		h = max(h, time.Duration(c.toldHeartbeat.Load()))
+	}
+	return 2*h + 250*time.Millisecond
+}
+
+// noteSingleton keeps the shortest LostAfter= of the singleton units
+// (heartbeatInterval) as rec replaces the unit's old record (nil: none).
+// Callers hold mu for writing.
+func (t *term) noteSingleton(name string, rec *unitRec) {
+	_, had := t.singletons[name]
+	if rec != nil && rec.file.Fleet.Singleton && rec.file.Fleet.LostAfter > 0 {
+		t.singletons[name] = rec.file.Fleet.LostAfter
+	} else if had {
+		delete(t.singletons, name)
+	} else {
+		return
+	}
+	var shortest time.Duration
+	for _, d := range t.singletons {
+		if shortest == 0 || d < shortest {
+			shortest = d
+		}
+	}
+	t.shortestLostAfter.Store(int64(shortest))
+}
