@@ -212,6 +212,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.AgentRecvBytes)))
+	cfg.DialOptions = append(cfg.DialOptions, agentpb.ClientTransport()...)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -499,6 +499,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
 	}
+	gopts = append(gopts, agentpb.ServerTransport()...)
 	var authorizeAgent func(context.Context, string) error
 	if creds != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(creds.ServerConfig())))
