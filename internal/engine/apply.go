@@ -186,7 +186,15 @@ func (t *term) applyRound(round []*applyReq) {
 			accepted = append(accepted, req)
 			continue
 		}
-		local := map[string]*unitRec{}
+		size := 0
+		for _, c := range req.changes {
+			if c.Range != nil {
+				size += c.Range.Len()
+			} else {
+				size++
+			}
+		}
+		local := make(map[string]*unitRec, size) // a range of a million: grown once
 		var err error
 		for _, c := range req.changes {
 			if c.Range != nil {
@@ -202,8 +210,12 @@ func (t *term) applyRound(round []*applyReq) {
 			req.res <- applyRes{err: err}
 			continue
 		}
-		for k, v := range local {
-			roundRecs[k] = v
+		if len(roundRecs) == 0 {
+			roundRecs = local // the round's first request: no copy
+		} else {
+			for k, v := range local {
+				roundRecs[k] = v
+			}
 		}
 		accepted = append(accepted, req)
 	}
@@ -223,7 +235,7 @@ func (t *term) applyRound(round []*applyReq) {
 	// A range of instances is one key when every instance ends the round
 	// as the range set it; otherwise (another request of the round
 	// destroyed or changed one) its instances are written one by one.
-	covered := map[string]*pendingRange{}
+	var covered map[string]*pendingRange // nil: no range in the round
 	var newRanges []*pendingRange
 	for _, req := range accepted {
 		for _, c := range req.changes {
@@ -238,6 +250,9 @@ func (t *term) applyRound(round []*applyReq) {
 			pr := &pendingRange{key: t.keys.Range(rr)}
 			newRanges = append(newRanges, pr)
 			ops = append(ops, registry.PutRange(t.keys, rr))
+			if covered == nil {
+				covered = make(map[string]*pendingRange, len(roundRecs))
+			}
 			for i := range c.Range.Len() {
 				name := unit.RangeName(c.Name, *c.Range, i)
 				if _, changed := roundRecs[name]; changed {
