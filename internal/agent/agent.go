@@ -679,17 +679,17 @@ func (a *Agent) noteSingletonsLocked() {
 
 // parseAssigned parses an assigned unit as unit.ParseStored does, but
 // parses each template's text once for all its instances when they differ
-// only by name (unit.Shareable): each instance is then a copy of the first
-// with its own name. Callers hold mu.
+// only by name (unit.Shareable): every such instance then shares the first
+// one's file, and is given a copy with its own name only when it is
+// loaded (fileFor): a parsed file is several hundred bytes, and a
+// machine of simulated agents holds a million instances. Callers hold mu.
 func (a *Agent) parseAssigned(name, text string) (*unit.File, error) {
 	if !unit.IsInstance(name) || unit.TypeOf(name) != "service" || strings.Contains(text, "%") {
 		return unit.ParseStored(name, text)
 	}
 	k := [2]string{unit.TemplateOf(name), text}
 	if proto := a.protos[k]; proto != nil {
-		f := *proto
-		f.Name = name
-		return &f, nil
+		return proto, nil
 	}
 	f, err := unit.ParseStored(name, text)
 	if err != nil {
@@ -700,6 +700,19 @@ func (a *Agent) parseAssigned(name, text string) (*unit.File, error) {
 	}
 	a.protos[k] = f
 	return f, nil
+}
+
+// fileFor returns unit name's file to load: the one kept for it, named
+// for it if it is shared with other instances (parseAssigned). Callers
+// hold mu.
+func (a *Agent) fileFor(name string) *unit.File {
+	f := a.files[name]
+	if f == nil || f.Name == name {
+		return f
+	}
+	named := *f
+	named.Name = name
+	return &named
 }
 
 // findLeader asks the engines the leader named who leads now, whenever
@@ -905,7 +918,7 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 	switch act.Kind {
 	case actLoad:
 		a.mu.Lock()
-		f := a.files[act.Name]
+		f := a.fileFor(act.Name)
 		if f == nil {
 			a.mu.Unlock()
 			return

@@ -37,7 +37,6 @@ type Config struct {
 }
 
 type simUnit struct {
-	file    *unit.File
 	status  unit.Status
 	starts  int
 	timer   *time.Timer
@@ -101,12 +100,11 @@ func (d *Driver) Load(f *unit.File) error {
 	d.mu.Lock()
 	u, ok := d.units[f.Name]
 	if ok {
-		u.file = f
 		u.status.Hash = f.Hash
 		d.mu.Unlock()
 		return nil
 	}
-	u = &simUnit{file: f, status: unit.Status{Name: f.Name, Hash: f.Hash, Machine: d.cfg.Machine, Load: "loaded"}}
+	u = &simUnit{status: unit.Status{Name: f.Name, Hash: f.Hash, Machine: d.cfg.Machine, Load: "loaded"}}
 	d.units[f.Name] = u
 	st := d.set(u, "inactive", "dead", "", 0)
 	d.mu.Unlock()
