@@ -167,41 +167,44 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	log := e.log.With("agent", conn.machine, "leader_rev", t.info.Rev)
 	log.Debug("agent connected", "units", len(hello.Units))
 
-	errc := make(chan error, 2)
-	go func() { errc <- t.send(stream, conn) }()
-	go func() {
-		for {
-			msg, err := stream.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			if u := msg.GetUpdate(); u != nil {
-				if err := checkUpdate(u); err != nil {
-					errc <- status.Errorf(codes.InvalidArgument, "machine %s: %v", conn.machine, err)
-					return
-				}
-			}
-			if msg.GetLeave() != nil {
-				t.leave(conn)
-				errc <- errLeft
-				return
-			}
-			t.received(conn, msg)
-		}
-	}()
-	select {
-	case err := <-errc:
-		if errors.Is(err, errLeft) {
-			log.Info("machine left the cluster; its units are placed elsewhere")
-			return nil
-		}
-		log.Debug("agent stream ended", "err", err)
-		return err
-	case <-conn.done:
+	// The stream is written on this goroutine and read on one other: a
+	// leader holds thousands of streams, and each goroutine is a stack.
+	// The reader ends once this handler returns (the stream's context
+	// ends with it), if not before.
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- t.recvLoop(stream, conn) }()
+	err = t.send(stream, conn, recvErr)
+	switch {
+	case errors.Is(err, errLeft):
+		log.Info("machine left the cluster; its units are placed elsewhere")
+		return nil
+	case isClosed(conn.done):
 		return status.Error(codes.Aborted, "replaced by a newer stream from the same machine")
-	case <-t.ctx.Done():
+	case t.ctx.Err() != nil:
 		return status.Error(codes.Unavailable, "leadership term ended")
+	}
+	log.Debug("agent stream ended", "err", err)
+	return err
+}
+
+// recvLoop reads the agent's messages until the stream fails or the
+// machine leaves (errLeft).
+func (t *term) recvLoop(stream agentpb.Engine_ConnectServer, conn *agentConn) error {
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if u := msg.GetUpdate(); u != nil {
+			if err := checkUpdate(u); err != nil {
+				return status.Errorf(codes.InvalidArgument, "machine %s: %v", conn.machine, err)
+			}
+		}
+		if msg.GetLeave() != nil {
+			t.leave(conn)
+			return errLeft
+		}
+		t.received(conn, msg)
 	}
 }
 
@@ -228,7 +231,9 @@ func (e *Engine) helloAllowed(ctx context.Context, machine string) error {
 // deadline) or while the agent has been silent for muteAfter (a frozen
 // agent would read the queued messages late; the leader's count of the
 // machine's cut-off time starts from the last message it sent).
-func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
+// It returns when the stream is replaced or the term ends (nil), when a
+// send fails, or with the reader's error once the reader ends (recvErr).
+func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn, recvErr <-chan error) error {
 	interval := t.heartbeat()
 	hb := time.NewTicker(interval)
 	defer hb.Stop()
@@ -269,6 +274,10 @@ func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn) error {
 				hb.Reset(interval)
 			}
 		case <-c.done:
+			return nil
+		case err := <-recvErr:
+			return err
+		case <-t.ctx.Done():
 			return nil
 		case <-stream.Context().Done():
 			return stream.Context().Err()
