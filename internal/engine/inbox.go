@@ -129,7 +129,7 @@ func (t *term) applyInboxLocked() {
 			t.observe(m, s, s.Observed)
 		}
 		for name := range removed {
-			if s, ok := m.states[name]; ok {
+			if s, ok := m.states.get(m.info.ID, name); ok {
 				delete(m.states, name)
 				t.stateEvent(conn.machine, s, true)
 				t.drained(conn.machine, name, false)

@@ -55,20 +55,20 @@ func TestReportDoesNotWaitForTheLock(t *testing.T) {
 		tm.mu.RUnlock()
 		t.Fatal("a report waited for the term's lock")
 	}
-	if got := tm.machines["m1"].states["a.service"].Active; got != "" {
-		t.Errorf("state applied while the pass held the lock: %q", got)
+	if _, got := tm.machines["m1"].states["a.service"]; got {
+		t.Errorf("state applied while the pass held the lock")
 	}
 	tm.mu.RUnlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		tm.mu.RLock()
-		got := tm.machines["m1"].states["a.service"].Active
+		got, _ := tm.machines["m1"].states.get("m1", "a.service")
 		tm.mu.RUnlock()
-		if got == "active" {
+		if got.Active == "active" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the latest report was not applied once the lock was free: state %q", got)
+			t.Fatalf("the latest report was not applied once the lock was free: state %q", got.Active)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -82,7 +82,7 @@ func TestReportDoesNotWaitForTheLock(t *testing.T) {
 	tm.received(old, update("failed"))
 	tm.mu.Lock()
 	tm.applyInboxLocked()
-	got := tm.machines["m1"].states["a.service"].Active
+	got := tm.machines["m1"].states["a.service"].active()
 	tm.mu.Unlock()
 	if got != "active" {
 		t.Errorf("a replaced stream's report was applied: state %q", got)

@@ -274,7 +274,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		},
 		Running: func(name, machine string) bool {
 			if m := t.machines[machine]; m != nil {
-				s, ok := m.states[name]
+				s, ok := m.states.get(machine, name)
 				return ok && s.Running()
 			}
 			return false

@@ -69,10 +69,11 @@ func (e *Engine) UnitStates(machine string, names []string) ([]apiv1.UnitState, 
 		if machine != "" && id != machine {
 			continue
 		}
-		for name, s := range m.states {
+		for name, st := range m.states {
 			if len(names) > 0 && !matchAny(names, name) {
 				continue
 			}
+			s := st.status(id, name)
 			out = append(out, stateView(s))
 		}
 	}
@@ -168,7 +169,7 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 		for _, m := range t.machines {
 			if _, ok := m.globals[r.name]; ok {
 				n++
-				if s, ok := m.states[r.name]; ok && s.Applied == string(r.desired) {
+				if s, ok := m.states.get(m.info.ID, r.name); ok && s.Applied == string(r.desired) {
 					done++
 				}
 			}
@@ -180,7 +181,7 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	}
 	if r.machine != "" {
 		if m := t.machines[r.machine]; m != nil {
-			if s, ok := m.states[r.name]; ok {
+			if s, ok := m.states.get(r.machine, r.name); ok {
 				sv := stateView(s)
 				u.State = &sv
 				if s.Applied != "" {

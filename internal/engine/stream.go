@@ -363,15 +363,15 @@ func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus) *a
 	m.lastSeen = t.e.cfg.Now()
 	m.info = machineInfo(pm)
 	prev := m.states
-	m.states = make(map[string]agentStatus, len(units))
+	m.states = make(unitStates, len(units))
 	for _, s := range units {
 		st := fromProto(pm.Id, s)
-		if p, ok := prev[s.Name]; ok && p.Active == st.Active {
+		if p, ok := prev.get(pm.Id, s.Name); ok && p.Active == st.Active {
 			st.Observed = p.Observed
 		} else {
 			st.Observed = m.lastSeen
 		}
-		m.states[s.Name] = st
+		m.states.put(st)
 	}
 	// The loop sends the full desired set (scheduled and global units) as
 	// soon as it runs: deciding which global units fit needs the scheduler.
@@ -389,7 +389,8 @@ func (t *term) leave(conn *agentConn) {
 		m.lastSeen, m.lastSent = m.heardAt(), m.sentAt()
 		m.conn = nil
 		m.left = true
-		for name, s := range m.states {
+		for name, st := range m.states {
+			s := st.status(conn.machine, name)
 			delete(m.states, name)
 			t.stateEvent(conn.machine, s, true)
 			t.drained(conn.machine, name, false)

@@ -62,13 +62,13 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 		s.Name = r.name // one copy of each name
 	}
 	s.Machine = m.info.ID
-	prev, ok := m.states[s.Name]
+	prev, ok := m.states.get(m.info.ID, s.Name)
 	if ok && prev.Active == s.Active {
 		s.Observed = prev.Observed
 	} else {
 		s.Observed = now
 	}
-	m.states[s.Name] = s
+	m.states.put(s)
 	t.drained(m.info.ID, s.Name, s.Running())
 	if s.Active == "active" && (!ok || prev.Active != "active") {
 		if r := t.units[s.Name]; r != nil && !r.placedAt.IsZero() && r.machine == m.info.ID {
@@ -106,7 +106,7 @@ type machineRec struct {
 	// stream keeps its own: see heardAt and sentAt).
 	lastSeen time.Time
 	lastSent time.Time
-	states   map[string]agentStatus
+	states   unitStates
 	units    map[string]struct{} // units scheduled here
 	globals  map[string]struct{} // global units assigned here
 	needFull bool                // a new stream awaits its full desired set
@@ -410,7 +410,7 @@ func (t *term) stop() {
 func (t *term) machine(id string) *machineRec {
 	m, ok := t.machines[id]
 	if !ok {
-		m = &machineRec{info: MachineInfo{ID: id}, states: map[string]agentStatus{}, units: map[string]struct{}{}, globals: map[string]struct{}{}}
+		m = &machineRec{info: MachineInfo{ID: id}, states: unitStates{}, units: map[string]struct{}{}, globals: map[string]struct{}{}}
 		t.machines[id] = m
 	}
 	return m
