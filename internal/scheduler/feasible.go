@@ -28,7 +28,7 @@ type metaReq struct {
 // prepare computes u's prep, registering its Conflicts= patterns.
 func (c *Cluster) prepare(u *Unit) *prep {
 	pr := &prep{role: u.Role()}
-	if reqs := unit.MetadataRequirements(u.Fleet); len(reqs) > 0 {
+	if reqs := unit.MetadataRequirements(*u.Fleet); len(reqs) > 0 {
 		pr.req = make([]metaReq, 0, len(reqs))
 		for _, k := range slices.Sorted(maps.Keys(reqs)) {
 			pr.req = append(pr.req, metaReq{k, reqs[k]})

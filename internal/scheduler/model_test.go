@@ -25,7 +25,7 @@ func naiveFits(c *Cluster, u *Unit, m *machine, decide bool) bool {
 // naiveFitsWithout is naiveFits with the units named in gone treated as
 // gone too (the units a Replaces= unit displaces).
 func naiveFitsWithout(c *Cluster, u *Unit, m *machine, decide bool, gone map[string]bool) bool {
-	f := u.Fleet
+	f := *u.Fleet
 	if f.MachineID != "" && f.MachineID != m.ID {
 		return false
 	}
