@@ -15,28 +15,44 @@ import (
 const eventLogSize = 1 << 16
 
 // eventLog is a ring of the term's recent events. Appends happen under the
-// term's lock; readers take only the log's own lock.
+// term's lock; readers take only the log's own lock. An append records the
+// event and its time and nothing else: its ID and time are formatted when
+// it is read, and waiters are woken only if there are any (a million units
+// started are some five million events, and each used to cost two
+// formatted strings and a channel).
 type eventLog struct {
-	term   int64
-	mu     sync.Mutex
-	ring   []apiv1.Event
-	next   uint64        // sequence number of the next event (first is 1)
-	notify chan struct{} // closed and replaced on each append
+	term    int64
+	mu      sync.Mutex
+	ring    []loggedEvent
+	next    uint64        // sequence number of the next event (first is 1)
+	notify  chan struct{} // closed and replaced on an append once handed out
+	waiting bool          // notify was handed out since it was made
+}
+
+type loggedEvent struct {
+	ev apiv1.Event // without ID and Time
+	at int64       // Unix nanoseconds
 }
 
 func newEventLog(term int64) *eventLog {
-	return &eventLog{term: term, ring: make([]apiv1.Event, eventLogSize), next: 1, notify: make(chan struct{})}
+	return &eventLog{term: term, ring: make([]loggedEvent, eventLogSize), next: 1, notify: make(chan struct{})}
 }
 
 func (l *eventLog) append(ev apiv1.Event) {
+	at := time.Now().UnixNano()
 	l.mu.Lock()
-	ev.ID = strconv.FormatInt(l.term, 10) + "." + strconv.FormatUint(l.next, 10)
-	ev.Time = time.Now().UTC().Format(time.RFC3339Nano)
-	l.ring[l.next%eventLogSize] = ev
+	l.ring[l.next%eventLogSize] = loggedEvent{ev: ev, at: at}
 	l.next++
-	close(l.notify)
-	l.notify = make(chan struct{})
+	if l.waiting {
+		close(l.notify)
+		l.notify = make(chan struct{})
+		l.waiting = false
+	}
 	l.mu.Unlock()
+}
+
+func (l *eventLog) id(seq uint64) string {
+	return strconv.FormatInt(l.term, 10) + "." + strconv.FormatUint(seq, 10)
 }
 
 // since returns the events after position id ("" = from now on), the new
@@ -58,10 +74,15 @@ func (l *eventLog) since(id string, max int) (evs []apiv1.Event, pos string, res
 		}
 	}
 	for s := from; s < l.next && len(evs) < max; s++ {
-		evs = append(evs, l.ring[s%eventLogSize])
+		le := l.ring[s%eventLogSize]
+		ev := le.ev
+		ev.ID = l.id(s)
+		ev.Time = time.Unix(0, le.at).UTC().Format(time.RFC3339Nano)
+		evs = append(evs, ev)
 	}
 	last := from - 1 + uint64(len(evs))
-	return evs, strconv.FormatInt(l.term, 10) + "." + strconv.FormatUint(last, 10), reset, l.notify
+	l.waiting = true
+	return evs, l.id(last), reset, l.notify
 }
 
 func parseEventID(id string) (int64, uint64, error) {
