@@ -210,6 +210,7 @@ func (t *term) reconcile() (recheck time.Time) {
 			return time.Time{}
 		}
 		t.mu.Lock()
+		t.hold.start()
 		for _, name := range part {
 			if nr, cur := moved[name], t.units[name]; nr != nil && cur != nil && (nr.machine != cur.machine || t.unwritten[name] != nil) {
 				t.written(name)
@@ -232,7 +233,9 @@ func (t *term) reconcile() (recheck time.Time) {
 			}
 			t.setUnit(name, rec)
 		}
+		woken := t.hold.release()
 		t.mu.Unlock()
+		wakeAll(woken)
 	}
 	// Write what range records still stand for (units not placed by this
 	// pass), then delete the ranges.

@@ -41,6 +41,50 @@ type agentConn struct {
 	// toldHeartbeat is the heartbeat interval the agent was last told
 	// (nanoseconds; heartbeat.go).
 	toldHeartbeat atomic.Int64
+	// hold is the term's: while it is on, queued assignments do not wake
+	// the sender (see wakeHold).
+	hold *wakeHold
+}
+
+// wakeHold gathers the streams that assignments were queued for while a
+// pass applies a slice of placements, so that each agent's sender wakes
+// once for the slice and sends its units in one message. Woken one by
+// one, a sender took each unit as it was queued: an agent got its units of
+// a slice in as many messages, and a million units took a message a unit
+// on both sides. Guarded by the term's mu (held for writing).
+type wakeHold struct {
+	on    bool
+	conns map[*agentConn]struct{}
+}
+
+// start holds wakes until release.
+func (h *wakeHold) start() { h.on = true }
+
+// release ends the hold and returns the streams to wake.
+func (h *wakeHold) release() map[*agentConn]struct{} {
+	h.on = false
+	conns := h.conns
+	h.conns = nil
+	return conns
+}
+
+func wakeAll(conns map[*agentConn]struct{}) {
+	for c := range conns {
+		signalConn(c)
+	}
+}
+
+// wakeSender wakes c's sender, or records it to wake once the hold ends.
+// Callers hold the term's mu.
+func (c *agentConn) wakeSender() {
+	if c.hold != nil && c.hold.on {
+		if c.hold.conns == nil {
+			c.hold.conns = map[*agentConn]struct{}{}
+		}
+		c.hold.conns[c] = struct{}{}
+		return
+	}
+	signalConn(c)
 }
 
 func newAgentConn(machine string) *agentConn {
@@ -66,7 +110,7 @@ func (c *agentConn) queue(name string, a *agentpb.Assignment) {
 		delete(c.destroyed, name) // made again since
 	}
 	c.mu.Unlock()
-	signalConn(c)
+	c.wakeSender()
 }
 
 // queueDestroyed queues the removal of a unit that was destroyed.
@@ -78,7 +122,7 @@ func (c *agentConn) queueDestroyed(name string) {
 	}
 	c.destroyed[name] = true
 	c.mu.Unlock()
-	signalConn(c)
+	c.wakeSender()
 }
 
 func signalConn(c *agentConn) {
@@ -352,6 +396,7 @@ func (t *term) attachMachine(pm *agentpb.Machine, units []*agentpb.UnitStatus) *
 // attachLocked is attachMachine with mu held; the caller pokes the loop.
 func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus) *agentConn {
 	conn := newAgentConn(pm.Id)
+	conn.hold = &t.hold
 	conn.agentTTL = t.e.cfg.AgentTTL
 	conn.heardNano.Store(t.e.cfg.Now().UnixNano())
 	m := t.machine(pm.Id)

@@ -225,6 +225,8 @@ type term struct {
 	kick chan struct{}
 	// inbox holds the agents' reports not yet applied (inbox.go).
 	inbox *inboxes
+	// hold gathers senders to wake after a slice of placements (stream.go).
+	hold wakeHold
 	// streams counts the agents' open streams; singletons holds the
 	// LostAfter= of singleton units that set one, and shortestLostAfter
 	// the shortest of them: both set the heartbeat interval (heartbeat.go).
