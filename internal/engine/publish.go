@@ -96,8 +96,9 @@ func (t *term) buildSnapshot() *state.Snapshot {
 			Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter), Reason: r.reason}
 		if r.machine != "" {
 			if m := t.machines[r.machine]; m != nil {
-				if st, ok := m.states.get(r.machine, u.Name); ok {
-					u.Load, u.Active, u.Sub = st.Load, st.Active, st.Sub
+				if st, ok := m.states[u.Name]; ok {
+					c := st.codes.Value()
+					u.Load, u.Active, u.Sub = c.load, c.active, c.sub
 				}
 			}
 		}
