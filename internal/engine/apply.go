@@ -328,6 +328,7 @@ func (t *term) applyRound(round []*applyReq) {
 	for _, pr := range newRanges {
 		t.ranges[pr.key] = pr
 	}
+	t.hold.start() // a stop of a million units: a message an agent, not a unit
 	for name, rec := range roundRecs {
 		if cur := t.units[name]; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
 			t.sched.Unplace(name)
@@ -343,7 +344,9 @@ func (t *term) applyRound(round []*applyReq) {
 			t.written(name)
 		}
 	}
+	woken := t.hold.release()
 	t.mu.Unlock()
+	wakeAll(woken)
 	for _, req := range accepted {
 		req.res <- applyRes{}
 	}

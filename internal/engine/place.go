@@ -51,10 +51,13 @@ func (t *term) reconcile() (recheck time.Time) {
 	defer func() { t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds()) }()
 	t.mu.Lock()
 	t.applyInboxLocked()
+	t.hold.start()
 	drifted := t.syncMachines(now)
 	t.syncGlobals(len(drifted) > 0)
 	t.sendFull()
+	woken := t.hold.release()
 	t.mu.Unlock()
+	wakeAll(woken)
 
 	t.mu.RLock()
 	in := t.planInput(now, drifted)
