@@ -37,19 +37,58 @@ type Config struct {
 }
 
 type simUnit struct {
-	status  unit.Status
-	starts  int
-	timer   *time.Timer
-	stopped chan struct{} // closed when a delayed stop ends
-	journal []entry
+	// The unit's status, kept compactly (Driver.status makes the
+	// unit.Status): 10,000 simulated agents hold a million units, and
+	// their memory is what the bench can spend on the engine.
+	name, hash string
+	state      state
+	pid        int32
+	since      int64 // Unix nanoseconds
+	starts     int32
+	timer      *time.Timer
+	stopped    chan struct{} // closed when a delayed stop ends
+	journal    []entry
 }
 
-// entry is one line of a unit's journal, kept compact and formatted when
-// read: 10,000 simulated agents hold a million units, and a formatted line
-// per state change was a tenth of their memory and CPU.
+// entry is one line of a unit's journal, formatted when read.
 type entry struct {
-	at          time.Time
-	active, sub string // constants of this package: no copy per unit
+	at    int64 // Unix nanoseconds
+	state state
+}
+
+// state indexes states: the (active, sub, result) a simulated unit can be in.
+type state uint8
+
+var states = [...]struct{ active, sub, result string }{
+	{"inactive", "dead", ""},
+	{"activating", "start", ""},
+	{"active", "running", ""},
+	{"failed", "failed", "exit-code"},
+	{"inactive", "dead", "success"},
+	{"deactivating", "stop-sigterm", ""},
+	{"inactive", "dead", "signal"},
+}
+
+func stateOf(active, sub, result string) state {
+	for i, st := range states {
+		if st.active == active && st.sub == sub && st.result == result {
+			return state(i)
+		}
+	}
+	panic(fmt.Sprintf("sim driver: no state %s/%s (%s)", active, sub, result))
+}
+
+func (u *simUnit) active() string { return states[u.state].active }
+
+// status is u's unit.Status. Callers hold mu.
+func (d *Driver) status(u *simUnit) unit.Status {
+	st := states[u.state]
+	s := unit.Status{Name: u.name, Hash: u.hash, Machine: d.cfg.Machine, Load: "loaded",
+		Active: st.active, Sub: st.sub, Result: st.result, PID: int(u.pid)}
+	if u.since != 0 {
+		s.Since = time.Unix(0, u.since)
+	}
+	return s
 }
 
 // maxJournal is how many state changes a unit's journal keeps.
@@ -84,27 +123,28 @@ var _ driver.Driver = (*Driver)(nil)
 
 // set changes a unit's state and returns the status to notify. Callers hold mu.
 func (d *Driver) set(u *simUnit, active, sub, result string, pid int) unit.Status {
-	if u.status.Active != active {
-		u.status.Since = d.cfg.Now()
+	now := d.cfg.Now().UnixNano()
+	if u.since == 0 || u.active() != active {
+		u.since = now
 	}
-	u.status.Active, u.status.Sub, u.status.Result, u.status.PID = active, sub, result, pid
+	u.state, u.pid = stateOf(active, sub, result), int32(pid)
 	if len(u.journal) == maxJournal {
 		copy(u.journal, u.journal[1:])
 		u.journal = u.journal[:maxJournal-1]
 	}
-	u.journal = append(u.journal, entry{at: d.cfg.Now(), active: active, sub: sub})
-	return u.status
+	u.journal = append(u.journal, entry{at: now, state: u.state})
+	return d.status(u)
 }
 
 func (d *Driver) Load(f *unit.File) error {
 	d.mu.Lock()
 	u, ok := d.units[f.Name]
 	if ok {
-		u.status.Hash = f.Hash
+		u.hash = f.Hash
 		d.mu.Unlock()
 		return nil
 	}
-	u = &simUnit{status: unit.Status{Name: f.Name, Hash: f.Hash, Machine: d.cfg.Machine, Load: "loaded"}}
+	u = &simUnit{name: f.Name, hash: f.Hash}
 	d.units[f.Name] = u
 	st := d.set(u, "inactive", "dead", "", 0)
 	d.mu.Unlock()
@@ -119,16 +159,16 @@ func (d *Driver) Start(name string) error {
 		d.mu.Unlock()
 		return fmt.Errorf("%w: %s", driver.ErrUnknownUnit, name)
 	}
-	if u.status.Active == "active" || u.status.Active == "activating" {
+	if u.active() == "active" || u.active() == "activating" {
 		d.mu.Unlock()
 		return nil
 	}
-	if u.status.Active == "deactivating" { // a delayed stop: cut it short
+	if u.active() == "deactivating" { // a delayed stop: cut it short
 		u.timer.Stop()
 		close(u.stopped)
 	}
 	u.starts++
-	fail := d.fails(name, u.starts)
+	fail := d.fails(name, int(u.starts))
 	if d.cfg.StartDelay == 0 {
 		st := d.finishStart(u, fail)
 		d.mu.Unlock()
@@ -138,7 +178,7 @@ func (d *Driver) Start(name string) error {
 	st := d.set(u, "activating", "start", "", 0)
 	u.timer = time.AfterFunc(d.cfg.StartDelay, func() {
 		d.mu.Lock()
-		if d.units[name] != u || u.status.Active != "activating" {
+		if d.units[name] != u || u.active() != "activating" {
 			d.mu.Unlock()
 			return
 		}
@@ -179,7 +219,7 @@ func (d *Driver) Stop(name string) error {
 	if u.timer != nil {
 		u.timer.Stop()
 	}
-	if u.status.Active == "inactive" || u.status.Active == "deactivating" {
+	if u.active() == "inactive" || u.active() == "deactivating" {
 		d.mu.Unlock()
 		return nil
 	}
@@ -189,7 +229,7 @@ func (d *Driver) Stop(name string) error {
 		d.cfg.Notify(st)
 		return nil
 	}
-	st := d.set(u, "deactivating", "stop-sigterm", "", u.status.PID)
+	st := d.set(u, "deactivating", "stop-sigterm", "", int(u.pid))
 	u.stopped = make(chan struct{})
 	stopped := u.stopped
 	u.timer = time.AfterFunc(d.cfg.StopDelay, func() {
@@ -210,7 +250,7 @@ func (d *Driver) Unload(ctx context.Context, name string) error {
 	}
 	d.mu.Lock()
 	var stopped chan struct{}
-	if u := d.units[name]; u != nil && u.status.Active == "deactivating" {
+	if u := d.units[name]; u != nil && u.active() == "deactivating" {
 		stopped = u.stopped
 	}
 	d.mu.Unlock()
@@ -238,11 +278,11 @@ func (d *Driver) Kill(ctx context.Context, name string) error {
 	if u.timer != nil {
 		u.timer.Stop()
 	}
-	if u.stopped != nil && u.status.Active == "deactivating" {
+	if u.stopped != nil && u.active() == "deactivating" {
 		close(u.stopped)
 	}
 	var st unit.Status
-	changed := u.status.Active != "inactive"
+	changed := u.active() != "inactive"
 	if changed {
 		st = d.set(u, "inactive", "dead", "signal", 0)
 	}
@@ -259,7 +299,7 @@ func (d *Driver) States() []unit.Status {
 	defer d.mu.Unlock()
 	out := make([]unit.Status, 0, len(d.units))
 	for _, u := range d.units {
-		out = append(out, u.status)
+		out = append(out, d.status(u))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -281,7 +321,8 @@ func (d *Driver) Journal(ctx context.Context, name string, lines int, follow boo
 	j = append([]entry(nil), j...)
 	d.mu.Unlock()
 	for _, e := range j {
-		if _, err := fmt.Fprintf(w, "%s %s: %s/%s\n", e.at.UTC().Format(time.RFC3339Nano), name, e.active, e.sub); err != nil {
+		st := states[e.state]
+		if _, err := fmt.Fprintf(w, "%s %s: %s/%s\n", time.Unix(0, e.at).UTC().Format(time.RFC3339Nano), name, st.active, st.sub); err != nil {
 			return err
 		}
 	}
