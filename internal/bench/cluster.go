@@ -254,7 +254,7 @@ func (c *cluster) profileStop(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
-		for _, f := range []struct{ from, to string }{{profiling.CPUFile, "cpu"}, {profiling.HeapFile, "heap"}} {
+		for _, f := range []struct{ from, to string }{{profiling.CPUFile, "cpu"}, {profiling.HeapFile, "heap"}, {profiling.GoroutineFile, "goroutine"}} {
 			b, err := os.ReadFile(filepath.Join(src, f.from))
 			if err != nil {
 				return fmt.Errorf("profile of %s: %w", p.name, err)

@@ -2,9 +2,11 @@
 // that another process (flotilla bench) chooses with signals:
 //
 //  1. SIGUSR1 starts a CPU profile into DIR/cpu.pprof;
-//  2. SIGUSR2 stops it, runs a garbage collection and writes the heap
-//     profile (in use and allocated since the process started) into
-//     DIR/heap.pprof.
+//  2. SIGUSR2 stops it, writes the goroutines (DIR/goroutine.pprof: how
+//     many, where; their stacks are memory the heap profile does not
+//     show), runs a garbage collection and writes the heap profile (in
+//     use and allocated since the process started) into DIR/heap.pprof,
+//     last.
 //
 // Each file is written under a temporary name and renamed once complete,
 // so a file that exists is whole. Read them with `go tool pprof`.
@@ -25,8 +27,9 @@ import (
 
 // File names in the directory.
 const (
-	CPUFile  = "cpu.pprof"
-	HeapFile = "heap.pprof"
+	CPUFile       = "cpu.pprof"
+	HeapFile      = "heap.pprof"
+	GoroutineFile = "goroutine.pprof"
 )
 
 // OnSignals makes the process keep profiles in dir (created if missing) on
@@ -71,7 +74,11 @@ func OnSignals(ctx context.Context, dir string, log *slog.Logger) error {
 						finish(cpu, filepath.Join(dir, CPUFile), log)
 						cpu = nil
 					}
-					if err := writeHeap(filepath.Join(dir, HeapFile)); err != nil {
+					if err := writeProfile(filepath.Join(dir, GoroutineFile), "goroutine"); err != nil {
+						log.Error("could not write the goroutine profile", "err", err)
+					}
+					runtime.GC() // the in-use figures are as of the last collection
+					if err := writeProfile(filepath.Join(dir, HeapFile), "heap"); err != nil {
 						log.Error("could not write the heap profile", "err", err)
 					}
 				}
@@ -93,13 +100,13 @@ func finish(f *os.File, path string, log *slog.Logger) {
 	}
 }
 
-func writeHeap(path string) error {
-	runtime.GC() // the in-use figures are as of the last collection
+// writeProfile writes the named runtime profile to path, whole or not at all.
+func writeProfile(path, name string) error {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
-	err = pprof.Lookup("heap").WriteTo(f, 0)
+	err = pprof.Lookup(name).WriteTo(f, 0)
 	err = errors.Join(err, f.Close())
 	if err == nil {
 		err = os.Rename(f.Name(), path)
