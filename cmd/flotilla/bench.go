@@ -56,6 +56,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.BoolVar(&cfg.TLS, "tls", false, "run the cluster with mutual TLS on every connection (a CA and certificates made for the run)")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "keep CPU and heap profiles of each engine over the measured window in this directory (<registry>-<engine>-cpu.pprof, -heap.pprof; read them with go tool pprof)")
 	fs.BoolVar(&cfg.DistinctFiles, "distinct-files", false, "start N units with a file each, in batches of 100,000, instead of N instances of one template in one request (bench@{1..N}.service)")
+	fs.BoolVar(&cfg.Stop, "stop", false, "once every unit is active, stop them all with one request (desired state loaded, as flotilla stop with the range) and measure it and the time until none is active")
 	fs.BoolVar(&cfg.JSON, "json", false, "print each run's report as one JSON object per line")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long a run waits for every unit to become active")
 	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 500, "most simulated agents in one helper process")

@@ -99,7 +99,7 @@ func TestBench(t *testing.T) {
 		t.Skip("starts a cluster of processes twice")
 	}
 	lines := runBench(t, "--agents", "10", "--units", "200", "--registry", "both",
-		"--json", "--state-pollers", "2", "--timeout", "60s")
+		"--json", "--state-pollers", "2", "--timeout", "60s", "--stop")
 	for i, reg := range []string{"grpc", "etcd"} {
 		var raw map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(lines[i]), &raw); err != nil {
@@ -147,6 +147,10 @@ func TestBench(t *testing.T) {
 		if s := r.State; s == nil || s.Pollers != 2 || s.Requests == 0 || s.Errors != 0 || s.Bytes == 0 || s.P99MS < s.P50MS ||
 			s.After == nil || s.After.Requests == 0 {
 			t.Errorf("%s: state %+v; want 2 pollers with answers during and after the run, and no errors", reg, s)
+		}
+		if s := r.Stop; s == nil || s.Error != "" || !s.AllStopped || s.SecondsToAllStopped == nil || *s.SecondsToAllStopped <= 0 ||
+			s.RequestSeconds <= 0 || s.StillActive != 0 {
+			t.Errorf("%s: stop %+v; want the stop request answered and every unit stopped", reg, s)
 		}
 		if reg == "etcd" && (r.VsGRPC == nil || r.VsGRPC.SecondsToAllActive <= 0) {
 			t.Errorf("etcd report's vs_grpc = %+v, want the ratios to the grpc run", r.VsGRPC)

@@ -68,6 +68,8 @@ type Report struct {
 	State *StateReport `json:"state,omitempty"`
 	// Error says why the run ended early: the start request failed.
 	Error string `json:"error,omitempty"`
+	// Stop is what --stop measured (stopping every unit once active).
+	Stop *StopReport `json:"stop,omitempty"`
 	// VsGRPC compares this run with the grpc run of the same invocation
 	// (--registry both): each figure is this run's divided by grpc's.
 	VsGRPC *Ratios `json:"vs_grpc,omitempty"`
@@ -268,6 +270,18 @@ func (r *Report) WriteText(w io.Writer) {
 		if a := s.After; a != nil {
 			fmt.Fprintf(w, "               once all active: %d answers, p50 %.1f ms  p99 %.1f ms  max %.1f ms\n",
 				a.Requests, a.P50MS, a.P99MS, a.MaxMS)
+		}
+	}
+	if s := r.Stop; s != nil {
+		switch {
+		case s.Error != "":
+			fmt.Fprintf(w, "stop           the stop request failed after %.3f s: %s\n", s.RequestSeconds, s.Error)
+		case s.AllStopped:
+			fmt.Fprintf(w, "stop           request answered in %.3f s; no unit active %.3f s after it (engine %.2f, agents %.2f CPU-s)\n",
+				s.RequestSeconds, *s.SecondsToAllStopped, s.EngineCPUSeconds, s.AgentCPUSeconds)
+		default:
+			fmt.Fprintf(w, "stop           request answered in %.3f s; NOT ALL STOPPED: %s still active when the run gave up\n",
+				s.RequestSeconds, thousands(int64(s.StillActive)))
 		}
 	}
 	if v := r.VsGRPC; v != nil {

@@ -74,6 +74,10 @@ type Config struct {
 	// bench did before ranges; by default it submits one template and
 	// starts N of its instances in one request (bench@{1..N}.service).
 	DistinctFiles bool
+	// Stop, once every unit is active, stops them all in one request per
+	// start batch (desired state loaded) and measures the request and the
+	// time until the leader counts none active (Report.Stop).
+	Stop bool
 	// JSON prints each run's report as one JSON object on one line.
 	JSON bool
 	// Out receives the reports (default os.Stdout); Progress the progress
@@ -389,6 +393,11 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	if r.AllActive {
 		prog.phase("compacting and defragmenting etcd to measure its database")
 		if r.EtcdDBBytes, err = c.etcdDBSize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Stop && r.AllActive {
+		if r.Stop, err = measureStop(ctx, c, api, base, batches, prog); err != nil {
 			return nil, err
 		}
 	}
