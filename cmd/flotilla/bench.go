@@ -57,6 +57,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "keep CPU and heap profiles of each engine over the measured window in this directory (<registry>-<engine>-cpu.pprof, -heap.pprof; read them with go tool pprof)")
 	fs.BoolVar(&cfg.DistinctFiles, "distinct-files", false, "start N units with a file each, in batches of 100,000, instead of N instances of one template in one request (bench@{1..N}.service)")
 	fs.BoolVar(&cfg.Stop, "stop", false, "once every unit is active, stop them all with one request (desired state loaded, as flotilla stop with the range) and measure it and the time until none is active")
+	fs.BoolVar(&cfg.Failover, "failover", false, "once every unit is active, kill the leading engine (needs --engines 3) and measure until another leads, every agent is back and every unit is active in its state; units started meanwhile are counted in the agents' processes")
 	fs.BoolVar(&cfg.JSON, "json", false, "print each run's report as one JSON object per line")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long a run waits for every unit to become active")
 	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 500, "most simulated agents in one helper process")

@@ -62,6 +62,7 @@ func benchAgentsCommand() *cobra.Command {
 	fs.DurationVar(&cfg.TTL, "agent-ttl", 20*time.Second, "agent TTL; must match the engines' --agent-ttl")
 	fs.StringVar(&cfg.TLSDir, "tls-dir", "", "directory with the CA (ca.pem) and each agent's certificate (NAME.pem, NAME-key.pem): mutual TLS to the leader and etcd")
 	fs.StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	fs.StringVar(&cfg.StartsFile, "starts-file", "", "keep this file holding how many units the simulated machines have started, ever (flotilla bench judges restarts by it)")
 	fs.StringVar(&profile, "profile-dir", "", "keep CPU and heap profiles in this directory over the window SIGUSR1 (start) and SIGUSR2 (stop) mark (flotilla bench --profile)")
 	return cmd
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +59,10 @@ type AgentsConfig struct {
 	Version string
 	// Logger receives the agents' logs (default: discarded).
 	Logger *slog.Logger
+	// StartsFile, if set, is kept holding how many units the process's
+	// simulated machines have started, ever (rewritten every 200 ms while
+	// it changes): the bench judges restarts by it, not by the API.
+	StartsFile string
 }
 
 // MaxAgentsPerProcess bounds AgentsConfig.Count.
@@ -209,6 +215,14 @@ func RunAgents(ctx context.Context, cfg AgentsConfig) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); sa.a.Run(runCtx) }()
 	}
+	if cfg.StartsFile != "" {
+		drivers := make([]*sim.Driver, len(agents))
+		for i, sa := range agents {
+			drivers[i] = sa.d
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); keepStartsFile(runCtx, cfg.StartsFile, drivers, cfg.Logger) }()
+	}
 	cfg.Logger.Info("agents running", "count", cfg.Count, "first", cfg.AgentName(cfg.First), "registry", cfg.Registry)
 	<-ctx.Done()
 	stop()
@@ -306,4 +320,48 @@ func (f *leaderFeed) subscribe(ctx context.Context) <-chan election.Info {
 		}
 	})
 	return ch
+}
+
+// keepStartsFile keeps path holding the number of units the drivers have
+// started, until ctx is done. The file is replaced whole (renamed into
+// place), so a reader never sees half a number.
+func keepStartsFile(ctx context.Context, path string, drivers []*sim.Driver, log *slog.Logger) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	last := int64(-1)
+	for {
+		var n int64
+		for _, d := range drivers {
+			n += d.Started()
+		}
+		if n != last {
+			if err := writeFileAtomic(path, []byte(strconv.FormatInt(n, 10)+"\n")); err != nil {
+				log.Error("cannot write the starts file", "path", path, "err", err)
+			} else {
+				last = n
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readStarts reads a starts file (keepStartsFile).
+func readStarts(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }

@@ -315,3 +315,32 @@ func TestBenchDriverRefused(t *testing.T) {
 	}
 	checkCleanedUp(t, bin, tmp)
 }
+
+// TestBenchFailover kills the leading engine of a small cluster once every
+// unit is active and checks what the report says of the new leader.
+func TestBenchFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	lines := runBench(t, "--agents", "5", "--units", "100", "--engines", "3", "--failover", "--registry", "both", "--json", "--timeout", "60s")
+	for i, reg := range []string{"grpc", "etcd"} {
+		var r bench.Report
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
+			t.Fatalf("%s report: %v\n%s", reg, err, lines[i])
+		}
+		f := r.Failover
+		if f == nil {
+			t.Fatalf("the %s report has no failover: %s", reg, lines[i])
+		}
+		if !f.Completed || f.Error != "" || f.LeaderSeconds == nil || f.AgentsSeconds == nil || f.ActiveSeconds == nil ||
+			!(0 < *f.LeaderSeconds && *f.LeaderSeconds <= *f.AgentsSeconds && *f.AgentsSeconds <= *f.ActiveSeconds) {
+			t.Errorf("%s: failover %+v: want a new leader, then every agent back, then every unit active", reg, f)
+		}
+		if f.Restarted != 0 {
+			t.Errorf("%s: %d units were started again after the leader was killed; a failover restarts none", reg, f.Restarted)
+		}
+		if f.Killed == "" {
+			t.Errorf("%s: failover %+v names no engine killed", reg, f)
+		}
+	}
+}

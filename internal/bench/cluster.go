@@ -189,6 +189,7 @@ func (c *cluster) start(ctx context.Context) error {
 		if cfg.ProfileDir != "" {
 			args = append(args, "--profile-dir", c.profileDir(name))
 		}
+		args = append(args, "--starts-file", c.startsFile(name))
 		p, err := startProcess(name, cfg.Binary, args, filepath.Join(c.dir, name+".log"))
 		if err != nil {
 			return err
@@ -377,6 +378,9 @@ type clusterStats struct {
 func (c *cluster) stats() (clusterStats, error) {
 	var s clusterStats
 	for _, p := range c.engines {
+		if p.killed {
+			continue // its CPU and memory until it was killed are lost
+		}
 		ps, err := readProcStats(p.pid())
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", p.name, err)
@@ -422,4 +426,23 @@ func getOK(ctx context.Context, hc *http.Client, url string) error {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// startsFile is where an agents' process keeps its count of units started.
+func (c *cluster) startsFile(agents string) string {
+	return filepath.Join(c.dir, agents+".starts")
+}
+
+// started returns how many units the simulated machines have started,
+// ever, as their processes last wrote it (every 200 ms).
+func (c *cluster) started() (int64, error) {
+	var n int64
+	for _, p := range c.agents {
+		k, err := readStarts(c.startsFile(p.name))
+		if err != nil {
+			return 0, fmt.Errorf("%s's count of units started: %w", p.name, err)
+		}
+		n += k
+	}
+	return n, nil
 }

@@ -21,6 +21,17 @@ type process struct {
 	log  string // file holding its stdout and stderr
 	done chan struct{}
 	err  error // its exit status, once done is closed
+	// killed is set when the bench killed it on purpose (--failover): its
+	// end is no failure, and it has no more statistics.
+	killed bool
+}
+
+// kill ends the process at once (SIGKILL), as a crash would, and waits
+// for it.
+func (p *process) kill() {
+	p.killed = true
+	p.cmd.Process.Kill()
+	<-p.done
 }
 
 // startProcess starts bin with args, its output going to logPath.
@@ -45,6 +56,9 @@ func (p *process) pid() int { return p.cmd.Process.Pid }
 
 // exited returns an error describing the process's end if it has ended.
 func (p *process) exited() error {
+	if p.killed {
+		return nil
+	}
 	select {
 	case <-p.done:
 		return fmt.Errorf("%s exited unexpectedly (%v); the end of its log:\n%s", p.name, p.err, p.tail(20))

@@ -70,6 +70,9 @@ type Report struct {
 	Error string `json:"error,omitempty"`
 	// Stop is what --stop measured (stopping every unit once active).
 	Stop *StopReport `json:"stop,omitempty"`
+	// Failover is what --failover measured (the leader killed once every
+	// unit was active).
+	Failover *FailoverReport `json:"failover,omitempty"`
 	// VsGRPC compares this run with the grpc run of the same invocation
 	// (--registry both): each figure is this run's divided by grpc's.
 	VsGRPC *Ratios `json:"vs_grpc,omitempty"`
@@ -271,6 +274,20 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "               once all active: %d answers, p50 %.1f ms  p99 %.1f ms  max %.1f ms\n",
 				a.Requests, a.P50MS, a.P99MS, a.MaxMS)
 		}
+	}
+	if f := r.Failover; f != nil {
+		secs := func(p *float64) string {
+			if p == nil {
+				return "not reached"
+			}
+			return fmt.Sprintf("%.3f s", *p)
+		}
+		fmt.Fprintf(w, "failover       %s killed: a new leader serving after %s, every agent reconnected after %s, every unit active in its state after %s; %d units started meanwhile",
+			f.Killed, secs(f.LeaderSeconds), secs(f.AgentsSeconds), secs(f.ActiveSeconds), f.Restarted)
+		if f.Error != "" {
+			fmt.Fprintf(w, " (%s)", f.Error)
+		}
+		fmt.Fprintln(w)
 	}
 	if s := r.Stop; s != nil {
 		switch {

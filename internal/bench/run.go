@@ -78,6 +78,10 @@ type Config struct {
 	// start batch (desired state loaded) and measures the request and the
 	// time until the leader counts none active (Report.Stop).
 	Stop bool
+	// Failover, once every unit is active, kills the leading engine and
+	// measures the new leader's way back to the whole cluster
+	// (Report.Failover). It needs Engines 3.
+	Failover bool
 	// JSON prints each run's report as one JSON object on one line.
 	JSON bool
 	// Out receives the reports (default os.Stdout); Progress the progress
@@ -123,6 +127,9 @@ func (c *Config) validate() error {
 	}
 	if c.Engines != 1 && c.Engines != 3 {
 		return fmt.Errorf("--engines %d: want 1 or 3", c.Engines)
+	}
+	if c.Failover && c.Engines != 3 {
+		return fmt.Errorf("--failover kills the leading engine: it needs --engines 3, not %d", c.Engines)
 	}
 	if c.Latency < 0 || c.Latency > MaxLatency {
 		return fmt.Errorf("--latency %v: want 0 to %v (one way)", c.Latency, MaxLatency)
@@ -393,6 +400,15 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	if r.AllActive {
 		prog.phase("compacting and defragmenting etcd to measure its database")
 		if r.EtcdDBBytes, err = c.etcdDBSize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Failover && r.AllActive {
+		if r.Failover, err = measureFailover(ctx, c, prog); err != nil {
+			return nil, err
+		}
+		base = c.tls.scheme() + "://" + c.leaderAPI
+		if api, err = c.client(c.leaderAPI, client.WithTimeout(cfg.Timeout)); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/driver"
@@ -100,7 +101,13 @@ type Driver struct {
 	mu    sync.Mutex
 	units map[string]*simUnit
 	pid   int
+	// started counts the units started, ever: what a bench judges restarts
+	// by, from outside the cluster's API.
+	started atomic.Int64
 }
+
+// Started returns how many times the driver has started a unit.
+func (d *Driver) Started() int64 { return d.started.Load() }
 
 // New returns a simulated driver.
 func New(cfg Config) (*Driver, error) {
@@ -168,6 +175,7 @@ func (d *Driver) Start(name string) error {
 		close(u.stopped)
 	}
 	u.starts++
+	d.started.Add(1)
 	fail := d.fails(name, int(u.starts))
 	if d.cfg.StartDelay == 0 {
 		st := d.finishStart(u, fail)

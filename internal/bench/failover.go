@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/flotilla/flotilla/client"
+)
+
+// FailoverReport is what --failover measures once every unit is active:
+// the leading engine is killed (SIGKILL, as a crash), and the times from
+// the kill until another engine serves as leader, until it lists every
+// agent connected, and until its state counts every unit active again;
+// and how many units the simulated machines started meanwhile, counted in
+// the agents' processes (not through the API): a failover restarts none.
+type FailoverReport struct {
+	Killed string `json:"killed"` // the engine killed
+	// LeaderSeconds, AgentsSeconds and ActiveSeconds are from the kill
+	// (nil: not reached within the timeout).
+	LeaderSeconds *float64 `json:"leader_seconds"`
+	AgentsSeconds *float64 `json:"agents_seconds"`
+	ActiveSeconds *float64 `json:"active_seconds"`
+	// Completed says all three were reached.
+	Completed bool `json:"completed"`
+	// Restarted is how many units were started from the kill until a
+	// second after the last of them (0: none restarted).
+	Restarted int64  `json:"restarted"`
+	Error     string `json:"error,omitempty"`
+}
+
+// measureFailover kills the leading engine and measures the new leader's
+// way to a whole cluster. It leaves c.leaderAPI naming the new leader.
+func measureFailover(ctx context.Context, c *cluster, prog *progress) (*FailoverReport, error) {
+	r := &FailoverReport{}
+	// The agents' counts are written every 200 ms: let them settle first.
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(500 * time.Millisecond):
+	}
+	before, err := c.started()
+	if err != nil {
+		return nil, err
+	}
+	var victim *process
+	for i, a := range c.engineAPI {
+		if a == c.leaderAPI && !c.engines[i].killed {
+			victim = c.engines[i]
+		}
+	}
+	if victim == nil {
+		return nil, fmt.Errorf("failover: no running engine serves %s, the leader's API", c.leaderAPI)
+	}
+	r.Killed = victim.name
+	prog.phase("killing the leader, %s (SIGKILL)", victim.name)
+	t0 := time.Now()
+	victim.kill()
+	since := func() *float64 { s := round3(time.Since(t0).Seconds()); return &s }
+
+	hc := c.tls.httpClient(30 * time.Second)
+	countURL := func() string {
+		pattern := benchTemplate + "@*"
+		if c.cfg.DistinctFiles {
+			pattern = unitPrefix + "*"
+		}
+		return c.tls.scheme() + "://" + c.leaderAPI + "/v1/state?" + url.Values{"unit": {pattern}, "state": {"active"}, "limit": {"1"}}.Encode()
+	}
+	deadline := t0.Add(c.cfg.Timeout)
+	for !r.Completed {
+		if err := c.failed(); err != nil {
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			r.Error = fmt.Sprintf("gave up after %v", c.cfg.Timeout)
+			prog.phase("failover: %s", r.Error)
+			break
+		}
+		switch {
+		case r.LeaderSeconds == nil:
+			if api, err := c.findLeader(ctx); err == nil && api != victimAPI(c, victim) {
+				c.leaderAPI = api
+				r.LeaderSeconds = since()
+				prog.phase("a new leader serves after %.3f s", *r.LeaderSeconds)
+			}
+		case r.AgentsSeconds == nil:
+			api, err := c.client(c.leaderAPI, client.WithTimeout(10*time.Second))
+			if err != nil {
+				return nil, err
+			}
+			if ms, err := api.Machines(ctx); err == nil {
+				prog.status("agents reconnected: %s/%s", thousands(int64(len(ms.Machines))), thousands(int64(c.cfg.Agents)))
+				if len(ms.Machines) >= c.cfg.Agents {
+					r.AgentsSeconds = since()
+					prog.phase("every agent reconnected after %.3f s", *r.AgentsSeconds)
+				}
+			}
+		default:
+			if n, err := countActive(ctx, hc, countURL()); err == nil {
+				prog.status("%s/%s units active in the new leader's state", thousands(int64(n)), thousands(int64(c.cfg.Units)))
+				if n >= c.cfg.Units {
+					r.ActiveSeconds = since()
+					r.Completed = true
+					prog.phase("every unit active in the new leader's state after %.3f s", *r.ActiveSeconds)
+				}
+			}
+		}
+		if !r.Completed {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	// A unit restarted by the new leader would be started within moments
+	// of its full set reaching the agent; the counts are a second behind.
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Second):
+	}
+	after, err := c.started()
+	if err != nil {
+		return nil, err
+	}
+	r.Restarted = after - before
+	return r, nil
+}
+
+func victimAPI(c *cluster, p *process) string {
+	for i, e := range c.engines {
+		if e == p {
+			return c.engineAPI[i]
+		}
+	}
+	return ""
+}
