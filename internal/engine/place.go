@@ -270,7 +270,7 @@ func (t *term) reconcile() (recheck time.Time) {
 // reading) and run on the loop goroutine.
 func (t *term) planInput(now time.Time, drifted []string) planInput {
 	in := planInput{
-		Now: now, TermStart: t.start, AgentTTL: t.e.cfg.AgentTTL, Grace: t.heartbeat(),
+		Now: now, TermStart: t.start, Reconnect: t.reconnect, AgentTTL: t.e.cfg.AgentTTL, Grace: t.heartbeat(),
 		Machines: make(map[string]planMachine, len(t.machines)),
 		Check:    map[string]string{},
 		Moves:    t.draining,

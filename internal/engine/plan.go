@@ -55,8 +55,12 @@ const singleMargin = 500 * time.Millisecond
 
 // planInput is what a reconcile pass decides from.
 type planInput struct {
-	Now       time.Time
+	Now time.Time
+	// TermStart is when the term began to serve (its load from etcd done);
+	// Reconnect is how long after it the machines may take to reconnect
+	// before a machine's silence counts against it (see reconnectGrace).
 	TermStart time.Time
+	Reconnect time.Duration
 	// AgentTTL is the default LostAfter=; Grace is added to every ordinary
 	// unit's (a heartbeat interval).
 	AgentTTL, Grace time.Duration
@@ -157,7 +161,7 @@ func (in *planInput) lostAt(u planUnit, m planMachine) (at time.Time, ok bool) {
 	if after == unit.Infinity {
 		return time.Time{}, false
 	}
-	from := latest(m.HeardAt, in.TermStart)
+	from := in.heardFrom(m)
 	if u.Singleton {
 		return latest(from, m.SentAt).Add(after + singleMargin), true
 	}
@@ -169,7 +173,7 @@ func (in *planInput) lostAt(u planUnit, m planMachine) (at time.Time, ok bool) {
 // moves p.Recheck to when it will be.
 func (in *planInput) isLost(u planUnit, m planMachine, p *reconcilePlan) (bool, time.Duration) {
 	if m.Left {
-		return true, in.Now.Sub(latest(m.HeardAt, in.TermStart))
+		return true, in.Now.Sub(in.heardFrom(m))
 	}
 	at, ok := in.lostAt(u, m)
 	if !ok {
@@ -181,7 +185,15 @@ func (in *planInput) isLost(u planUnit, m planMachine, p *reconcilePlan) (bool, 
 		}
 		return false, 0
 	}
-	return true, in.Now.Sub(latest(m.HeardAt, in.TermStart))
+	return true, in.Now.Sub(in.heardFrom(m))
+}
+
+// heardFrom is when machine m's silence starts to count: when it was last
+// heard, but not before the term began to serve and the machines had
+// their time to reconnect to it (a new leader cannot have heard anyone
+// before that; the old leader's word stands until then).
+func (in *planInput) heardFrom(m planMachine) time.Time {
+	return latest(m.HeardAt, in.TermStart.Add(in.Reconnect))
 }
 
 func latest(a, b time.Time) time.Time {
@@ -219,7 +231,7 @@ func planReconcile(in planInput) reconcilePlan {
 				}
 			}
 		}
-		if !m.Reachable && len(m.Units) == 0 && (m.Left || in.Now.Sub(latest(m.HeardAt, in.TermStart)) > in.AgentTTL+in.Grace) {
+		if !m.Reachable && len(m.Units) == 0 && (m.Left || in.Now.Sub(in.heardFrom(m)) > in.AgentTTL+in.Grace) {
 			p.Gone = append(p.Gone, id)
 		}
 	}

@@ -31,7 +31,9 @@ func TestPlanReconcile(t *testing.T) {
 		misfits  map[string]string // unit -> why it does not fit
 		running  map[string]string // unit -> machine reporting it running
 		backlog  []string
-		want     string
+		// reconnect is the term's reconnect grace, in seconds.
+		reconnect float64
+		want      string
 	}{{
 		name:     "an unreachable machine's ordinary unit waits the agent TTL and grace from when it was last heard",
 		now:      30,
@@ -151,11 +153,32 @@ func TestPlanReconcile(t *testing.T) {
 		now:      25,
 		machines: map[string]planMachine{"m1": {HeardAt: at(2)}, "m2": {HeardAt: at(10)}},
 		want:     "gone=[m1] place=[]",
+	}, {
+		name:      "machines not yet reconnected to a new term have its reconnect grace before their silence counts",
+		now:       100,
+		machines:  map[string]planMachine{"m1": {HeardAt: at(-5), Units: []string{"web"}}},
+		units:     map[string]planUnit{"web": ordinary},
+		reconnect: 80,
+		want:      "place=[]",
+	}, {
+		name:      "and after it, their units' LostAfter= and the grace",
+		now:       101.5,
+		machines:  map[string]planMachine{"m1": {HeardAt: at(-5), Units: []string{"web"}}},
+		units:     map[string]planUnit{"web": ordinary},
+		reconnect: 80,
+		want:      "lost=[web@m1 after 21.5s] place=[web]",
+	}, {
+		name:      "a singleton too, counted from the grace's end, plus the margin",
+		now:       100.6,
+		machines:  map[string]planMachine{"m1": {HeardAt: at(-5), SentAt: at(-5), Units: []string{"db"}}},
+		units:     map[string]planUnit{"db": single},
+		reconnect: 80,
+		want:      "lost=[db@m1 after 20.6s] place=[db]",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := planInput{
-				Now: at(tt.now), TermStart: t0, AgentTTL: 20 * time.Second, Grace: time.Second,
+				Now: at(tt.now), TermStart: t0, Reconnect: time.Duration(tt.reconnect * float64(time.Second)), AgentTTL: 20 * time.Second, Grace: time.Second,
 				Machines: tt.machines, Units: tt.units, Moves: tt.moves, Check: tt.check, Backlog: tt.backlog,
 				Fits: func(name, machine string) (bool, string) {
 					why, misfit := tt.misfits[name]
