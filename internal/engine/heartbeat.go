@@ -2,6 +2,8 @@ package engine
 
 import (
 	"time"
+
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // heartbeatsPerSecond is how many heartbeats a second the leader aims to
@@ -69,4 +71,35 @@ func (t *term) noteSingleton(name string, rec *unitRec) {
 		}
 	}
 	t.shortestLostAfter.Store(int64(shortest))
+}
+
+// noteLostAfter keeps the shortest LostAfter= any unit sets (lostAfters,
+// shortestLost) as rec replaces the unit's old record (nil: none): a pass
+// need not look at the units of a machine silent for less than the
+// shortest (see planInput). Callers hold mu for writing.
+func (t *term) noteLostAfter(name string, rec *unitRec) {
+	_, had := t.lostAfters[name]
+	if rec != nil && rec.file.Fleet.LostAfter > 0 && rec.file.Fleet.LostAfter != unit.Infinity {
+		t.lostAfters[name] = rec.file.Fleet.LostAfter
+	} else if had {
+		delete(t.lostAfters, name)
+	} else {
+		return
+	}
+	var shortest time.Duration
+	for _, d := range t.lostAfters {
+		if shortest == 0 || d < shortest {
+			shortest = d
+		}
+	}
+	t.shortestLost = shortest
+}
+
+// quietFor is how long a machine may be silent before any unit on it can
+// be lost: the shortest LostAfter= of any unit, or the agent TTL.
+func (t *term) quietFor() time.Duration {
+	if t.shortestLost > 0 && t.shortestLost < t.e.cfg.AgentTTL {
+		return t.shortestLost
+	}
+	return t.e.cfg.AgentTTL
 }

@@ -291,8 +291,22 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			in.Units[name] = planUnit{Wanted: r.wanted(), Singleton: r.file.Fleet.Singleton, LostAfter: r.file.Fleet.LostAfter}
 		}
 	}
+	quiet := t.quietFor()
 	for id, m := range t.machines {
 		pm := planMachine{Reachable: t.reachable(m, now), Left: m.left, Draining: t.drainMachines[id], HeardAt: m.heardAt(), SentAt: m.sentAt()}
+		if !pm.Reachable && !pm.Draining && !pm.Left {
+			// None of its units can be lost before it has been silent for
+			// the shortest LostAfter=: while 10,000 machines reconnect to a
+			// new leader, describing their million units at every pass kept
+			// the lock from the reconnecting streams.
+			if at := in.heardFrom(pm).Add(quiet); now.Before(at) {
+				if in.Wake.IsZero() || at.Before(in.Wake) {
+					in.Wake = at
+				}
+				in.Machines[id] = pm
+				continue
+			}
+		}
 		if !pm.Reachable || pm.Draining {
 			pm.Units = slices.Collect(maps.Keys(m.units))
 			for _, name := range pm.Units {

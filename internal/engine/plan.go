@@ -61,6 +61,10 @@ type planInput struct {
 	// before a machine's silence counts against it (see reconnectGrace).
 	TermStart time.Time
 	Reconnect time.Duration
+	// Wake is when the units of a machine left out of Machines' Units
+	// (silent for less than any unit's LostAfter=) need looking at: the
+	// plan's Recheck is no later.
+	Wake time.Time
 	// AgentTTL is the default LostAfter=; Grace is added to every ordinary
 	// unit's (a heartbeat interval).
 	AgentTTL, Grace time.Duration
@@ -206,7 +210,7 @@ func latest(a, b time.Time) time.Time {
 // planReconcile decides a reconcile pass. It is pure: everything it reads
 // is in the input.
 func planReconcile(in planInput) reconcilePlan {
-	p := reconcilePlan{Waiting: map[string]string{}}
+	p := reconcilePlan{Waiting: map[string]string{}, Recheck: in.Wake}
 	moving := maps.Clone(in.Moves)
 	if moving == nil {
 		moving = map[string]string{}

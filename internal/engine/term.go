@@ -236,6 +236,10 @@ type term struct {
 	streams           atomic.Int64
 	singletons        map[string]time.Duration
 	shortestLostAfter atomic.Int64
+	// lostAfters holds every unit's LostAfter= that is set (not infinity),
+	// and shortestLost the shortest of them (noteLostAfter).
+	lostAfters   map[string]time.Duration
+	shortestLost time.Duration
 	// engines are the engine candidates' gRPC addresses (discovery.go).
 	engines atomic.Pointer[engineList]
 
@@ -287,6 +291,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		kick:          make(chan struct{}, 1),
 		inbox:         newInboxes(),
 		singletons:    map[string]time.Duration{},
+		lostAfters:    map[string]time.Duration{},
 	}
 	t.commitCtx, t.stopCommit = context.WithCancel(ctx)
 	// The load takes as long as the cluster's size needs: a million units
@@ -348,6 +353,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		t.refFile(nil, rec)
 		t.units[r.Name] = rec
 		t.noteSingleton(r.Name, rec)
+		t.noteLostAfter(r.Name, rec)
 	}
 	t.loadRanges(snap)
 	for name, rec := range t.units {
@@ -535,6 +541,7 @@ func (t *term) setUnit(name string, rec *unitRec) {
 	old := t.units[name]
 	t.refFile(old, rec)
 	t.noteSingleton(name, rec)
+	t.noteLostAfter(name, rec)
 	if old != nil && (rec == nil || old.file != rec.file) {
 		delete(t.protos, old.file) // a template replaced or destroyed
 	}
