@@ -75,6 +75,11 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 		if time.Now().After(deadline) {
 			r.Error = fmt.Sprintf("gave up after %v", c.cfg.Timeout)
 			prog.phase("failover: %s", r.Error)
+			for _, p := range c.engines {
+				if !p.killed {
+					prog.phase("the end of %s's log (warnings and errors):\n%s", p.name, p.tail(60))
+				}
+			}
 			break
 		}
 		switch {
