@@ -52,47 +52,73 @@ func (t *term) muteAfterFor(c *agentConn) time.Duration {
 	return 2*h + 250*time.Millisecond
 }
 
-// noteSingleton keeps the shortest LostAfter= of the singleton units
-// (heartbeatInterval) as rec replaces the unit's old record (nil: none).
-// Callers hold mu for writing.
-func (t *term) noteSingleton(name string, rec *unitRec) {
-	_, had := t.singletons[name]
-	if rec != nil && rec.file.Fleet.Singleton && rec.file.Fleet.LostAfter > 0 {
-		t.singletons[name] = rec.file.Fleet.LostAfter
-	} else if had {
-		delete(t.singletons, name)
-	} else {
-		return
-	}
-	var shortest time.Duration
-	for _, d := range t.singletons {
-		if shortest == 0 || d < shortest {
-			shortest = d
-		}
-	}
-	t.shortestLostAfter.Store(int64(shortest))
+// durations holds a duration for some units and knows the shortest. The
+// distinct durations are few (each a LostAfter= someone wrote), so they
+// are counted: setting one is O(1) and the shortest O(distinct), however
+// many units set one (a million units with LostAfter=5m, say).
+type durations struct {
+	byName map[string]time.Duration
+	counts map[time.Duration]int
 }
 
-// noteLostAfter keeps the shortest LostAfter= any unit sets (lostAfters,
-// shortestLost) as rec replaces the unit's old record (nil: none): a pass
-// need not look at the units of a machine silent for less than the
-// shortest (see planInput). Callers hold mu for writing.
-func (t *term) noteLostAfter(name string, rec *unitRec) {
-	_, had := t.lostAfters[name]
-	if rec != nil && rec.file.Fleet.LostAfter > 0 && rec.file.Fleet.LostAfter != unit.Infinity {
-		t.lostAfters[name] = rec.file.Fleet.LostAfter
-	} else if had {
-		delete(t.lostAfters, name)
-	} else {
-		return
+func newDurations() *durations {
+	return &durations{byName: map[string]time.Duration{}, counts: map[time.Duration]int{}}
+}
+
+// set gives name duration d (0: none) and reports whether the set changed.
+func (s *durations) set(name string, d time.Duration) bool {
+	old, had := s.byName[name]
+	if had && old == d {
+		return false
 	}
-	var shortest time.Duration
-	for _, d := range t.lostAfters {
-		if shortest == 0 || d < shortest {
-			shortest = d
+	if !had && d == 0 {
+		return false
+	}
+	if had {
+		if s.counts[old]--; s.counts[old] == 0 {
+			delete(s.counts, old)
+		}
+		delete(s.byName, name)
+	}
+	if d != 0 {
+		s.byName[name] = d
+		s.counts[d]++
+	}
+	return true
+}
+
+// shortest is the shortest duration held (0: none).
+func (s *durations) shortest() time.Duration {
+	var m time.Duration
+	for d := range s.counts {
+		if m == 0 || d < m {
+			m = d
 		}
 	}
-	t.shortestLost = shortest
+	return m
+}
+
+// noteLostAfter keeps, as rec replaces the unit's old record (nil: none),
+// the shortest LostAfter= of the singleton units (heartbeatInterval), and
+// the shortest LostAfter= any unit sets: a pass need not look at the units
+// of a machine silent for less than that (see planInput). Callers hold mu
+// for writing.
+func (t *term) noteLostAfter(name string, rec *unitRec) {
+	var single, any time.Duration
+	if rec != nil {
+		if la := rec.file.Fleet.LostAfter; la > 0 && la != unit.Infinity {
+			any = la
+			if rec.file.Fleet.Singleton {
+				single = la
+			}
+		}
+	}
+	if t.singletons.set(name, single) {
+		t.shortestLostAfter.Store(int64(t.singletons.shortest()))
+	}
+	if t.lostAfters.set(name, any) {
+		t.shortestLost = t.lostAfters.shortest()
+	}
 }
 
 // quietFor is how long a machine may be silent before any unit on it can

@@ -29,3 +29,34 @@ func TestHeartbeatInterval(t *testing.T) {
 		}
 	}
 }
+
+func TestDurations(t *testing.T) {
+	s := newDurations()
+	check := func(want time.Duration) {
+		t.Helper()
+		if got := s.shortest(); got != want {
+			t.Errorf("shortest = %v, want %v", got, want)
+		}
+	}
+	check(0)
+	if s.set("a", 0) {
+		t.Error("clearing a name never set changed the set")
+	}
+	s.set("a", 30*time.Second)
+	s.set("b", 10*time.Second)
+	s.set("c", 10*time.Second)
+	check(10 * time.Second)
+	s.set("b", 0)
+	check(10 * time.Second) // c still has it
+	if s.set("c", 10*time.Second) {
+		t.Error("setting a name to its duration changed the set")
+	}
+	s.set("c", time.Minute)
+	check(30 * time.Second)
+	s.set("a", 0)
+	s.set("c", 0)
+	check(0)
+	if len(s.byName) != 0 || len(s.counts) != 0 {
+		t.Errorf("an emptied set holds %v, %v", s.byName, s.counts)
+	}
+}

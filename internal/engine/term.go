@@ -234,11 +234,11 @@ type term struct {
 	// LostAfter= of singleton units that set one, and shortestLostAfter
 	// the shortest of them: both set the heartbeat interval (heartbeat.go).
 	streams           atomic.Int64
-	singletons        map[string]time.Duration
+	singletons        *durations
 	shortestLostAfter atomic.Int64
 	// lostAfters holds every unit's LostAfter= that is set (not infinity),
 	// and shortestLost the shortest of them (noteLostAfter).
-	lostAfters   map[string]time.Duration
+	lostAfters   *durations
 	shortestLost time.Duration
 	// engines are the engine candidates' gRPC addresses (discovery.go).
 	engines atomic.Pointer[engineList]
@@ -290,8 +290,8 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		reqs:          make(chan *applyReq, 256),
 		kick:          make(chan struct{}, 1),
 		inbox:         newInboxes(),
-		singletons:    map[string]time.Duration{},
-		lostAfters:    map[string]time.Duration{},
+		singletons:    newDurations(),
+		lostAfters:    newDurations(),
 	}
 	t.commitCtx, t.stopCommit = context.WithCancel(ctx)
 	// The load takes as long as the cluster's size needs: a million units
@@ -352,7 +352,6 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		}
 		t.refFile(nil, rec)
 		t.units[r.Name] = rec
-		t.noteSingleton(r.Name, rec)
 		t.noteLostAfter(r.Name, rec)
 	}
 	t.loadRanges(snap)
@@ -540,7 +539,6 @@ func (t *term) setUnit(name string, rec *unitRec) {
 	t.placeDirty = true
 	old := t.units[name]
 	t.refFile(old, rec)
-	t.noteSingleton(name, rec)
 	t.noteLostAfter(name, rec)
 	if old != nil && (rec == nil || old.file != rec.file) {
 		delete(t.protos, old.file) // a template replaced or destroyed
