@@ -22,7 +22,10 @@ import (
 const SnapshotInterval = 100 * time.Millisecond
 
 // backgroundInterval is how often the state is built with no reader asking
-// (it also sets the unit gauges of /metrics).
+// (it also sets the unit gauges of /metrics), or 20× what the last build
+// cost if that is longer: a million units' state takes about half a second
+// to build, and rebuilt every 2 s for gauges it took a quarter of a core
+// from the leader while units were starting.
 const backgroundInterval = 2 * time.Second
 
 // State returns the cluster state, at most SnapshotInterval (or 4× the last
@@ -48,7 +51,7 @@ func (t *term) state(background bool) *state.Snapshot {
 	if cur != nil && (c == t.pubSeen || time.Since(t.pubAt) < max(SnapshotInterval, 4*(t.pubCost+cur.EncodeCost()))) {
 		return cur
 	}
-	if background && cur != nil && time.Since(t.pubAt) < backgroundInterval {
+	if background && cur != nil && time.Since(t.pubAt) < max(backgroundInterval, 20*t.pubCost) {
 		return cur
 	}
 	start := time.Now()

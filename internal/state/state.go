@@ -96,6 +96,16 @@ func (s *Snapshot) Select(f Filter) apiv1.State {
 		i := sort.Search(len(units), func(i int) bool { return units[i].Name > f.After })
 		units = units[i:]
 	}
+	if f.Machine == "" && f.Unit == "" && f.State == "" && f.Limit > 0 {
+		// A plain page: its cost is the page's, not the cluster's (the
+		// units are in name order, and every one after f.After counts).
+		out := append([]apiv1.StateUnit{}, units[:min(f.Limit, len(units))]...)
+		next := ""
+		if len(units) > f.Limit {
+			next = out[len(out)-1].Name
+		}
+		return s.view(out, len(units), next)
+	}
 	var out []apiv1.StateUnit
 	total := 0
 	next := ""

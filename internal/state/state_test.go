@@ -139,3 +139,26 @@ func BenchmarkEncode(b *testing.B) {
 		b.SetBytes(int64(buf.Len()))
 	})
 }
+
+// BenchmarkSelectPage is one page of 1,000 units from the middle of a
+// million-unit state: unfiltered (what paging through everything costs),
+// and filtered by a glob (every unit after the page is still counted).
+func BenchmarkSelectPage(b *testing.B) {
+	s := sample(1_000_000, 10_000)
+	after := s.Units[len(s.Units)/2].Name
+	for _, bc := range []struct {
+		name string
+		f    Filter
+	}{
+		{"plain", Filter{Limit: 1000, After: after}},
+		{"glob", Filter{Limit: 1000, After: after, Unit: "*.service"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if st := s.Select(bc.f); len(st.Units) != 1000 {
+					b.Fatalf("a page of %d units", len(st.Units))
+				}
+			}
+		})
+	}
+}
