@@ -497,7 +497,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		grpc.MaxRecvMsgSize(limits.EngineRecvBytes),
 		grpc.MaxConcurrentStreams(limits.GRPCStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
+		// A stream's liveness is the agent's heartbeats (the leader stops
+		// speaking to an agent silent for two intervals, and places its
+		// units elsewhere after their LostAfter=); the transport's pings
+		// only find dead TCP peers. Answered within 5 s, they cut healthy
+		// agents off a leader whose host was busy: at 10,000 agents
+		// reconnecting to a new leader, thousands of streams dropped and
+		// reconnected in waves. They are now given the agent TTL's default.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 20 * time.Second}),
 	}
 	gopts = append(gopts, agentpb.ServerTransport()...)
 	var authorizeAgent func(context.Context, string) error
