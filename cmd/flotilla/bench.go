@@ -52,6 +52,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.IntVar(&cfg.Engines, "engines", 1, "engine daemons, 1 or 3 (one leads)")
 	fs.DurationVar(&cfg.Latency, "latency", 0, "one-way delay added between daemons and etcd and between agents and the leader (25ms: a 50ms round trip)")
 	fs.IntVar(&cfg.StatePollers, "state-pollers", 0, "clients polling the full cluster state (/v1/state) during and after the run")
+	fs.StringVar(&cfg.StatePath, "state-path", bench.StatePath, "what the state pollers fetch: /v1/state?limit=1000 measures a page of 1,000 units")
 	fs.BoolVar(&cfg.StateConditional, "state-conditional", false, "state pollers send If-None-Match with the last ETag (304 when nothing changed), as well-behaved pollers do")
 	fs.BoolVar(&cfg.TLS, "tls", false, "run the cluster with mutual TLS on every connection (a CA and certificates made for the run)")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "keep CPU and heap profiles of each engine over the measured window in this directory (<registry>-<engine>-cpu.pprof, -heap.pprof; read them with go tool pprof)")
