@@ -143,12 +143,22 @@ func TestUnplaceableReason(t *testing.T) {
 	url := start(t)
 	opts := `[{"section":"Service","name":"ExecStart","value":"/bin/true"},{"section":"X-Fleet","name":"MachineMetadata","value":"disk=ssd"}]`
 	check(t, url, []golden{{"PUT", "/fleet/v1/units/ssd.service", `{"desiredState":"launched","options":` + opts + `}`, true, 201, ``}})
-	var u struct {
-		MachineID, CurrentState, Reason string
-	}
-	code, body := do(t, url, "GET", "/fleet/v1/units/ssd.service", "", false)
-	if err := json.Unmarshal([]byte(body), &u); code != 200 || err != nil {
-		t.Fatalf("GET ssd.service: %d %s", code, body)
+	// The PUT is answered once the unit is written; the pass that finds
+	// no machine for it (and says why) comes just after.
+	var (
+		u    struct{ MachineID, CurrentState, Reason string }
+		body string
+	)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var code int
+		code, body = do(t, url, "GET", "/fleet/v1/units/ssd.service", "", false)
+		if err := json.Unmarshal([]byte(body), &u); code != 200 || err != nil {
+			t.Fatalf("GET ssd.service: %d %s", code, body)
+		}
+		if u.Reason != "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if u.MachineID != "" || u.CurrentState != "inactive" || !strings.Contains(u.Reason, "disk") {
 		t.Errorf("GET ssd.service = %s, want no machineID, currentState inactive and a reason naming the metadata disk", body)
