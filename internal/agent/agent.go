@@ -171,6 +171,8 @@ type Agent struct {
 	// minLost is the shortest LostAfter= of the singleton units wanted
 	// here (0: none): the watchdog looks no further while word is newer.
 	minLost time.Duration
+	// conns are the agent's connections to the engines (conns.go).
+	conns *conns
 
 	kick  chan struct{}
 	flush chan struct{}
@@ -231,6 +233,7 @@ func New(cfg Config) (*Agent, error) {
 		leaveNow: make(chan struct{}), left: make(chan struct{}),
 	}
 	a.heartbeatNano.Store(int64(cfg.HeartbeatInterval))
+	a.conns = newConns(cfg.DialOptions)
 	return a, nil
 }
 
@@ -306,6 +309,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); a.watchdog(ctx) }()
 	defer wg.Wait()
 	defer cancel() // before the wait: Run may end before ctx does
+	defer a.conns.closeAll()
 	if a.cfg.Registry == registry.ModeEtcd {
 		return a.runEtcd(ctx)
 	}
@@ -368,11 +372,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue // a new leader: go to it at once
 		}
 		select {
-		case <-time.After(backoff):
+		case <-time.After(retryDelay(backoff)):
 		case <-changed: // a new leader may have been elected
 		case <-ctx.Done():
 		}
-		backoff = min(backoff*2, time.Second)
+		backoff = min(backoff*2, maxRetryDelay(a.heartbeat()))
 	}
 	return nil
 }
@@ -381,11 +385,13 @@ func (a *Agent) Run(ctx context.Context) error {
 // (current tells who leads now; changed is signalled when that may have
 // changed), or ctx ends.
 func (a *Agent) session(ctx context.Context, leader election.Info, changed chan struct{}, current func() election.Info) error {
-	conn, err := grpc.NewClient(leader.GRPCAddr, a.cfg.DialOptions...)
+	a.mu.Lock()
+	a.conns.keep(append([]string{leader.GRPCAddr}, a.engines...)...)
+	a.mu.Unlock()
+	conn, err := a.conns.get(leader.GRPCAddr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := agentpb.NewEngineClient(conn).Connect(sctx)
@@ -756,9 +762,8 @@ func (a *Agent) askEngines(ctx context.Context, engines []string) (election.Info
 	for _, addr := range engines {
 		go func() {
 			var li *agentpb.LeaderInfo
-			if conn, err := grpc.NewClient(addr, a.cfg.DialOptions...); err == nil {
+			if conn, err := a.conns.get(addr); err == nil {
 				li, _ = agentpb.NewEngineClient(conn).Leader(ctx, &agentpb.LeaderRequest{})
-				conn.Close()
 			}
 			answers <- li
 		}()

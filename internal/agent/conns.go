@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+)
+
+// conns keeps one gRPC connection per engine address for the agent's whole
+// life: its streams to the leader and its questions to the engines (who
+// leads?) share it, and a stream the leader refuses or that breaks is
+// opened again on the same connection.
+//
+// A connection a session was once made with cost a TCP connection (and a
+// TLS handshake, with mutual TLS) each time: 10,000 agents retrying a new
+// leader that was still loading the cluster made some 10,000 connections a
+// second, and the connect() calls of one host's agents (every port of the
+// loopback to one address in use or in TIME_WAIT) took a third of the
+// machine's CPU, until the leader itself lost its lease.
+type conns struct {
+	opts []grpc.DialOption
+	mu   sync.Mutex
+	m    map[string]*grpc.ClientConn
+}
+
+// reconnectBackoff is how a kept connection whose engine went away tries
+// again: soon, since a daemon restarted at the same address may lead
+// again; gRPC's default waits up to two minutes.
+var reconnectBackoff = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
+})
+
+func newConns(opts []grpc.DialOption) *conns {
+	return &conns{opts: append(opts[:len(opts):len(opts)], reconnectBackoff), m: map[string]*grpc.ClientConn{}}
+}
+
+// get returns the connection to addr, making it if there is none.
+func (c *conns) get(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc := c.m[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, c.opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.m[addr] = cc
+	return cc, nil
+}
+
+// keep closes the connections to every address but addrs.
+func (c *conns) keep(addrs ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, cc := range c.m {
+		keep := false
+		for _, a := range addrs {
+			keep = keep || a == addr
+		}
+		if !keep {
+			cc.Close()
+			delete(c.m, addr)
+		}
+	}
+}
+
+// closeAll closes every connection.
+func (c *conns) closeAll() { c.keep() }
+
+// retryDelay is how long the agent waits before opening a stream again
+// after one to the same leader ended: backoff, between half of it and all
+// of it at random, so that the agents a leader lost at once do not come
+// back at once.
+func retryDelay(backoff time.Duration) time.Duration {
+	return backoff/2 + rand.N(backoff/2+1)
+}
+
+// maxRetryDelay is the longest backoff between streams to one leader: a
+// second, or half the heartbeat interval when that is longer (the leader
+// lengthens it with the agents: 5 s at 10,000), so that many agents
+// retrying a leader not yet serving cost it a steady rate of refusals.
+func maxRetryDelay(heartbeat time.Duration) time.Duration {
+	return max(time.Second, heartbeat/2)
+}
