@@ -28,9 +28,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -61,6 +63,9 @@ type Term struct {
 	validUntil atomic.Int64
 	base       time.Time // the zero of validUntil's scale (monotonic)
 	stop       context.CancelFunc
+	// done is closed when the term is over by etcd's word (see Done).
+	done     chan struct{}
+	doneOnce sync.Once
 }
 
 // safetyMargin is how long before the lease's earliest expiry the leader
@@ -83,13 +88,25 @@ func (t *Term) ValidUntil() time.Time {
 	return t.base.Add(time.Duration(t.validUntil.Load()) - safetyMargin(t.ttl))
 }
 
-// renew keeps validUntil current until ctx ends.
+// renew keeps validUntil current until ctx ends, and ends the term (Done)
+// once etcd says the lease is gone, or once no renewal has been granted
+// for a TTL past the lease's earliest expiry.
 func (t *Term) renew(ctx context.Context, cli *clientv3.Client) {
 	for ctx.Err() == nil {
-		t.renewOnce(ctx, cli)
+		err := t.renewOnce(ctx, cli)
+		switch {
+		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, rpctypes.ErrLeaseNotFound):
+			t.end()
+			return
+		case err != nil && ctx.Err() == nil && time.Since(t.base) > time.Duration(t.validUntil.Load())+t.ttl:
+			t.end()
+			return
+		}
 		sleep(ctx, t.ttl/3)
 	}
 }
+
+func (t *Term) end() { t.doneOnce.Do(func() { close(t.done) }) }
 
 // renewOnce renews the lease once and, if etcd granted it, moves validUntil.
 func (t *Term) renewOnce(ctx context.Context, cli *clientv3.Client) error {
@@ -97,6 +114,9 @@ func (t *Term) renewOnce(ctx context.Context, cli *clientv3.Client) error {
 	defer cancel()
 	sent := time.Since(t.base)
 	resp, err := cli.KeepAliveOnce(rctx, t.session.Lease())
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return ErrLeaseExpired
+	}
 	if err != nil {
 		return err
 	}
@@ -117,8 +137,15 @@ func (t *Term) Fence() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(t.Info.Key), "=", t.Info.Rev)
 }
 
-// Done is closed when the term ends because the lease was lost.
-func (t *Term) Done() <-chan struct{} { return t.session.Done() }
+// Done is closed when the term ends because the lease was lost: etcd
+// answered a renewal saying the lease is gone, or no renewal has been
+// granted for a TTL past the lease's earliest expiry (etcd unreachable, or
+// this process frozen). It is not the session's own keep-alive giving up:
+// that happens when its answers come late to a process starved of CPU
+// (a leader of a million units on a 2-CPU host lost its lease that way
+// while etcd renewed every renewal it was sent). Valid says meanwhile
+// whether the term may act.
+func (t *Term) Done() <-chan struct{} { return t.done }
 
 // Resign gives up leadership at once so a standby can take over without
 // waiting for the lease to expire.
@@ -148,7 +175,7 @@ func Campaign(ctx context.Context, cli *clientv3.Client, prefix string, ttl time
 	}
 	me.Key = e.Key()
 	me.Rev = e.Rev()
-	t := &Term{Info: me, session: s, elec: e, ttl: time.Duration(secs) * time.Second, base: time.Now()}
+	t := &Term{Info: me, session: s, elec: e, ttl: time.Duration(secs) * time.Second, base: time.Now(), done: make(chan struct{})}
 	// Renew once now: validity starts at a renewal etcd granted after the
 	// win, then check the key is still there (the lease may have expired
 	// while this candidate waited).
@@ -167,13 +194,9 @@ func Campaign(ctx context.Context, cli *clientv3.Client, prefix string, ttl time
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t.stop = cancel
-	go func() {
-		t.renew(rctx, cli)
-	}()
-	go func() {
-		<-s.Done()
-		cancel()
-	}()
+	// The term renews the lease itself until it resigns or etcd says the
+	// lease is gone; the session's keep-alive runs beside it (see Done).
+	go t.renew(rctx, cli)
 	return t, nil
 }
 

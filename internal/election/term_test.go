@@ -1,0 +1,62 @@
+package election
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla/flotilla/internal/etcdtest"
+)
+
+// TestTermOutlivesItsSessionKeepAlive: when the session's own keep-alive
+// gives up (as it does when its answers reach a CPU-starved process late)
+// while etcd still holds the lease, the term goes on: it renews the lease
+// itself, stays valid and keeps its key. Once the lease is revoked, Done
+// closes.
+func TestTermOutlivesItsSessionKeepAlive(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := Campaign(ctx, cli, "/t/orphan/", time.Second, Info{Machine: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Resign(context.Background())
+	a.session.Orphan() // its keep-alive ends; the lease is left to expire
+	select {
+	case <-a.session.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session's keep-alive did not end")
+	}
+	resp, err := cli.Get(ctx, a.Info.Key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("get own key: %v", err)
+	}
+	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Duration(ttl.GrantedTTL) * time.Second
+	select {
+	case <-a.Done():
+		t.Fatal("the term ended with its session's keep-alive, while etcd held its lease")
+	case <-time.After(3 * granted):
+	}
+	if !a.Valid(time.Now()) {
+		t.Errorf("Valid = false %v after the session's keep-alive ended; the term renews the lease itself", 3*granted)
+	}
+	if resp, err := cli.Get(ctx, a.Info.Key); err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != a.Info.Rev {
+		t.Fatalf("the term's key is gone %v after its session's keep-alive ended (%v)", 3*granted, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(2 * granted):
+		t.Fatalf("Done not closed %v after the lease was revoked", 2*granted)
+	}
+}
