@@ -55,7 +55,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.StringVar(&cfg.StatePath, "state-path", bench.StatePath, "what the state pollers fetch: /v1/state?limit=1000 measures a page of 1,000 units")
 	fs.BoolVar(&cfg.StateConditional, "state-conditional", false, "state pollers send If-None-Match with the last ETag (304 when nothing changed), as well-behaved pollers do")
 	fs.BoolVar(&cfg.TLS, "tls", false, "run the cluster with mutual TLS on every connection (a CA and certificates made for the run)")
-	fs.StringVar(&cfg.ProfileDir, "profile", "", "keep CPU and heap profiles of each engine over the measured window in this directory (<registry>-<engine>-cpu.pprof, -heap.pprof; read them with go tool pprof)")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "keep CPU and heap profiles of each engine and agents' process over the measured window in this directory (<registry>-<engine>-cpu.pprof, -heap.pprof; read them with go tool pprof), and with --failover of the surviving engines from the kill until the cluster is whole (<registry>-failover-<engine>-...)")
 	fs.BoolVar(&cfg.DistinctFiles, "distinct-files", false, "start N units with a file each, in batches of 100,000, instead of N instances of one template in one request (bench@{1..N}.service)")
 	fs.BoolVar(&cfg.Stop, "stop", false, "once every unit is active, stop them all with one request (desired state loaded, as flotilla stop with the range) and measure it and the time until none is active")
 	fs.BoolVar(&cfg.Failover, "failover", false, "once every unit is active, kill the leading engine (needs --engines 3) and measure until another leads, every agent is back and every unit is active in its state; units started meanwhile are counted in the agents' processes")

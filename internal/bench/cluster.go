@@ -227,11 +227,18 @@ func (c *cluster) profiled() []*process {
 
 // profileStart has every engine and agents' process start its CPU profile
 // (SIGUSR1, see package profiling); nothing without --profile.
-func (c *cluster) profileStart() {
+func (c *cluster) profileStart() { c.profileStartOf(c.profiled()) }
+
+// profileStartOf has processes ps start their CPU profiles, their profiles
+// of an earlier window removed.
+func (c *cluster) profileStartOf(ps []*process) {
 	if c.cfg.ProfileDir == "" {
 		return
 	}
-	for _, p := range c.profiled() {
+	for _, p := range ps {
+		for _, f := range []string{profiling.CPUFile, profiling.HeapFile, profiling.GoroutineFile} {
+			os.Remove(filepath.Join(c.profileDir(p.name), f))
+		}
 		p.cmd.Process.Signal(syscall.SIGUSR1)
 	}
 }
@@ -241,13 +248,23 @@ func (c *cluster) profileStart() {
 // --profile as <registry>-<process>-cpu.pprof and -heap.pprof (engine1,
 // agents1, ...).
 func (c *cluster) profileStop(ctx context.Context) error {
+	return c.profileStopOf(ctx, c.profiled(), "")
+}
+
+// profileStopOf is profileStop for processes ps, whose files are named
+// <registry>-<window>-<process>-... when window is not "".
+func (c *cluster) profileStopOf(ctx context.Context, ps []*process, window string) error {
 	if c.cfg.ProfileDir == "" {
 		return nil
 	}
-	for _, p := range c.profiled() {
+	for _, p := range ps {
 		p.cmd.Process.Signal(syscall.SIGUSR2)
 	}
-	for _, p := range c.profiled() {
+	prefix := c.registry
+	if window != "" {
+		prefix += "-" + window
+	}
+	for _, p := range ps {
 		src := c.profileDir(p.name)
 		if err := c.waitFor(ctx, 2*time.Minute, p.name+"'s heap profile", func() error {
 			_, err := os.Stat(filepath.Join(src, profiling.HeapFile))
@@ -260,13 +277,13 @@ func (c *cluster) profileStop(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("profile of %s: %w", p.name, err)
 			}
-			dst := filepath.Join(c.cfg.ProfileDir, fmt.Sprintf("%s-%s-%s.pprof", c.registry, p.name, f.to))
+			dst := filepath.Join(c.cfg.ProfileDir, fmt.Sprintf("%s-%s-%s.pprof", prefix, p.name, f.to))
 			if err := os.WriteFile(dst, b, 0o644); err != nil {
 				return fmt.Errorf("--profile: %w", err)
 			}
 		}
 	}
-	c.prog.phase("engine and agents' profiles written to %s", c.cfg.ProfileDir)
+	c.prog.phase("profiles written to %s", c.cfg.ProfileDir)
 	return nil
 }
 

@@ -54,6 +54,15 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 		return nil, fmt.Errorf("failover: no running engine serves %s, the leader's API", c.leaderAPI)
 	}
 	r.Killed = victim.name
+	// With --profile, the surviving engines are profiled from the kill
+	// until the cluster is whole again (files <registry>-failover-...).
+	var survivors []*process
+	for _, e := range c.engines {
+		if e != victim && !e.killed {
+			survivors = append(survivors, e)
+		}
+	}
+	c.profileStartOf(survivors)
 	prog.phase("killing the leader, %s (SIGKILL)", victim.name)
 	t0 := time.Now()
 	victim.kill()
@@ -131,6 +140,9 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 		return nil, err
 	}
 	r.Restarted = after - before
+	if err := c.profileStopOf(ctx, survivors, "failover"); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
