@@ -37,7 +37,7 @@ type testEngine struct {
 }
 
 // startEngine runs an engine with a gRPC server on loopback.
-func startEngine(t *testing.T, cli *clientv3.Client, reg, name string) *testEngine {
+func startEngine(t testing.TB, cli *clientv3.Client, reg, name string) *testEngine {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +78,7 @@ func startEngine(t *testing.T, cli *clientv3.Client, reg, name string) *testEngi
 }
 
 // testLogger logs to the test's output under -v.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if !testing.Verbose() {
 		return nil
 	}
