@@ -16,7 +16,11 @@
 //  3. Apply each later delta; send status changes (coalesced) and a
 //     heartbeat when idle.
 //  4. When the stream breaks or the leader changes, go back to 1. Units keep
-//     running meanwhile. A leader that refuses the Hello because another
+//     running meanwhile. A stream is opened again on the connection the
+//     agent keeps to each engine (conns.go), after a jittered backoff of
+//     up to half the heartbeat interval (at least 1 s), so that thousands
+//     of agents retrying a leader still loading cost it streams, not TCP
+//     connections and handshakes. A leader that refuses the Hello because another
 //     live daemon holds the machine's name (with another instance: another
 //     data dir) ends Run with ErrNameInUse.
 //  5. The cut-off policy. Every message from the leader carries the
