@@ -37,7 +37,7 @@ type testEngine struct {
 }
 
 // startEngine runs an engine with a gRPC server on loopback.
-func startEngine(t *testing.T, cli *clientv3.Client, reg, name string) *testEngine {
+func startEngine(t testing.TB, cli *clientv3.Client, reg, name string) *testEngine {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +78,7 @@ func startEngine(t *testing.T, cli *clientv3.Client, reg, name string) *testEngi
 }
 
 // testLogger logs to the test's output under -v.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if !testing.Verbose() {
 		return nil
 	}
@@ -140,7 +140,7 @@ func (ta *testAgent) stop() {
 	<-ta.done
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var err error
@@ -153,7 +153,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 	t.Fatalf("%s: not within %v: %v", what, timeout, err)
 }
 
-func parse(t *testing.T, name, text string) *unit.File {
+func parse(t testing.TB, name, text string) *unit.File {
 	t.Helper()
 	f, err := unit.Parse(name, []byte(text))
 	if err != nil {
@@ -197,7 +197,7 @@ func allActive(e *engine.Engine, want int) (map[string][]string, error) {
 }
 
 // waitLeader waits until e leads.
-func waitLeader(t *testing.T, e *testEngine) {
+func waitLeader(t testing.TB, e *testEngine) {
 	t.Helper()
 	eventually(t, 10*time.Second, e.name+" leads", func() error {
 		if leaderOf(e) == nil {

@@ -1,0 +1,60 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// BenchmarkApplyRange times one request starting a range of instances of
+// a template (bench@{1..n}.service), then one stopping them (desired state
+// loaded), on an engine leading over an embedded etcd. No agent runs: the
+// instances stay unplaced. The reconcile pass that follows each request
+// (which writes every instance's record) is waited for outside the timing,
+// with a request that changes nothing. Run with -benchtime 1x:
+//
+//	go test -run '^$' -bench ApplyRange -benchtime 1x ./internal/engine
+func BenchmarkApplyRange(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) { benchApplyRange(b, n) })
+	}
+}
+
+func benchApplyRange(b *testing.B, n int) {
+	srv := etcdtest.Start(b)
+	cli := srv.Client(b)
+	e := startEngine(b, cli, "grpc", "e1")
+	waitLeader(b, e)
+	ctx := context.Background()
+	tmpl := engine.Change{Name: "bench@.service", File: parse(b, "bench@.service", simple)}
+	apply := func(c engine.Change) time.Duration {
+		start := time.Now()
+		if err := e.Apply(ctx, []engine.Change{c}); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	apply(tmpl)
+	r := unit.Range{From: 1, To: n}
+	var start, stop time.Duration
+	b.ResetTimer()
+	for range b.N {
+		s := apply(engine.Change{Name: "bench@.service", Range: &r, DesiredState: unit.Launched})
+		b.StopTimer()
+		w := apply(tmpl) // after the pass that followed
+		b.StartTimer()
+		p := apply(engine.Change{Name: "bench@.service", Range: &r, DesiredState: unit.Loaded})
+		b.StopTimer()
+		w += apply(tmpl)
+		b.StartTimer()
+		start, stop = start+s, stop+p
+		b.Logf("%d instances: start %v, stop %v (waited for the passes after them: %v)", n, s, p, w)
+	}
+	b.ReportMetric(float64(start.Milliseconds())/float64(b.N), "start-ms")
+	b.ReportMetric(float64(stop.Milliseconds())/float64(b.N), "stop-ms")
+}
