@@ -29,7 +29,11 @@ func BenchmarkApplyRange(b *testing.B) {
 func benchApplyRange(b *testing.B, n int) {
 	srv := etcdtest.Start(b)
 	cli := srv.Client(b)
-	e := startEngine(b, cli, "grpc", "e1")
+	// A long lease: a busy host must not make the leader degrade.
+	e := startEngine(b, cli, "grpc", "e1", func(c *engine.Config) {
+		c.ElectionTTL = 10 * time.Second
+		c.AgentTTL = engine.MinAgentTTL(c.ElectionTTL)
+	})
 	waitLeader(b, e)
 	ctx := context.Background()
 	tmpl := engine.Change{Name: "bench@.service", File: parse(b, "bench@.service", simple)}

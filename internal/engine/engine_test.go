@@ -37,7 +37,8 @@ type testEngine struct {
 }
 
 // startEngine runs an engine with a gRPC server on loopback.
-func startEngine(t testing.TB, cli *clientv3.Client, reg, name string) *testEngine {
+// Options change its Config.
+func startEngine(t testing.TB, cli *clientv3.Client, reg, name string, options ...func(*engine.Config)) *testEngine {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,13 +58,17 @@ func startEngine(t testing.TB, cli *clientv3.Client, reg, name string) *testEngi
 			lmu.Unlock()
 		}
 	}()
-	e, err := engine.New(engine.Config{Machine: name, Client: cli, Registry: reg, ElectionTTL: time.Second, AgentTTL: agentTTL,
+	cfg := engine.Config{Machine: name, Client: cli, Registry: reg, ElectionTTL: time.Second, AgentTTL: agentTTL,
 		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t),
 		LeaderInfo: func() (election.Info, bool) {
 			lmu.Lock()
 			defer lmu.Unlock()
 			return leader, leader.Machine != ""
-		}})
+		}}
+	for _, o := range options {
+		o(&cfg)
+	}
+	e, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
