@@ -54,6 +54,9 @@ type applyReq struct {
 	// or a new placement policy
 	options *scheduler.Options
 	res     chan applyRes
+	// rangeNames are the names of each range change's instances, once
+	// validated (by change index).
+	rangeNames [][]string
 }
 
 type applyRes struct {
@@ -196,9 +199,12 @@ func (t *term) applyRound(round []*applyReq) {
 		}
 		local := make(map[string]*unitRec, size) // a range of a million: grown once
 		var err error
-		for _, c := range req.changes {
+		for i, c := range req.changes {
 			if c.Range != nil {
-				err = t.validateRange(local, lookup, c)
+				if req.rangeNames == nil {
+					req.rangeNames = make([][]string, len(req.changes))
+				}
+				req.rangeNames[i], err = t.validateRange(local, lookup, c)
 			} else {
 				err = t.validate(local, lookup, c)
 			}
@@ -238,11 +244,12 @@ func (t *term) applyRound(round []*applyReq) {
 	var covered map[string]*pendingRange // nil: no range in the round
 	var newRanges []*pendingRange
 	for _, req := range accepted {
-		for _, c := range req.changes {
+		for i, c := range req.changes {
 			if c.Range == nil || c.Destroy {
 				continue
 			}
-			content, ok := t.rangeCovers(c, roundRecs)
+			names := req.rangeNames[i]
+			content, ok := t.rangeCovers(c, names, roundRecs)
 			if !ok {
 				continue
 			}
@@ -253,8 +260,7 @@ func (t *term) applyRound(round []*applyReq) {
 			if covered == nil {
 				covered = make(map[string]*pendingRange, len(roundRecs))
 			}
-			for i := range c.Range.Len() {
-				name := unit.RangeName(c.Name, *c.Range, i)
+			for _, name := range names {
 				if _, changed := roundRecs[name]; changed {
 					covered[name] = pr
 				}
@@ -358,10 +364,9 @@ func (t *term) applyRound(round []*applyReq) {
 // rangeCovers reports whether range change c can be written as one range
 // record: every instance it names ends the round (roundRecs, or as it
 // was) with the range's desired state. It returns the content of the file
-// instances it creates are made from.
-func (t *term) rangeCovers(c Change, roundRecs map[string]*unitRec) (content string, ok bool) {
-	for i := range c.Range.Len() {
-		name := unit.RangeName(c.Name, *c.Range, i)
+// instances it creates are made from. names are the range's.
+func (t *term) rangeCovers(c Change, names []string, roundRecs map[string]*unitRec) (content string, ok bool) {
+	for _, name := range names {
 		r, changed := roundRecs[name]
 		if !changed {
 			r = t.units[name]
@@ -377,21 +382,74 @@ func (t *term) rangeCovers(c Change, roundRecs map[string]*unitRec) (content str
 }
 
 // validateRange validates a range change as the change of each instance
-// it names.
-func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change) error {
+// it names, and returns their names. It makes the records validate would,
+// the work that is the same for every instance done once per range: a new
+// instance of a template every instance shares a file of (unit.Shareable)
+// is made from that file, its content key and its scheduler unit.
+func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change) ([]string, error) {
 	if c.File != nil {
-		return fmt.Errorf("%w: %s%s names a range of instances: it takes no file (submit the template %s)", ErrInvalid, c.Name, c.Range, c.Name)
+		return nil, fmt.Errorf("%w: %s%s names a range of instances: it takes no file (submit the template %s)", ErrInvalid, c.Name, c.Range, c.Name)
 	}
 	if !c.Destroy && c.DesiredState == "" {
-		return fmt.Errorf("%w: the range of %s sets no desired state", ErrInvalid, c.Name)
+		return nil, fmt.Errorf("%w: the range of %s sets no desired state", ErrInvalid, c.Name)
 	}
-	for i := range c.Range.Len() {
-		ic := Change{Name: unit.RangeName(c.Name, *c.Range, i), DesiredState: c.DesiredState, Destroy: c.Destroy}
-		if err := t.validate(local, lookup, ic); err != nil {
-			return err
+	names := rangeNames(c.Name, *c.Range)
+	if len(names) == 0 {
+		return names, nil
+	}
+	var (
+		slab recSlab
+		now  time.Time // when wanted: once for the range
+		f    *unit.File
+		su   *scheduler.Unit
+		// content is the shared file's content key
+		content string
+	)
+	// The template is the same for every instance: only instances are
+	// changed below.
+	tmpl := lookup(local, unit.TemplateOf(names[0]))
+	shared := tmpl != nil && unit.Shareable(tmpl.file)
+	if c.DesiredState != unit.Inactive {
+		now = t.e.cfg.Now()
+	}
+	for _, name := range names {
+		cur := lookup(local, name)
+		switch {
+		case c.Destroy || (cur == nil && !shared):
+			ic := Change{Name: name, DesiredState: c.DesiredState, Destroy: c.Destroy}
+			if err := t.validate(local, lookup, ic); err != nil {
+				return nil, err
+			}
+		case cur == nil:
+			if f == nil {
+				var err error
+				if f, err = t.instanceFile(tmpl.file, name); err != nil {
+					return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+				}
+				su = scheduler.NewUnit(f)
+				content = t.contentOf(f.Raw) // instances are stored by content
+			}
+			r := slab.rec()
+			*r = unitRec{name: name, file: f, content: content, desired: unit.Inactive, su: slab.su(su)}
+			r.su.Name = name
+			if c.DesiredState != unit.Inactive {
+				r.wantedAt, r.desired = now, c.DesiredState
+			}
+			local[name] = r
+		case c.DesiredState != cur.desired:
+			r := slab.rec()
+			*r = *cur
+			if r.desired == unit.Inactive {
+				r.wantedAt = now
+			}
+			r.desired = c.DesiredState
+			if r.desired == unit.Inactive {
+				r.machine, r.reason = "", ""
+			}
+			local[name] = r
 		}
 	}
-	return nil
+	return names, nil
 }
 
 // validate checks one change against the state seen through lookup and
