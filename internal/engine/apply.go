@@ -267,9 +267,24 @@ func (t *term) applyRound(round []*applyReq) {
 			}
 		}
 	}
+	// The round's units, with their records before and after and the range
+	// standing for them (nil: none), read once: applied below in this order.
+	entries := make([]roundEntry, 0, len(roundRecs))
+	var newUnits, newUnplaced, newUnwritten int // to size the maps they join
 	for name, next := range roundRecs {
 		cur := t.units[name]
-		if covered[name] == nil {
+		pr := covered[name]
+		entries = append(entries, roundEntry{name: name, cur: cur, next: next, pr: pr})
+		if cur == nil && next != nil {
+			newUnits++
+		}
+		if next != nil && next.wanted() && next.machine == "" && !next.file.Fleet.Global {
+			newUnplaced++
+		}
+		if pr != nil {
+			newUnwritten++
+		}
+		if pr == nil {
 			switch {
 			case next == nil && cur == nil:
 				continue
@@ -298,8 +313,8 @@ func (t *term) applyRound(round []*applyReq) {
 		err = t.confirmNoop()
 	} else {
 		err = t.commitRecords(ops, func(yield func(*unitRec) bool) {
-			for _, r := range roundRecs {
-				if !yield(r) {
+			for _, en := range entries {
+				if !yield(en.next) {
 					return
 				}
 			}
@@ -334,13 +349,17 @@ func (t *term) applyRound(round []*applyReq) {
 	for _, pr := range newRanges {
 		t.ranges[pr.key] = pr
 	}
+	t.units = grown(t.units, newUnits)
+	t.unplaced = grown(t.unplaced, newUnplaced)
+	t.unwritten = grown(t.unwritten, newUnwritten)
 	t.hold.start() // a stop of a million units: a message an agent, not a unit
-	for name, rec := range roundRecs {
-		if cur := t.units[name]; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
+	for _, en := range entries {
+		name, rec := en.name, en.next
+		if cur := en.cur; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
 			t.sched.Unplace(name)
 		}
 		t.setUnit(name, rec)
-		if pr := covered[name]; pr != nil {
+		if pr := en.pr; pr != nil {
 			if old := t.unwritten[name]; old != nil {
 				old.left--
 			}
@@ -359,6 +378,29 @@ func (t *term) applyRound(round []*applyReq) {
 	if err := t.dropFiles(); err != nil {
 		t.e.log.Warn("could not delete unit files no unit names", "err", err)
 	}
+}
+
+// roundEntry is a unit an apply round changes: its record as it was (cur)
+// and as the round leaves it (next, nil when destroyed), and the range
+// record written for it (nil: its own record is written).
+type roundEntry struct {
+	name      string
+	cur, next *unitRec
+	pr        *pendingRange
+}
+
+// grown returns m, or when n is more than it holds a copy of it with room
+// for n more: a map that takes a million units at once is made once, not
+// split and rehashed as it grows. Callers hold mu for writing.
+func grown[K comparable, V any](m map[K]V, n int) map[K]V {
+	if n <= len(m) {
+		return m
+	}
+	g := make(map[K]V, len(m)+n)
+	for k, v := range m {
+		g[k] = v
+	}
+	return g
 }
 
 // rangeCovers reports whether range change c can be written as one range

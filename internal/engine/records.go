@@ -154,10 +154,12 @@ func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) b
 	var files []registry.Op
 	var contents []string
 	seen := map[string]bool{}
+	last := "" // the content of the record before: most often the same
 	for r := range recs {
-		if r == nil || r.content == "" || seen[r.content] {
+		if r == nil || r.content == "" || r.content == last || seen[r.content] {
 			continue
 		}
+		last = r.content
 		seen[r.content] = true
 		if f := t.files[r.content]; f == nil || !f.stored {
 			files = append(files, registry.PutFile(t.keys, r.file.Raw))
