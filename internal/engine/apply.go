@@ -243,13 +243,17 @@ func (t *term) applyRound(round []*applyReq) {
 	// destroyed or changed one) its instances are written one by one.
 	var covered map[string]*pendingRange // nil: no range in the round
 	var newRanges []*pendingRange
+	var changed []bool // by a range's instance: whether the round changes it
 	for _, req := range accepted {
 		for i, c := range req.changes {
 			if c.Range == nil || c.Destroy {
 				continue
 			}
 			names := req.rangeNames[i]
-			content, ok := t.rangeCovers(c, names, roundRecs)
+			if len(changed) < len(names) {
+				changed = make([]bool, len(names))
+			}
+			content, ok := t.rangeCovers(c, names, roundRecs, changed)
 			if !ok {
 				continue
 			}
@@ -260,8 +264,8 @@ func (t *term) applyRound(round []*applyReq) {
 			if covered == nil {
 				covered = make(map[string]*pendingRange, len(roundRecs))
 			}
-			for _, name := range names {
-				if _, changed := roundRecs[name]; changed {
+			for j, name := range names {
+				if changed[j] {
 					covered[name] = pr
 				}
 			}
@@ -358,7 +362,7 @@ func (t *term) applyRound(round []*applyReq) {
 		if cur := en.cur; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
 			t.sched.Unplace(name)
 		}
-		t.setUnit(name, rec)
+		t.setUnitFrom(name, en.cur, rec)
 		if pr := en.pr; pr != nil {
 			if old := t.unwritten[name]; old != nil {
 				old.left--
@@ -406,17 +410,19 @@ func grown[K comparable, V any](m map[K]V, n int) map[K]V {
 // rangeCovers reports whether range change c can be written as one range
 // record: every instance it names ends the round (roundRecs, or as it
 // was) with the range's desired state. It returns the content of the file
-// instances it creates are made from. names are the range's.
-func (t *term) rangeCovers(c Change, names []string, roundRecs map[string]*unitRec) (content string, ok bool) {
-	for _, name := range names {
-		r, changed := roundRecs[name]
-		if !changed {
+// instances it creates are made from. names are the range's; changed is
+// set for those the round changes.
+func (t *term) rangeCovers(c Change, names []string, roundRecs map[string]*unitRec, changed []bool) (content string, ok bool) {
+	for i, name := range names {
+		r, ch := roundRecs[name]
+		changed[i] = ch
+		if !ch {
 			r = t.units[name]
 		}
 		if r == nil || r.desired != c.DesiredState || r.content == "" {
 			return "", false
 		}
-		if content == "" || (changed && t.units[name] == nil) {
+		if content == "" || (ch && r.content != content && t.units[name] == nil) {
 			content = r.content
 		}
 	}
@@ -454,8 +460,14 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 	if c.DesiredState != unit.Inactive {
 		now = t.e.cfg.Now()
 	}
+	// The names of a range are distinct: when the request changed no unit
+	// before it, none of them is in local but those the loop puts there.
+	before := local
+	if len(local) == 0 {
+		before = nil
+	}
 	for _, name := range names {
-		cur := lookup(local, name)
+		cur := lookup(before, name)
 		switch {
 		case c.Destroy || (cur == nil && !shared):
 			ic := Change{Name: name, DesiredState: c.DesiredState, Destroy: c.Destroy}
