@@ -151,6 +151,15 @@ func (t *term) applyRound(round []*applyReq) {
 		}
 		return t.units[name]
 	}
+	// A round of one request changing one range (not destroying it), as
+	// flotilla start 'web@{1..1000000}.service' is: its instances are
+	// validated into single, by index, not into the round's maps.
+	var single *rangeUnits
+	if len(round) == 1 && round[0].options == nil && round[0].machine == "" && len(round[0].changes) == 1 {
+		if c := round[0].changes[0]; c.Range != nil && !c.Destroy && c.File == nil {
+			single = &rangeUnits{curs: make([]*unitRec, c.Range.Len()), nexts: make([]*unitRec, c.Range.Len())}
+		}
+	}
 	var newOptions *scheduler.Options
 	for _, req := range round {
 		if req.options != nil {
@@ -197,6 +206,9 @@ func (t *term) applyRound(round []*applyReq) {
 				size++
 			}
 		}
+		if single != nil {
+			size = 0 // the range's units go to single
+		}
 		local := make(map[string]*unitRec, size) // a range of a million: grown once
 		var err error
 		for i, c := range req.changes {
@@ -204,7 +216,7 @@ func (t *term) applyRound(round []*applyReq) {
 				if req.rangeNames == nil {
 					req.rangeNames = make([][]string, len(req.changes))
 				}
-				req.rangeNames[i], err = t.validateRange(local, lookup, c)
+				req.rangeNames[i], err = t.validateRange(local, lookup, c, single)
 			} else {
 				err = t.validate(local, lookup, c)
 			}
@@ -244,7 +256,36 @@ func (t *term) applyRound(round []*applyReq) {
 	var covered map[string]*pendingRange // nil: no range in the round
 	var newRanges []*pendingRange
 	var changed []bool // by a range's instance: whether the round changes it
+	// The round's units, with their records before and after and the range
+	// standing for them (nil: none), read once: applied below in this order.
+	var entries []roundEntry
+	if single != nil {
+		c, names := round[0].changes[0], round[0].rangeNames[0]
+		var pr *pendingRange
+		if content, ok := single.covers(c); ok {
+			rr := rangeRecord(c, content)
+			pr = &pendingRange{key: t.keys.Range(rr)}
+			newRanges = append(newRanges, pr)
+			ops = append(ops, registry.PutRange(t.keys, rr))
+		}
+		n := 0
+		for _, r := range single.nexts {
+			if r != nil {
+				n++
+			}
+		}
+		entries = make([]roundEntry, 0, n)
+		for i, next := range single.nexts {
+			if next != nil {
+				entries = append(entries, roundEntry{name: names[i], cur: single.curs[i], next: next, pr: pr})
+			}
+		}
+		single = nil
+	}
 	for _, req := range accepted {
+		if entries != nil {
+			break // the single range's
+		}
 		for i, c := range req.changes {
 			if c.Range == nil || c.Destroy {
 				continue
@@ -271,14 +312,15 @@ func (t *term) applyRound(round []*applyReq) {
 			}
 		}
 	}
-	// The round's units, with their records before and after and the range
-	// standing for them (nil: none), read once: applied below in this order.
-	entries := make([]roundEntry, 0, len(roundRecs))
+	if entries == nil {
+		entries = make([]roundEntry, 0, len(roundRecs))
+		for name, next := range roundRecs {
+			entries = append(entries, roundEntry{name: name, cur: t.units[name], next: next, pr: covered[name]})
+		}
+	}
 	var newUnits, newUnplaced, newUnwritten int // to size the maps they join
-	for name, next := range roundRecs {
-		cur := t.units[name]
-		pr := covered[name]
-		entries = append(entries, roundEntry{name: name, cur: cur, next: next, pr: pr})
+	for _, en := range entries {
+		name, cur, next, pr := en.name, en.cur, en.next, en.pr
 		if cur == nil && next != nil {
 			newUnits++
 		}
@@ -393,6 +435,30 @@ type roundEntry struct {
 	pr        *pendingRange
 }
 
+// rangeUnits are the units of a range change validated on their own: by
+// instance index, the record as it is (curs) and as the change leaves it
+// (nexts, nil: unchanged).
+type rangeUnits struct {
+	curs, nexts []*unitRec
+}
+
+// covers is rangeCovers for a range whose units are u.
+func (u *rangeUnits) covers(c Change) (content string, ok bool) {
+	for i, r := range u.nexts {
+		changed := r != nil
+		if !changed {
+			r = u.curs[i]
+		}
+		if r == nil || r.desired != c.DesiredState || r.content == "" {
+			return "", false
+		}
+		if content == "" || (changed && r.content != content && u.curs[i] == nil) {
+			content = r.content
+		}
+	}
+	return content, content != ""
+}
+
 // grown returns m, or when n is more than it holds a copy of it with room
 // for n more: a map that takes a million units at once is made once, not
 // split and rehashed as it grows. Callers hold mu for writing.
@@ -434,7 +500,10 @@ func (t *term) rangeCovers(c Change, names []string, roundRecs map[string]*unitR
 // the work that is the same for every instance done once per range: a new
 // instance of a template every instance shares a file of (unit.Shareable)
 // is made from that file, its content key and its scheduler unit.
-func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change) ([]string, error) {
+//
+// With single (the round's only change), the records are put there, by
+// index, instead of in local.
+func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change, single *rangeUnits) ([]string, error) {
 	if c.File != nil {
 		return nil, fmt.Errorf("%w: %s%s names a range of instances: it takes no file (submit the template %s)", ErrInvalid, c.Name, c.Range, c.Name)
 	}
@@ -466,13 +535,27 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 	if len(local) == 0 {
 		before = nil
 	}
-	for _, name := range names {
+	put := func(i int, name string, r *unitRec) {
+		if single != nil {
+			single.nexts[i] = r
+		} else {
+			local[name] = r
+		}
+	}
+	for i, name := range names {
 		cur := lookup(before, name)
+		if single != nil {
+			single.curs[i] = cur
+		}
 		switch {
 		case c.Destroy || (cur == nil && !shared):
 			ic := Change{Name: name, DesiredState: c.DesiredState, Destroy: c.Destroy}
 			if err := t.validate(local, lookup, ic); err != nil {
 				return nil, err
+			}
+			if r, ok := local[name]; ok && single != nil {
+				delete(local, name)
+				single.nexts[i] = r // never nil: single destroys nothing
 			}
 		case cur == nil:
 			if f == nil {
@@ -489,7 +572,7 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 			if c.DesiredState != unit.Inactive {
 				r.wantedAt, r.desired = now, c.DesiredState
 			}
-			local[name] = r
+			put(i, name, r)
 		case c.DesiredState != cur.desired:
 			r := slab.rec()
 			*r = *cur
@@ -500,7 +583,7 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 			if r.desired == unit.Inactive {
 				r.machine, r.reason = "", ""
 			}
-			local[name] = r
+			put(i, name, r)
 		}
 	}
 	return names, nil
