@@ -157,7 +157,8 @@ func (t *term) applyRound(round []*applyReq) {
 	var single *rangeUnits
 	if len(round) == 1 && round[0].options == nil && round[0].machine == "" && len(round[0].changes) == 1 {
 		if c := round[0].changes[0]; c.Range != nil && !c.Destroy && c.File == nil {
-			single = &rangeUnits{curs: make([]*unitRec, c.Range.Len()), nexts: make([]*unitRec, c.Range.Len())}
+			n := max(c.Range.Len(), 0)
+			single = &rangeUnits{curs: make([]*unitRec, n), nexts: make([]*unitRec, n)}
 		}
 	}
 	var newOptions *scheduler.Options

@@ -362,7 +362,7 @@ func (s *recSlab) su(u *scheduler.Unit) *scheduler.Unit {
 func rangeNames(template string, r unit.Range) []string {
 	prefix := unit.Prefix(template) + "@"
 	suffix := template[strings.LastIndexByte(template, '.'):]
-	names := make([]string, r.Len())
+	names := make([]string, max(r.Len(), 0))
 	var buf []byte
 	var tmp [24]byte
 	ends := make([]int, slabSize)
