@@ -54,6 +54,9 @@ type applyReq struct {
 	// or a new placement policy
 	options *scheduler.Options
 	res     chan applyRes
+	// rangeNames are the names of each range change's instances, once
+	// validated (by change index).
+	rangeNames [][]string
 }
 
 type applyRes struct {
@@ -148,6 +151,16 @@ func (t *term) applyRound(round []*applyReq) {
 		}
 		return t.units[name]
 	}
+	// A round of one request changing one range (not destroying it), as
+	// flotilla start 'web@{1..1000000}.service' is: its instances are
+	// validated into single, by index, not into the round's maps.
+	var single *rangeUnits
+	if len(round) == 1 && round[0].options == nil && round[0].machine == "" && len(round[0].changes) == 1 {
+		if c := round[0].changes[0]; c.Range != nil && !c.Destroy && c.File == nil {
+			n := max(c.Range.Len(), 0)
+			single = &rangeUnits{curs: make([]*unitRec, n), nexts: make([]*unitRec, n)}
+		}
+	}
 	var newOptions *scheduler.Options
 	for _, req := range round {
 		if req.options != nil {
@@ -194,11 +207,17 @@ func (t *term) applyRound(round []*applyReq) {
 				size++
 			}
 		}
+		if single != nil {
+			size = 0 // the range's units go to single
+		}
 		local := make(map[string]*unitRec, size) // a range of a million: grown once
 		var err error
-		for _, c := range req.changes {
+		for i, c := range req.changes {
 			if c.Range != nil {
-				err = t.validateRange(local, lookup, c)
+				if req.rangeNames == nil {
+					req.rangeNames = make([][]string, len(req.changes))
+				}
+				req.rangeNames[i], err = t.validateRange(local, lookup, c, single)
 			} else {
 				err = t.validate(local, lookup, c)
 			}
@@ -237,12 +256,46 @@ func (t *term) applyRound(round []*applyReq) {
 	// destroyed or changed one) its instances are written one by one.
 	var covered map[string]*pendingRange // nil: no range in the round
 	var newRanges []*pendingRange
+	var changed []bool // by a range's instance: whether the round changes it
+	// The round's units, with their records before and after and the range
+	// standing for them (nil: none), read once: applied below in this order.
+	var entries []roundEntry
+	if single != nil {
+		c, names := round[0].changes[0], round[0].rangeNames[0]
+		var pr *pendingRange
+		if content, ok := single.covers(c); ok {
+			rr := rangeRecord(c, content)
+			pr = &pendingRange{key: t.keys.Range(rr)}
+			newRanges = append(newRanges, pr)
+			ops = append(ops, registry.PutRange(t.keys, rr))
+		}
+		n := 0
+		for _, r := range single.nexts {
+			if r != nil {
+				n++
+			}
+		}
+		entries = make([]roundEntry, 0, n)
+		for i, next := range single.nexts {
+			if next != nil {
+				entries = append(entries, roundEntry{name: names[i], cur: single.curs[i], next: next, pr: pr})
+			}
+		}
+		single = nil
+	}
 	for _, req := range accepted {
-		for _, c := range req.changes {
+		if entries != nil {
+			break // the single range's
+		}
+		for i, c := range req.changes {
 			if c.Range == nil || c.Destroy {
 				continue
 			}
-			content, ok := t.rangeCovers(c, roundRecs)
+			names := req.rangeNames[i]
+			if len(changed) < len(names) {
+				changed = make([]bool, len(names))
+			}
+			content, ok := t.rangeCovers(c, names, roundRecs, changed)
 			if !ok {
 				continue
 			}
@@ -253,17 +306,32 @@ func (t *term) applyRound(round []*applyReq) {
 			if covered == nil {
 				covered = make(map[string]*pendingRange, len(roundRecs))
 			}
-			for i := range c.Range.Len() {
-				name := unit.RangeName(c.Name, *c.Range, i)
-				if _, changed := roundRecs[name]; changed {
+			for j, name := range names {
+				if changed[j] {
 					covered[name] = pr
 				}
 			}
 		}
 	}
-	for name, next := range roundRecs {
-		cur := t.units[name]
-		if covered[name] == nil {
+	if entries == nil {
+		entries = make([]roundEntry, 0, len(roundRecs))
+		for name, next := range roundRecs {
+			entries = append(entries, roundEntry{name: name, cur: t.units[name], next: next, pr: covered[name]})
+		}
+	}
+	var newUnits, newUnplaced, newUnwritten int // to size the maps they join
+	for _, en := range entries {
+		name, cur, next, pr := en.name, en.cur, en.next, en.pr
+		if cur == nil && next != nil {
+			newUnits++
+		}
+		if next != nil && next.wanted() && next.machine == "" && !next.file.Fleet.Global {
+			newUnplaced++
+		}
+		if pr != nil {
+			newUnwritten++
+		}
+		if pr == nil {
 			switch {
 			case next == nil && cur == nil:
 				continue
@@ -292,8 +360,8 @@ func (t *term) applyRound(round []*applyReq) {
 		err = t.confirmNoop()
 	} else {
 		err = t.commitRecords(ops, func(yield func(*unitRec) bool) {
-			for _, r := range roundRecs {
-				if !yield(r) {
+			for _, en := range entries {
+				if !yield(en.next) {
 					return
 				}
 			}
@@ -328,13 +396,17 @@ func (t *term) applyRound(round []*applyReq) {
 	for _, pr := range newRanges {
 		t.ranges[pr.key] = pr
 	}
+	t.units = grown(t.units, newUnits)
+	t.unplaced = grown(t.unplaced, newUnplaced)
+	t.unwritten = grown(t.unwritten, newUnwritten)
 	t.hold.start() // a stop of a million units: a message an agent, not a unit
-	for name, rec := range roundRecs {
-		if cur := t.units[name]; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
+	for _, en := range entries {
+		name, rec := en.name, en.next
+		if cur := en.cur; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
 			t.sched.Unplace(name)
 		}
-		t.setUnit(name, rec)
-		if pr := covered[name]; pr != nil {
+		t.setUnitFrom(name, en.cur, rec)
+		if pr := en.pr; pr != nil {
 			if old := t.unwritten[name]; old != nil {
 				old.left--
 			}
@@ -355,21 +427,69 @@ func (t *term) applyRound(round []*applyReq) {
 	}
 }
 
+// roundEntry is a unit an apply round changes: its record as it was (cur)
+// and as the round leaves it (next, nil when destroyed), and the range
+// record written for it (nil: its own record is written).
+type roundEntry struct {
+	name      string
+	cur, next *unitRec
+	pr        *pendingRange
+}
+
+// rangeUnits are the units of a range change validated on their own: by
+// instance index, the record as it is (curs) and as the change leaves it
+// (nexts, nil: unchanged).
+type rangeUnits struct {
+	curs, nexts []*unitRec
+}
+
+// covers is rangeCovers for a range whose units are u.
+func (u *rangeUnits) covers(c Change) (content string, ok bool) {
+	for i, r := range u.nexts {
+		changed := r != nil
+		if !changed {
+			r = u.curs[i]
+		}
+		if r == nil || r.desired != c.DesiredState || r.content == "" {
+			return "", false
+		}
+		if content == "" || (changed && r.content != content && u.curs[i] == nil) {
+			content = r.content
+		}
+	}
+	return content, content != ""
+}
+
+// grown returns m, or when n is more than it holds a copy of it with room
+// for n more: a map that takes a million units at once is made once, not
+// split and rehashed as it grows. Callers hold mu for writing.
+func grown[K comparable, V any](m map[K]V, n int) map[K]V {
+	if n <= len(m) {
+		return m
+	}
+	g := make(map[K]V, len(m)+n)
+	for k, v := range m {
+		g[k] = v
+	}
+	return g
+}
+
 // rangeCovers reports whether range change c can be written as one range
 // record: every instance it names ends the round (roundRecs, or as it
 // was) with the range's desired state. It returns the content of the file
-// instances it creates are made from.
-func (t *term) rangeCovers(c Change, roundRecs map[string]*unitRec) (content string, ok bool) {
-	for i := range c.Range.Len() {
-		name := unit.RangeName(c.Name, *c.Range, i)
-		r, changed := roundRecs[name]
-		if !changed {
+// instances it creates are made from. names are the range's; changed is
+// set for those the round changes.
+func (t *term) rangeCovers(c Change, names []string, roundRecs map[string]*unitRec, changed []bool) (content string, ok bool) {
+	for i, name := range names {
+		r, ch := roundRecs[name]
+		changed[i] = ch
+		if !ch {
 			r = t.units[name]
 		}
 		if r == nil || r.desired != c.DesiredState || r.content == "" {
 			return "", false
 		}
-		if content == "" || (changed && t.units[name] == nil) {
+		if content == "" || (ch && r.content != content && t.units[name] == nil) {
 			content = r.content
 		}
 	}
@@ -377,21 +497,97 @@ func (t *term) rangeCovers(c Change, roundRecs map[string]*unitRec) (content str
 }
 
 // validateRange validates a range change as the change of each instance
-// it names.
-func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change) error {
+// it names, and returns their names. It makes the records validate would,
+// the work that is the same for every instance done once per range: a new
+// instance of a template every instance shares a file of (unit.Shareable)
+// is made from that file, its content key and its scheduler unit.
+//
+// With single (the round's only change), the records are put there, by
+// index, instead of in local.
+func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*unitRec, string) *unitRec, c Change, single *rangeUnits) ([]string, error) {
 	if c.File != nil {
-		return fmt.Errorf("%w: %s%s names a range of instances: it takes no file (submit the template %s)", ErrInvalid, c.Name, c.Range, c.Name)
+		return nil, fmt.Errorf("%w: %s%s names a range of instances: it takes no file (submit the template %s)", ErrInvalid, c.Name, c.Range, c.Name)
 	}
 	if !c.Destroy && c.DesiredState == "" {
-		return fmt.Errorf("%w: the range of %s sets no desired state", ErrInvalid, c.Name)
+		return nil, fmt.Errorf("%w: the range of %s sets no desired state", ErrInvalid, c.Name)
 	}
-	for i := range c.Range.Len() {
-		ic := Change{Name: unit.RangeName(c.Name, *c.Range, i), DesiredState: c.DesiredState, Destroy: c.Destroy}
-		if err := t.validate(local, lookup, ic); err != nil {
-			return err
+	names := rangeNames(c.Name, *c.Range)
+	if len(names) == 0 {
+		return names, nil
+	}
+	var (
+		slab recSlab
+		now  time.Time // when wanted: once for the range
+		f    *unit.File
+		su   *scheduler.Unit
+		// content is the shared file's content key
+		content string
+	)
+	// The template is the same for every instance: only instances are
+	// changed below.
+	tmpl := lookup(local, unit.TemplateOf(names[0]))
+	shared := tmpl != nil && unit.Shareable(tmpl.file)
+	if c.DesiredState != unit.Inactive {
+		now = t.e.cfg.Now()
+	}
+	// The names of a range are distinct: when the request changed no unit
+	// before it, none of them is in local but those the loop puts there.
+	before := local
+	if len(local) == 0 {
+		before = nil
+	}
+	put := func(i int, name string, r *unitRec) {
+		if single != nil {
+			single.nexts[i] = r
+		} else {
+			local[name] = r
 		}
 	}
-	return nil
+	for i, name := range names {
+		cur := lookup(before, name)
+		if single != nil {
+			single.curs[i] = cur
+		}
+		switch {
+		case c.Destroy || (cur == nil && !shared):
+			ic := Change{Name: name, DesiredState: c.DesiredState, Destroy: c.Destroy}
+			if err := t.validate(local, lookup, ic); err != nil {
+				return nil, err
+			}
+			if r, ok := local[name]; ok && single != nil {
+				delete(local, name)
+				single.nexts[i] = r // never nil: single destroys nothing
+			}
+		case cur == nil:
+			if f == nil {
+				var err error
+				if f, err = t.instanceFile(tmpl.file, name); err != nil {
+					return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+				}
+				su = scheduler.NewUnit(f)
+				content = t.contentOf(f.Raw) // instances are stored by content
+			}
+			r := slab.rec()
+			*r = unitRec{name: name, file: f, content: content, desired: unit.Inactive, su: slab.su(su)}
+			r.su.Name = name
+			if c.DesiredState != unit.Inactive {
+				r.wantedAt, r.desired = now, c.DesiredState
+			}
+			put(i, name, r)
+		case c.DesiredState != cur.desired:
+			r := slab.rec()
+			*r = *cur
+			if r.desired == unit.Inactive {
+				r.wantedAt = now
+			}
+			r.desired = c.DesiredState
+			if r.desired == unit.Inactive {
+				r.machine, r.reason = "", ""
+			}
+			put(i, name, r)
+		}
+	}
+	return names, nil
 }
 
 // validate checks one change against the state seen through lookup and

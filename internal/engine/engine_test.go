@@ -37,7 +37,8 @@ type testEngine struct {
 }
 
 // startEngine runs an engine with a gRPC server on loopback.
-func startEngine(t testing.TB, cli *clientv3.Client, reg, name string) *testEngine {
+// Options change its Config.
+func startEngine(t testing.TB, cli *clientv3.Client, reg, name string, options ...func(*engine.Config)) *testEngine {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,13 +58,17 @@ func startEngine(t testing.TB, cli *clientv3.Client, reg, name string) *testEngi
 			lmu.Unlock()
 		}
 	}()
-	e, err := engine.New(engine.Config{Machine: name, Client: cli, Registry: reg, ElectionTTL: time.Second, AgentTTL: agentTTL,
+	cfg := engine.Config{Machine: name, Client: cli, Registry: reg, ElectionTTL: time.Second, AgentTTL: agentTTL,
 		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t),
 		LeaderInfo: func() (election.Info, bool) {
 			lmu.Lock()
 			defer lmu.Unlock()
 			return leader, leader.Machine != ""
-		}})
+		}}
+	for _, o := range options {
+		o(&cfg)
+	}
+	e, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +145,7 @@ func (ta *testAgent) stop() {
 	<-ta.done
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var err error
@@ -153,7 +158,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 	t.Fatalf("%s: not within %v: %v", what, timeout, err)
 }
 
-func parse(t *testing.T, name, text string) *unit.File {
+func parse(t testing.TB, name, text string) *unit.File {
 	t.Helper()
 	f, err := unit.Parse(name, []byte(text))
 	if err != nil {
@@ -197,7 +202,7 @@ func allActive(e *engine.Engine, want int) (map[string][]string, error) {
 }
 
 // waitLeader waits until e leads.
-func waitLeader(t *testing.T, e *testEngine) {
+func waitLeader(t testing.TB, e *testEngine) {
 	t.Helper()
 	eventually(t, 10*time.Second, e.name+" leads", func() error {
 		if leaderOf(e) == nil {

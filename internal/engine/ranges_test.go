@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,5 +243,61 @@ func TestEngineRangeFailover(t *testing.T) {
 	}
 	if n != 3000 {
 		t.Errorf("the agents run %d units, want 3000 (each instance once)", n)
+	}
+}
+
+// TestEngineRangeRounds: a range alone in its request and a range with
+// other changes of its instances in the same request set the same desired
+// states; a range of a template that does not exist names an instance.
+func TestEngineRangeRounds(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e)
+	ctx := context.Background()
+	apply := func(cs ...engine.Change) {
+		t.Helper()
+		if err := e.Apply(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(from, to int, ds string) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			name := fmt.Sprintf("web@%d.service", i)
+			u, err := e.Unit(name)
+			if ds == "" {
+				if err == nil {
+					t.Errorf("%s = %+v, want it destroyed", name, u)
+				}
+				continue
+			}
+			if err != nil || u.DesiredState != ds {
+				t.Errorf("%s = %+v, %v; want %s", name, u, err, ds)
+			}
+		}
+	}
+	err := e.Apply(ctx, []engine.Change{rangeChange(t, "nope@{1..3}.service", unit.Launched, false)})
+	if !errors.Is(err, engine.ErrNotFound) || !strings.Contains(err.Error(), "nope@1.service") {
+		t.Errorf("a range of no template: %v, want ErrNotFound naming nope@1.service", err)
+	}
+	apply(engine.Change{Name: "web@.service", File: parse(t, "web@.service", rangeTemplate)})
+	apply(rangeChange(t, "web@{1..10}.service", unit.Launched, false))
+	want(1, 10, "launched")
+	apply(rangeChange(t, "web@{1..10}.service", unit.Launched, false)) // nothing changes
+	want(1, 10, "launched")
+	apply(rangeChange(t, "web@{1..10}.service", unit.Loaded, false), engine.Change{Name: "web@3.service", DesiredState: unit.Launched},
+		engine.Change{Name: "web@4.service", Destroy: true})
+	want(1, 2, "loaded")
+	want(3, 3, "launched")
+	want(4, 4, "")
+	want(5, 10, "loaded")
+	apply(rangeChange(t, "web@{3..15}.service", unit.Launched, false))
+	want(1, 2, "loaded")
+	want(3, 15, "launched")
+	apply(rangeChange(t, "web@{1..20}.service", "", true))
+	want(1, 20, "")
+	if us, err := e.Units(nil); len(us) != 1 || err != nil {
+		t.Errorf("%d units left, %v; want the template", len(us), err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
@@ -152,10 +154,12 @@ func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) b
 	var files []registry.Op
 	var contents []string
 	seen := map[string]bool{}
+	last := "" // the content of the record before: most often the same
 	for r := range recs {
-		if r == nil || r.content == "" || seen[r.content] {
+		if r == nil || r.content == "" || r.content == last || seen[r.content] {
 			continue
 		}
+		last = r.content
 		seen[r.content] = true
 		if f := t.files[r.content]; f == nil || !f.stored {
 			files = append(files, registry.PutFile(t.keys, r.file.Raw))
@@ -320,3 +324,66 @@ func rangeRecord(c Change, content string) registry.RangeRecord {
 }
 
 var _ = fmt.Sprintf
+
+// slabSize is how many records (or names) of a range are allocated at
+// once: a million instances are a thousand allocations, not a million,
+// while a record kept alive keeps at most a slab's worth of others' memory.
+const slabSize = 1024
+
+// recSlab hands out records allocated slabSize at a time.
+type recSlab struct {
+	recs []unitRec
+	sus  []scheduler.Unit
+}
+
+// rec returns a new zero record.
+func (s *recSlab) rec() *unitRec {
+	if len(s.recs) == 0 {
+		s.recs = make([]unitRec, slabSize)
+	}
+	r := &s.recs[0]
+	s.recs = s.recs[1:]
+	return r
+}
+
+// su returns a new copy of u.
+func (s *recSlab) su(u *scheduler.Unit) *scheduler.Unit {
+	if len(s.sus) == 0 {
+		s.sus = make([]scheduler.Unit, slabSize)
+	}
+	su := &s.sus[0]
+	s.sus = s.sus[1:]
+	*su = *u
+	return su
+}
+
+// rangeNames returns the names of the instances of template in r, as
+// unit.RangeName, each name made once and slabSize names to a string.
+func rangeNames(template string, r unit.Range) []string {
+	prefix := unit.Prefix(template) + "@"
+	suffix := template[strings.LastIndexByte(template, '.'):]
+	names := make([]string, max(r.Len(), 0))
+	var buf []byte
+	var tmp [24]byte
+	ends := make([]int, slabSize)
+	for from := 0; from < len(names); from += slabSize {
+		part := names[from:min(len(names), from+slabSize)]
+		buf = buf[:0]
+		for i := range part {
+			buf = append(buf, prefix...)
+			n := strconv.AppendInt(tmp[:0], int64(r.From+from+i), 10)
+			for range r.Width - len(n) {
+				buf = append(buf, '0')
+			}
+			buf = append(buf, n...)
+			buf = append(buf, suffix...)
+			ends[i] = len(buf)
+		}
+		s, start := string(buf), 0
+		for i := range part {
+			part[i] = s[start:ends[i]]
+			start = ends[i]
+		}
+	}
+	return names
+}

@@ -535,9 +535,14 @@ func assignment(r *unitRec) *agentpb.Assignment {
 // setUnit publishes rec as unit name's record (nil deletes it), keeping the
 // indexes and telling the agents concerned. Callers hold mu for writing.
 func (t *term) setUnit(name string, rec *unitRec) {
+	t.setUnitFrom(name, t.units[name], rec)
+}
+
+// setUnitFrom is setUnit for a caller that has read the unit's record,
+// old: t.units[name].
+func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	t.changed()
 	t.placeDirty = true
-	old := t.units[name]
 	t.refFile(old, rec)
 	t.noteLostAfter(name, rec)
 	if old != nil && (rec == nil || old.file != rec.file) {
