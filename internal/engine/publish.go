@@ -108,8 +108,18 @@ func (t *term) publishLoop() {
 	}
 }
 
-// buildSnapshot copies the cluster under the read lock; units come out in
-// name order from an index rebuilt only when units come or go.
+// buildChunk is how many units a build copies under one hold of the read
+// lock: a million units' copy takes 0.5-1 s (more on a loaded host), and a
+// writer waiting for the lock (the scheduler's loop) waited all of it, as
+// did every reader behind the writer.
+const buildChunk = 4096
+
+// buildSnapshot copies the cluster under the read lock, buildChunk units at
+// a time, letting writers in between: each unit is as it was at one moment,
+// the whole at most one build later than Revision says (Revision is taken
+// first, so a client following /v1/events from it misses nothing). Units
+// come out in name order from an index rebuilt only when units come or go.
+// Callers hold pubMu, which keeps that index while the lock is let go.
 func (t *term) buildSnapshot() *state.Snapshot {
 	s := &state.Snapshot{Term: t.info.Rev, Generation: t.e.generation.Add(1), Revision: t.committer.Revision(), Leader: t.info.Machine}
 	if since, ok := t.degradedSince(); ok {
@@ -121,32 +131,40 @@ func (t *term) buildSnapshot() *state.Snapshot {
 	}
 	s.Machines = t.machineViews()
 	names := t.sortedNames()
+	t.mu.RUnlock()
 	s.Units = make([]apiv1.StateUnit, 0, len(names))
-	for _, name := range names {
-		r := t.units[name]
-		if r == nil {
-			continue
-		}
-		u := apiv1.StateUnit{Name: r.name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
-			Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter), Reason: r.reason}
-		if r.machine != "" {
-			if m := t.machines[r.machine]; m != nil {
-				if st, ok := m.states[u.Name]; ok {
-					c := st.codes.Value()
-					u.Load, u.Active, u.Sub = c.load, c.active, c.sub
+	for lo := 0; lo < len(names); lo += buildChunk {
+		t.mu.RLock()
+		for _, name := range names[lo:min(lo+buildChunk, len(names))] {
+			r := t.units[name]
+			if r == nil {
+				continue // gone since the index was built
+			}
+			u := apiv1.StateUnit{Name: r.name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
+				Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter), Reason: r.reason}
+			if r.machine != "" {
+				if m := t.machines[r.machine]; m != nil {
+					if st, ok := m.states[u.Name]; ok {
+						c := st.codes.Value()
+						u.Load, u.Active, u.Sub = c.load, c.active, c.sub
+					}
 				}
 			}
+			s.Units = append(s.Units, u)
 		}
-		s.Units = append(s.Units, u)
+		t.mu.RUnlock()
 	}
+	t.mu.RLock()
 	unplaced := len(t.unplaced)
 	t.mu.RUnlock()
 	t.countUnits(s, unplaced)
 	return s
 }
 
-// sortedNames returns the units' names in order. Callers hold mu (read);
-// the index has its own lock, as readers may rebuild it concurrently.
+// sortedNames returns the units' names in order, from an index rebuilt only
+// when units came or went. Callers hold mu (read), which it lets go while
+// it sorts (a million names take a second), and pubMu: the index stays as
+// it is until the next build.
 func (t *term) sortedNames() []string {
 	t.namesMu.Lock()
 	defer t.namesMu.Unlock()
@@ -155,8 +173,10 @@ func (t *term) sortedNames() []string {
 		for name := range t.units {
 			t.names = append(t.names, name)
 		}
+		t.namesStale.Store(false) // a unit coming or going from now on sets it again
+		t.mu.RUnlock()
 		sort.Strings(t.names)
-		t.namesStale.Store(false)
+		t.mu.RLock()
 	}
 	return t.names
 }

@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla/flotilla/internal/metrics"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// publishTerm is a term holding n units on machines machines, every one
+// reported active, as a leader's memory is once a bench's units started
+// (no etcd: only what buildSnapshot reads).
+func publishTerm(tb testing.TB, n, machines int) *term {
+	tb.Helper()
+	f, err := unit.Parse("bench@.service", []byte("[Service]\nExecStart=/bin/true\n"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t := &term{
+		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), Registry: registry.ModeGRPC}},
+		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
+		deg:       newDegradation(),
+		units:     map[string]*unitRec{},
+		machines:  map[string]*machineRec{},
+		unplaced:  map[string]struct{}{},
+	}
+	for i := range machines {
+		id := fmt.Sprintf("m%05d", i)
+		m := t.machine(id)
+		m.info = MachineInfo{ID: id, IP: "10.0.0.1", Metadata: map[string]string{"az": fmt.Sprint(i % 3)}}
+		m.conn = newAgentConn(id)
+	}
+	for i := range n {
+		name := fmt.Sprintf("bench@%d.service", i)
+		id := fmt.Sprintf("m%05d", i%machines)
+		t.units[name] = &unitRec{name: name, file: f, desired: unit.Launched, machine: id}
+		m := t.machines[id]
+		m.units[name] = struct{}{}
+		m.states.put(agentStatus{Applied: f.Hash, Observed: time.Now(), Status: unit.Status{Name: name, Hash: f.Hash,
+			Load: "loaded", Active: "active", Sub: "running", PID: 1000 + i, Since: time.Now()}})
+	}
+	return t
+}
+
+// BenchmarkBuildSnapshot is one build of the published state, at 100,000
+// and at a million units on 10,000 machines, and how long the scheduler,
+// taking the term's lock every millisecond meanwhile, waited for it at
+// most (lock-wait-ms).
+func BenchmarkBuildSnapshot(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			t := publishTerm(b, n, 10_000)
+			t.mu.RLock()
+			t.sortedNames() // kept from build to build while no unit comes or goes
+			t.mu.RUnlock()
+			runtime.GC()
+			var maxWait time.Duration
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
+					start := time.Now()
+					t.mu.Lock()
+					maxWait = max(maxWait, time.Since(start))
+					t.mu.Unlock()
+				}
+			}()
+			b.ResetTimer()
+			for b.Loop() {
+				if s := t.buildSnapshot(); len(s.Units) != n {
+					b.Fatalf("%d units", len(s.Units))
+				}
+			}
+			b.StopTimer()
+			close(stop)
+			<-done
+			b.ReportMetric(float64(maxWait.Microseconds())/1000, "lock-wait-ms")
+		})
+	}
+}
