@@ -89,3 +89,56 @@ func BenchmarkBuildSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// TestStateDoesNotWait: once a state exists, a read that finds it stale
+// gets it at once, even while the term's lock is held, and starts one
+// rebuild, which later reads get; with nothing changed, no rebuild.
+func TestStateDoesNotWait(t *testing.T) {
+	tm := publishTerm(t, 10, 2)
+	first := tm.state() // the first read waits for a build
+	if first == nil || len(first.Units) != 10 {
+		t.Fatalf("first state = %+v, want 10 units", first)
+	}
+	age := func() { // as if the interval had passed
+		tm.pubMu.Lock()
+		tm.pubAt = tm.pubAt.Add(-time.Minute)
+		tm.pubMu.Unlock()
+	}
+	age()
+	if got := tm.state(); got != first {
+		t.Fatalf("with nothing changed, a new state was built (generation %d)", got.Generation)
+	}
+
+	tm.mu.Lock() // the scheduler writes, and holds the lock meanwhile
+	tm.units["new.service"] = &unitRec{name: "new.service", file: tm.units["bench@0.service"].file, desired: unit.Launched}
+	tm.namesStale.Store(true)
+	tm.changed()
+	age()
+	gen := tm.e.generation.Load()
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		for range 5 {
+			if got := tm.state(); got != first {
+				t.Errorf("a read while the rebuild waits got generation %d, want the last state's %d", got.Generation, first.Generation)
+			}
+		}
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		tm.mu.Unlock()
+		t.Fatal("a read of a stale state waited for the rebuild")
+	}
+	tm.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for tm.state() == first {
+		if time.Now().After(deadline) {
+			t.Fatal("the rebuild a stale read started never came")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := tm.state(); len(got.Units) != 11 || tm.e.generation.Load() != gen+1 {
+		t.Errorf("rebuilt state has %d units, %d builds since; want 11 units from one build", len(got.Units), tm.e.generation.Load()-gen)
+	}
+}
