@@ -57,12 +57,19 @@ func TestEtcdUnreachable(t *testing.T) {
 			}
 		}
 	}
-	resp, body := c.do(t, "GET", "/v1/state", "")
+	// A read may get the state as it was before and start a fresh one.
 	var st apiv1.State
-	if err := json.Unmarshal([]byte(body), &st); err != nil || st.EtcdUnreachableSince != want || len(st.Units) != 1 {
+	var err error
+	waitFor(t, 5*time.Second, "GET /v1/state saying since when etcd is unreachable", func() bool {
+		_, body := c.do(t, "GET", "/v1/state", "")
+		st = apiv1.State{}
+		err = json.Unmarshal([]byte(body), &st)
+		return err == nil && st.EtcdUnreachableSince == want
+	})
+	if err != nil || st.EtcdUnreachableSince != want || len(st.Units) != 1 {
 		t.Errorf("GET /v1/state: %v; etcdUnreachableSince %q and %d units, want %q and 1", err, st.EtcdUnreachableSince, len(st.Units), want)
 	}
-	_, body = c.do(t, "GET", "/metrics", "")
+	_, body := c.do(t, "GET", "/metrics", "")
 	if !strings.Contains(body, "flotilla_etcd_unreachable_since_seconds ") || strings.Contains(body, "flotilla_etcd_unreachable_since_seconds 0\n") {
 		t.Errorf("/metrics does not show flotilla_etcd_unreachable_since_seconds set")
 	}
@@ -73,7 +80,7 @@ func TestEtcdUnreachable(t *testing.T) {
 		{"PATCH", "/v1/machines/m1", `{"metadata":{"role":"web"}}`},
 		{"PUT", "/v1/scheduler", `{"placement":"binpack"}`},
 	} {
-		resp, body = c.do(t, w.method, w.path, w.body)
+		resp, body := c.do(t, w.method, w.path, w.body)
 		var e apiv1.Error
 		json.Unmarshal([]byte(body), &e)
 		if resp.StatusCode != 503 || e.Code != "etcd_unreachable" || !strings.Contains(e.Error, "etcd unreachable since "+want) ||

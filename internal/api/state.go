@@ -1,7 +1,6 @@
 package api
 
 import (
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -89,25 +88,25 @@ func serveSnapshot(w http.ResponseWriter, r *http.Request, snap *state.Snapshot,
 		return
 	}
 	gz := strings.Contains(r.Header.Get("Accept-Encoding"), "gzip")
-	var body []byte
-	if f.IsZero() {
-		if gz {
-			body = snap.Gzip()
-		} else {
-			body = snap.JSON()
-		}
-	} else {
-		st := snap.Select(f)
-		body = state.AppendState(nil, &st)
-		if gz {
-			body = gzipBytes(body)
-		}
+	// The whole state is encoded once; a page or a filtered view is its
+	// units after the head every view shares, encoded once too.
+	var head, rest []byte
+	switch {
+	case f.IsZero() && gz:
+		rest = snap.Gzip()
+	case f.IsZero():
+		rest = snap.JSON()
+	default:
+		head, rest = snap.Page(f, gz)
 	}
 	if gz {
 		w.Header().Set("Content-Encoding", "gzip")
 	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.Write(body)
+	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(rest)))
+	if len(head) > 0 {
+		w.Write(head)
+	}
+	w.Write(rest)
 }
 
 // stateFromEtcd answers from the durable record when no leader answers:
@@ -134,14 +133,6 @@ func (s *server) stateFromEtcd(w http.ResponseWriter, r *http.Request, f state.F
 	}
 	w.Header().Set(sourceHeader, "etcd")
 	serveSnapshot(w, r, snap, f)
-}
-
-func gzipBytes(b []byte) []byte {
-	var out strings.Builder
-	zw := gzip.NewWriter(&out)
-	zw.Write(b)
-	zw.Close()
-	return []byte(out.String())
 }
 
 // countingWriter counts the bytes of an answer.

@@ -129,9 +129,13 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 	if _, err := e1.Scheduler(); err != nil {
 		t.Errorf("Scheduler during the outage: %v", err)
 	}
-	if st := e1.State(); st == nil || st.EtcdUnreachableSince != since.UTC().Format(time.RFC3339) || len(st.Units) != 6 {
-		t.Errorf("State during the outage = %+v, want 6 units and etcdUnreachableSince %s", st, since.UTC().Format(time.RFC3339))
-	}
+	// A read may get the state as it was before and start a fresh one.
+	eventually(t, 5*time.Second, "State during the outage", func() error {
+		if st := e1.State(); st == nil || st.EtcdUnreachableSince != since.UTC().Format(time.RFC3339) || len(st.Units) != 6 {
+			return fmt.Errorf("state = %+v, want 6 units and etcdUnreachableSince %s", st, since.UTC().Format(time.RFC3339))
+		}
+		return nil
+	})
 	if _, _, _, _, err := e1.Events("", 10); err != nil {
 		t.Errorf("Events during the outage: %v", err)
 	}

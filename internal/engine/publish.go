@@ -14,50 +14,78 @@ import (
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
-// SnapshotInterval is the least time between two published cluster states
-// (GET /v1/state): a reader may see a state this old, never older. A costly
-// state stretches it to 4× what the last one cost (building it, then
-// encoding and compressing it for readers), so that however hard /v1/state
-// is polled, producing states takes at most a quarter of a core.
+// SnapshotInterval is the least time between the starts of two builds of
+// the published cluster state (GET /v1/state). A costly state stretches it
+// to 4× what the last one cost (building it, then encoding and compressing
+// it for readers), so that however hard /v1/state is polled, producing
+// states takes at most a quarter of a core. Readers never wait for a build
+// once a state exists: a reader that finds the state stale gets it as it is
+// and starts one rebuild in the background, so a polled state is at most
+// this interval (or 4× the cost) plus one build old.
 const SnapshotInterval = 100 * time.Millisecond
 
 // backgroundInterval is how often the state is built with no reader asking
 // (it also sets the unit gauges of /metrics), or 20× what the last build
 // cost if that is longer: a million units' state takes about half a second
 // to build, and rebuilt every 2 s for gauges it took a quarter of a core
-// from the leader while units were starting.
+// from the leader while units were starting. A state nobody polled is thus
+// at most this old, plus one build, when a reader comes.
 const backgroundInterval = 2 * time.Second
 
-// State returns the cluster state, at most SnapshotInterval (or 4× the last
-// build) old, building a new one if needed; nil when this engine does not
-// lead. Readers share builds: concurrent callers wait for one.
+// State returns the latest published cluster state; nil when this engine
+// does not lead. Only the first read of a term waits for a build; later
+// reads get the latest state at once, and one that finds it stale (older
+// than SnapshotInterval, or 4× the last build, with changes since) starts a
+// rebuild in the background for the reads after it.
 func (e *Engine) State() *state.Snapshot {
 	t, err := e.reader()
 	if err != nil {
 		return nil
 	}
-	return t.state(false)
+	return t.state()
 }
 
 // changed notes that readers' state is stale. Callers hold mu (either way).
 func (t *term) changed() { t.changes.Add(1) }
 
-// state returns a fresh enough snapshot, building one if it is stale.
-func (t *term) state(background bool) *state.Snapshot {
+// state returns the latest snapshot, starting a rebuild in the background
+// when it is stale; it waits only when there is none yet.
+func (t *term) state() *state.Snapshot {
+	if cur := t.snapshot.Load(); cur != nil {
+		// A busy pubMu means a build (or a check) is under way: nothing to do.
+		if t.pubMu.TryLock() {
+			if !t.stale(cur, SnapshotInterval, 4) {
+				t.pubMu.Unlock()
+				return cur
+			}
+			go func() { // hands pubMu over to the build
+				defer t.pubMu.Unlock()
+				t.publish()
+			}()
+		}
+		return cur
+	}
 	t.pubMu.Lock()
 	defer t.pubMu.Unlock()
-	cur := t.snapshot.Load()
-	c := t.changes.Load()
-	if cur != nil && (c == t.pubSeen || time.Since(t.pubAt) < max(SnapshotInterval, 4*(t.pubCost+cur.EncodeCost()))) {
-		return cur
+	if cur := t.snapshot.Load(); cur != nil {
+		return cur // built while this one waited
 	}
-	if background && cur != nil && time.Since(t.pubAt) < max(backgroundInterval, 20*t.pubCost) {
-		return cur
-	}
-	start := time.Now()
+	return t.publish()
+}
+
+// stale reports whether cur is worth rebuilding: something changed since,
+// and its build began at least interval, or k× what it cost, ago. Callers
+// hold pubMu.
+func (t *term) stale(cur *state.Snapshot, interval time.Duration, k time.Duration) bool {
+	return t.changes.Load() != t.pubSeen && time.Since(t.pubAt) >= max(interval, k*(t.pubCost+cur.EncodeCost()))
+}
+
+// publish builds and publishes a snapshot. Callers hold pubMu.
+func (t *term) publish() *state.Snapshot {
+	start, c := time.Now(), t.changes.Load()
 	s := t.buildSnapshot()
 	t.pubCost = time.Since(start)
-	t.pubAt, t.pubSeen = time.Now(), c
+	t.pubAt, t.pubSeen = start, c
 	t.snapshot.Store(s)
 	return s
 }
@@ -67,7 +95,11 @@ func (t *term) publishLoop() {
 	tick := time.NewTicker(backgroundInterval / 4)
 	defer tick.Stop()
 	for {
-		t.state(true)
+		t.pubMu.Lock()
+		if cur := t.snapshot.Load(); cur == nil || t.stale(cur, backgroundInterval, 20) {
+			t.publish()
+		}
+		t.pubMu.Unlock()
 		select {
 		case <-t.ctx.Done():
 			return
@@ -76,8 +108,18 @@ func (t *term) publishLoop() {
 	}
 }
 
-// buildSnapshot copies the cluster under the read lock; units come out in
-// name order from an index rebuilt only when units come or go.
+// buildChunk is how many units a build copies under one hold of the read
+// lock: a million units' copy takes 0.5-1 s (more on a loaded host), and a
+// writer waiting for the lock (the scheduler's loop) waited all of it, as
+// did every reader behind the writer.
+const buildChunk = 4096
+
+// buildSnapshot copies the cluster under the read lock, buildChunk units at
+// a time, letting writers in between: each unit is as it was at one moment,
+// the whole at most one build later than Revision says (Revision is taken
+// first, so a client following /v1/events from it misses nothing). Units
+// come out in name order from an index rebuilt only when units come or go.
+// Callers hold pubMu, which keeps that index while the lock is let go.
 func (t *term) buildSnapshot() *state.Snapshot {
 	s := &state.Snapshot{Term: t.info.Rev, Generation: t.e.generation.Add(1), Revision: t.committer.Revision(), Leader: t.info.Machine}
 	if since, ok := t.degradedSince(); ok {
@@ -89,32 +131,40 @@ func (t *term) buildSnapshot() *state.Snapshot {
 	}
 	s.Machines = t.machineViews()
 	names := t.sortedNames()
+	t.mu.RUnlock()
 	s.Units = make([]apiv1.StateUnit, 0, len(names))
-	for _, name := range names {
-		r := t.units[name]
-		if r == nil {
-			continue
-		}
-		u := apiv1.StateUnit{Name: r.name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
-			Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter), Reason: r.reason}
-		if r.machine != "" {
-			if m := t.machines[r.machine]; m != nil {
-				if st, ok := m.states[u.Name]; ok {
-					c := st.codes.Value()
-					u.Load, u.Active, u.Sub = c.load, c.active, c.sub
+	for lo := 0; lo < len(names); lo += buildChunk {
+		t.mu.RLock()
+		for _, name := range names[lo:min(lo+buildChunk, len(names))] {
+			r := t.units[name]
+			if r == nil {
+				continue // gone since the index was built
+			}
+			u := apiv1.StateUnit{Name: r.name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
+				Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter), Reason: r.reason}
+			if r.machine != "" {
+				if m := t.machines[r.machine]; m != nil {
+					if st, ok := m.states[u.Name]; ok {
+						c := st.codes.Value()
+						u.Load, u.Active, u.Sub = c.load, c.active, c.sub
+					}
 				}
 			}
+			s.Units = append(s.Units, u)
 		}
-		s.Units = append(s.Units, u)
+		t.mu.RUnlock()
 	}
+	t.mu.RLock()
 	unplaced := len(t.unplaced)
 	t.mu.RUnlock()
 	t.countUnits(s, unplaced)
 	return s
 }
 
-// sortedNames returns the units' names in order. Callers hold mu (read);
-// the index has its own lock, as readers may rebuild it concurrently.
+// sortedNames returns the units' names in order, from an index rebuilt only
+// when units came or went. Callers hold mu (read), which it lets go while
+// it sorts (a million names take a second), and pubMu: the index stays as
+// it is until the next build.
 func (t *term) sortedNames() []string {
 	t.namesMu.Lock()
 	defer t.namesMu.Unlock()
@@ -123,8 +173,10 @@ func (t *term) sortedNames() []string {
 		for name := range t.units {
 			t.names = append(t.names, name)
 		}
+		t.namesStale.Store(false) // a unit coming or going from now on sets it again
+		t.mu.RUnlock()
 		sort.Strings(t.names)
-		t.namesStale.Store(false)
+		t.mu.RLock()
 	}
 	return t.names
 }

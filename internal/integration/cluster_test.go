@@ -358,16 +358,20 @@ func TestDevRestart(t *testing.T) {
 // checkReadSide checks /v1/state, /v1/events, /metrics and /ui on nd.
 func checkReadSide(t *testing.T, nd *node, leader string, units int) {
 	t.Helper()
-	resp, err := http.Get("http://" + nd.api + "/v1/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st apiv1.State
-	json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || st.Leader != leader || len(st.Units) != units || len(st.Machines) != 3 || resp.Header.Get("ETag") == "" {
-		t.Errorf("GET /v1/state on %s = %d, leader %q, %d units, %d machines, ETag %q; want the leader's state", nd.name, resp.StatusCode, st.Leader, len(st.Units), len(st.Machines), resp.Header.Get("ETag"))
-	}
+	// A read may get the state as it was and start a fresh one.
+	eventually(t, 10*time.Second, "GET /v1/state on "+nd.name, func() error {
+		resp, err := http.Get("http://" + nd.api + "/v1/state")
+		if err != nil {
+			return err
+		}
+		var st apiv1.State
+		json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || st.Leader != leader || len(st.Units) != units || len(st.Machines) != 3 || resp.Header.Get("ETag") == "" {
+			return fmt.Errorf("%d, leader %q, %d units, %d machines, ETag %q; want the leader's state", resp.StatusCode, st.Leader, len(st.Units), len(st.Machines), resp.Header.Get("ETag"))
+		}
+		return nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+nd.api+"/v1/events?since=0.0", nil)

@@ -889,6 +889,11 @@ func (s *scenario) checkReads(etcdGone bool) string {
 			probs = append(probs, "list-units does not say etcd is unreachable")
 		}
 		n, hdr, err := s.readState(p)
+		// A read may get the state as it was and start a fresh one.
+		for deadline := time.Now().Add(5 * time.Second); err == nil && n != len(s.units) && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			n, hdr, err = s.readState(p)
+		}
 		switch {
 		case err != nil:
 			probs = append(probs, "/v1/state failed: "+err.Error())

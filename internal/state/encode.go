@@ -12,6 +12,12 @@ import (
 // for apiv1.State (BenchmarkEncode compares the two; this one is several
 // times faster, which matters at 100,000 units).
 func AppendState(b []byte, st *apiv1.State) []byte {
+	return appendTail(appendHead(b, st), st)
+}
+
+// appendHead appends the document up to its first unit: what every view of
+// a snapshot shares (its machines among them).
+func appendHead(b []byte, st *apiv1.State) []byte {
 	b = append(b, `{"revision":`...)
 	b = strconv.AppendInt(b, st.Revision, 10)
 	b = append(b, `,"generation":`...)
@@ -29,7 +35,11 @@ func AppendState(b []byte, st *apiv1.State) []byte {
 		}
 		b = appendMachine(b, &st.Machines[i])
 	}
-	b = append(b, `],"units":[`...)
+	return append(b, `],"units":[`...)
+}
+
+// appendTail appends the rest of the document after appendHead's.
+func appendTail(b []byte, st *apiv1.State) []byte {
 	for i := range st.Units {
 		if i > 0 {
 			b = append(b, ',')

@@ -6,7 +6,11 @@ package state
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
+	"encoding/binary"
+	"hash/crc32"
+	"io"
 	"path"
 	"sort"
 	"strconv"
@@ -35,7 +39,14 @@ type Snapshot struct {
 	json []byte
 	gzo  sync.Once
 	gz   []byte
-	cost atomic.Int64 // nanoseconds spent encoding and compressing
+	// head is what every view (Page) shares, encoded once: the document up
+	// to its first unit, machines included; headGz is it compressed after
+	// a gzip header and flushed, so that any compressed rest can follow it.
+	heado   sync.Once
+	head    []byte
+	headGz  []byte
+	headCRC uint32
+	cost    atomic.Int64 // nanoseconds spent encoding and compressing
 }
 
 // EncodeCost is the time spent so far encoding (and compressing) this
@@ -70,6 +81,68 @@ func (s *Snapshot) Gzip() []byte {
 		s.gz = b.Bytes()
 	})
 	return s.gz
+}
+
+// Page encodes the view f selects (Select) as two pieces to send one after
+// the other: the head every view of s shares (the machines among it),
+// encoded and compressed once, and the rest, the view's units. With gz the
+// two make one gzip stream. A page of 1,000 units thus costs its units, not
+// the cluster's machines as well.
+func (s *Snapshot) Page(f Filter, gz bool) (head, rest []byte) {
+	st := s.Select(f)
+	s.heado.Do(s.encodeHead)
+	rest = appendTail(make([]byte, 0, 256*len(st.Units)+256), &st)
+	if !gz {
+		return s.head, rest
+	}
+	return s.headGz, gzipRest(s.headCRC, len(s.head), rest)
+}
+
+// gzipHeader is what compress/gzip writes with no name, time or comment.
+var gzipHeader = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}
+
+func (s *Snapshot) encodeHead() {
+	start := time.Now()
+	st := s.view(nil, 0, "")
+	s.head = appendHead(nil, &st)
+	var b bytes.Buffer
+	b.Write(gzipHeader)
+	w := getFlate(&b)
+	w.Write(s.head)
+	w.Flush() // ends on a byte: raw deflate blocks can follow
+	putFlate(w)
+	s.headGz = b.Bytes()
+	s.headCRC = crc32.ChecksumIEEE(s.head)
+	s.cost.Add(int64(time.Since(start)))
+}
+
+// gzipRest compresses rest as the deflate blocks that end a gzip stream
+// begun by a head of headLen bytes whose CRC is headCRC, and its trailer.
+func gzipRest(headCRC uint32, headLen int, rest []byte) []byte {
+	b := bytes.NewBuffer(make([]byte, 0, len(rest)/4+64))
+	w := getFlate(b)
+	w.Write(rest)
+	w.Close()
+	putFlate(w)
+	out := binary.LittleEndian.AppendUint32(b.Bytes(), crc32.Update(headCRC, crc32.IEEETable, rest))
+	return binary.LittleEndian.AppendUint32(out, uint32(headLen+len(rest)))
+}
+
+// flatePool keeps compressors (BestSpeed, about 1 MB each) between pages.
+var flatePool sync.Pool
+
+func getFlate(dst io.Writer) *flate.Writer {
+	if w, ok := flatePool.Get().(*flate.Writer); ok {
+		w.Reset(dst)
+		return w
+	}
+	w, _ := flate.NewWriter(dst, flate.BestSpeed)
+	return w
+}
+
+func putFlate(w *flate.Writer) {
+	w.Reset(io.Discard) // not to keep what it wrote to
+	flatePool.Put(w)
 }
 
 func (s *Snapshot) view(units []apiv1.StateUnit, total int, next string) apiv1.State {

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla/flotilla/internal/metrics"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// publishTerm is a term holding n units on machines machines, every one
+// reported active, as a leader's memory is once a bench's units started
+// (no etcd: only what buildSnapshot reads).
+func publishTerm(tb testing.TB, n, machines int) *term {
+	tb.Helper()
+	f, err := unit.Parse("bench@.service", []byte("[Service]\nExecStart=/bin/true\n"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t := &term{
+		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), Registry: registry.ModeGRPC}},
+		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
+		deg:       newDegradation(),
+		units:     map[string]*unitRec{},
+		machines:  map[string]*machineRec{},
+		unplaced:  map[string]struct{}{},
+	}
+	for i := range machines {
+		id := fmt.Sprintf("m%05d", i)
+		m := t.machine(id)
+		m.info = MachineInfo{ID: id, IP: "10.0.0.1", Metadata: map[string]string{"az": fmt.Sprint(i % 3)}}
+		m.conn = newAgentConn(id)
+	}
+	for i := range n {
+		name := fmt.Sprintf("bench@%d.service", i)
+		id := fmt.Sprintf("m%05d", i%machines)
+		t.units[name] = &unitRec{name: name, file: f, desired: unit.Launched, machine: id}
+		m := t.machines[id]
+		m.units[name] = struct{}{}
+		m.states.put(agentStatus{Applied: f.Hash, Observed: time.Now(), Status: unit.Status{Name: name, Hash: f.Hash,
+			Load: "loaded", Active: "active", Sub: "running", PID: 1000 + i, Since: time.Now()}})
+	}
+	return t
+}
+
+// BenchmarkBuildSnapshot is one build of the published state, at 100,000
+// and at a million units on 10,000 machines, and how long the scheduler,
+// taking the term's lock every millisecond meanwhile, waited for it at
+// most (lock-wait-ms).
+func BenchmarkBuildSnapshot(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			t := publishTerm(b, n, 10_000)
+			t.mu.RLock()
+			t.sortedNames() // kept from build to build while no unit comes or goes
+			t.mu.RUnlock()
+			runtime.GC()
+			var maxWait time.Duration
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
+					start := time.Now()
+					t.mu.Lock()
+					maxWait = max(maxWait, time.Since(start))
+					t.mu.Unlock()
+				}
+			}()
+			b.ResetTimer()
+			for b.Loop() {
+				if s := t.buildSnapshot(); len(s.Units) != n {
+					b.Fatalf("%d units", len(s.Units))
+				}
+			}
+			b.StopTimer()
+			close(stop)
+			<-done
+			b.ReportMetric(float64(maxWait.Microseconds())/1000, "lock-wait-ms")
+		})
+	}
+}
+
+// TestStateDoesNotWait: once a state exists, a read that finds it stale
+// gets it at once, even while the term's lock is held, and starts one
+// rebuild, which later reads get; with nothing changed, no rebuild.
+func TestStateDoesNotWait(t *testing.T) {
+	tm := publishTerm(t, 10, 2)
+	first := tm.state() // the first read waits for a build
+	if first == nil || len(first.Units) != 10 {
+		t.Fatalf("first state = %+v, want 10 units", first)
+	}
+	age := func() { // as if the interval had passed
+		tm.pubMu.Lock()
+		tm.pubAt = tm.pubAt.Add(-time.Minute)
+		tm.pubMu.Unlock()
+	}
+	age()
+	if got := tm.state(); got != first {
+		t.Fatalf("with nothing changed, a new state was built (generation %d)", got.Generation)
+	}
+
+	tm.mu.Lock() // the scheduler writes, and holds the lock meanwhile
+	tm.units["new.service"] = &unitRec{name: "new.service", file: tm.units["bench@0.service"].file, desired: unit.Launched}
+	tm.namesStale.Store(true)
+	tm.changed()
+	age()
+	gen := tm.e.generation.Load()
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		for range 5 {
+			if got := tm.state(); got != first {
+				t.Errorf("a read while the rebuild waits got generation %d, want the last state's %d", got.Generation, first.Generation)
+			}
+		}
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		tm.mu.Unlock()
+		t.Fatal("a read of a stale state waited for the rebuild")
+	}
+	tm.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for tm.state() == first {
+		if time.Now().After(deadline) {
+			t.Fatal("the rebuild a stale read started never came")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := tm.state(); len(got.Units) != 11 || tm.e.generation.Load() != gen+1 {
+		t.Errorf("rebuilt state has %d units, %d builds since; want 11 units from one build", len(got.Units), tm.e.generation.Load()-gen)
+	}
+}
