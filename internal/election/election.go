@@ -63,9 +63,11 @@ type Term struct {
 	validUntil atomic.Int64
 	base       time.Time // the zero of validUntil's scale (monotonic)
 	stop       context.CancelFunc
-	// done is closed when the term is over by etcd's word (see Done).
+	// done is closed when the term is over by etcd's word (see Done);
+	// cause says why.
 	done     chan struct{}
 	doneOnce sync.Once
+	cause    error
 }
 
 // safetyMargin is how long before the lease's earliest expiry the leader
@@ -96,17 +98,32 @@ func (t *Term) renew(ctx context.Context, cli *clientv3.Client) {
 		err := t.renewOnce(ctx, cli)
 		switch {
 		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, rpctypes.ErrLeaseNotFound):
-			t.end()
+			t.end(fmt.Errorf("etcd says the lease is gone: %w", err))
 			return
 		case err != nil && ctx.Err() == nil && time.Since(t.base) > time.Duration(t.validUntil.Load())+t.ttl:
-			t.end()
+			t.end(fmt.Errorf("no renewal granted for %v past the lease's earliest expiry (last error: %w)", t.ttl, err))
 			return
 		}
 		sleep(ctx, t.ttl/3)
 	}
 }
 
-func (t *Term) end() { t.doneOnce.Do(func() { close(t.done) }) }
+func (t *Term) end(cause error) {
+	t.doneOnce.Do(func() {
+		t.cause = cause
+		close(t.done)
+	})
+}
+
+// Err says why Done was closed; nil while it is open.
+func (t *Term) Err() error {
+	select {
+	case <-t.done:
+		return t.cause
+	default:
+		return nil
+	}
+}
 
 // renewOnce renews the lease once and, if etcd granted it, moves validUntil.
 func (t *Term) renewOnce(ctx context.Context, cli *clientv3.Client) error {

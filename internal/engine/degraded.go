@@ -299,7 +299,7 @@ func (e *Engine) keepDegraded(ctx context.Context, t *term, el *election.Term) b
 		if reachable, _ := e.probeEtcd(t.info); reachable {
 			return false
 		}
-		t.degrade(errors.New("the election session ended"))
+		t.degrade(fmt.Errorf("the election term ended: %w", el.Err()))
 	}
 	go func() {
 		rctx, cancel := context.WithTimeout(context.Background(), e.probeTimeout())

@@ -201,7 +201,7 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 	case <-ctx.Done():
 		log.Info("stopping; resigning leadership")
 	case <-el.Done():
-		log.Warn("election session ended")
+		log.Warn("election term ended", "err", el.Err())
 	case <-t.deg.lost:
 		log.Warn("lost leadership (etcd says the election lease is gone)")
 	case <-t.deg.c:
