@@ -258,6 +258,39 @@ func alive(pid int) bool {
 	return ok && p.state != 'Z'
 }
 
+// freeze stops process pid (SIGSTOP) and waits until every thread of it
+// is stopped: kill returns before they all are, and a thread still running
+// could answer one more call (a test once saw a Stop answered 9 ms after
+// the signal).
+func freeze(t *testing.T, pid int) {
+	t.Helper()
+	syscall.Kill(pid, syscall.SIGSTOP)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			t.Fatalf("threads of %d: %v", pid, err)
+		}
+		stopped := true
+		for _, task := range tasks {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/stat")
+			if err != nil {
+				continue // the thread ended
+			}
+			if st := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); st[0] != "T" && st[0] != "t" {
+				stopped = false
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d not stopped 10 s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func supervisorPID(t *testing.T, dir string) int {
 	t.Helper()
 	pid, err := readPIDFile(filepath.Join(dir, PIDFile))
@@ -545,8 +578,8 @@ func TestFrozenSupervisorDoesNotBlock(t *testing.T) {
 	mustLoadStart(t, c, parseUnit(t, "web.service", "[Service]\nExecStart=/bin/sleep 300\n"))
 	pid := rec.activePID(t, "web.service")
 	sup := supervisorPID(t, dir)
-	syscall.Kill(sup, syscall.SIGSTOP)
 	defer syscall.Kill(sup, syscall.SIGCONT)
+	freeze(t, sup)
 
 	begin := time.Now()
 	err := c.Stop("web.service")
