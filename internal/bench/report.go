@@ -59,9 +59,11 @@ type Report struct {
 	EnginePeakRSSBytes int64 `json:"engine_peak_rss_bytes"`
 	AgentPeakRSSBytes  int64 `json:"agent_peak_rss_bytes"`
 	EtcdPeakRSSBytes   int64 `json:"etcd_peak_rss_bytes"`
-	// EtcdDBBytes is the size of etcd's database once every unit is
-	// active, after compacting to the current revision and defragmenting:
-	// what the cluster costs in etcd to keep (0 when the run failed).
+	// EtcdDBBytes is the size of etcd's database at the end of a run in
+	// which every unit became active (after --failover and --stop, which
+	// write the same keys), after compacting to the current revision and
+	// defragmenting: what the cluster costs in etcd to keep (0 when the
+	// run failed).
 	EtcdDBBytes int64 `json:"etcd_db_bytes,omitempty"`
 
 	// State is the /v1/state pollers' report, when --state-pollers > 0.
