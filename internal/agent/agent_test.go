@@ -32,11 +32,17 @@ func noLeader(ctx context.Context) <-chan election.Info {
 
 func newTestAgent(t *testing.T, ttl time.Duration) (*Agent, *sim.Driver) {
 	t.Helper()
-	a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: ttl, Mono: fakeMono()})
+	return newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: ttl, Mono: fakeMono()})
+}
+
+// newTestAgentWith makes an agent of cfg with a sim driver.
+func newTestAgentWith(t *testing.T, cfg Config) (*Agent, *sim.Driver) {
+	t.Helper()
+	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
+	d, err := sim.New(sim.Config{Machine: cfg.Machine.ID, Notify: a.Notify})
 	if err != nil {
 		t.Fatal(err)
 	}

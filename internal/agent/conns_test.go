@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -65,15 +64,7 @@ func TestRetriesKeepTheConnection(t *testing.T) {
 		go func() { <-ctx.Done(); close(ch) }()
 		return ch
 	}
-	a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: leaders, TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.SetDriver(d)
+	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: leaders, TTL: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -450,14 +450,25 @@ func (u *rangeUnits) covers(c Change) (content string, ok bool) {
 		if !changed {
 			r = u.curs[i]
 		}
-		if r == nil || r.desired != c.DesiredState || r.content == "" {
+		if content, ok = coverOne(content, c, r, changed, u.curs[i] == nil); !ok {
 			return "", false
-		}
-		if content == "" || (changed && r.content != content && u.curs[i] == nil) {
-			content = r.content
 		}
 	}
 	return content, content != ""
+}
+
+// coverOne folds one instance of range change c into rangeCovers' answer:
+// r is the instance as the round leaves it, changed whether the round
+// changes it, created whether the round creates it. The content is that of
+// the instances the round creates, else of any.
+func coverOne(content string, c Change, r *unitRec, changed, created bool) (string, bool) {
+	if r == nil || r.desired != c.DesiredState || r.content == "" {
+		return "", false
+	}
+	if content == "" || (changed && r.content != content && created) {
+		content = r.content
+	}
+	return content, true
 }
 
 // grown returns m, or when n is more than it holds a copy of it with room
@@ -486,11 +497,8 @@ func (t *term) rangeCovers(c Change, names []string, roundRecs map[string]*unitR
 		if !ch {
 			r = t.units[name]
 		}
-		if r == nil || r.desired != c.DesiredState || r.content == "" {
+		if content, ok = coverOne(content, c, r, ch, t.units[name] == nil); !ok {
 			return "", false
-		}
-		if content == "" || (ch && r.content != content && t.units[name] == nil) {
-			content = r.content
 		}
 	}
 	return content, content != ""
