@@ -299,7 +299,9 @@ func TestStateFromEtcd(t *testing.T) {
 	deadAddr := dead.Listener.Addr().String()
 	dead.Close() // nothing listens there any more
 	durable := func(ctx context.Context) (*state.Snapshot, error) {
-		return &state.Snapshot{Revision: 42, Units: []apiv1.StateUnit{{Name: "b.service", DesiredState: "launched", Machine: "m2"}, {Name: "a.service", DesiredState: "inactive"}}}, nil
+		return &state.Snapshot{Revision: 42, Units: []state.Unit{
+			state.NewUnit(apiv1.StateUnit{Name: "b.service", DesiredState: "launched", Machine: "m2"}),
+			state.NewUnit(apiv1.StateUnit{Name: "a.service", DesiredState: "inactive"})}}, nil
 	}
 	h := api.New(api.Config{Machine: "m9", Durable: durable,
 		Leader: func() (election.Info, bool) { return election.Info{Machine: "m1", APIAddr: deadAddr}, true }})

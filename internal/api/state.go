@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -127,7 +127,7 @@ func (s *server) stateFromEtcd(w http.ResponseWriter, r *http.Request, f state.F
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "no engine leader answers, and reading etcd failed: "+err.Error())
 		return
 	}
-	sort.Slice(snap.Units, func(i, j int) bool { return snap.Units[i].Name < snap.Units[j].Name })
+	slices.SortFunc(snap.Units, func(a, b state.Unit) int { return strings.Compare(a.Name, b.Name) })
 	if snap.Machines == nil {
 		snap.Machines = []apiv1.Machine{}
 	}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unique"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -132,7 +133,8 @@ func (t *term) buildSnapshot() *state.Snapshot {
 	s.Machines = t.machineViews()
 	names := t.sortedNames()
 	t.mu.RUnlock()
-	s.Units = make([]apiv1.StateUnit, 0, len(names))
+	s.Units = make([]state.Unit, 0, len(names))
+	var sh sharedViews
 	for lo := 0; lo < len(names); lo += buildChunk {
 		t.mu.RLock()
 		for _, name := range names[lo:min(lo+buildChunk, len(names))] {
@@ -140,13 +142,11 @@ func (t *term) buildSnapshot() *state.Snapshot {
 			if r == nil {
 				continue // gone since the index was built
 			}
-			u := apiv1.StateUnit{Name: r.name, Hash: r.file.Hash, DesiredState: string(r.desired), Machine: r.machine,
-				Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter), Reason: r.reason}
+			u := state.Unit{Name: r.name, Machine: r.machine, Reason: r.reason, Spec: sh.spec(r)}
 			if r.machine != "" {
 				if m := t.machines[r.machine]; m != nil {
 					if st, ok := m.states[u.Name]; ok {
-						c := st.codes.Value()
-						u.Load, u.Active, u.Sub = c.load, c.active, c.sub
+						u.Status = sh.status(st.codes)
 					}
 				}
 			}
@@ -159,6 +159,63 @@ func (t *term) buildSnapshot() *state.Snapshot {
 	t.mu.RUnlock()
 	t.countUnits(s, unplaced)
 	return s
+}
+
+// sharedViews hands out the values a snapshot's units share (state.Unit):
+// one Spec per file hash, desired state and [X-Fleet] settings, one Status
+// per reported state. The last one given is kept aside, as units come in
+// name order and a template's instances one after another.
+type sharedViews struct {
+	specs    map[specKey]*state.Spec
+	statuses map[unique.Handle[statusCodes]]*state.Status
+
+	lastFile    *unit.File
+	lastDesired unit.DesiredState
+	lastSpec    *state.Spec
+	lastCodes   unique.Handle[statusCodes]
+	lastStatus  *state.Status
+}
+
+type specKey struct {
+	hash              string
+	desired           unit.DesiredState
+	global, singleton bool
+	lostAfter         time.Duration
+}
+
+func (sh *sharedViews) spec(r *unitRec) *state.Spec {
+	if r.file == sh.lastFile && r.desired == sh.lastDesired && sh.lastSpec != nil {
+		return sh.lastSpec
+	}
+	fl := &r.file.Fleet
+	k := specKey{hash: r.file.Hash, desired: r.desired, global: fl.Global, singleton: fl.Singleton, lostAfter: fl.LostAfter}
+	sp := sh.specs[k]
+	if sp == nil {
+		if sh.specs == nil {
+			sh.specs = map[specKey]*state.Spec{}
+		}
+		sp = &state.Spec{Hash: k.hash, DesiredState: string(k.desired), Global: k.global, Singleton: k.singleton, LostAfter: lostAfterText(k.lostAfter)}
+		sh.specs[k] = sp
+	}
+	sh.lastFile, sh.lastDesired, sh.lastSpec = r.file, r.desired, sp
+	return sp
+}
+
+func (sh *sharedViews) status(c unique.Handle[statusCodes]) *state.Status {
+	if c == sh.lastCodes && sh.lastStatus != nil {
+		return sh.lastStatus
+	}
+	st := sh.statuses[c]
+	if st == nil {
+		if sh.statuses == nil {
+			sh.statuses = map[unique.Handle[statusCodes]]*state.Status{}
+		}
+		v := c.Value()
+		st = &state.Status{Load: v.load, Active: v.active, Sub: v.sub}
+		sh.statuses[c] = st
+	}
+	sh.lastCodes, sh.lastStatus = c, st
+	return st
 }
 
 // sortedNames returns the units' names in order, from an index rebuilt only
@@ -186,7 +243,12 @@ func (t *term) countUnits(s *state.Snapshot, unplaced int) {
 	type key struct{ desired, active string }
 	counts := map[key]int{}
 	for i := range s.Units {
-		counts[key{s.Units[i].DesiredState, s.Units[i].Active}]++
+		u := &s.Units[i]
+		k := key{desired: u.Spec.DesiredState}
+		if u.Status != nil {
+			k.active = u.Status.Active
+		}
+		counts[k]++
 	}
 	m := t.e.cfg.Metrics
 	m.Units.Reset()
@@ -206,7 +268,8 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 	if err != nil {
 		return nil, err
 	}
-	s := &state.Snapshot{Revision: snap.Revision, Units: make([]apiv1.StateUnit, 0, len(snap.Units))}
+	s := &state.Snapshot{Revision: snap.Revision}
+	views := make([]apiv1.StateUnit, 0, len(snap.Units))
 	at := map[string]int{}
 	parsed := map[[2]string]*unit.File{} // (name's template, text) -> a parsed instance: all alike when shareable
 	for _, r := range snap.Units {
@@ -224,8 +287,8 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 		if f != nil {
 			u.Hash, u.Global = f.Hash, f.Fleet.Global
 		}
-		at[r.Name] = len(s.Units)
-		s.Units = append(s.Units, u)
+		at[r.Name] = len(views)
+		views = append(views, u)
 	}
 	// Ranges not yet written unit by unit (registry.RangeRecord).
 	for _, rr := range snap.Ranges {
@@ -233,13 +296,24 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 		for i := range r.Len() {
 			name := unit.RangeName(rr.Template, r, i)
 			if j, ok := at[name]; ok {
-				s.Units[j].DesiredState = rr.DesiredState
+				views[j].DesiredState = rr.DesiredState
 				continue
 			}
-			at[name] = len(s.Units)
-			s.Units = append(s.Units, apiv1.StateUnit{Name: name, DesiredState: rr.DesiredState})
+			at[name] = len(views)
+			views = append(views, apiv1.StateUnit{Name: name, DesiredState: rr.DesiredState})
 		}
 	}
-	sort.Slice(s.Units, func(i, j int) bool { return s.Units[i].Name < s.Units[j].Name })
+	sort.Slice(views, func(i, j int) bool { return views[i].Name < views[j].Name })
+	s.Units = make([]state.Unit, len(views))
+	specs := map[state.Spec]*state.Spec{}
+	for i, v := range views {
+		u := state.NewUnit(v)
+		if sp := specs[*u.Spec]; sp != nil {
+			u.Spec = sp
+		} else {
+			specs[*u.Spec] = u.Spec
+		}
+		s.Units[i] = u
+	}
 	return s, nil
 }

@@ -12,7 +12,11 @@ import (
 // for apiv1.State (BenchmarkEncode compares the two; this one is several
 // times faster, which matters at 100,000 units).
 func AppendState(b []byte, st *apiv1.State) []byte {
-	return appendTail(appendHead(b, st), st)
+	units := make([]Unit, len(st.Units))
+	for i := range st.Units {
+		units[i] = NewUnit(st.Units[i])
+	}
+	return appendTail(appendHead(b, st), units, st.Total, st.Next)
 }
 
 // appendHead appends the document up to its first unit: what every view of
@@ -38,19 +42,20 @@ func appendHead(b []byte, st *apiv1.State) []byte {
 	return append(b, `],"units":[`...)
 }
 
-// appendTail appends the rest of the document after appendHead's.
-func appendTail(b []byte, st *apiv1.State) []byte {
-	for i := range st.Units {
+// appendTail appends the rest of the document after appendHead's: units,
+// then the total of the view and the name to page on.
+func appendTail(b []byte, units []Unit, total int, next string) []byte {
+	for i := range units {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendUnit(b, &st.Units[i])
+		b = appendUnit(b, &units[i])
 	}
 	b = append(b, `],"total":`...)
-	b = strconv.AppendInt(b, int64(st.Total), 10)
-	if st.Next != "" {
+	b = strconv.AppendInt(b, int64(total), 10)
+	if next != "" {
 		b = append(b, `,"next":`...)
-		b = appendString(b, st.Next)
+		b = appendString(b, next)
 	}
 	return append(b, "}\n"...)
 }
@@ -117,24 +122,26 @@ func appendResources(b []byte, r apiv1.Resources) []byte {
 	return append(b, '}')
 }
 
-func appendUnit(b []byte, u *apiv1.StateUnit) []byte {
+func appendUnit(b []byte, u *Unit) []byte {
 	b = append(b, `{"name":`...)
 	b = appendString(b, u.Name)
 	b = append(b, `,"hash":`...)
-	b = appendString(b, u.Hash)
+	b = appendString(b, u.Spec.Hash)
 	b = append(b, `,"desiredState":`...)
-	b = appendString(b, u.DesiredState)
+	b = appendString(b, u.Spec.DesiredState)
 	b = appendOpt(b, `,"machine":`, u.Machine)
-	if u.Global {
+	if u.Spec.Global {
 		b = append(b, `,"global":true`...)
 	}
-	if u.Singleton {
+	if u.Spec.Singleton {
 		b = append(b, `,"singleton":true`...)
 	}
-	b = appendOpt(b, `,"lostAfter":`, u.LostAfter)
-	b = appendOpt(b, `,"load":`, u.Load)
-	b = appendOpt(b, `,"active":`, u.Active)
-	b = appendOpt(b, `,"sub":`, u.Sub)
+	b = appendOpt(b, `,"lostAfter":`, u.Spec.LostAfter)
+	if st := u.Status; st != nil {
+		b = appendOpt(b, `,"load":`, st.Load)
+		b = appendOpt(b, `,"active":`, st.Active)
+		b = appendOpt(b, `,"sub":`, st.Sub)
+	}
 	b = appendOpt(b, `,"reason":`, u.Reason)
 	return append(b, '}')
 }

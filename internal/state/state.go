@@ -32,8 +32,8 @@ type Snapshot struct {
 	Leader     string
 	// EtcdUnreachableSince is set (RFC 3339) on a degraded leader's state.
 	EtcdUnreachableSince string
-	Machines             []apiv1.Machine   // sorted by ID
-	Units                []apiv1.StateUnit // sorted by name
+	Machines             []apiv1.Machine // sorted by ID
+	Units                []Unit          // sorted by name
 
 	once sync.Once
 	json []byte
@@ -62,8 +62,9 @@ func (s *Snapshot) ETag() string {
 func (s *Snapshot) JSON() []byte {
 	s.once.Do(func() {
 		start := time.Now()
-		st := s.view(s.Units, len(s.Units), "")
-		s.json = AppendState(make([]byte, 0, 256*len(s.Units)+1024), &st)
+		st := s.view(nil, len(s.Units), "")
+		b := appendHead(make([]byte, 0, 256*len(s.Units)+1024), &st)
+		s.json = appendTail(b, s.Units, len(s.Units), "")
 		s.cost.Add(int64(time.Since(start)))
 	})
 	return s.json
@@ -89,9 +90,9 @@ func (s *Snapshot) Gzip() []byte {
 // two make one gzip stream. A page of 1,000 units thus costs its units, not
 // the cluster's machines as well.
 func (s *Snapshot) Page(f Filter, gz bool) (head, rest []byte) {
-	st := s.Select(f)
+	units, total, next := s.selectUnits(f)
 	s.heado.Do(s.encodeHead)
-	rest = appendTail(make([]byte, 0, 256*len(st.Units)+256), &st)
+	rest = appendTail(make([]byte, 0, 256*len(units)+256), units, total, next)
 	if !gz {
 		return s.head, rest
 	}
@@ -145,9 +146,13 @@ func putFlate(w *flate.Writer) {
 	flatePool.Put(w)
 }
 
-func (s *Snapshot) view(units []apiv1.StateUnit, total int, next string) apiv1.State {
+func (s *Snapshot) view(units []Unit, total int, next string) apiv1.State {
+	views := make([]apiv1.StateUnit, len(units))
+	for i := range units {
+		views[i] = units[i].View()
+	}
 	return apiv1.State{Revision: s.Revision, Generation: s.Generation, Leader: s.Leader, EtcdUnreachableSince: s.EtcdUnreachableSince,
-		Machines: s.Machines, Units: units, Total: total, Next: next}
+		Machines: s.Machines, Units: views, Total: total, Next: next}
 }
 
 // Filter selects part of a snapshot.
@@ -164,6 +169,13 @@ func (f Filter) IsZero() bool { return f == Filter{} }
 
 // Select returns the filtered, paged view.
 func (s *Snapshot) Select(f Filter) apiv1.State {
+	units, total, next := s.selectUnits(f)
+	return s.view(units, total, next)
+}
+
+// selectUnits returns the units f selects, how many match in all, and the
+// name to page on from ("" on the last page).
+func (s *Snapshot) selectUnits(f Filter) (out []Unit, total int, next string) {
 	units := s.Units
 	if f.After != "" {
 		i := sort.Search(len(units), func(i int) bool { return units[i].Name > f.After })
@@ -172,16 +184,12 @@ func (s *Snapshot) Select(f Filter) apiv1.State {
 	if f.Machine == "" && f.Unit == "" && f.State == "" && f.Limit > 0 {
 		// A plain page: its cost is the page's, not the cluster's (the
 		// units are in name order, and every one after f.After counts).
-		out := append([]apiv1.StateUnit{}, units[:min(f.Limit, len(units))]...)
-		next := ""
+		out = units[:min(f.Limit, len(units)):min(f.Limit, len(units))]
 		if len(units) > f.Limit {
 			next = out[len(out)-1].Name
 		}
-		return s.view(out, len(units), next)
+		return out, len(units), next
 	}
-	var out []apiv1.StateUnit
-	total := 0
-	next := ""
 	name := f.names()
 	for i := range units {
 		u := &units[i]
@@ -198,9 +206,9 @@ func (s *Snapshot) Select(f Filter) apiv1.State {
 		out = append(out, *u)
 	}
 	if out == nil {
-		out = []apiv1.StateUnit{}
+		out = []Unit{}
 	}
-	return s.view(out, total, next)
+	return out, total, next
 }
 
 // names returns what matches unit names against f.Unit.
@@ -214,7 +222,7 @@ func (f Filter) names() func(string) bool {
 	}
 }
 
-func (f Filter) match(u *apiv1.StateUnit, name func(string) bool) bool {
+func (f Filter) match(u *Unit, name func(string) bool) bool {
 	if f.Machine != "" && u.Machine != f.Machine {
 		return false
 	}
@@ -222,8 +230,8 @@ func (f Filter) match(u *apiv1.StateUnit, name func(string) bool) bool {
 		return false
 	}
 	if f.State != "" {
-		unplaced := u.DesiredState != "inactive" && u.Machine == "" && !u.Global
-		if f.State != u.Active && f.State != u.DesiredState && !(f.State == "unplaced" && unplaced) {
+		unplaced := u.Spec.DesiredState != "inactive" && u.Machine == "" && !u.Spec.Global
+		if f.State != u.active() && f.State != u.Spec.DesiredState && !(f.State == "unplaced" && unplaced) {
 			return false
 		}
 	}

@@ -36,7 +36,7 @@ func sample(units, machines int) *Snapshot {
 		if i%17 == 0 {
 			u.LostAfter = "1m30s"
 		}
-		s.Units = append(s.Units, u)
+		s.Units = append(s.Units, NewUnit(u))
 	}
 	return s
 }
@@ -73,6 +73,15 @@ func TestSnapshotJSONAndGzip(t *testing.T) {
 	if len(st.Units) != 100 || st.Total != 100 || st.Generation != 7 || s.ETag() != `"0.7"` {
 		t.Errorf("decoded state: %d units, total %d, generation %d, etag %s", len(st.Units), st.Total, st.Generation, s.ETag())
 	}
+	// The whole document, encoded from the compact units, is what
+	// encoding/json writes of their view.
+	var want bytes.Buffer
+	if err := json.NewEncoder(&want).Encode(s.Select(Filter{})); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(s.JSON(), want.Bytes()) {
+		t.Errorf("JSON() differs from encoding/json of the view:\n%.300s\n%.300s", s.JSON(), want.Bytes())
+	}
 	zr, err := gzip.NewReader(bytes.NewReader(s.Gzip()))
 	if err != nil {
 		t.Fatal(err)
@@ -83,14 +92,22 @@ func TestSnapshotJSONAndGzip(t *testing.T) {
 	}
 }
 
+func units(views ...apiv1.StateUnit) []Unit {
+	out := make([]Unit, len(views))
+	for i, v := range views {
+		out[i] = NewUnit(v)
+	}
+	return out
+}
+
 func TestSelect(t *testing.T) {
-	s := &Snapshot{Units: []apiv1.StateUnit{
-		{Name: "a.service", DesiredState: "launched", Machine: "m1", Active: "active"},
-		{Name: "b.service", DesiredState: "launched", Machine: "m2", Active: "failed"},
-		{Name: "c.service", DesiredState: "launched", Reason: "no machines available"},
-		{Name: "d.service", DesiredState: "inactive"},
-		{Name: "web@1.service", DesiredState: "loaded", Machine: "m1", Active: "inactive"},
-	}}
+	s := &Snapshot{Units: units(
+		apiv1.StateUnit{Name: "a.service", DesiredState: "launched", Machine: "m1", Active: "active"},
+		apiv1.StateUnit{Name: "b.service", DesiredState: "launched", Machine: "m2", Active: "failed"},
+		apiv1.StateUnit{Name: "c.service", DesiredState: "launched", Reason: "no machines available"},
+		apiv1.StateUnit{Name: "d.service", DesiredState: "inactive"},
+		apiv1.StateUnit{Name: "web@1.service", DesiredState: "loaded", Machine: "m1", Active: "inactive"},
+	)}
 	names := func(st apiv1.State) string {
 		var out []string
 		for _, u := range st.Units {
