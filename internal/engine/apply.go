@@ -57,6 +57,8 @@ type applyReq struct {
 	// rangeNames are the names of each range change's instances, once
 	// validated (by change index).
 	rangeNames [][]string
+	// queued is when the request reached the loop's queue.
+	queued time.Time
 }
 
 type applyRes struct {
@@ -99,6 +101,7 @@ func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 	if _, ok := t.degradedSince(); ok {
 		return t.unreachableErr(false)
 	}
+	r.queued = time.Now()
 	select {
 	case t.reqs <- r:
 	case <-t.ctx.Done():
@@ -126,9 +129,23 @@ func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 // transactions as the ops allow. Each request stands or falls alone in
 // validation; an etcd failure fails the whole round.
 func (t *term) applyRound(round []*applyReq) {
+	var ph passPhases
+	ph.start(time.Now())
+	defer ph.logSlow(t.e.log, "apply round")
+	ph.note("requests", len(round))
+	var waited time.Duration // the longest a request of the round waited for the loop
+	for _, r := range round {
+		waited = max(waited, ph.began.Sub(r.queued))
+	}
+	if waited >= slowPass {
+		ph.note("waited for the loop (ms)", int(waited.Milliseconds()))
+	}
+	ph.note("unwritten", len(t.unwritten))
 	// A range record must never outlive a later change of one of its
 	// instances (records.go): write what ranges stand for first.
-	if err := t.materialize(); err != nil {
+	err := t.materialize()
+	ph.done("materialize")
+	if err != nil {
 		for _, req := range round {
 			req.res <- applyRes{err: err}
 		}
@@ -239,6 +256,7 @@ func (t *term) applyRound(round []*applyReq) {
 		accepted = append(accepted, req)
 	}
 	t.mu.RUnlock()
+	ph.done("validate")
 	if len(accepted) == 0 {
 		return
 	}
@@ -353,7 +371,8 @@ func (t *term) applyRound(round []*applyReq) {
 			}
 		}
 	}
-	var err error
+	ph.done("ops")
+	ph.note("ops", len(ops))
 	if len(ops) == 0 {
 		// Nothing to write: confirm through etcd that this term still
 		// leads before acknowledging, as memory alone cannot tell.
@@ -367,6 +386,7 @@ func (t *term) applyRound(round []*applyReq) {
 			}
 		})
 	}
+	ph.done("commit")
 	if err != nil {
 		for _, req := range accepted {
 			req.res <- applyRes{err: err}
@@ -422,6 +442,7 @@ func (t *term) applyRound(round []*applyReq) {
 	for _, req := range accepted {
 		req.res <- applyRes{}
 	}
+	ph.done("apply")
 	if err := t.dropFiles(); err != nil {
 		t.e.log.Warn("could not delete unit files no unit names", "err", err)
 	}

@@ -48,7 +48,12 @@ type schedMachine struct {
 // before the next tick).
 func (t *term) reconcile() (recheck time.Time) {
 	now := t.e.cfg.Now()
-	defer func() { t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds()) }()
+	var ph passPhases
+	ph.start(time.Now())
+	defer func() {
+		t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds())
+		ph.logSlow(t.e.log, "reconcile pass")
+	}()
 	t.mu.Lock()
 	t.applyInboxLocked()
 	t.hold.start()
@@ -58,6 +63,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	woken := t.hold.release()
 	t.mu.Unlock()
 	wakeAll(woken)
+	ph.done("sync")
 
 	t.mu.RLock()
 	in := t.planInput(now, drifted)
@@ -152,6 +158,8 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 	}
 	t.mu.RUnlock()
+	ph.done("plan")
+	ph.note("placed", len(moved))
 	done := map[string]bool{}
 	for _, name := range p.MoveDone {
 		done[name] = true
@@ -199,6 +207,7 @@ func (t *term) reconcile() (recheck time.Time) {
 				ops = append(ops, t.dropAssignment(cur.machine, name)...)
 			}
 		}
+		ph.done("ops")
 		err := t.commitRecords(ops, func(yield func(*unitRec) bool) {
 			for _, name := range part {
 				if nr := moved[name]; nr != nil && !yield(nr) {
@@ -206,6 +215,7 @@ func (t *term) reconcile() (recheck time.Time) {
 				}
 			}
 		})
+		ph.done("commit")
 		if err != nil {
 			// commit has ended the term (the next one reloads from etcd),
 			// so the tentative placements left in t.sched do not matter.
@@ -239,9 +249,12 @@ func (t *term) reconcile() (recheck time.Time) {
 		woken := t.hold.release()
 		t.mu.Unlock()
 		wakeAll(woken)
+		ph.done("apply")
 	}
 	// Write what range records still stand for (units not placed by this
 	// pass), then delete the ranges.
+	ph.note("unwritten", len(t.unwritten))
+	defer ph.done("materialize")
 	if err := t.materialize(); err != nil {
 		t.e.log.Warn("reconcile: could not write the units of a range", "err", err)
 		return time.Time{}
