@@ -51,6 +51,8 @@ func measureStop(ctx context.Context, c *cluster, api *client.Client, base strin
 		return nil, err
 	}
 	r := &StopReport{}
+	// With --profile the stop has its own window: <registry>-stop-<process>-*.
+	c.profileStart()
 	prog.phase("stopping every unit (one request: desired state loaded)")
 	t0 := time.Now()
 	for _, b := range stopBatches(start) {
@@ -100,6 +102,9 @@ func measureStop(ctx context.Context, c *cluster, api *client.Client, base strin
 	}
 	after, err := c.stats()
 	if err != nil {
+		return nil, err
+	}
+	if err := c.profileStopOf(ctx, c.profiled(), "stop"); err != nil {
 		return nil, err
 	}
 	r.EngineCPUSeconds = round3((after.engineCPU - before.engineCPU).Seconds())
