@@ -141,9 +141,14 @@ func (t *term) applyRound(round []*applyReq) {
 		ph.note("waited for the loop (ms)", int(waited.Milliseconds()))
 	}
 	ph.note("unwritten", len(t.unwritten))
-	// A range record must never outlive a later change of one of its
-	// instances (records.go): write what ranges stand for first.
-	err := t.materialize()
+	// A range record would create a destroyed instance again on the next
+	// leader's load (records.go): before a round destroys anything, write
+	// out what ranges stand for. Other changes write their units' records,
+	// newer than any range.
+	var err error
+	if destroys(round) {
+		err = t.materialize()
+	}
 	ph.done("materialize")
 	if err != nil {
 		for _, req := range round {
@@ -413,9 +418,6 @@ func (t *term) applyRound(round []*applyReq) {
 		t.placeDirty = true
 		t.changed()
 	}
-	for _, pr := range newRanges {
-		t.ranges[pr.key] = pr
-	}
 	t.units = grown(t.units, newUnits)
 	t.unplaced = grown(t.unplaced, newUnplaced)
 	t.unwritten = grown(t.unwritten, newUnwritten)
@@ -436,6 +438,23 @@ func (t *term) applyRound(round []*applyReq) {
 			t.written(name)
 		}
 	}
+	for _, pr := range newRanges {
+		// A range record of the same instances as one still standing for
+		// some (a range started, then stopped before every instance was
+		// placed) has taken its key: it stands for those too, as they end
+		// the round at its desired state (rangeCovers), and its key must
+		// not be deleted while they need it.
+		if old := t.ranges[pr.key]; old != nil && old != pr && old.left > 0 {
+			for name, p := range t.unwritten {
+				if p == old {
+					t.unwritten[name] = pr
+					pr.left++
+				}
+			}
+			old.left = 0
+		}
+		t.ranges[pr.key] = pr
+	}
 	woken := t.hold.release()
 	t.mu.Unlock()
 	wakeAll(woken)
@@ -446,6 +465,18 @@ func (t *term) applyRound(round []*applyReq) {
 	if err := t.dropFiles(); err != nil {
 		t.e.log.Warn("could not delete unit files no unit names", "err", err)
 	}
+}
+
+// destroys reports whether a round destroys any unit.
+func destroys(round []*applyReq) bool {
+	for _, req := range round {
+		for _, c := range req.changes {
+			if c.Destroy {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // roundEntry is a unit an apply round changes: its record as it was (cur)

@@ -200,7 +200,7 @@ func (t *term) reconcile() (recheck time.Time) {
 			}
 			// The record holds the machine: a unit placed for the first
 			// time is written once, its record then (records.go).
-			if nr.machine != cur.machine || t.unwritten[name] != nil {
+			if nr.machine != cur.machine {
 				ops = append(ops, t.putRecord(name, nr)...)
 			}
 			if cur.machine != "" && nr.machine != cur.machine {
@@ -225,7 +225,7 @@ func (t *term) reconcile() (recheck time.Time) {
 		t.mu.Lock()
 		t.hold.start()
 		for _, name := range part {
-			if nr, cur := moved[name], t.units[name]; nr != nil && cur != nil && (nr.machine != cur.machine || t.unwritten[name] != nil) {
+			if nr, cur := moved[name], t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {
 				t.written(name)
 			}
 			if from, ok := newMoves[name]; ok {
@@ -251,12 +251,13 @@ func (t *term) reconcile() (recheck time.Time) {
 		wakeAll(woken)
 		ph.done("apply")
 	}
-	// Write what range records still stand for (units not placed by this
-	// pass), then delete the ranges.
+	// Delete the range records that stand for no unit any more (their
+	// units placed by this pass, or changed since); the others stay, one
+	// key for however many units (records.go).
 	ph.note("unwritten", len(t.unwritten))
-	defer ph.done("materialize")
-	if err := t.materialize(); err != nil {
-		t.e.log.Warn("reconcile: could not write the units of a range", "err", err)
+	defer ph.done("ranges")
+	if err := t.dropRanges(); err != nil {
+		t.e.log.Warn("reconcile: could not delete finished range records", "err", err)
 		return time.Time{}
 	}
 	t.mu.Lock()

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -270,6 +272,7 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 	}
 	s := &state.Snapshot{Revision: snap.Revision}
 	views := make([]apiv1.StateUnit, 0, len(snap.Units))
+	revs := make([]int64, 0, len(snap.Units)) // each view's record's revision
 	at := map[string]int{}
 	parsed := map[[2]string]*unit.File{} // (name's template, text) -> a parsed instance: all alike when shareable
 	for _, r := range snap.Units {
@@ -289,18 +292,28 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 		}
 		at[r.Name] = len(views)
 		views = append(views, u)
+		revs = append(revs, r.Rev)
 	}
-	// Ranges not yet written unit by unit (registry.RangeRecord).
-	for _, rr := range snap.Ranges {
+	// What ranges stand for: the instances whose record is older than the
+	// range, the newest range first (registry.RangeRecord).
+	ranges := slices.Clone(snap.Ranges)
+	slices.SortStableFunc(ranges, func(a, b registry.RangeRecord) int { return cmp.Compare(a.Rev, b.Rev) })
+	for _, rr := range ranges {
 		r := unit.Range{From: rr.From, To: rr.To, Width: rr.Width}
 		for i := range r.Len() {
 			name := unit.RangeName(rr.Template, r, i)
 			if j, ok := at[name]; ok {
-				views[j].DesiredState = rr.DesiredState
+				if revs[j] < rr.Rev {
+					views[j].DesiredState = rr.DesiredState
+					if rr.DesiredState == string(unit.Inactive) {
+						views[j].Machine = ""
+					}
+				}
 				continue
 			}
 			at[name] = len(views)
 			views = append(views, apiv1.StateUnit{Name: name, DesiredState: rr.DesiredState})
+			revs = append(revs, 0) // a newer range stands for it too
 		}
 	}
 	sort.Slice(views, func(i, j int) bool { return views[i].Name < views[j].Name })

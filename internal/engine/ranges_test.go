@@ -170,18 +170,28 @@ func TestEngineRangeLoaded(t *testing.T) {
 	waitMachines(t, e.Engine, 2)
 	eventually(t, 20*time.Second, "50 instances active", func() error {
 		_, err := allActive(e.Engine, 52)
-		if err != nil {
-			return err
-		}
-		if n := countKeys(t, cli, keys.Ranges()); n != 0 {
-			return fmt.Errorf("%d range keys left", n)
-		}
-		return nil
+		return err
 	})
 	u, err := e.Unit("web@7.service")
 	if err != nil || u.Machine != "m2" {
 		t.Errorf("web@7.service = %+v, %v; want it kept on m2, where its record placed it", u, err)
 	}
+	// The 49 instances placed have records newer than the range; web@7's
+	// is older and says the same as the range, so the range stays, one
+	// key, standing for it. A change of web@7 writes its record, and the
+	// range, standing for nothing, goes.
+	if n := countKeys(t, cli, keys.Ranges()); n != 1 {
+		t.Errorf("%d range keys, want 1 (standing for web@7.service)", n)
+	}
+	if err := e.Apply(ctx, []engine.Change{{Name: "web@7.service", DesiredState: unit.Loaded}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the range deleted", func() error {
+		if n := countKeys(t, cli, keys.Ranges()); n != 0 {
+			return fmt.Errorf("%d range keys left", n)
+		}
+		return nil
+	})
 	u, err = e.Unit("old.service")
 	if err != nil || u.Machine != "m1" || u.DesiredState != "loaded" {
 		t.Errorf("old.service = %+v, %v; want loaded on m1 as its schedule key said", u, err)
@@ -299,5 +309,155 @@ func TestEngineRangeRounds(t *testing.T) {
 	want(1, 20, "")
 	if us, err := e.Units(nil); len(us) != 1 || err != nil {
 		t.Errorf("%d units left, %v; want the template", len(us), err)
+	}
+}
+
+// TestEngineRangeStopOneKey: a range of instances stopped is one key, and
+// stays one key: no instance's record is written for it. An instance
+// changed afterwards has its own record, which the next leader prefers to
+// the older range (registry.RangeRecord); the others take the range's.
+func TestEngineRangeStopOneKey(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e1 := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e1)
+	e2 := startEngine(t, cli, "grpc", "e2")
+	agents := []*testAgent{startAgent(t, cli, "grpc", "m1"), startAgent(t, cli, "grpc", "m2")}
+	waitMachines(t, e1.Engine, 2)
+	ctx := context.Background()
+	keys := registry.Keys{}
+	if err := e1.Apply(ctx, []engine.Change{{Name: "web@.service", File: parse(t, "web@.service", rangeTemplate)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e1.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..100}.service", unit.Launched, false)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "100 instances active, their range gone", func() error {
+		if _, err := allActive(e1.Engine, 101); err != nil {
+			return err
+		}
+		if n := countKeys(t, cli, keys.Ranges()); n != 0 {
+			return fmt.Errorf("%d range keys left", n)
+		}
+		return nil
+	})
+	before, err := cli.Get(ctx, keys.Units(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e1.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..100}.service", unit.Loaded, false)}); err != nil {
+		t.Fatal(err)
+	}
+	running := func() (n int, names []string) {
+		for _, a := range agents {
+			for _, s := range a.driver.States() {
+				if s.Active == "active" {
+					n++
+					names = append(names, s.Name)
+				}
+			}
+		}
+		return n, names
+	}
+	eventually(t, 20*time.Second, "every instance stopped", func() error {
+		if n, _ := running(); n != 0 {
+			return fmt.Errorf("%d still active", n)
+		}
+		return nil
+	})
+	// A pass or two later: still one range key, and not one record written.
+	time.Sleep(2 * time.Second)
+	after, err := cli.Get(ctx, keys.Units(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countKeys(t, cli, keys.Ranges()); n != 1 {
+		t.Errorf("%d range keys after the stop, want 1", n)
+	}
+	written := 0
+	for i, kv := range after.Kvs {
+		if i >= len(before.Kvs) || kv.ModRevision != before.Kvs[i].ModRevision {
+			written++
+		}
+	}
+	if written != 0 || len(after.Kvs) != len(before.Kvs) {
+		t.Errorf("%d of %d records written for a range stopped, want none", written, len(after.Kvs))
+	}
+	// web@5 started on its own: its record is newer than the range.
+	if err := e1.Apply(ctx, []engine.Change{{Name: "web@5.service", DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	e1.stop()
+	waitLeader(t, e2)
+	eventually(t, 30*time.Second, "only web@5.service active under the next leader", func() error {
+		if n, names := running(); n != 1 || names[0] != "web@5.service" {
+			return fmt.Errorf("active: %v", names)
+		}
+		us, err := e2.Units([]string{"web@*.service"})
+		if err != nil {
+			return err
+		}
+		for _, u := range us {
+			want := unit.Loaded
+			switch u.Name {
+			case "web@.service":
+				continue
+			case "web@5.service":
+				want = unit.Launched
+			}
+			if u.DesiredState != string(want) || u.Machine == "" {
+				return fmt.Errorf("%s: %s on %q, want %s on a machine", u.Name, u.DesiredState, u.Machine, want)
+			}
+		}
+		return nil
+	})
+}
+
+// TestEngineRangeSameKey: a range written again over the same instances
+// (the same key) while the first still stood for some of them stands for
+// those too: its key is not deleted while they need it, and none of them
+// is lost when the next leader loads.
+func TestEngineRangeSameKey(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e1 := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e1)
+	e2 := startEngine(t, cli, "grpc", "e2")
+	ctx := context.Background()
+	apply := func(cs ...engine.Change) {
+		t.Helper()
+		if err := e1.Apply(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("after %s: %d range keys, %d records", cs[0].Name, countKeys(t, cli, registry.Keys{}.Ranges()), countKeys(t, cli, registry.Keys{}.Units()))
+	}
+	// No machines: nothing is placed, so no pass writes a record.
+	apply(engine.Change{Name: "web@.service", File: parse(t, "web@.service", rangeTemplate)})
+	apply(rangeChange(t, "web@{1..10}.service", unit.Loaded, false))
+	apply(engine.Change{Name: "web@5.service", DesiredState: unit.Launched})
+	apply(rangeChange(t, "web@{1..10}.service", unit.Loaded, false)) // changes web@5 only, at the same key
+	apply(engine.Change{Name: "web@5.service", DesiredState: unit.Launched})
+	time.Sleep(time.Second) // a pass, which deletes the ranges standing for nothing
+	if n := countKeys(t, cli, registry.Keys{}.Ranges()); n != 1 {
+		t.Errorf("%d range keys, want 1 (standing for 9 instances)", n)
+	}
+	e1.stop()
+	waitLeader(t, e2)
+	us, err := e2.Units([]string{"web@*.service"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, u := range us {
+		got[u.Name] = u.DesiredState
+	}
+	for i := 1; i <= 10; i++ {
+		name, want := fmt.Sprintf("web@%d.service", i), "loaded"
+		if i == 5 {
+			want = "launched"
+		}
+		if got[name] != want {
+			t.Errorf("the next leader has %s %q, want %q (all: %v)", name, got[name], want, got)
+		}
 	}
 }

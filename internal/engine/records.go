@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -26,11 +27,14 @@ import (
 //     earlier commit, as the transactions of one commit land in any
 //     order) and deleted after the last record naming it is gone;
 //   - unwritten: the units whose record is missing or stale because a
-//     range record stands for them, by range. A pass writes their records
-//     as it places them, then deletes the range; an apply round first
-//     writes every one (materialize), so a range never outlives a later
-//     change to one of its instances, and a range loaded from etcd is
-//     always newer than the records it covers.
+//     range record stands for them, by range. A later change of one of
+//     them writes its record, newer than the range, which then stands for
+//     it no more (registry.RangeRecord: records and ranges are ordered by
+//     etcd's revisions); so does a pass placing one. A range that stands
+//     for no unit any more is deleted (dropRanges). A million instances
+//     stopped thus stay one key, however long they stay stopped. Only a
+//     unit destroyed needs more: a range would create it again, so a round
+//     that destroys anything first writes out every range (materialize).
 
 // storedFile is a unit file stored by content.
 type storedFile struct {
@@ -271,12 +275,24 @@ func (t *term) dropRanges() error {
 	return nil
 }
 
-// loadRanges applies the range records of a snapshot over its units (a
-// range is newer than the records it covers): each instance takes the
-// range's desired state, and one without a record is created from the
-// range's file. Called from newTerm, before anything runs.
+// loadRanges applies the range records of a snapshot over its units: a
+// range stands for each instance it names whose record is older than it
+// (registry.RangeRecord), and of several ranges the newest: the instance
+// takes the range's desired state, and one without a record is created
+// from the range's file. Called from newTerm, before anything runs.
 func (t *term) loadRanges(snap *registry.Snapshot) {
-	for _, rr := range snap.Ranges {
+	if len(snap.Ranges) == 0 {
+		return
+	}
+	revs := make(map[string]int64, len(snap.Units))
+	for i := range snap.Units {
+		if unit.IsInstance(snap.Units[i].Name) {
+			revs[snap.Units[i].Name] = snap.Units[i].Rev
+		}
+	}
+	ranges := slices.Clone(snap.Ranges)
+	slices.SortStableFunc(ranges, func(a, b registry.RangeRecord) int { return cmp.Compare(a.Rev, b.Rev) })
+	for _, rr := range ranges {
 		ds, err := unit.ParseDesiredState(rr.DesiredState)
 		if err != nil {
 			t.e.log.Error("a stored range has a bad desired state; leaving it out", "key", rr.Key, "err", err)
@@ -294,6 +310,9 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 		for i := range r.Len() {
 			name := unit.RangeName(rr.Template, r, i)
 			rec := t.units[name]
+			if rec != nil && revs[name] > rr.Rev {
+				continue // changed since: its record says how
+			}
 			if rec == nil {
 				f, err := t.instanceFile(tmpl, name)
 				if err != nil {

@@ -543,17 +543,26 @@ func (t *term) setUnit(name string, rec *unitRec) {
 func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	t.changed()
 	t.placeDirty = true
-	t.refFile(old, rec)
-	t.noteLostAfter(name, rec)
-	if old != nil && (rec == nil || old.file != rec.file) {
-		delete(t.protos, old.file) // a template replaced or destroyed
+	// What follows from the file alone is unchanged when the file is: a
+	// range of a million instances started or stopped changes only their
+	// desired state, and each map operation skipped here is a second
+	// under the lock at that size.
+	sameFile := old != nil && rec != nil && old.file == rec.file
+	if !sameFile || old.content != rec.content {
+		t.refFile(old, rec)
+	}
+	if !sameFile {
+		t.noteLostAfter(name, rec)
+		if old != nil {
+			delete(t.protos, old.file) // a template replaced or destroyed
+		}
+		if rec != nil && len(rec.file.Fleet.MachineOf) > 0 {
+			t.followers[name] = struct{}{}
+		} else {
+			delete(t.followers, name)
+		}
 	}
 	t.unitEvent(name, rec)
-	if rec != nil && len(rec.file.Fleet.MachineOf) > 0 {
-		t.followers[name] = struct{}{}
-	} else {
-		delete(t.followers, name)
-	}
 	if old != nil && old.machine != "" && (rec == nil || rec.machine != old.machine) {
 		t.followersMoved = true
 		if m := t.machines[old.machine]; m != nil {
@@ -611,7 +620,9 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	}
 	if rec.machine != "" {
 		m := t.machine(rec.machine)
-		m.units[name] = struct{}{}
+		if old == nil || old.machine != rec.machine {
+			m.units[name] = struct{}{}
+		}
 		if old == nil || old.machine != rec.machine || old.desired != rec.desired || old.file.Hash != rec.file.Hash {
 			m.push(name, assignment(rec))
 		}

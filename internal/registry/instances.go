@@ -35,7 +35,15 @@ func DeleteFile(keys Keys, content string) Op { return Op{Key: keys.File(content
 // unit.Range numbers them, padded to Width digits) the desired state
 // DesiredState; an instance without a record is created from the file
 // stored under files/<Content>. It is written in one key when a request
-// names a range, and deleted once each instance has its record.
+// names a range, and deleted once each instance has a newer record.
+//
+// A range stands for the instances whose record is older than it (by
+// etcd's revisions, Rev and Record.Rev), and of several ranges naming an
+// instance the newest stands for it: so a million instances stopped stay
+// one key, while an instance changed after the range has its own record,
+// which then wins. (Before records were compared by revision, a range was
+// always written out to records before any later change: every range in
+// etcd was newer than the records it named, which this rule reads the same.)
 type RangeRecord struct {
 	Template     string `json:"template"`
 	From         int    `json:"from"`
@@ -43,8 +51,9 @@ type RangeRecord struct {
 	Width        int    `json:"width,omitempty"`
 	Content      string `json:"content"`
 	DesiredState string `json:"desiredState"`
-	// Key is where Load found it.
+	// Key is where Load found it, and Rev its etcd revision there.
 	Key string `json:"-"`
+	Rev int64  `json:"-"`
 }
 
 func (r RangeRecord) check() error {

@@ -25,6 +25,9 @@ type Record struct {
 	Content      string `json:"content,omitempty"`
 	DesiredState string `json:"desiredState"`
 	Machine      string `json:"machine,omitempty"`
+	// Rev is the record's etcd revision (its key's ModRevision) where Load
+	// read it: a range record newer than it stands for it (RangeRecord).
+	Rev int64 `json:"-"`
 }
 
 // MachineRecord is what the API changed of a machine, under machines/<id>.
@@ -75,7 +78,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	rev := first.Header.Revision
 	snap := &Snapshot{Schedule: map[string]string{}, Legacy: map[string]bool{}, Files: map[string]string{},
 		Moves: map[string]string{}, Machines: map[string]MachineRecord{}, Revision: rev}
-	read := func(prefix string, fn func(key string, val []byte) error) error {
+	read := func(prefix string, fn func(key string, val []byte, rev int64) error) error {
 		// Pages of 20,000 keys (about 4 MB of unit records), in etcd's
 		// own key order: asking etcd to sort made it sort every page in
 		// memory, and a new leader of a million units read 200 pages of
@@ -89,7 +92,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 				return fmt.Errorf("registry: load %s: %w", prefix, err)
 			}
 			for _, kv := range resp.Kvs {
-				if err := fn(string(kv.Key), kv.Value); err != nil {
+				if err := fn(string(kv.Key), kv.Value, kv.ModRevision); err != nil {
 					return err
 				}
 			}
@@ -99,14 +102,14 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 			start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
 	}
-	err = read(keys.Files(), func(key string, val []byte) error {
+	err = read(keys.Files(), func(key string, val []byte, _ int64) error {
 		snap.Files[strings.TrimPrefix(key, keys.Files())] = string(val)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	err = read(keys.Schedules(), func(key string, val []byte) error {
+	err = read(keys.Schedules(), func(key string, val []byte, _ int64) error {
 		name := strings.TrimPrefix(key, keys.Schedules())
 		snap.Schedule[name] = string(val)
 		snap.Legacy[name] = true
@@ -115,8 +118,8 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	if err != nil {
 		return nil, err
 	}
-	err = read(keys.Units(), func(key string, val []byte) error {
-		var r Record
+	err = read(keys.Units(), func(key string, val []byte, rev int64) error {
+		r := Record{Rev: rev}
 		if err := json.Unmarshal(val, &r); err != nil {
 			snap.Skipped = append(snap.Skipped, key)
 			return nil
@@ -141,8 +144,8 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	if err != nil {
 		return nil, err
 	}
-	err = read(keys.Ranges(), func(key string, val []byte) error {
-		var r RangeRecord
+	err = read(keys.Ranges(), func(key string, val []byte, rev int64) error {
+		r := RangeRecord{Rev: rev}
 		if err := json.Unmarshal(val, &r); err != nil || r.check() != nil {
 			snap.Skipped = append(snap.Skipped, key)
 			return nil
@@ -158,7 +161,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	if err != nil {
 		return nil, err
 	}
-	err = read(keys.Moves(), func(key string, val []byte) error {
+	err = read(keys.Moves(), func(key string, val []byte, _ int64) error {
 		snap.Moves[strings.TrimPrefix(key, keys.Moves())] = string(val)
 		return nil
 	})
@@ -172,7 +175,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	if len(cfg.Kvs) > 0 {
 		snap.SchedulerConfig = cfg.Kvs[0].Value
 	}
-	err = read(keys.Machines(), func(key string, val []byte) error {
+	err = read(keys.Machines(), func(key string, val []byte, _ int64) error {
 		var r MachineRecord
 		if err := json.Unmarshal(val, &r); err != nil {
 			snap.Skipped = append(snap.Skipped, key)
