@@ -26,12 +26,12 @@ import (
 // writes: a client on the leader's host costs about as much again to read
 // each answer. Eight back-to-back pollers of 20,000 units (3.5 MB
 // answers) took 0.6 CPU-s from the leader and 1 CPU-s themselves during
-// a 0.85 s start of those units on a 2-CPU host, and doubled it; at 5%
-// the same start is as fast as without pollers (within the runs' noise)
-// while 10% slowed it by up to 11%, and eight pollers still get about 65
-// whole states a second between them (a 3.5 MB answer costs the leader
-// about 0.75 ms). docs/benchmarks.md, "/v1/state under polling", has the
-// figures.
+// a 0.85 s start of those units on a 2-CPU host, nearly doubling it; at
+// 5% the same start is slowed by 8% (medians of 3 runs, within the host's
+// noise) while 10% slowed it by up to 11%, and the eight pollers still get
+// about 65 whole states a second between them (a 3.5 MB answer costs the
+// leader about 0.75 ms). docs/benchmarks.md, "/v1/state under polling",
+// has the figures.
 const WholeStateShare = 0.05
 
 // pacer admits paced answers one after another so that their cost stays
