@@ -80,12 +80,17 @@ type Config struct {
 	// ForwardScheme their scheme: "https" when daemons speak TLS (default "http").
 	Forward       http.RoundTripper
 	ForwardScheme string
+
+	// pace, when set (by tests), paces whole-state answers instead of a
+	// pacer of WholeStateShare on the real clock.
+	pace *pacer
 }
 
 type server struct {
 	cfg   Config
 	log   *slog.Logger
 	proxy *httputil.ReverseProxy
+	pace  *pacer // answers of /v1/state without limit= on the leader
 }
 
 // New returns the API handler.
@@ -102,7 +107,10 @@ func New(cfg Config) http.Handler {
 	if cfg.Leader == nil {
 		cfg.Leader = func() (election.Info, bool) { return election.Info{}, false }
 	}
-	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api")}
+	if cfg.pace == nil {
+		cfg.pace = newPacer(WholeStateShare)
+	}
+	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api"), pace: cfg.pace}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       func(*httputil.ProxyRequest) {}, // set per request in forward
 		FlushInterval: -1,

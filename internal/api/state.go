@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/state"
 )
 
@@ -24,12 +25,13 @@ const sourceHeader = "X-Flotilla-State-Source"
 // snapshot; elsewhere forwarded to the leader, or read from etcd when the
 // leader cannot be reached.
 func (s *server) stateHandler(w http.ResponseWriter, r *http.Request) {
+	var waited time.Duration // for the budget (serveLeader): not the answer's time
 	if m := s.cfg.Metrics; m != nil {
 		start := time.Now()
 		cw := &countingWriter{ResponseWriter: w}
 		w = cw
 		defer func() {
-			m.StateRequestDuration.Observe(time.Since(start).Seconds())
+			m.StateRequestDuration.Observe((time.Since(start) - waited).Seconds())
 			m.StateResponseBytes.Observe(float64(cw.n))
 		}()
 	}
@@ -45,7 +47,7 @@ func (s *server) stateHandler(w http.ResponseWriter, r *http.Request) {
 				writeError(w, http.StatusServiceUnavailable, "unavailable", "the leader has not published its state yet; retry")
 				return
 			}
-			serveSnapshot(w, r, snap, f)
+			waited = s.serveLeader(w, r, snap, f)
 			return
 		}
 	}
@@ -79,11 +81,48 @@ func stateFilter(r *http.Request) (state.Filter, error) {
 	return f, nil
 }
 
+// serveLeader answers from the leader's snapshot: at once for a page
+// (limit=), a 304 or a HEAD; an answer of any size (no limit=) waits for
+// the budget of such answers (WholeStateShare), then is the latest
+// snapshot, and its cost is counted. The metrics of /v1/state time the
+// answer without the wait, so that they (and the FlotillaStateSlow alert)
+// still say how fast the leader answers, not how hard it is polled.
+// It returns how long the answer waited.
+func (s *server) serveLeader(w http.ResponseWriter, r *http.Request, snap *state.Snapshot, f state.Filter) time.Duration {
+	if f.Limit > 0 || r.Method == http.MethodHead || notModified(r, snap) {
+		serveSnapshot(w, r, snap, f)
+		return 0
+	}
+	start := time.Now()
+	done, err := s.pace.wait(r.Context())
+	waited := time.Since(start)
+	if err != nil {
+		return waited // the client gave up waiting: nobody to answer
+	}
+	// The time waited is not the answer's: it gets the server's whole
+	// write timeout (limits.HTTPWriteTimeout) from now on, and the state
+	// as it is now. (Neither fails on the connections http.Server makes.)
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(limits.HTTPWriteTimeout))
+	if s.cfg.Engine != nil {
+		if now := s.cfg.Engine.State(); now != nil {
+			snap = now
+		}
+	}
+	done(s.pace.cost(r, func() { serveSnapshot(w, r, snap, f) }))
+	return waited
+}
+
+// notModified reports whether r's If-None-Match names snap.
+func notModified(r *http.Request, snap *state.Snapshot) bool {
+	match := r.Header.Get("If-None-Match")
+	return match != "" && match == snap.ETag()
+}
+
 func serveSnapshot(w http.ResponseWriter, r *http.Request, snap *state.Snapshot, f state.Filter) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("ETag", snap.ETag())
 	w.Header().Set("Vary", "Accept-Encoding")
-	if match := r.Header.Get("If-None-Match"); match != "" && match == snap.ETag() {
+	if notModified(r, snap) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -146,3 +185,5 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.n += n
 	return n, err
 }
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
