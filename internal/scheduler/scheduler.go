@@ -212,6 +212,11 @@ type Cluster struct {
 	pats      patterns
 	roles     map[string]*roleUsage
 
+	// lastFleet and lastPrep are the last prep made without patterns, and
+	// the section it was made of (prepare).
+	lastFleet *unit.Fleet
+	lastPrep  *prep
+
 	epoch uint64      // candidate marks
 	rej   []rejection // scratch for decisions
 	ev    eval        // scratch for decisions
