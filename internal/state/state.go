@@ -14,6 +14,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,18 @@ func (s *Snapshot) selectUnits(f Filter) (out []Unit, total int, next string) {
 func (f Filter) names() func(string) bool {
 	if tmpl, r, ok, err := unit.ParseRange(f.Unit); ok && err == nil {
 		return func(name string) bool { return r.Contains(tmpl, name) }
+	}
+	// The common globs, a name or a prefix ("web@*"), without path.Match:
+	// a count of a million units' active instances of a template, as
+	// flotilla start and the bench ask, spent most of its time there.
+	switch i := strings.IndexAny(f.Unit, `*?[\`); {
+	case i < 0:
+		return func(name string) bool { return name == f.Unit }
+	case i == len(f.Unit)-1 && f.Unit[i] == '*':
+		prefix := f.Unit[:i]
+		return func(name string) bool {
+			return strings.HasPrefix(name, prefix) && !strings.Contains(name[len(prefix):], "/")
+		}
 	}
 	return func(name string) bool {
 		ok, _ := path.Match(f.Unit, name)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path"
 	"testing"
 
 	apiv1 "github.com/flotilla/flotilla/api"
@@ -222,6 +223,21 @@ func TestPage(t *testing.T) {
 			plain, err := io.ReadAll(zr)
 			if err != nil || !bytes.Equal(plain, want) {
 				t.Fatalf("Page(%+v) gzipped = %q, %v\nwant %q", f, plain, err, want)
+			}
+		}
+	}
+}
+
+// TestFilterNames: the shortcuts for plain names and prefixes match what
+// path.Match matches.
+func TestFilterNames(t *testing.T) {
+	names := []string{"web@1.service", "web@.service", "web.service", "web@1.socket", "db@web@1.service", "a/b.service", "web@a/b.service", ""}
+	for _, glob := range []string{"web@*", "web@1.service", "web*", "*", "web@?.service", "web@[0-9].service", `web\@1.service`, "web@1.service*", "[", "web@*.service"} {
+		match := Filter{Unit: glob}.names()
+		for _, name := range names {
+			want, _ := path.Match(glob, name)
+			if got := match(name); got != want {
+				t.Errorf("unit=%q on %q: %v, path.Match says %v", glob, name, got, want)
 			}
 		}
 	}
