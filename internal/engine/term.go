@@ -309,8 +309,12 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		}
 	}()
 	loadStart := time.Now()
+	var ph passPhases
+	ph.start(loadStart)
+	defer ph.logSlow(e.log, "loading the cluster at the start of a term")
 	snap, err := registry.Load(lctx, e.cfg.Client, t.keys)
 	e.cfg.Metrics.ObserveEtcd("load", time.Since(loadStart))
+	ph.done("read etcd")
 	lcancel()
 	if err != nil {
 		cancel(err)
@@ -354,7 +358,11 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 		t.units[r.Name] = rec
 		t.noteLostAfter(r.Name, rec)
 	}
+	ph.done("records")
+	ph.note("units", len(snap.Units))
+	ph.note("ranges", len(snap.Ranges))
 	t.loadRanges(snap)
+	ph.done("ranges")
 	for name, rec := range t.units {
 		if len(rec.file.Fleet.MachineOf) > 0 {
 			t.followers[name] = struct{}{}
@@ -380,6 +388,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 	// the reconnect grace), not from the election, which came before a
 	// load that takes a minute at a million units. Counted from the
 	// election, every machine of a large cluster was lost at the first pass.
+	ph.done("indexes")
 	t.start = e.cfg.Now()
 	t.reconnect = reconnectGrace(len(t.machines))
 	t.wg.Add(2)
