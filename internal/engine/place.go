@@ -31,10 +31,14 @@ const (
 	placesPerMachine = 16
 )
 
-// schedMachine is what the scheduler was last told of a machine.
 // maxLostLogged is how many lost units a reconcile pass logs one by one.
 const maxLostLogged = 20
 
+// recheckChunk is how many placed units a pass checks against their
+// machines in a term's one check of them all (planInput).
+const recheckChunk = 1 << 16
+
+// schedMachine is what the scheduler was last told of a machine.
 type schedMachine struct {
 	metadata map[string]string
 	capacity scheduler.Resources
@@ -55,17 +59,21 @@ func (t *term) reconcile() (recheck time.Time) {
 		ph.logSlow(t.e.log, "reconcile pass")
 	}()
 	t.mu.Lock()
+	ph.done("lock")
 	t.applyInboxLocked()
+	ph.done("inbox")
 	t.hold.start()
 	drifted := t.syncMachines(now)
 	t.syncGlobals(len(drifted) > 0)
+	ph.done("sync")
 	t.sendFull()
 	woken := t.hold.release()
 	t.mu.Unlock()
 	wakeAll(woken)
-	ph.done("sync")
+	ph.done("full")
 
 	t.mu.RLock()
+	ph.done("lock")
 	in := t.planInput(now, drifted)
 	p := planReconcile(in)
 	t.placeDirty = false
@@ -223,6 +231,7 @@ func (t *term) reconcile() (recheck time.Time) {
 			return time.Time{}
 		}
 		t.mu.Lock()
+		ph.done("lock")
 		t.hold.start()
 		for _, name := range part {
 			if nr, cur := moved[name], t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {
@@ -255,12 +264,14 @@ func (t *term) reconcile() (recheck time.Time) {
 	// units placed by this pass, or changed since); the others stay, one
 	// key for however many units (records.go).
 	ph.note("unwritten", len(t.unwritten))
-	defer ph.done("ranges")
+	defer ph.done("finish")
 	if err := t.dropRanges(); err != nil {
 		t.e.log.Warn("reconcile: could not delete finished range records", "err", err)
 		return time.Time{}
 	}
+	ph.done("ranges")
 	t.mu.Lock()
+	ph.done("lock")
 	t.followersMoved = false
 	for _, id := range p.Gone {
 		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
@@ -274,7 +285,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	}
 	t.shares = t.sched.Shares()
 	t.mu.Unlock()
-	if again {
+	if again || t.recheck != nil {
 		t.poke()
 	}
 	return p.Recheck
@@ -343,11 +354,26 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		}
 	}
 	if !t.rechecked && now.Sub(t.start) > t.e.cfg.AgentTTL+t.e.cfg.HeartbeatInterval {
-		t.rechecked = true
-		for name, r := range t.units {
-			if r.machine != "" && t.sched.HasMachine(r.machine) {
+		// recheckChunk units a pass, the next pass at once: a new leader of
+		// a million units checked them all in one pass of 15 s, under the
+		// read lock that 10,000 reconnecting agents' Hellos waited for.
+		if t.recheck == nil {
+			t.recheck = make([]string, 0, len(t.units))
+			for name, r := range t.units {
+				if r.machine != "" {
+					t.recheck = append(t.recheck, name)
+				}
+			}
+		}
+		n := min(len(t.recheck), recheckChunk)
+		for _, name := range t.recheck[:n] {
+			if r := t.units[name]; r != nil && r.machine != "" && t.sched.HasMachine(r.machine) {
 				in.Check[name] = r.machine
 			}
+		}
+		t.recheck = t.recheck[n:]
+		if len(t.recheck) == 0 {
+			t.rechecked, t.recheck = true, nil
 		}
 	}
 	if t.followersMoved {

@@ -86,8 +86,12 @@ func (t *term) stale(cur *state.Snapshot, interval time.Duration, k time.Duratio
 // publish builds and publishes a snapshot. Callers hold pubMu.
 func (t *term) publish() *state.Snapshot {
 	start, c := time.Now(), t.changes.Load()
-	s := t.buildSnapshot()
-	t.pubCost = time.Since(start)
+	s, waited := t.buildSnapshot()
+	// The cost is the build's work, not its waits for the lock: while
+	// 10,000 agents reconnected to a new leader of a million units, a
+	// build waited for their Hellos most of 10 s, and four times that
+	// kept the state 40 s old.
+	t.pubCost = time.Since(start) - waited
 	t.pubAt, t.pubSeen = start, c
 	t.snapshot.Store(s)
 	return s
@@ -123,12 +127,18 @@ const buildChunk = 4096
 // first, so a client following /v1/events from it misses nothing). Units
 // come out in name order from an index rebuilt only when units come or go.
 // Callers hold pubMu, which keeps that index while the lock is let go.
-func (t *term) buildSnapshot() *state.Snapshot {
-	s := &state.Snapshot{Term: t.info.Rev, Generation: t.e.generation.Add(1), Revision: t.committer.Revision(), Leader: t.info.Machine}
+// It also returns how long it waited for the lock.
+func (t *term) buildSnapshot() (s *state.Snapshot, waited time.Duration) {
+	s = &state.Snapshot{Term: t.info.Rev, Generation: t.e.generation.Add(1), Revision: t.committer.Revision(), Leader: t.info.Machine}
 	if since, ok := t.degradedSince(); ok {
 		s.EtcdUnreachableSince = since.UTC().Format(time.RFC3339)
 	}
-	t.mu.RLock()
+	rlock := func() {
+		at := time.Now()
+		t.mu.RLock()
+		waited += time.Since(at)
+	}
+	rlock()
 	if s.Revision == 0 {
 		s.Revision = t.rev
 	}
@@ -138,7 +148,7 @@ func (t *term) buildSnapshot() *state.Snapshot {
 	s.Units = make([]state.Unit, 0, len(names))
 	var sh sharedViews
 	for lo := 0; lo < len(names); lo += buildChunk {
-		t.mu.RLock()
+		rlock()
 		for _, name := range names[lo:min(lo+buildChunk, len(names))] {
 			r := t.units[name]
 			if r == nil {
@@ -156,11 +166,11 @@ func (t *term) buildSnapshot() *state.Snapshot {
 		}
 		t.mu.RUnlock()
 	}
-	t.mu.RLock()
+	rlock()
 	unplaced := len(t.unplaced)
 	t.mu.RUnlock()
 	t.countUnits(s, unplaced)
-	return s
+	return s, waited
 }
 
 // sharedViews hands out the values a snapshot's units share (state.Unit):

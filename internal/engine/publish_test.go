@@ -78,7 +78,7 @@ func BenchmarkBuildSnapshot(b *testing.B) {
 			}()
 			b.ResetTimer()
 			for b.Loop() {
-				if s := t.buildSnapshot(); len(s.Units) != n {
+				if s, _ := t.buildSnapshot(); len(s.Units) != n {
 					b.Fatalf("%d units", len(s.Units))
 				}
 			}
@@ -140,5 +140,30 @@ func TestStateDoesNotWait(t *testing.T) {
 	}
 	if got := tm.state(); len(got.Units) != 11 || tm.e.generation.Load() != gen+1 {
 		t.Errorf("rebuilt state has %d units, %d builds since; want 11 units from one build", len(got.Units), tm.e.generation.Load()-gen)
+	}
+}
+
+// TestPublishCostExcludesLockWaits: what a build of the state waited for
+// the lock is not counted in its cost, which spaces the next build (4×
+// the cost): a build that waited for writers seconds would otherwise keep
+// the state stale four times as long.
+func TestPublishCostExcludesLockWaits(t *testing.T) {
+	tm := publishTerm(t, 1000, 10)
+	const hold = 300 * time.Millisecond
+	tm.mu.Lock()
+	go func() {
+		time.Sleep(hold)
+		tm.mu.Unlock()
+	}()
+	tm.pubMu.Lock()
+	start := time.Now()
+	tm.publish()
+	took := time.Since(start)
+	tm.pubMu.Unlock()
+	if took < hold {
+		t.Fatalf("the build took %v, less than the %v the lock was held", took, hold)
+	}
+	if tm.pubCost > took-hold+50*time.Millisecond {
+		t.Errorf("the build's cost is %v of its %v, which waited %v for the lock: the wait is counted", tm.pubCost, took, hold)
 	}
 }

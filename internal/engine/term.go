@@ -187,6 +187,10 @@ type term struct {
 	// has reconnected): a change a former term committed but did not act on
 	// (a metadata change, then a failed write) is acted on now.
 	rechecked bool
+	// recheck are the placed units that check has yet to look at, a chunk
+	// a pass (recheckChunk); nil before it starts and once done. The
+	// loop's.
+	recheck []string
 	// placeDirty says something placement depends on changed since the
 	// last pass (units, machines, metadata, capacity, policy): without it a
 	// pass does not try the unplaced backlog again.
@@ -261,7 +265,7 @@ type term struct {
 // election session lasts but etcd does not answer.
 const loadTimeout = 10 * time.Minute
 
-func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error) {
+func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry.Follower) (*term, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &term{
 		e: e, el: el, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
@@ -312,9 +316,18 @@ func newTerm(parent context.Context, e *Engine, el *election.Term) (*term, error
 	var ph passPhases
 	ph.start(loadStart)
 	defer ph.logSlow(e.log, "loading the cluster at the start of a term")
-	snap, err := registry.Load(lctx, e.cfg.Client, t.keys)
-	e.cfg.Metrics.ObserveEtcd("load", time.Since(loadStart))
-	ph.done("read etcd")
+	// What the engine followed while it campaigned, caught up to now, or
+	// the whole record read from etcd.
+	var snap *registry.Snapshot
+	var err error
+	if fol != nil {
+		snap, err = fol.Snapshot(lctx)
+		ph.done("catch up")
+	} else {
+		snap, err = registry.Load(lctx, e.cfg.Client, t.keys)
+		e.cfg.Metrics.ObserveEtcd("load", time.Since(loadStart))
+		ph.done("read etcd")
+	}
 	lcancel()
 	if err != nil {
 		cancel(err)
