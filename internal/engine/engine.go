@@ -145,6 +145,9 @@ type Engine struct {
 	generation atomic.Uint64
 	// onTerm, if set, is called with each term as it starts (tests).
 	onTerm func(*term)
+	// loading is closed when the term this engine was elected for is
+	// loaded (or failed to load); nil while it is not loading one.
+	loading atomic.Pointer[chan struct{}]
 }
 
 // New returns an engine; Run makes it campaign.
@@ -160,8 +163,19 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Run(ctx context.Context) error {
 	me := election.Info{Machine: e.cfg.Machine, GRPCAddr: e.cfg.GRPCAddr, APIAddr: e.cfg.APIAddr}
 	for ctx.Err() == nil {
+		// While it campaigns, the engine follows the durable record, so
+		// that if it wins it need not read it all from etcd
+		// (registry.Follower); it stops following once it leads, when it
+		// writes the record itself.
+		fctx, stopFollowing := context.WithCancel(ctx)
+		var fol *registry.Follower
+		if e.cfg.Registry == registry.ModeGRPC {
+			fol = registry.NewFollower(e.cfg.Client, e.cfg.Keys)
+			go fol.Run(fctx)
+		}
 		t, err := election.Campaign(ctx, e.cfg.ElectionClient, e.cfg.Keys.Election(), e.cfg.ElectionTTL, me)
 		if err != nil {
+			stopFollowing()
 			if ctx.Err() != nil {
 				break
 			}
@@ -169,7 +183,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			sleepCtx(ctx, time.Second)
 			continue
 		}
-		e.lead(ctx, t)
+		e.lead(ctx, t, fol, stopFollowing)
 	}
 	if t := e.leader(); t != nil {
 		e.drop(t) // a degraded term
@@ -178,10 +192,18 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 // lead runs one term until it ends.
-func (e *Engine) lead(ctx context.Context, el *election.Term) {
+func (e *Engine) lead(ctx context.Context, el *election.Term, fol *registry.Follower, stopFollowing func()) {
 	log := e.log.With("leader_rev", el.Info.Rev)
 	started := e.cfg.Now()
-	t, err := newTerm(ctx, e, el)
+	ready := make(chan struct{})
+	e.loading.Store(&ready)
+	t, err := newTerm(ctx, e, el, fol)
+	stopFollowing()
+	if err == nil {
+		e.install(t)
+	}
+	e.loading.Store(nil)
+	close(ready)
 	if err != nil {
 		log.Error("could not start term; resigning", "err", err)
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -191,7 +213,6 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 		return
 	}
 	log.Info("elected leader", "units", len(t.units), "load_ms", e.cfg.Now().Sub(started).Milliseconds())
-	e.install(t)
 	if e.onTerm != nil {
 		e.onTerm(t)
 	}
@@ -219,6 +240,24 @@ func (e *Engine) lead(ctx context.Context, el *election.Term) {
 
 // Leader returns the current term if this engine leads, else nil.
 func (e *Engine) leader() *term { return e.term.Load() }
+
+// leaderOnceLoaded is leader, but when this engine was elected and is
+// loading its term it waits for the load (or ctx) first: agents that
+// found the new leader wait for it on their streams, instead of being
+// refused and saying Hello again and again (10,000 agents, each every
+// couple of seconds, while a million units loaded).
+func (e *Engine) leaderOnceLoaded(ctx context.Context) *term {
+	if t := e.leader(); t != nil {
+		return t
+	}
+	if ready := e.loading.Load(); ready != nil {
+		select {
+		case <-*ready:
+		case <-ctx.Done():
+		}
+	}
+	return e.leader()
+}
 
 // IsLeader reports whether this engine leads now, and its election
 // revision; a degraded term leads (for reads) until it is replaced.

@@ -180,7 +180,7 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 
 // Connect serves one agent's stream while this engine leads.
 func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
-	t := e.leader()
+	t := e.leaderOnceLoaded(stream.Context())
 	if t == nil {
 		return status.Error(codes.FailedPrecondition, "not the leader")
 	}

@@ -119,43 +119,22 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 		return nil, err
 	}
 	err = read(keys.Units(), func(key string, val []byte, rev int64) error {
-		r := Record{Rev: rev}
-		if err := json.Unmarshal(val, &r); err != nil {
+		if r, ok := keys.decodeRecord(key, val, rev); !ok {
 			snap.Skipped = append(snap.Skipped, key)
-			return nil
+		} else {
+			snap.addUnit(keys, key, r)
 		}
-		if r.Name == "" {
-			r.Name = strings.TrimPrefix(key, keys.Units())
-		}
-		if r.Content != "" {
-			f, ok := snap.Files[r.Content]
-			if !ok {
-				snap.Skipped = append(snap.Skipped, key+" (its file "+keys.File(r.Content)+" is missing)")
-				return nil
-			}
-			r.File = f
-		}
-		if r.Machine != "" {
-			snap.Schedule[r.Name] = r.Machine
-		}
-		snap.Units = append(snap.Units, r)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	err = read(keys.Ranges(), func(key string, val []byte, rev int64) error {
-		r := RangeRecord{Rev: rev}
-		if err := json.Unmarshal(val, &r); err != nil || r.check() != nil {
+		if r, ok := decodeRange(key, val, rev); !ok {
 			snap.Skipped = append(snap.Skipped, key)
-			return nil
+		} else {
+			snap.addRange(keys, r)
 		}
-		if _, ok := snap.Files[r.Content]; !ok {
-			snap.Skipped = append(snap.Skipped, key+" (its file "+keys.File(r.Content)+" is missing)")
-			return nil
-		}
-		r.Key = key
-		snap.Ranges = append(snap.Ranges, r)
 		return nil
 	})
 	if err != nil {
@@ -188,6 +167,59 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 		return nil, err
 	}
 	return snap, nil
+}
+
+// decodeRecord decodes the unit record at key, read at revision rev.
+func (k Keys) decodeRecord(key string, val []byte, rev int64) (Record, bool) {
+	r := Record{Rev: rev}
+	if err := json.Unmarshal(val, &r); err != nil {
+		return r, false
+	}
+	if r.Name == "" {
+		r.Name = strings.TrimPrefix(key, k.Units())
+	}
+	return r, true
+}
+
+// decodeRange decodes the range record at key, read at revision rev.
+func decodeRange(key string, val []byte, rev int64) (RangeRecord, bool) {
+	r := RangeRecord{Rev: rev}
+	if err := json.Unmarshal(val, &r); err != nil || r.check() != nil {
+		return r, false
+	}
+	r.Key = key
+	return r, true
+}
+
+// addUnit adds record r, read at key ("": its name's), to the snapshot,
+// its file filled in from Files (which must be complete), or to Skipped
+// when that is missing. The machine of a record wins over a schedule/ key.
+func (snap *Snapshot) addUnit(keys Keys, key string, r Record) {
+	if r.Content != "" {
+		f, ok := snap.Files[r.Content]
+		if !ok {
+			if key == "" {
+				key = keys.Unit(r.Name)
+			}
+			snap.Skipped = append(snap.Skipped, key+" (its file "+keys.File(r.Content)+" is missing)")
+			return
+		}
+		r.File = f
+	}
+	if r.Machine != "" {
+		snap.Schedule[r.Name] = r.Machine
+	}
+	snap.Units = append(snap.Units, r)
+}
+
+// addRange adds range r to the snapshot, or to Skipped when its file is
+// missing from Files (which must be complete).
+func (snap *Snapshot) addRange(keys Keys, r RangeRecord) {
+	if _, ok := snap.Files[r.Content]; !ok {
+		snap.Skipped = append(snap.Skipped, r.Key+" (its file "+keys.File(r.Content)+" is missing)")
+		return
+	}
+	snap.Ranges = append(snap.Ranges, r)
 }
 
 // PutUnit is the op that stores a unit record (File or Content, not both).

@@ -1,0 +1,276 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Follower keeps the durable record decoded as etcd changes it, for an
+// engine that does not lead: when it wins an election it takes its
+// Snapshot instead of reading every key again. A new leader of a million
+// units spent 20 s and more in Load (50 pages from an etcd shared with the
+// cluster, each record decoded) while no leader served; a standby that
+// has followed the record needs only to catch up to the election's
+// revision and copy what it holds. It costs the standby the decoded
+// record in memory (about 130 bytes a unit) and the decoding of each
+// write as the leader makes it.
+//
+// It loads, then watches the cluster's prefix from the loaded revision;
+// when the watch fails (etcd compacted past it, or went away) it loads
+// again. Keys it does not keep (the election's, and the etcd registry
+// mode's presence, states and assignments, which engines in that mode do
+// not follow) are passed over.
+type Follower struct {
+	cli  *clientv3.Client
+	keys Keys
+
+	mu sync.Mutex
+	// rev is the revision the record below is as of: every change up to
+	// it has been applied. 0 until loaded.
+	rev int64
+	// progressed is closed (and replaced) whenever rev moves.
+	progressed chan struct{}
+	units      map[string]Record // by key less the units/ prefix; Rev set, File empty for records by content
+	schedule   map[string]string // schedule/ keys of the former layout
+	files      map[string]string
+	ranges     map[string]RangeRecord // by key
+	moves      map[string]string
+	machines   map[string]MachineRecord
+	config     []byte
+	bad        map[string]bool // keys whose value did not decode
+}
+
+// NewFollower returns a Follower of keys' record; Run makes it follow.
+func NewFollower(cli *clientv3.Client, keys Keys) *Follower {
+	return &Follower{cli: cli, keys: keys, progressed: make(chan struct{})}
+}
+
+// Run follows the record until ctx ends.
+func (f *Follower) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		snap, err := Load(ctx, f.cli, f.keys)
+		if err != nil {
+			sleep(ctx, time.Second)
+			continue
+		}
+		f.reset(snap)
+		f.watch(ctx, snap.Revision)
+		sleep(ctx, 100*time.Millisecond) // before loading again
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// reset makes the follower's record snap's.
+func (f *Follower) reset(snap *Snapshot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.units = make(map[string]Record, len(snap.Units))
+	for _, r := range snap.Units {
+		if r.Content != "" {
+			r.File = "" // filled in from files when a snapshot is taken
+		}
+		f.units[r.Name] = r
+	}
+	f.schedule = map[string]string{}
+	for name := range snap.Legacy {
+		f.schedule[name] = snap.Schedule[name]
+	}
+	f.files = snap.Files
+	f.ranges = map[string]RangeRecord{}
+	for _, r := range snap.Ranges {
+		f.ranges[r.Key] = r
+	}
+	f.moves = snap.Moves
+	f.machines = snap.Machines
+	f.config = snap.SchedulerConfig
+	f.bad = map[string]bool{}
+	for _, k := range snap.Skipped {
+		// A record whose file was missing when loaded is kept out until
+		// it is written again: Load skipped it the same way.
+		f.bad[strings.Fields(k)[0]] = true
+	}
+	f.advance(snap.Revision)
+}
+
+// advance notes that the record is as of rev. Callers hold mu.
+func (f *Follower) advance(rev int64) {
+	if rev > f.rev {
+		f.rev = rev
+		close(f.progressed)
+		f.progressed = make(chan struct{})
+	}
+}
+
+// watch applies the changes after rev until the watch fails or ctx ends.
+func (f *Follower) watch(ctx context.Context, rev int64) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := f.cli.Watch(clientv3.WithRequireLeader(wctx), f.keys.p(), clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+	for resp := range ch {
+		if resp.Err() != nil || resp.Canceled {
+			return
+		}
+		f.mu.Lock()
+		for _, ev := range resp.Events {
+			f.apply(ev)
+		}
+		switch {
+		case resp.IsProgressNotify():
+			f.advance(resp.Header.Revision)
+		case len(resp.Events) > 0:
+			f.advance(resp.Events[len(resp.Events)-1].Kv.ModRevision)
+		}
+		f.mu.Unlock()
+	}
+}
+
+// apply applies one change. Callers hold mu.
+func (f *Follower) apply(ev *clientv3.Event) {
+	key := string(ev.Kv.Key)
+	del := ev.Type == clientv3.EventTypeDelete
+	delete(f.bad, key)
+	k := f.keys
+	switch {
+	case strings.HasPrefix(key, k.Units()):
+		name := strings.TrimPrefix(key, k.Units())
+		delete(f.units, name)
+		if del {
+			return
+		}
+		r, ok := k.decodeRecord(key, ev.Kv.Value, ev.Kv.ModRevision)
+		if !ok {
+			f.bad[key] = true
+			return
+		}
+		if r.Content != "" {
+			r.File = ""
+		}
+		f.units[name] = r
+	case strings.HasPrefix(key, k.Ranges()):
+		delete(f.ranges, key)
+		if del {
+			return
+		}
+		r, ok := decodeRange(key, ev.Kv.Value, ev.Kv.ModRevision)
+		if !ok {
+			f.bad[key] = true
+			return
+		}
+		f.ranges[key] = r
+	case strings.HasPrefix(key, k.Files()):
+		setOrDelete(f.files, strings.TrimPrefix(key, k.Files()), string(ev.Kv.Value), del)
+	case strings.HasPrefix(key, k.Schedules()):
+		setOrDelete(f.schedule, strings.TrimPrefix(key, k.Schedules()), string(ev.Kv.Value), del)
+	case strings.HasPrefix(key, k.Moves()):
+		setOrDelete(f.moves, strings.TrimPrefix(key, k.Moves()), string(ev.Kv.Value), del)
+	case strings.HasPrefix(key, k.Machines()):
+		id := strings.TrimPrefix(key, k.Machines())
+		delete(f.machines, id)
+		if del {
+			return
+		}
+		var r MachineRecord
+		if err := json.Unmarshal(ev.Kv.Value, &r); err != nil {
+			f.bad[key] = true
+			return
+		}
+		f.machines[id] = r
+	case key == k.SchedulerConfig():
+		f.config = nil
+		if !del {
+			f.config = append([]byte(nil), ev.Kv.Value...)
+		}
+	}
+}
+
+func setOrDelete(m map[string]string, k, v string, del bool) {
+	if del {
+		delete(m, k)
+	} else {
+		m[k] = v
+	}
+}
+
+// Snapshot returns the record as Load would read it now: it waits until
+// the follower has applied every change up to the revision etcd is at
+// when it is called, asking etcd to tell the watch how far it is. Its
+// Units come in no particular order.
+func (f *Follower) Snapshot(ctx context.Context) (*Snapshot, error) {
+	// A read of one key: its header is etcd's current revision (Load's
+	// count of every key under the prefix costs etcd a walk of them all).
+	resp, err := f.cli.Get(ctx, f.keys.SchedulerConfig())
+	if err != nil {
+		return nil, fmt.Errorf("registry: follow: %w", err)
+	}
+	want := resp.Header.Revision
+	ask := time.NewTicker(100 * time.Millisecond)
+	defer ask.Stop()
+	for {
+		f.mu.Lock()
+		if f.rev >= want {
+			defer f.mu.Unlock()
+			return f.snapshot(), nil
+		}
+		progressed := f.progressed
+		f.mu.Unlock()
+		// Progress notifications come only when asked (or every few
+		// minutes): ask, and again while none comes.
+		if err := f.cli.RequestProgress(ctx); err != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("registry: follow: %w", err)
+		}
+		select {
+		case <-progressed:
+		case <-ask.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// snapshot copies the record as a Snapshot. Callers hold mu.
+func (f *Follower) snapshot() *Snapshot {
+	snap := &Snapshot{Revision: f.rev, Units: make([]Record, 0, len(f.units)),
+		Schedule: make(map[string]string, len(f.units)), Legacy: make(map[string]bool, len(f.schedule)),
+		Files: make(map[string]string, len(f.files)), Moves: make(map[string]string, len(f.moves)),
+		Machines: make(map[string]MachineRecord, len(f.machines))}
+	for c, text := range f.files {
+		snap.Files[c] = text
+	}
+	for name, m := range f.schedule {
+		snap.Schedule[name] = m
+		snap.Legacy[name] = true
+	}
+	for _, r := range f.units {
+		snap.addUnit(f.keys, "", r)
+	}
+	for _, r := range f.ranges {
+		snap.addRange(f.keys, r)
+	}
+	for name, m := range f.moves {
+		snap.Moves[name] = m
+	}
+	for id, m := range f.machines {
+		snap.Machines[id] = m
+	}
+	if f.config != nil {
+		snap.SchedulerConfig = append([]byte(nil), f.config...)
+	}
+	for key := range f.bad {
+		snap.Skipped = append(snap.Skipped, key)
+	}
+	return snap
+}
