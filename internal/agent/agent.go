@@ -392,7 +392,7 @@ func (a *Agent) session(ctx context.Context, leader election.Info, changed chan 
 	a.mu.Lock()
 	a.conns.keep(append([]string{leader.GRPCAddr}, a.engines...)...)
 	a.mu.Unlock()
-	conn, err := a.conns.get(leader.GRPCAddr)
+	conn, err := a.conns.leaderConn(leader.GRPCAddr, leader.Rev)
 	if err != nil {
 		return err
 	}
