@@ -54,14 +54,16 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 		return nil, fmt.Errorf("failover: no running engine serves %s, the leader's API", c.leaderAPI)
 	}
 	r.Killed = victim.name
-	// With --profile, the surviving engines are profiled from the kill
-	// until the cluster is whole again (files <registry>-failover-...).
+	// With --profile, the surviving engines and the agents' processes are
+	// profiled from the kill until the cluster is whole again (files
+	// <registry>-failover-...).
 	var survivors []*process
 	for _, e := range c.engines {
 		if e != victim && !e.killed {
 			survivors = append(survivors, e)
 		}
 	}
+	survivors = append(survivors, c.agents...)
 	c.profileStartOf(survivors)
 	prog.phase("killing the leader, %s (SIGKILL)", victim.name)
 	t0 := time.Now()
