@@ -172,7 +172,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 // decodeRecord decodes the unit record at key, read at revision rev.
 func (k Keys) decodeRecord(key string, val []byte, rev int64) (Record, bool) {
 	r := Record{Rev: rev}
-	if err := json.Unmarshal(val, &r); err != nil {
+	if err := unmarshalRecord(val, &r); err != nil {
 		return r, false
 	}
 	if r.Name == "" {
