@@ -212,7 +212,7 @@ func (e *Engine) lead(ctx context.Context, el *election.Term, fol *registry.Foll
 		sleepCtx(ctx, time.Second)
 		return
 	}
-	log.Info("elected leader", "units", len(t.units), "load_ms", e.cfg.Now().Sub(started).Milliseconds())
+	log.Info("elected leader", "units", t.loaded, "load_ms", e.cfg.Now().Sub(started).Milliseconds())
 	if e.onTerm != nil {
 		e.onTerm(t)
 	}

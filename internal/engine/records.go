@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -341,8 +340,6 @@ func rangeRecord(c Change, content string) registry.RangeRecord {
 	return registry.RangeRecord{Template: c.Name, From: c.Range.From, To: c.Range.To, Width: c.Range.Width,
 		Content: content, DesiredState: string(c.DesiredState)}
 }
-
-var _ = fmt.Sprintf
 
 // slabSize is how many records (or names) of a range are allocated at
 // once: a million instances are a thousand allocations, not a million,

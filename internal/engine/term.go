@@ -150,6 +150,8 @@ type term struct {
 	el    *election.Term
 	info  election.Info
 	start time.Time // when the term began to serve, its load done
+	// loaded is how many units the term loaded (the loop changes units).
+	loaded int
 	// reconnect is the time the machines get to reconnect after start
 	// before their silence counts (reconnectGrace).
 	reconnect time.Duration
@@ -323,7 +325,12 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	if fol != nil {
 		snap, err = fol.Snapshot(lctx)
 		ph.done("catch up")
-	} else {
+		if errors.Is(err, registry.ErrBehind) {
+			e.log.Warn("the record this engine followed is behind etcd; reading it all", "err", err)
+			fol = nil
+		}
+	}
+	if fol == nil {
 		snap, err = registry.Load(lctx, e.cfg.Client, t.keys)
 		e.cfg.Metrics.ObserveEtcd("load", time.Since(loadStart))
 		ph.done("read etcd")
@@ -350,6 +357,15 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		t.files[c] = &storedFile{text: snap.Files[c], stored: true}
 	}
 	templates := map[[2]string]*unit.File{} // (template, text) -> parsed
+	t.units = make(map[string]*unitRec, len(snap.Units))
+	// A million instances of a template share one file: their records and
+	// scheduler units come in slabs, made from the last file's.
+	var (
+		slab     recSlab
+		lastFile *unit.File
+		lastSU   *scheduler.Unit
+		lastKey  string
+	)
 	for _, r := range snap.Units {
 		f, err := t.parseStored(r.Name, r.File, templates)
 		if err != nil {
@@ -362,10 +378,24 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		if err != nil {
 			ds = unit.Inactive
 		}
-		rec := t.newRec(r.Name, f)
-		rec.desired = ds
-		if m, ok := snap.Schedule[r.Name]; ok && !f.Fleet.Global {
-			rec.machine = m
+		if f != lastFile {
+			lastFile, lastSU, lastKey = f, scheduler.NewUnit(f), ""
+		}
+		rec := slab.rec()
+		*rec = unitRec{name: r.Name, file: f, desired: ds, su: slab.su(lastSU)}
+		rec.su.Name = r.Name
+		if byContent(r.Name) {
+			if lastKey == "" {
+				lastKey = t.contentOf(f.Raw)
+			}
+			rec.content = lastKey
+		}
+		machine := r.Machine
+		if machine == "" {
+			machine = snap.Schedule[r.Name] // the former layout's schedule/ key
+		}
+		if !f.Fleet.Global {
+			rec.machine = machine
 		}
 		t.refFile(nil, rec)
 		t.units[r.Name] = rec
@@ -402,6 +432,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	// load that takes a minute at a million units. Counted from the
 	// election, every machine of a large cluster was lost at the first pass.
 	ph.done("indexes")
+	t.loaded = len(t.units)
 	t.start = e.cfg.Now()
 	t.reconnect = reconnectGrace(len(t.machines))
 	t.wg.Add(2)

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -205,6 +206,15 @@ func setOrDelete(m map[string]string, k, v string, del bool) {
 	}
 }
 
+// CatchUpTimeout bounds how long Snapshot waits for a follower that has
+// loaded the record to catch up with etcd (one still loading it is waited
+// for: its load is what the caller would do instead).
+const CatchUpTimeout = 10 * time.Second
+
+// ErrBehind says a follower did not catch up within CatchUpTimeout: read
+// the record with Load instead.
+var ErrBehind = errors.New("registry: the follower is behind etcd")
+
 // Snapshot returns the record as Load would read it now: it waits until
 // the follower has applied every change up to the revision etcd is at
 // when it is called, asking etcd to tell the watch how far it is. Its
@@ -219,17 +229,23 @@ func (f *Follower) Snapshot(ctx context.Context) (*Snapshot, error) {
 	want := resp.Header.Revision
 	ask := time.NewTicker(100 * time.Millisecond)
 	defer ask.Stop()
+	behind := time.Now().Add(CatchUpTimeout)
 	for {
 		f.mu.Lock()
 		if f.rev >= want {
 			defer f.mu.Unlock()
 			return f.snapshot(), nil
 		}
-		progressed := f.progressed
+		loaded, progressed := f.rev > 0, f.progressed
 		f.mu.Unlock()
+		if loaded && time.Now().After(behind) {
+			return nil, fmt.Errorf("%w: at revision %d of %d after %v", ErrBehind, f.rev, want, CatchUpTimeout)
+		}
 		// Progress notifications come only when asked (or every few
-		// minutes): ask, and again while none comes.
-		if err := f.cli.RequestProgress(ctx); err != nil && ctx.Err() == nil {
+		// minutes): ask, and again while none comes. The request goes to
+		// the watch stream of a context with the same metadata as the
+		// watch's (WithRequireLeader).
+		if err := f.cli.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil && ctx.Err() == nil {
 			return nil, fmt.Errorf("registry: follow: %w", err)
 		}
 		select {

@@ -113,4 +113,11 @@ func TestFollower(t *testing.T) {
 	}
 	put(registry.PutUnit(keys, registry.Record{Name: "d.service", File: tmpl, DesiredState: "launched"}))
 	same("compacted")
+
+	// etcd's revision moved on by a write outside the record: the
+	// follower learns it has missed nothing from a progress notification.
+	if _, err := cli.Put(ctx, "/elsewhere", "x"); err != nil {
+		t.Fatal(err)
+	}
+	same("written elsewhere")
 }
