@@ -511,17 +511,22 @@ func (t *term) loop() {
 			return
 		case r := <-t.reqs:
 			round = append(round, r)
-		drain:
-			for {
-				select {
-				case r := <-t.reqs:
-					round = append(round, r)
-				default:
-					break drain
-				}
-			}
 		case <-t.kick:
 		case <-tick.C:
+		}
+		// Every request waiting joins the round, and goes before the next
+		// pass whatever woke the loop: select picks at random among what
+		// is ready, and a pass that pokes the next (the term's check of
+		// its placements, a chunk a pass) would otherwise make a request
+		// wait for a second pass half the time.
+	queued:
+		for {
+			select {
+			case r := <-t.reqs:
+				round = append(round, r)
+			default:
+				break queued
+			}
 		}
 		if t.refuseDegraded(round) {
 			continue

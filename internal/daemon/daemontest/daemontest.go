@@ -235,7 +235,7 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 		st, err := cl.Status(context.Background())
 		if err == nil && st.Leader == machines[0].ID {
 			var ml *api.MachineList
-			if ml, err = cl.Machines(context.Background()); err == nil && len(ml.Machines) == agents {
+			if ml, err = cl.Machines(context.Background()); err == nil && len(ml.Machines) == agents && c.allKnowLeader(machines[0].ID) {
 				return c
 			}
 		}
@@ -243,6 +243,22 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 			t.Fatalf("daemontest: no leader with %d machines up within %v (last error: %v)", agents, timeout, err)
 		}
 	}
+}
+
+// allKnowLeader reports whether every daemon of the cluster says id leads:
+// each learns it from its own watch of the election, and one that has not
+// yet forwards nothing.
+func (c *Cluster) allKnowLeader(id string) bool {
+	for _, u := range c.URLs {
+		cl, err := client.New(u)
+		if err != nil {
+			return false
+		}
+		if st, err := cl.Status(context.Background()); err != nil || st.Leader != id {
+			return false
+		}
+	}
+	return true
 }
 
 // StartNoLeader runs one daemon with neither engine nor agent: its API
