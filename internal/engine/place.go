@@ -36,7 +36,7 @@ const maxLostLogged = 20
 
 // recheckChunk is how many placed units a pass checks against their
 // machines in a term's one check of them all (planInput).
-const recheckChunk = 1 << 16
+const recheckChunk = 1 << 14
 
 // schedMachine is what the scheduler was last told of a machine.
 type schedMachine struct {
@@ -356,7 +356,8 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 	if !t.rechecked && now.Sub(t.start) > t.e.cfg.AgentTTL+t.e.cfg.HeartbeatInterval {
 		// recheckChunk units a pass, the next pass at once: a new leader of
 		// a million units checked them all in one pass of 15 s, under the
-		// read lock that 10,000 reconnecting agents' Hellos waited for.
+		// read lock that 10,000 reconnecting agents' Hellos waited for, and
+		// a request waits for the pass under way (65,536 a pass took 1 s).
 		if t.recheck == nil {
 			t.recheck = make([]string, 0, len(t.units))
 			for name, r := range t.units {
