@@ -4,8 +4,18 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/flotilla/flotilla/proto/agentpb"
+	"github.com/flotilla/flotilla/internal/unit"
 )
+
+// testRec is a launched unit's record.
+func testRec(t testing.TB, name string) *unitRec {
+	t.Helper()
+	f, err := unit.Parse(name, []byte("[Service]\nExecStart=/bin/true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unitRec{name: name, file: f, desired: unit.Launched}
+}
 
 // TestDestroyedRemovals: a removal because the unit was destroyed is sent
 // as destroyed; one because it moved is not; a unit made again before the
@@ -15,7 +25,7 @@ func TestDestroyedRemovals(t *testing.T) {
 	c.queue("moved.service", nil)
 	c.queueDestroyed("gone.service")
 	c.queueDestroyed("again.service")
-	c.queue("again.service", &agentpb.Assignment{Name: "again.service"})
+	c.queue("again.service", testRec(t, "again.service"))
 	as := c.take(1).GetAssignments()
 	slices.Sort(as.Removed)
 	if !slices.Equal(as.Removed, []string{"gone.service", "moved.service"}) {

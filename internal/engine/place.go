@@ -11,7 +11,6 @@ import (
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
 	"github.com/flotilla/flotilla/internal/unit"
-	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
 // The loop keeps t.sched equal to the committed schedule (see the
@@ -499,7 +498,7 @@ func (t *term) syncGlobals(force bool) {
 		for name := range want[id] {
 			if _, ok := m.globals[name]; !ok {
 				m.globals[name] = struct{}{}
-				m.push(name, assignment(t.units[name]))
+				m.push(name, t.units[name])
 			}
 		}
 		for name := range m.globals {
@@ -521,12 +520,12 @@ func (t *term) sendFull() {
 		m.needFull = false
 		m.conn.mu.Lock()
 		m.conn.full = true
-		m.conn.pending = make(map[string]*agentpb.Assignment, len(m.units)+len(m.globals))
+		m.conn.pending = make(map[string]*unitRec, len(m.units)+len(m.globals))
 		for name := range m.units {
-			m.conn.pending[name] = assignment(t.units[name])
+			m.conn.pending[name] = t.units[name]
 		}
 		for name := range m.globals {
-			m.conn.pending[name] = assignment(t.units[name])
+			m.conn.pending[name] = t.units[name]
 		}
 		// What the agent reported having that no longer exists was
 		// destroyed (while it was away, or before this leader).

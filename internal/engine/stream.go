@@ -21,6 +21,9 @@ import (
 // agentConn is one agent's stream. Assignments for it are queued in
 // pending and sent by its sender goroutine, so the loop never blocks on a
 // slow agent: a unit changed twice before the agent read it is sent once.
+// What is queued is the unit's record (records are never changed once
+// published): the sender makes the assignment, off the term's lock, which
+// a million units stopped at once held for the making of a million.
 type agentConn struct {
 	machine string
 	// heardNano and sentNano are when the agent was last heard and last
@@ -28,9 +31,9 @@ type agentConn struct {
 	// take no lock.
 	heardNano, sentNano atomic.Int64
 	mu                  sync.Mutex
-	full                bool                           // the next send is the full set
-	pending             map[string]*agentpb.Assignment // nil value: removed
-	destroyed           map[string]bool                // removed because destroyed: the agent drops their logs
+	full                bool                // the next send is the full set
+	pending             map[string]*unitRec // nil value: removed
+	destroyed           map[string]bool     // removed because destroyed: the agent drops their logs
 	wake                chan struct{}
 	done                chan struct{}
 	once                sync.Once
@@ -88,7 +91,7 @@ func (c *agentConn) wakeSender() {
 }
 
 func newAgentConn(machine string) *agentConn {
-	return &agentConn{machine: machine, pending: map[string]*agentpb.Assignment{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &agentConn{machine: machine, pending: map[string]*unitRec{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 func (c *agentConn) close() { c.once.Do(func() { close(c.done) }) }
@@ -103,10 +106,10 @@ func unixNano(n int64) time.Time {
 	return time.Unix(0, n)
 }
 
-func (c *agentConn) queue(name string, a *agentpb.Assignment) {
+func (c *agentConn) queue(name string, r *unitRec) {
 	c.mu.Lock()
-	c.pending[name] = a
-	if a != nil {
+	c.pending[name] = r
+	if r != nil {
 		delete(c.destroyed, name) // made again since
 	}
 	c.mu.Unlock()
@@ -134,9 +137,9 @@ func signalConn(c *agentConn) {
 
 // push queues an assignment (nil: removal) for the machine's agent, if it is
 // connected. Callers hold term.mu.
-func (m *machineRec) push(name string, a *agentpb.Assignment) {
+func (m *machineRec) push(name string, r *unitRec) {
 	if m.conn != nil {
-		m.conn.queue(name, a)
+		m.conn.queue(name, r)
 	}
 }
 
@@ -159,21 +162,21 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 	if c.full {
 		as.AgentTtlMs = c.agentTTL.Milliseconds()
 	}
-	for name, a := range c.pending {
-		if a == nil {
+	for name, r := range c.pending {
+		if r == nil {
 			if !c.full {
 				as.Removed = append(as.Removed, name)
 			}
 			continue
 		}
-		as.Units = append(as.Units, a)
+		as.Units = append(as.Units, assignment(r))
 	}
 	for name := range c.destroyed {
 		as.Destroyed = append(as.Destroyed, name)
 	}
 	sort.Strings(as.Destroyed)
 	c.full = false
-	c.pending = map[string]*agentpb.Assignment{}
+	c.pending = map[string]*unitRec{}
 	c.destroyed = nil
 	return &agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: as}}
 }

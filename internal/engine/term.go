@@ -645,7 +645,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 						delete(m.globals, name)
 						m.push(name, nil)
 					} else {
-						m.push(name, assignment(rec))
+						m.push(name, rec)
 					}
 				}
 			}
@@ -682,7 +682,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 			m.units[name] = struct{}{}
 		}
 		if old == nil || old.machine != rec.machine || old.desired != rec.desired || old.file.Hash != rec.file.Hash {
-			m.push(name, assignment(rec))
+			m.push(name, rec)
 		}
 	}
 }

@@ -3,8 +3,6 @@ package engine
 import (
 	"fmt"
 	"testing"
-
-	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
 // While a pass applies a slice of placements, queued assignments must not
@@ -18,7 +16,7 @@ func TestWakeHoldSendsASliceInOneMessage(t *testing.T) {
 	hold.start()
 	for i := range 100 {
 		name := fmt.Sprintf("web@%d.service", i)
-		c.queue(name, &agentpb.Assignment{Name: name, DesiredState: "launched"})
+		c.queue(name, testRec(t, name))
 	}
 	select {
 	case <-c.wake:
@@ -37,7 +35,7 @@ func TestWakeHoldSendsASliceInOneMessage(t *testing.T) {
 	}
 
 	// Without a hold, a queued assignment wakes the sender at once.
-	c.queue("db.service", &agentpb.Assignment{Name: "db.service", DesiredState: "launched"})
+	c.queue("db.service", testRec(t, "db.service"))
 	select {
 	case <-c.wake:
 	default:
