@@ -55,23 +55,16 @@ func NewFollower(cli *clientv3.Client, keys Keys) *Follower {
 // Run follows the record until ctx ends.
 func (f *Follower) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		snap, err := Load(ctx, f.cli, f.keys)
-		if err != nil {
-			sleep(ctx, time.Second)
-			continue
+		pause := time.Second // before loading again after a failed load
+		if snap, err := Load(ctx, f.cli, f.keys); err == nil {
+			f.reset(snap)
+			f.watch(ctx, snap.Revision)
+			pause = 100 * time.Millisecond // after the watch failed
 		}
-		f.reset(snap)
-		f.watch(ctx, snap.Revision)
-		sleep(ctx, 100*time.Millisecond) // before loading again
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+		}
 	}
 }
 
