@@ -52,8 +52,11 @@ func NewFollower(cli *clientv3.Client, keys Keys) *Follower {
 	return &Follower{cli: cli, keys: keys, progressed: make(chan struct{})}
 }
 
-// Run follows the record until ctx ends.
+// Run follows the record until ctx ends, then lets go of it (an engine
+// that leads writes the record itself, and a million units of it are
+// hundreds of megabytes).
 func (f *Follower) Run(ctx context.Context) {
+	defer f.drop()
 	for ctx.Err() == nil {
 		pause := time.Second // before loading again after a failed load
 		if snap, err := Load(ctx, f.cli, f.keys); err == nil {
@@ -66,6 +69,14 @@ func (f *Follower) Run(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// drop forgets the record; Snapshot then waits as for a first load.
+func (f *Follower) drop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev = 0
+	f.units, f.schedule, f.files, f.ranges, f.moves, f.machines, f.config, f.bad = nil, nil, nil, nil, nil, nil, nil, nil
 }
 
 // reset makes the follower's record snap's.

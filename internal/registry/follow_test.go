@@ -121,3 +121,29 @@ func TestFollower(t *testing.T) {
 	}
 	same("written elsewhere")
 }
+
+// TestFollowerLetsGo: once it stops following, a follower holds nothing
+// (an engine that leads writes the record itself): a snapshot asked of it
+// then waits as for a first load.
+func TestFollowerLetsGo(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	keys := registry.Keys{Prefix: "/g/"}
+	if _, err := cli.Put(context.Background(), keys.Unit("a.service"), `{"desiredState":"launched","file":"[Service]\nExecStart=/bin/true\n"}`); err != nil {
+		t.Fatal(err)
+	}
+	f := registry.NewFollower(cli, keys)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	if s, err := f.Snapshot(ctx); err != nil || len(s.Units) != 1 {
+		t.Fatalf("while following: %v, %v", s, err)
+	}
+	cancel()
+	<-done
+	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer scancel()
+	if s, err := f.Snapshot(sctx); err == nil {
+		t.Errorf("a follower that stopped still gave a snapshot of %d units", len(s.Units))
+	}
+}
