@@ -576,12 +576,9 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 		return names, nil
 	}
 	var (
-		slab recSlab
-		now  time.Time // when wanted: once for the range
-		f    *unit.File
-		su   *scheduler.Unit
-		// content is the shared file's content key
-		content string
+		mk  = recMaker{t: t}
+		now time.Time // when wanted: once for the range
+		f   *unit.File
 	)
 	// The template is the same for every instance: only instances are
 	// changed below.
@@ -624,18 +621,14 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 				if f, err = t.instanceFile(tmpl.file, name); err != nil {
 					return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 				}
-				su = scheduler.NewUnit(f)
-				content = t.contentOf(f.Raw) // instances are stored by content
 			}
-			r := slab.rec()
-			*r = unitRec{name: name, file: f, content: content, desired: unit.Inactive, su: slab.su(su)}
-			r.su.Name = name
+			r := mk.rec(name, f, unit.Inactive)
 			if c.DesiredState != unit.Inactive {
 				r.wantedAt, r.desired = now, c.DesiredState
 			}
 			put(i, name, r)
 		case c.DesiredState != cur.desired:
-			r := slab.rec()
+			r := mk.slab.rec()
 			*r = *cur
 			if r.desired == unit.Inactive {
 				r.wantedAt = now

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -306,9 +304,7 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 	}
 	// What ranges stand for: the instances whose record is older than the
 	// range, the newest range first (registry.RangeRecord).
-	ranges := slices.Clone(snap.Ranges)
-	slices.SortStableFunc(ranges, func(a, b registry.RangeRecord) int { return cmp.Compare(a.Rev, b.Rev) })
-	for _, rr := range ranges {
+	for _, rr := range snap.Ranges { // oldest first
 		r := unit.Range{From: rr.From, To: rr.To, Width: rr.Width}
 		for i := range r.Len() {
 			name := unit.RangeName(rr.Template, r, i)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"maps"
 	"slices"
 	"strconv"
@@ -289,9 +288,7 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 			revs[snap.Units[i].Name] = snap.Units[i].Rev
 		}
 	}
-	ranges := slices.Clone(snap.Ranges)
-	slices.SortStableFunc(ranges, func(a, b registry.RangeRecord) int { return cmp.Compare(a.Rev, b.Rev) })
-	for _, rr := range ranges {
+	for _, rr := range snap.Ranges { // oldest first
 		ds, err := unit.ParseDesiredState(rr.DesiredState)
 		if err != nil {
 			t.e.log.Error("a stored range has a bad desired state; leaving it out", "key", rr.Key, "err", err)
@@ -371,6 +368,35 @@ func (s *recSlab) su(u *scheduler.Unit) *scheduler.Unit {
 	s.sus = s.sus[1:]
 	*su = *u
 	return su
+}
+
+// recMaker makes new records in slabs, with their scheduler units made
+// from the last file's: a million instances of a template share one file,
+// so its scheduler unit and content key are made once, not a million
+// times. For a term's load and a range's new instances.
+type recMaker struct {
+	t       *term
+	slab    recSlab
+	file    *unit.File
+	su      *scheduler.Unit
+	content string
+}
+
+// rec returns a new record of unit name with file f and desired state ds.
+func (m *recMaker) rec(name string, f *unit.File, ds unit.DesiredState) *unitRec {
+	if f != m.file {
+		m.file, m.su, m.content = f, scheduler.NewUnit(f), ""
+	}
+	r := m.slab.rec()
+	*r = unitRec{name: name, file: f, desired: ds, su: m.slab.su(m.su)}
+	r.su.Name = name
+	if byContent(name) {
+		if m.content == "" {
+			m.content = m.t.contentOf(f.Raw)
+		}
+		r.content = m.content
+	}
+	return r
 }
 
 // rangeNames returns the names of the instances of template in r, as

@@ -358,14 +358,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	}
 	templates := map[[2]string]*unit.File{} // (template, text) -> parsed
 	t.units = make(map[string]*unitRec, len(snap.Units))
-	// A million instances of a template share one file: their records and
-	// scheduler units come in slabs, made from the last file's.
-	var (
-		slab     recSlab
-		lastFile *unit.File
-		lastSU   *scheduler.Unit
-		lastKey  string
-	)
+	mk := recMaker{t: t}
 	for _, r := range snap.Units {
 		f, err := t.parseStored(r.Name, r.File, templates)
 		if err != nil {
@@ -378,18 +371,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		if err != nil {
 			ds = unit.Inactive
 		}
-		if f != lastFile {
-			lastFile, lastSU, lastKey = f, scheduler.NewUnit(f), ""
-		}
-		rec := slab.rec()
-		*rec = unitRec{name: r.Name, file: f, desired: ds, su: slab.su(lastSU)}
-		rec.su.Name = r.Name
-		if byContent(r.Name) {
-			if lastKey == "" {
-				lastKey = t.contentOf(f.Raw)
-			}
-			rec.content = lastKey
-		}
+		rec := mk.rec(r.Name, f, ds)
 		machine := r.Machine
 		if machine == "" {
 			machine = snap.Schedule[r.Name] // the former layout's schedule/ key

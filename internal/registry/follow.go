@@ -292,5 +292,6 @@ func (f *Follower) snapshot() *Snapshot {
 	for key := range f.bad {
 		snap.Skipped = append(snap.Skipped, key)
 	}
+	snap.sortRanges()
 	return snap
 }

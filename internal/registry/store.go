@@ -1,10 +1,12 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,7 +55,8 @@ type Snapshot struct {
 	Files map[string]string
 	// Ranges are the ranges of template instances written at once
 	// (ranges/): each instance it names takes its desired state, and is
-	// created from its file if it has no record.
+	// created from its file if it has no record. They come oldest first
+	// (by Rev), the order in which they apply (RangeRecord).
 	Ranges []RangeRecord
 	// Moves are the units moving off a machine: unit name -> the machine
 	// whose copy must stop before the unit is placed again.
@@ -166,7 +169,13 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	if err != nil {
 		return nil, err
 	}
+	snap.sortRanges()
 	return snap, nil
+}
+
+// sortRanges puts the ranges oldest first.
+func (snap *Snapshot) sortRanges() {
+	slices.SortStableFunc(snap.Ranges, func(a, b RangeRecord) int { return cmp.Compare(a.Rev, b.Rev) })
 }
 
 // decodeRecord decodes the unit record at key, read at revision rev.
