@@ -399,6 +399,15 @@ func (t *term) applyRound(round []*applyReq) {
 		return
 	}
 	t.mu.Lock()
+	// The round is durable: acknowledge it now, while the write lock is
+	// held, rather than after the apply below. Every read of the leader's
+	// memory takes mu, so a client that reads after the reply waits for the
+	// apply and sees its change, as etcd's reads wait for its applied
+	// index; and a stop of a million instances is answered once written,
+	// not a second or two of applying later.
+	for _, req := range accepted {
+		req.res <- applyRes{}
+	}
 	for id, ov := range roundMachines {
 		t.overrides[id] = ov
 		if roundDrain[id] != t.drainMachines[id] {
@@ -458,9 +467,6 @@ func (t *term) applyRound(round []*applyReq) {
 	woken := t.hold.release()
 	t.mu.Unlock()
 	wakeAll(woken)
-	for _, req := range accepted {
-		req.res <- applyRes{}
-	}
 	ph.done("apply")
 	if err := t.dropFiles(); err != nil {
 		t.e.log.Warn("could not delete unit files no unit names", "err", err)
@@ -624,14 +630,14 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 			}
 			r := mk.rec(name, f, unit.Inactive)
 			if c.DesiredState != unit.Inactive {
-				r.wantedAt, r.desired = now, c.DesiredState
+				r.wantedAt, r.desired = nanos(now), c.DesiredState
 			}
 			put(i, name, r)
 		case c.DesiredState != cur.desired:
 			r := mk.slab.rec()
 			*r = *cur
 			if r.desired == unit.Inactive {
-				r.wantedAt = now
+				r.wantedAt = nanos(now)
 			}
 			r.desired = c.DesiredState
 			if r.desired == unit.Inactive {
@@ -693,7 +699,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		}
 		next = next.with(func(r *unitRec) {
 			if r.desired == unit.Inactive {
-				r.wantedAt = t.e.cfg.Now()
+				r.wantedAt = nanos(t.e.cfg.Now())
 			}
 			r.desired = c.DesiredState
 			if r.desired == unit.Inactive {

@@ -145,9 +145,9 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 		nr := rec.with(func(r *unitRec) {
 			r.machine, r.reason = d.Machine, d.Reason
-			if d.Machine != "" && !r.wantedAt.IsZero() {
-				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(r.wantedAt).Seconds())
-				r.wantedAt, r.placedAt = time.Time{}, now
+			if d.Machine != "" && r.wantedAt != 0 {
+				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(unixNano(r.wantedAt)).Seconds())
+				r.wantedAt, r.placedAt = 0, nanos(now)
 			}
 		})
 		if nr.machine != rec.machine || nr.reason != rec.reason || moved[name] != nil {
@@ -283,6 +283,14 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 	}
 	t.shares = t.sched.Shares()
+	// A map keeps the room it once grew to: the million units of a start
+	// left these two maps empty but 100 MB large.
+	if len(t.unplaced) == 0 {
+		t.unplaced = map[string]struct{}{}
+	}
+	if len(t.unwritten) == 0 {
+		t.unwritten = map[string]*pendingRange{}
+	}
 	t.mu.Unlock()
 	if again || t.recheck != nil {
 		t.poke()
@@ -298,7 +306,12 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		Machines: make(map[string]planMachine, len(t.machines)),
 		Check:    map[string]string{},
 		Moves:    t.draining,
-		Units:    map[string]planUnit{},
+		Unit: func(name string) planUnit {
+			if r := t.units[name]; r != nil {
+				return planUnit{Wanted: r.wanted(), Singleton: r.file.Fleet.Singleton, LostAfter: r.file.Fleet.LostAfter}
+			}
+			return planUnit{}
+		},
 		Fits: func(name, machine string) (bool, string) {
 			return t.sched.Fits(t.units[name].su, machine)
 		},
@@ -309,11 +322,6 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			}
 			return false
 		},
-	}
-	describe := func(name string) {
-		if r := t.units[name]; r != nil {
-			in.Units[name] = planUnit{Wanted: r.wanted(), Singleton: r.file.Fleet.Singleton, LostAfter: r.file.Fleet.LostAfter}
-		}
 	}
 	quiet := t.quietFor()
 	for id, m := range t.machines {
@@ -333,14 +341,8 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		}
 		if !pm.Reachable || pm.Draining {
 			pm.Units = slices.Collect(maps.Keys(m.units))
-			for _, name := range pm.Units {
-				describe(name)
-			}
 		}
 		in.Machines[id] = pm
-	}
-	for name := range t.draining {
-		describe(name)
 	}
 	// Units whose constraints may no longer hold where they are: on
 	// machines whose metadata or capacity changed, followers (MachineOf=)
@@ -383,17 +385,11 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			}
 		}
 	}
-	for name := range in.Check {
-		describe(name)
-	}
 	if t.placeDirty || len(drifted) > 0 {
 		// Something placement depends on changed: try the backlog again.
 		// Otherwise it would be decided the same way at a cost of up to
 		// every machine per unit.
-		for name := range t.unplaced {
-			describe(name)
-			in.Backlog = append(in.Backlog, name)
-		}
+		in.Backlog = slices.AppendSeq(make([]string, 0, len(t.unplaced)), maps.Keys(t.unplaced))
 	}
 	return in
 }

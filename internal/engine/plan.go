@@ -77,9 +77,10 @@ type planInput struct {
 	Fits func(name, machine string) (bool, string)
 	// Moves are the units moving off a machine (unit -> old machine).
 	Moves map[string]string
-	// Units describes every unit named in Machines' Units, Check and
-	// Moves.
-	Units map[string]planUnit
+	// Unit describes a unit named in Machines' Units, Check or Moves. A
+	// function, not a map: at a million units started at once, a map
+	// describing the backlog was a million entries the plan never read.
+	Unit func(name string) planUnit
 	// Running reports whether a reachable machine reports the unit running.
 	Running func(name, machine string) bool
 	// Backlog are the wanted units without a machine to try to place
@@ -221,7 +222,7 @@ func planReconcile(in planInput) reconcilePlan {
 	for _, id := range slices.Sorted(maps.Keys(in.Machines)) {
 		m := in.Machines[id]
 		for _, name := range slices.Sorted(slices.Values(m.Units)) {
-			u := in.Units[name]
+			u := in.Unit(name)
 			switch {
 			case m.Draining && m.Reachable:
 				p.Misfit = append(p.Misfit, misfitUnit{Name: name, Machine: id, Reason: "machine " + id + " is draining"})
@@ -256,7 +257,7 @@ func planReconcile(in planInput) reconcilePlan {
 	// Moves: placed again once the old copy is gone.
 	for _, name := range slices.Sorted(maps.Keys(moving)) {
 		from := moving[name]
-		u := in.Units[name]
+		u := in.Unit(name)
 		m, known := in.Machines[from]
 		var gone bool
 		switch {
@@ -278,14 +279,19 @@ func planReconcile(in planInput) reconcilePlan {
 			place[name] = true
 		}
 	}
-	for _, name := range in.Backlog {
-		if _, ok := moving[name]; !ok {
-			place[name] = true
-		}
-	}
 	for name := range p.Waiting {
 		delete(place, name)
 	}
-	p.Place = slices.Sorted(maps.Keys(place))
+	// The backlog's units have no machine, so none is lost or waits to
+	// move, and place does not hold them: they join the list directly
+	// rather than through a map of a million entries.
+	p.Place = slices.AppendSeq(make([]string, 0, len(place)+len(in.Backlog)), maps.Keys(place))
+	for _, name := range in.Backlog {
+		if _, ok := moving[name]; !ok {
+			p.Place = append(p.Place, name)
+		}
+	}
+	slices.Sort(p.Place)
+	p.Place = slices.Compact(p.Place)
 	return p
 }

@@ -179,7 +179,7 @@ func TestPlanReconcile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := planInput{
 				Now: at(tt.now), TermStart: t0, Reconnect: time.Duration(tt.reconnect * float64(time.Second)), AgentTTL: 20 * time.Second, Grace: time.Second,
-				Machines: tt.machines, Units: tt.units, Moves: tt.moves, Check: tt.check, Backlog: tt.backlog,
+				Machines: tt.machines, Unit: unitsFrom(tt.units), Moves: tt.moves, Check: tt.check, Backlog: tt.backlog,
 				Fits: func(name, machine string) (bool, string) {
 					why, misfit := tt.misfits[name]
 					return !misfit, why
@@ -191,6 +191,11 @@ func TestPlanReconcile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unitsFrom describes units from a map, as planInput.Unit.
+func unitsFrom(units map[string]planUnit) func(string) planUnit {
+	return func(name string) planUnit { return units[name] }
 }
 
 func renderPlan(p reconcilePlan) string {
@@ -235,7 +240,7 @@ func TestPlanRecheck(t *testing.T) {
 		Machines: map[string]planMachine{
 			"m1": {HeardAt: t0.Add(5 * time.Second), SentAt: t0.Add(7 * time.Second), Units: []string{"db", "web", "batch"}},
 		},
-		Units:   map[string]planUnit{"db": {Wanted: true, Singleton: true}, "web": {Wanted: true}, "batch": {Wanted: true, LostAfter: unit.Infinity}},
+		Unit:    unitsFrom(map[string]planUnit{"db": {Wanted: true, Singleton: true}, "web": {Wanted: true}, "batch": {Wanted: true, LostAfter: unit.Infinity}}),
 		Fits:    func(string, string) (bool, string) { return true, "" },
 		Running: func(string, string) bool { return false },
 	}

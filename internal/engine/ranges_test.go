@@ -461,3 +461,39 @@ func TestEngineRangeSameKey(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineRangeReadsAfterReply: the leader answers a range change once
+// it is written, before it has applied it to every instance in memory (a
+// million took seconds), but a read made after the answer sees every
+// instance changed: reads wait for the apply.
+func TestEngineRangeReadsAfterReply(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e)
+	ctx := context.Background()
+	if err := e.Apply(ctx, []engine.Change{{Name: "web@.service", File: parse(t, "web@.service", rangeTemplate)}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50000
+	for _, ds := range []unit.DesiredState{unit.Launched, unit.Inactive, unit.Loaded} {
+		if err := e.Apply(ctx, []engine.Change{rangeChange(t, fmt.Sprintf("web@{1..%d}.service", n), ds, false)}); err != nil {
+			t.Fatal(err)
+		}
+		units, err := e.Units([]string{"web@*"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(units) != n+1 {
+			t.Fatalf("after the reply to %s: %d units, want the template and %d instances", ds, len(units), n)
+		}
+		for _, u := range units {
+			if u.Name == "web@.service" {
+				continue
+			}
+			if u.DesiredState != string(ds) {
+				t.Fatalf("after the reply to %s: %s is %s", ds, u.Name, u.DesiredState)
+			}
+		}
+	}
+}
