@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -172,18 +173,25 @@ func TestAllocateOrderIndependent(t *testing.T) {
 
 func TestAllocateDisplacesWithinBatch(t *testing.T) {
 	// old is placed first (by name), on m1; new needs m1 and replaces it;
-	// old is decided again and goes to m2.
-	c := build([]Machine{mach("m1", "disk=ssd", 0, 0), mach("m2", "", 0, 0)}, nil)
-	pending := []*Unit{
-		mk(t, "b-new.service", "Replaces=a-old.service", "MachineMetadata=disk=ssd"),
-		mk(t, "a-old.service"),
-	}
-	ds := c.Allocate(pending)
-	want := []Decision{{Machine: "m1", Displaced: []string{"a-old.service"}}, {Machine: "m2"}}
-	if !reflect.DeepEqual(ds, want) {
-		t.Errorf("Allocate = %+v, want %+v", ds, want)
-	}
-	if got := c.state(); got != "a-old.service:m2 b-new.service:m1" {
-		t.Errorf("placements = %s, want a-old on m2, b-new on m1", got)
+	// old is decided again and goes to m2. In name order the batch is
+	// searched by name rather than indexed by a map: both find old.
+	for _, ordered := range []bool{false, true} {
+		c := build([]Machine{mach("m1", "disk=ssd", 0, 0), mach("m2", "", 0, 0)}, nil)
+		pending := []*Unit{
+			mk(t, "b-new.service", "Replaces=a-old.service", "MachineMetadata=disk=ssd"),
+			mk(t, "a-old.service"),
+		}
+		want := []Decision{{Machine: "m1", Displaced: []string{"a-old.service"}}, {Machine: "m2"}}
+		if ordered {
+			slices.Reverse(pending)
+			slices.Reverse(want)
+		}
+		ds := c.Allocate(pending)
+		if !reflect.DeepEqual(ds, want) {
+			t.Errorf("ordered %v: Allocate = %+v, want %+v", ordered, ds, want)
+		}
+		if got := c.state(); got != "a-old.service:m2 b-new.service:m1" {
+			t.Errorf("ordered %v: placements = %s, want a-old on m2, b-new on m1", ordered, got)
+		}
 	}
 }
