@@ -137,21 +137,34 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 	}
 	again := false
-	for i, d := range t.sched.Allocate(pending) {
-		name := pending[i].Name
-		rec := moved[name]
-		if rec == nil {
-			rec = t.units[name]
-		}
-		nr := rec.with(func(r *unitRec) {
+	// placedRec is rec placed as d decides.
+	placedRec := func(rec *unitRec, d *scheduler.Decision) *unitRec {
+		return rec.with(func(r *unitRec) {
 			r.machine, r.reason = d.Machine, d.Reason
 			if d.Machine != "" && r.wantedAt != 0 {
 				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(unixNano(r.wantedAt)).Seconds())
 				r.wantedAt, r.placedAt = 0, nanos(now)
 			}
 		})
-		if nr.machine != rec.machine || nr.reason != rec.reason || moved[name] != nil {
-			moved[name] = nr
+	}
+	// The units placed that nothing else in the pass changed, in name
+	// order (pending's), with their decisions: a million at a start, kept
+	// in a slice rather than in moved, their new records made a slice at a
+	// time below (at a million, a second copy of every record until the
+	// last slice was applied).
+	var placed []movedUnit
+	ds := t.sched.Allocate(pending)
+	for i := range ds {
+		d, name := &ds[i], pending[i].Name
+		rec, inMoved := moved[name]
+		if !inMoved {
+			rec = t.units[name]
+		}
+		switch {
+		case inMoved:
+			moved[name] = placedRec(rec, d)
+		case d.Machine != rec.machine || d.Reason != rec.reason:
+			placed = append(placed, movedUnit{name: name, dec: d})
 		}
 		// Replaces=: the units this one displaced were unplaced by Allocate;
 		// they move: placed again once stopped where they ran.
@@ -166,7 +179,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	}
 	t.mu.RUnlock()
 	ph.done("plan")
-	ph.note("placed", len(moved))
+	ph.note("placed", len(moved)+len(placed))
 	done := map[string]bool{}
 	for _, name := range p.MoveDone {
 		done[name] = true
@@ -178,22 +191,27 @@ func (t *term) reconcile() (recheck time.Time) {
 	// Commit and apply in slices, so that agents start on the first units
 	// while the rest are written, and the lock is released in between. Only
 	// this goroutine changes t.units, so it reads them without the lock.
-	names := slices.Sorted(maps.Keys(moved))
+	changes := mergeMoved(moved, placed)
 	for _, name := range p.MoveDone {
 		if _, ok := moved[name]; !ok {
-			names = append(names, name) // a move forgotten without a new placement (the unit is no longer wanted)
+			changes = append(changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted)
 		}
 	}
 	slice := max(placeSlice, placesPerMachine*len(t.schedMachines))
-	for len(names) > 0 {
-		part := names[:min(len(names), slice)]
-		names = names[len(part):]
+	for len(changes) > 0 {
+		part := changes[:min(len(changes), slice)]
+		changes = changes[len(part):]
+		for i, mu := range part {
+			if mu.dec != nil {
+				part[i].rec, part[i].dec = placedRec(t.units[mu.name], mu.dec), nil
+			}
+		}
 		// One op per key, from the outcome: a unit moved off a machine and
 		// placed again in the same pass is one put (etcd refuses a key twice
 		// in a transaction).
 		var ops []registry.Op
-		for _, name := range part {
-			nr, cur := moved[name], t.units[name]
+		for _, mu := range part {
+			name, nr, cur := mu.name, mu.rec, t.units[mu.name]
 			if cur == nil {
 				continue
 			}
@@ -216,8 +234,8 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 		ph.done("ops")
 		err := t.commitRecords(ops, func(yield func(*unitRec) bool) {
-			for _, name := range part {
-				if nr := moved[name]; nr != nil && !yield(nr) {
+			for _, mu := range part {
+				if mu.rec != nil && !yield(mu.rec) {
 					return
 				}
 			}
@@ -232,8 +250,9 @@ func (t *term) reconcile() (recheck time.Time) {
 		t.mu.Lock()
 		ph.done("lock")
 		t.hold.start()
-		for _, name := range part {
-			if nr, cur := moved[name], t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {
+		for _, mu := range part {
+			name := mu.name
+			if nr, cur := mu.rec, t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {
 				t.written(name)
 			}
 			if from, ok := newMoves[name]; ok {
@@ -241,7 +260,7 @@ func (t *term) reconcile() (recheck time.Time) {
 			} else if done[name] {
 				delete(t.draining, name)
 			}
-			rec, cur := moved[name], t.units[name]
+			rec, cur := mu.rec, t.units[name]
 			if rec == nil || cur == nil || cur.desired != rec.desired {
 				continue
 			}
@@ -545,4 +564,29 @@ func setOf(ids []string) map[string]struct{} {
 		m[id] = struct{}{}
 	}
 	return m
+}
+
+// movedUnit is a unit a pass changes, with its new record (nil: only its
+// move is forgotten), or the scheduler's decision to make it from.
+type movedUnit struct {
+	name string
+	rec  *unitRec
+	dec  *scheduler.Decision
+}
+
+// mergeMoved returns the units of moved and of placed (in name order, none
+// in moved) in name order.
+func mergeMoved(moved map[string]*unitRec, placed []movedUnit) []movedUnit {
+	names := slices.Sorted(maps.Keys(moved))
+	out := make([]movedUnit, 0, len(names)+len(placed))
+	for len(names) > 0 || len(placed) > 0 {
+		if len(placed) == 0 || len(names) > 0 && names[0] < placed[0].name {
+			out = append(out, movedUnit{name: names[0], rec: moved[names[0]]})
+			names = names[1:]
+			continue
+		}
+		out = append(out, placed[0])
+		placed = placed[1:]
+	}
+	return out
 }

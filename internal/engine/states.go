@@ -11,22 +11,21 @@ import (
 // kept compactly: the leader holds one for every unit in the cluster, and
 // as agentStatus values (200 bytes: eight strings, two times) a million of
 // them were the largest thing in its heap. The strings that take few
-// values across units (load, active, sub, result, applied) are one handle
-// to an interned tuple; the name is the map's key and the machine is the
-// map's owner; times are Unix nanoseconds. 64 bytes a unit.
+// values across units (load, active, sub, result, applied, the file's hash,
+// and the message, most often empty) are one handle to an interned tuple;
+// the name is the map's key and the machine is the map's owner; times are
+// Unix nanoseconds. 32 bytes a unit.
 type unitStates map[string]storedStatus
 
 type storedStatus struct {
 	codes    unique.Handle[statusCodes]
-	hash     string
-	message  string
 	since    int64
 	observed int64
 	pid      int32
 }
 
 type statusCodes struct {
-	load, active, sub, result, applied string
+	load, active, sub, result, applied, hash, message string
 }
 
 // get returns unit name's state on machine, as agentStatus.
@@ -41,8 +40,8 @@ func (u unitStates) get(machine, name string) (agentStatus, bool) {
 // put stores s under s.Name.
 func (u unitStates) put(s agentStatus) {
 	u[s.Name] = storedStatus{
-		codes: unique.Make(statusCodes{load: s.Load, active: s.Active, sub: s.Sub, result: s.Result, applied: s.Applied}),
-		hash:  intern(s.Hash), message: s.Message, since: nanos(s.Since), observed: nanos(s.Observed), pid: int32(s.PID),
+		codes: unique.Make(statusCodes{load: s.Load, active: s.Active, sub: s.Sub, result: s.Result, applied: s.Applied, hash: s.Hash, message: s.Message}),
+		since: nanos(s.Since), observed: nanos(s.Observed), pid: int32(s.PID),
 	}
 }
 
@@ -50,8 +49,8 @@ func (u unitStates) put(s agentStatus) {
 func (st storedStatus) status(machine, name string) agentStatus {
 	c := st.codes.Value()
 	return agentStatus{Applied: c.applied, Observed: unixNano(st.observed), Status: unit.Status{
-		Name: name, Hash: st.hash, Machine: machine, Load: c.load, Active: c.active, Sub: c.sub,
-		PID: int(st.pid), Since: unixNano(st.since), Result: c.result, Message: st.message,
+		Name: name, Hash: c.hash, Machine: machine, Load: c.load, Active: c.active, Sub: c.sub,
+		PID: int(st.pid), Since: unixNano(st.since), Result: c.result, Message: c.message,
 	}}
 }
 
