@@ -140,7 +140,7 @@ func (t *term) applyRound(round []*applyReq) {
 	if waited >= slowPass {
 		ph.note("waited for the loop (ms)", int(waited.Milliseconds()))
 	}
-	ph.note("unwritten", len(t.unwritten))
+	ph.note("unwritten", t.standing.count())
 	// A range record would create a destroyed instance again on the next
 	// leader's load (records.go): before a round destroys anything, write
 	// out what ranges stand for. Other changes write their units' records,
@@ -288,7 +288,7 @@ func (t *term) applyRound(round []*applyReq) {
 		var pr *pendingRange
 		if content, ok := single.covers(c); ok {
 			rr := rangeRecord(c, content)
-			pr = &pendingRange{key: t.keys.Range(rr)}
+			pr = newPendingRange(t.keys.Range(rr), c.Name, *c.Range)
 			newRanges = append(newRanges, pr)
 			ops = append(ops, registry.PutRange(t.keys, rr))
 		}
@@ -323,7 +323,7 @@ func (t *term) applyRound(round []*applyReq) {
 				continue
 			}
 			rr := rangeRecord(c, content)
-			pr := &pendingRange{key: t.keys.Range(rr)}
+			pr := newPendingRange(t.keys.Range(rr), c.Name, *c.Range)
 			newRanges = append(newRanges, pr)
 			ops = append(ops, registry.PutRange(t.keys, rr))
 			if covered == nil {
@@ -342,7 +342,7 @@ func (t *term) applyRound(round []*applyReq) {
 			entries = append(entries, roundEntry{name: name, cur: t.units[name], next: next, pr: covered[name]})
 		}
 	}
-	var newUnits, newUnplaced, newUnwritten int // to size the maps they join
+	var newUnits, newUnplaced int // to size the maps they join
 	for _, en := range entries {
 		name, cur, next, pr := en.name, en.cur, en.next, en.pr
 		if cur == nil && next != nil {
@@ -350,9 +350,6 @@ func (t *term) applyRound(round []*applyReq) {
 		}
 		if next != nil && next.wanted() && next.machine == "" && !next.file.Fleet.Global {
 			newUnplaced++
-		}
-		if pr != nil {
-			newUnwritten++
 		}
 		if pr == nil {
 			switch {
@@ -429,7 +426,6 @@ func (t *term) applyRound(round []*applyReq) {
 	}
 	t.units = grown(t.units, newUnits)
 	t.unplaced = grown(t.unplaced, newUnplaced)
-	t.unwritten = grown(t.unwritten, newUnwritten)
 	t.hold.start() // a stop of a million units: a message an agent, not a unit
 	for _, en := range entries {
 		name, rec := en.name, en.next
@@ -438,11 +434,7 @@ func (t *term) applyRound(round []*applyReq) {
 		}
 		t.setUnitFrom(name, en.cur, rec)
 		if pr := en.pr; pr != nil {
-			if old := t.unwritten[name]; old != nil {
-				old.left--
-			}
-			t.unwritten[name] = pr
-			pr.left++
+			t.standing.stand(pr, name)
 		} else {
 			t.written(name)
 		}
@@ -453,16 +445,17 @@ func (t *term) applyRound(round []*applyReq) {
 		// placed) has taken its key: it stands for those too, as they end
 		// the round at its desired state (rangeCovers), and its key must
 		// not be deleted while they need it.
-		if old := t.ranges[pr.key]; old != nil && old != pr && old.left > 0 {
-			for name, p := range t.unwritten {
-				if p == old {
-					t.unwritten[name] = pr
-					pr.left++
+		if old := t.ranges[pr.key]; old != nil && old != pr {
+			for name := range old.names(old.template()) {
+				if i, ok := pr.index(name); ok {
+					pr.set(i)
 				}
 			}
-			old.left = 0
+			old.bits, old.left = nil, 0
+			t.standing.remove(old)
 		}
 		t.ranges[pr.key] = pr
+		t.standing.add(pr)
 	}
 	woken := t.hold.release()
 	t.mu.Unlock()

@@ -148,10 +148,11 @@ func (t *term) reconcile() (recheck time.Time) {
 		})
 	}
 	// The units placed that nothing else in the pass changed, in name
-	// order (pending's), with their decisions: a million at a start, kept
-	// in a slice rather than in moved, their new records made a slice at a
-	// time below (at a million, a second copy of every record until the
-	// last slice was applied).
+	// order (pending's): a million at a start, kept in a slice rather than
+	// in moved, and those placed on a machine (most) with only the
+	// machine, their new records made a slice at a time below (at a
+	// million, a second copy of every record lived until the last slice
+	// was applied, and the decisions with it).
 	var placed []movedUnit
 	ds := t.sched.Allocate(pending)
 	for i := range ds {
@@ -163,8 +164,10 @@ func (t *term) reconcile() (recheck time.Time) {
 		switch {
 		case inMoved:
 			moved[name] = placedRec(rec, d)
+		case d.Machine != "" && d.Reason == "" && d.Machine != rec.machine:
+			placed = append(placed, movedUnit{name: name, machine: d.Machine})
 		case d.Machine != rec.machine || d.Reason != rec.reason:
-			placed = append(placed, movedUnit{name: name, dec: d})
+			placed = append(placed, movedUnit{name: name, rec: placedRec(rec, d)})
 		}
 		// Replaces=: the units this one displaced were unplaced by Allocate;
 		// they move: placed again once stopped where they ran.
@@ -202,8 +205,8 @@ func (t *term) reconcile() (recheck time.Time) {
 		part := changes[:min(len(changes), slice)]
 		changes = changes[len(part):]
 		for i, mu := range part {
-			if mu.dec != nil {
-				part[i].rec, part[i].dec = placedRec(t.units[mu.name], mu.dec), nil
+			if mu.rec == nil && mu.machine != "" {
+				part[i].rec = placedRec(t.units[mu.name], &scheduler.Decision{Machine: mu.machine})
 			}
 		}
 		// One op per key, from the outcome: a unit moved off a machine and
@@ -281,7 +284,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	// Delete the range records that stand for no unit any more (their
 	// units placed by this pass, or changed since); the others stay, one
 	// key for however many units (records.go).
-	ph.note("unwritten", len(t.unwritten))
+	ph.note("unwritten", t.standing.count())
 	defer ph.done("finish")
 	if err := t.dropRanges(); err != nil {
 		t.e.log.Warn("reconcile: could not delete finished range records", "err", err)
@@ -303,12 +306,9 @@ func (t *term) reconcile() (recheck time.Time) {
 	}
 	t.shares = t.sched.Shares()
 	// A map keeps the room it once grew to: the million units of a start
-	// left these two maps empty but 100 MB large.
+	// left it empty but 50 MB large.
 	if len(t.unplaced) == 0 {
 		t.unplaced = map[string]struct{}{}
-	}
-	if len(t.unwritten) == 0 {
-		t.unwritten = map[string]*pendingRange{}
 	}
 	t.mu.Unlock()
 	if again || t.recheck != nil {
@@ -567,11 +567,11 @@ func setOf(ids []string) map[string]struct{} {
 }
 
 // movedUnit is a unit a pass changes, with its new record (nil: only its
-// move is forgotten), or the scheduler's decision to make it from.
+// move is forgotten), or the machine it is placed on to make it from.
 type movedUnit struct {
-	name string
-	rec  *unitRec
-	dec  *scheduler.Decision
+	name    string
+	rec     *unitRec
+	machine string
 }
 
 // mergeMoved returns the units of moved and of placed (in name order, none

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,8 +23,9 @@ import (
 //     a file is written before the first record that names it (in an
 //     earlier commit, as the transactions of one commit land in any
 //     order) and deleted after the last record naming it is gone;
-//   - unwritten: the units whose record is missing or stale because a
-//     range record stands for them, by range. A later change of one of
+//   - standing: the units whose record is missing or stale because a
+//     range record stands for them, a bit each in the range's
+//     pendingRange (standing.go). A later change of one of
 //     them writes its record, newer than the range, which then stands for
 //     it no more (registry.RangeRecord: records and ranges are ordered by
 //     etcd's revisions); so does a pass placing one. A range that stands
@@ -39,12 +39,6 @@ type storedFile struct {
 	text   string
 	refs   int  // units in t.units naming it
 	stored bool // written to etcd (or loaded from it)
-}
-
-// pendingRange is a range record written but not yet materialized.
-type pendingRange struct {
-	key  string
-	left int // its units whose records are not yet written
 }
 
 // byContent reports whether a unit's file is stored by content: templates
@@ -126,10 +120,7 @@ func (t *term) deleteRecord(name string) []registry.Op {
 // schedule/ key is gone, and a range no longer stands for it.
 func (t *term) written(name string) {
 	delete(t.legacy, name)
-	if pr, ok := t.unwritten[name]; ok {
-		delete(t.unwritten, name)
-		pr.left--
-	}
+	t.standing.written(name)
 }
 
 // refFile counts the units naming each stored file as rec replaces old
@@ -221,10 +212,14 @@ func (t *term) dropFiles() error {
 // materialize writes the record of every unit a range record stands for,
 // then deletes the ranges. It runs on the loop goroutine.
 func (t *term) materialize() error {
-	if len(t.unwritten) == 0 && len(t.ranges) == 0 {
+	if len(t.ranges) == 0 {
 		return nil
 	}
-	names := slices.Sorted(maps.Keys(t.unwritten))
+	var names []string
+	for _, pr := range t.ranges {
+		names = slices.AppendSeq(names, pr.names(pr.template()))
+	}
+	slices.Sort(names)
 	for len(names) > 0 {
 		part := names[:min(len(names), placeSlice)]
 		names = names[len(part):]
@@ -268,6 +263,7 @@ func (t *term) dropRanges() error {
 		return err
 	}
 	for _, key := range done {
+		t.standing.remove(t.ranges[key])
 		delete(t.ranges, key)
 	}
 	return nil
@@ -300,9 +296,13 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 			t.e.log.Error("the file of a stored range no longer parses; leaving it out", "key", rr.Key, "err", err)
 			continue
 		}
-		pr := &pendingRange{key: rr.Key}
-		t.ranges[rr.Key] = pr
 		r := unit.Range{From: rr.From, To: rr.To, Width: rr.Width}
+		pr := newPendingRange(rr.Key, rr.Template, r)
+		if old := t.ranges[rr.Key]; old != nil {
+			t.standing.remove(old)
+		}
+		t.ranges[rr.Key] = pr
+		t.standing.add(pr)
 		for i := range r.Len() {
 			name := unit.RangeName(rr.Template, r, i)
 			rec := t.units[name]
@@ -323,11 +323,7 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 			if !rec.wanted() {
 				rec.machine = ""
 			}
-			if old := t.unwritten[name]; old != nil {
-				old.left--
-			}
-			t.unwritten[name] = pr
-			pr.left++
+			t.standing.stand(pr, name)
 		}
 	}
 }

@@ -222,7 +222,7 @@ type term struct {
 	rawContent map[string]string // file text -> content key
 	legacy     map[string]bool
 	ranges     map[string]*pendingRange
-	unwritten  map[string]*pendingRange
+	standing   standing
 	protoMu    sync.Mutex
 	protos     map[*unit.File]*unit.File // template -> the instance its instances share
 
@@ -286,7 +286,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		rawContent:    map[string]string{},
 		legacy:        map[string]bool{},
 		ranges:        map[string]*pendingRange{},
-		unwritten:     map[string]*pendingRange{},
+		standing:      standing{},
 		protos:        map[*unit.File]*unit.File{},
 		placeDirty:    true,
 		draining:      map[string]string{},

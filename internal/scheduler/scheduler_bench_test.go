@@ -223,3 +223,30 @@ func BenchmarkBuild100kUnits(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAllocateSpread10kMachines is flotilla bench's start of a
+// million units, a tenth of it: 100,000 instances of one plain template,
+// in name order, spread over 10,000 machines that declare no capacity.
+func BenchmarkAllocateSpread10kMachines(b *testing.B) {
+	c := NewCluster()
+	for i := range 10_000 {
+		c.SetMachine(Machine{ID: fmt.Sprintf("sim-%05d", i)})
+	}
+	f := &unit.Fleet{}
+	pending := make([]*Unit, 100_000)
+	for i := range pending {
+		pending[i] = &Unit{Name: fmt.Sprintf("bench@%07d.service", i), Fleet: f}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ds := c.Allocate(pending)
+		b.StopTimer()
+		for i, d := range ds {
+			if d.Machine == "" {
+				b.Fatalf("%s not placed: %s", pending[i].Name, d.Reason)
+			}
+			c.Unplace(pending[i].Name)
+		}
+		b.StartTimer()
+	}
+}
