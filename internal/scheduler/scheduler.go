@@ -66,9 +66,17 @@ type Machine struct {
 // changed once given to a Cluster; give a new one to Place instead.
 type Unit struct {
 	Name string
-	// Fleet is the unit's [X-Fleet] section, shared with its file (and
-	// with every instance of a template that shares one: a copy a unit
-	// was 190 bytes of the leader's heap). Never nil, never changed.
+	// Spec is what the unit's file says of its placement, shared by the
+	// units of one file (every instance of a template that shares one):
+	// a unit is its name and a pointer, 24 bytes, a million times.
+	*Spec
+}
+
+// Spec is a unit file's placement: its [X-Fleet] section and what it
+// needs. Never changed once made.
+type Spec struct {
+	// Fleet is the unit's [X-Fleet] section, shared with its file (a copy
+	// a unit was 190 bytes of the leader's heap). Never nil.
 	Fleet *unit.Fleet
 	// Needs is what the unit needs of a machine's capacity.
 	Needs Resources
@@ -80,12 +88,11 @@ type Unit struct {
 // NewUnit returns the scheduler's view of a unit file: its name, its
 // [X-Fleet] options, and as Needs its [Service] CPUQuota= and MemoryMax=.
 func NewUnit(f *unit.File) *Unit {
-	return &Unit{
-		Name:    f.Name,
+	return &Unit{Name: f.Name, Spec: &Spec{
 		Fleet:   &f.Fleet,
 		Needs:   Resources{CPUPercent: int64(f.Service.CPUQuotaPercent), MemoryBytes: f.Service.MemoryMax},
 		Drivers: f.Drivers(),
-	}
+	}}
 }
 
 // Role returns the unit's role: its [X-Fleet] Role=, or DefaultRole.

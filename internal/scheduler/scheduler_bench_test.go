@@ -70,7 +70,7 @@ func benchUnit(prefix string, svc, inst int) *Unit {
 	if svc%50 == 6 {
 		f.Conflicts = []string{fmt.Sprintf("svc%04d@*.service", (svc+1)%benchServices)}
 	}
-	u := &Unit{Name: name, Fleet: &f}
+	u := &Unit{Name: name, Spec: &Spec{Fleet: &f}}
 	if (svc+inst)%2 == 0 {
 		u.Needs = Resources{CPUPercent: int64(25 * (1 + (svc+inst)%4)), MemoryBytes: int64(256*(1+inst%8)) * mib}
 	}
@@ -84,7 +84,7 @@ var benchCluster = sync.OnceValues(func() (*Cluster, []at) {
 		c.SetMachine(benchMachine(i))
 	}
 	for _, name := range []string{"log.service", "metrics.service", "sshd-keys.service"} {
-		g := &Unit{Name: name, Fleet: &unit.Fleet{Global: true}, Needs: Resources{CPUPercent: 10, MemoryBytes: 64 * mib}}
+		g := &Unit{Name: name, Spec: &Spec{Fleet: &unit.Fleet{Global: true}, Needs: Resources{CPUPercent: 10, MemoryBytes: 64 * mib}}}
 		for _, id := range c.GlobalMachines(g) {
 			c.Place(g, id)
 		}
@@ -147,7 +147,7 @@ func BenchmarkDecide1kMachines100kUnits(b *testing.B) {
 	// unit, or needs more memory than any machine of known capacity has),
 	// so every machine is checked and the reason gathered.
 	b.Run("unplaceable", func(b *testing.B) {
-		u := &Unit{Name: "huge.service", Fleet: &unit.Fleet{Conflicts: []string{"log.service"}}, Needs: Resources{MemoryBytes: 512 * gib}}
+		u := &Unit{Name: "huge.service", Spec: &Spec{Fleet: &unit.Fleet{Conflicts: []string{"log.service"}}, Needs: Resources{MemoryBytes: 512 * gib}}}
 		b.ReportAllocs()
 		for b.Loop() {
 			if d := c.Decide(u); d.Machine != "" {
@@ -232,10 +232,10 @@ func BenchmarkAllocateSpread10kMachines(b *testing.B) {
 	for i := range 10_000 {
 		c.SetMachine(Machine{ID: fmt.Sprintf("sim-%05d", i)})
 	}
-	f := &unit.Fleet{}
+	spec := &Spec{Fleet: &unit.Fleet{}}
 	pending := make([]*Unit, 100_000)
 	for i := range pending {
-		pending[i] = &Unit{Name: fmt.Sprintf("bench@%07d.service", i), Fleet: f}
+		pending[i] = &Unit{Name: fmt.Sprintf("bench@%07d.service", i), Spec: spec}
 	}
 	b.ReportAllocs()
 	for b.Loop() {
