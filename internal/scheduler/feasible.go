@@ -132,7 +132,7 @@ func (c *Cluster) newEval(u *Unit, pr *prep, self *placement) *eval {
 	reverse := e.reverse[:0]
 	*e = eval{c: c, u: u, pr: pr, placed: c.where[u.Name] != nil || c.global[u.Name] != nil}
 	if self != nil {
-		for _, p := range self.matches {
+		for _, p := range self.patterns() {
 			if p.refs > 0 {
 				reverse = append(reverse, p)
 			}
@@ -300,7 +300,7 @@ func (e *eval) checkConflicts(m *machine) (rejection, bool) {
 	for _, p := range e.pr.forward {
 		if n := p.matched[m]; n > 0 {
 			for _, x := range e.ex {
-				if slices.Contains(x.matches, p) {
+				if slices.Contains(x.patterns(), p) {
 					n--
 				}
 			}
@@ -422,7 +422,7 @@ func (e *eval) conflictWith(m *machine) string {
 		}
 		hit := false
 		for _, p := range e.pr.forward {
-			if slices.Contains(pl.matches, p) {
+			if slices.Contains(pl.patterns(), p) {
 				hit = true
 				break
 			}

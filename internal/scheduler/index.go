@@ -189,7 +189,7 @@ func (ps *patterns) register(c *Cluster, glob string) *pattern {
 	count := func(pl *placement) {
 		if p.match(pl.u.Name) {
 			p.matched[pl.m]++
-			pl.matches = append(pl.matches, p)
+			pl.addMatch(p)
 		}
 	}
 	for _, pl := range c.where {
@@ -222,11 +222,11 @@ func (ps *patterns) maybeEvict(c *Cluster) {
 		}
 	}
 	for _, pl := range c.where {
-		pl.matches = keep(pl.matches, used)
+		pl.keepMatches(used)
 	}
 	for _, inst := range c.global {
 		for _, pl := range inst {
-			pl.matches = keep(pl.matches, used)
+			pl.keepMatches(used)
 		}
 	}
 	ps.unused = 0

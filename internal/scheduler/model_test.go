@@ -249,7 +249,7 @@ func checkInvariants(t *testing.T, c *Cluster) {
 				}
 				if p.match(name) {
 					matched[m]++
-					if !slices.Contains(pl.matches, p) {
+					if !slices.Contains(pl.patterns(), p) {
 						t.Fatalf("pattern %s: placement %s lacks it", glob, name)
 					}
 				}

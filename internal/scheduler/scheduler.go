@@ -185,10 +185,40 @@ type machine struct {
 // placement is one unit placed on one machine (a global unit has one per
 // machine it runs on).
 type placement struct {
-	u       *Unit
-	m       *machine
-	prep    *prep
-	matches []*pattern // registered patterns matching u.Name
+	u    *Unit
+	m    *machine
+	prep *prep
+	// matches are the registered patterns matching u.Name, most often
+	// none: a pointer, not a slice, keeps a placement in 32 bytes, not 48.
+	matches *[]*pattern
+}
+
+// patterns returns the registered patterns matching the unit's name.
+func (pl *placement) patterns() []*pattern {
+	if pl.matches == nil {
+		return nil
+	}
+	return *pl.matches
+}
+
+// addMatch notes that registered pattern p matches the unit's name.
+func (pl *placement) addMatch(p *pattern) {
+	if pl.matches == nil {
+		pl.matches = new([]*pattern)
+	}
+	*pl.matches = append(*pl.matches, p)
+}
+
+// keepMatches keeps the matching patterns f keeps.
+func (pl *placement) keepMatches(f func(*pattern) bool) {
+	if pl.matches == nil {
+		return
+	}
+	if l := keep(*pl.matches, f); len(l) > 0 {
+		*pl.matches = l
+	} else {
+		pl.matches = nil
+	}
 }
 
 // roleUsage is what a role's placed units use.
@@ -437,7 +467,7 @@ func (c *Cluster) add(u *Unit, ms *machine) {
 	for _, p := range c.pats.candidates(u.Name) {
 		if p.match(u.Name) {
 			p.matched[ms]++
-			pl.matches = append(pl.matches, p)
+			pl.addMatch(p)
 		}
 	}
 	at := c.unrank(ms)
@@ -481,7 +511,7 @@ func (c *Cluster) remove(pl *placement) {
 			c.pats.unused++
 		}
 	}
-	for _, p := range pl.matches {
+	for _, p := range pl.patterns() {
 		decr(p.matched, ms)
 	}
 	at := c.unrank(ms)
