@@ -38,8 +38,11 @@ func (u unitStates) get(machine, name string) (agentStatus, bool) {
 }
 
 // put stores s under s.Name.
-func (u unitStates) put(s agentStatus) {
-	u[s.Name] = storedStatus{
+func (u unitStates) put(s agentStatus) { u[s.Name] = store(s) }
+
+// store returns s in its stored form, without its name and machine.
+func store(s agentStatus) storedStatus {
+	return storedStatus{
 		codes: unique.Make(statusCodes{load: s.Load, active: s.Active, sub: s.Sub, result: s.Result, applied: s.Applied, hash: s.Hash, message: s.Message}),
 		since: nanos(s.Since), observed: nanos(s.Observed), pid: int32(s.PID),
 	}
