@@ -371,22 +371,25 @@ func (s *recSlab) su(u *scheduler.Unit) *scheduler.Unit {
 // so its scheduler unit and content key are made once, not a million
 // times. For a term's load and a range's new instances.
 type recMaker struct {
-	t       *term
-	slab    recSlab
-	file    *unit.File
-	su      *scheduler.Unit
-	content string
+	t         *term
+	slab      recSlab
+	file      *unit.File
+	su        *scheduler.Unit
+	byContent bool // whether the file's units are stored by content
+	content   string
 }
 
 // rec returns a new record of unit name with file f and desired state ds.
 func (m *recMaker) rec(name string, f *unit.File, ds unit.DesiredState) *unitRec {
 	if f != m.file {
-		m.file, m.su, m.content = f, scheduler.NewUnit(f), ""
+		// A file shared by several units is an instance's, shared by
+		// instances of one template: byContent holds for all or none.
+		m.file, m.su, m.content, m.byContent = f, scheduler.NewUnit(f), "", byContent(name)
 	}
 	r := m.slab.rec()
 	*r = unitRec{name: name, file: f, desired: ds, su: m.slab.su(m.su)}
 	r.su.Name = name
-	if byContent(name) {
+	if m.byContent {
 		if m.content == "" {
 			m.content = m.t.contentOf(f.Raw)
 		}

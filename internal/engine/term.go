@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -357,11 +358,11 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	for c := range snap.Files {
 		t.files[c] = &storedFile{text: snap.Files[c], stored: true}
 	}
-	templates := map[[2]string]*unit.File{} // (template, text) -> parsed
+	parser := storedParser{t: t, templates: map[[2]string]*unit.File{}}
 	t.units = make(map[string]*unitRec, len(snap.Units))
 	mk := recMaker{t: t}
 	for _, r := range snap.Units {
-		f, err := t.parseStored(r.Name, r.File, templates)
+		f, err := parser.parse(r.Name, r.File)
 		if err != nil {
 			// A unit that parsed when it was submitted but not now (a newer
 			// Flotilla with stricter rules): keep it visible, never run it.
@@ -435,22 +436,46 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	return t, nil
 }
 
-// parseStored parses a stored unit as unit.ParseStored does, parsing each
-// template's text once for all its instances (see instanceFile).
-func (t *term) parseStored(name, text string, templates map[[2]string]*unit.File) (*unit.File, error) {
+// storedParser parses a term's stored units as unit.ParseStored does,
+// each template's text once for all its instances (see instanceFile), and
+// a run of instances of one template that share a file (as a range leaves
+// them, in name order) without looking the template up for each: a new
+// leader of a million units spent seconds of its load on that.
+type storedParser struct {
+	t         *term
+	templates map[[2]string]*unit.File // (template, text) -> parsed
+	// The last instance's name around its instance string, its text, and
+	// the file every instance of its template shares (nil: none).
+	prefix, suffix, text string
+	shared               *unit.File
+}
+
+func (p *storedParser) parse(name, text string) (*unit.File, error) {
 	if !unit.IsInstance(name) {
 		return unit.Parse(name, []byte(text))
 	}
+	at, dot := strings.IndexByte(name, '@'), strings.LastIndexByte(name, '.')
+	if p.shared != nil && name[:at] == p.prefix && name[dot:] == p.suffix && text == p.text {
+		return p.shared, nil
+	}
 	k := [2]string{unit.TemplateOf(name), text}
-	tmpl := templates[k]
+	tmpl := p.templates[k]
 	if tmpl == nil {
 		var err error
 		if tmpl, err = unit.Parse(k[0], []byte(text)); err != nil {
 			return nil, err
 		}
-		templates[k] = tmpl
+		p.templates[k] = tmpl
 	}
-	return t.instanceFile(tmpl, name)
+	f, err := p.t.instanceFile(tmpl, name)
+	if err != nil {
+		return nil, err
+	}
+	p.prefix, p.suffix, p.text, p.shared = name[:at], name[dot:], text, nil
+	if unit.Shareable(tmpl) {
+		p.shared = f
+	}
+	return f, nil
 }
 
 func (t *term) stop() {
