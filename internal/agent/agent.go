@@ -137,9 +137,9 @@ type Agent struct {
 	files    map[string]*unit.File
 	protos   map[[2]string]*unit.File // (template, text) -> an instance parsed from it (parseAssigned)
 	haves    map[string]have
-	statuses map[string]unit.Status // the driver's latest report per unit
-	dirty    map[string]bool        // units whose status is to be sent
-	removed  map[string]bool        // units unloaded since the last send
+	statuses map[string]report // the driver's latest report per unit (report.go)
+	dirty    map[string]bool   // units whose status is to be sent
+	removed  map[string]bool   // units unloaded since the last send
 	// word is when the latest word from a current leader was sent, on the
 	// machine's monotonic clock (0: none since the agent started); started
 	// is when the agent started, which stands in for it until then.
@@ -241,7 +241,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, log: cfg.Logger.With("component", "agent", "machine", cfg.Machine.ID),
 		wants: map[string]want{}, files: map[string]*unit.File{}, protos: map[[2]string]*unit.File{}, haves: map[string]have{},
-		statuses: map[string]unit.Status{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
+		statuses: map[string]report{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
 		fenced: map[string]bool{}, destroyed: map[string]bool{},
 		flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 		leaveNow: make(chan struct{}), left: make(chan struct{}),
@@ -283,7 +283,7 @@ func (a *Agent) Notify(s unit.Status) {
 		a.mu.Unlock()
 		return // a late report about a unit already unloaded
 	}
-	a.statuses[s.Name] = s
+	a.statuses[s.Name] = compact(s)
 	a.dirty[s.Name] = true
 	fenced := s.Result == resultFenced && h.Applied == unit.Launched
 	if fenced {
@@ -538,8 +538,7 @@ func (a *Agent) hello(rev int64) *agentpb.Hello {
 		h.Units = append(h.Units, a.statusLocked(name))
 	}
 	sort.Slice(h.Units, func(i, j int) bool { return h.Units[i].Name < h.Units[j].Name })
-	clear(a.dirty)
-	clear(a.removed)
+	a.dirty, a.removed = emptied(a.dirty), emptied(a.removed)
 	return h
 }
 
@@ -548,14 +547,10 @@ func (a *Agent) statusLocked(name string) *agentpb.UnitStatus {
 	s, ok := a.statuses[name]
 	h := a.haves[name]
 	if !ok {
-		s = unit.Status{Name: name, Hash: h.Hash, Load: "loaded", Active: "inactive", Sub: "dead"}
+		s = report{hash: h.Hash, states: &reportStates{"loaded", "inactive", "dead", ""}}
 	}
-	us := &agentpb.UnitStatus{Name: name, Hash: s.Hash, Load: s.Load, Active: s.Active, Sub: s.Sub,
-		Pid: int32(s.PID), Result: s.Result, Message: s.Message, Applied: string(h.Applied)}
-	if !s.Since.IsZero() {
-		us.SinceUnixNano = s.Since.UnixNano()
-	}
-	return us
+	return &agentpb.UnitStatus{Name: name, Hash: s.hash, Load: s.states[0], Active: s.states[1], Sub: s.states[2],
+		Pid: s.pid, Result: s.states[3], Message: s.message, Applied: string(h.Applied), SinceUnixNano: s.since}
 }
 
 func (a *Agent) takeUpdate() *agentpb.AgentMessage {
@@ -575,9 +570,19 @@ func (a *Agent) takeUpdate() *agentpb.AgentMessage {
 			u.Removed = append(u.Removed, name)
 		}
 	}
-	clear(a.dirty)
-	clear(a.removed)
+	a.dirty, a.removed = emptied(a.dirty), emptied(a.removed)
 	return &agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Update{Update: u}}
+}
+
+// emptied returns m emptied: cleared if small, or a new map, so that a
+// burst of changes (a full set of units) does not leave each agent holding
+// a table of its size for good (a map never shrinks).
+func emptied(m map[string]bool) map[string]bool {
+	if len(m) > 16 {
+		return map[string]bool{}
+	}
+	clear(m)
+	return m
 }
 
 // sendClock maps a leader's send times onto this machine's monotonic clock.
@@ -627,7 +632,7 @@ func (a *Agent) adopt() {
 			applied = unit.Launched // it was started, and may have ended since
 		}
 		a.haves[s.Name] = have{Hash: s.Hash, Applied: applied}
-		a.statuses[s.Name] = s
+		a.statuses[s.Name] = compact(s)
 	}
 	if len(states) > 0 {
 		a.log.Info("adopted the units the driver runs", "units", len(states))
@@ -921,7 +926,9 @@ func (a *Agent) load(d driver.Driver, f *unit.File) error {
 
 func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 	d := a.cfg.Driver
-	log := a.log.With("unit", act.Name)
+	// Only a failure logs: a logger made With the unit for every action
+	// was a tenth of a bench's agents' allocations.
+	fail := func(msg string, err error) { a.log.Error(msg, "unit", act.Name, "err", err) }
 	switch act.Kind {
 	case actLoad:
 		a.mu.Lock()
@@ -936,7 +943,7 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		if err := a.load(d, f); err != nil {
 			// systemd shows a unit it cannot load as load=error; it is
 			// reported failed so that whoever waits for it stops waiting.
-			log.Error("load failed", "err", err)
+			fail("load failed", err)
 			a.mu.Lock()
 			if h, ok := a.haves[act.Name]; ok {
 				h.Broken = true
@@ -957,13 +964,13 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		if err := d.Start(act.Name); err != nil {
 			// Not started (a fenced singleton before new word, a start
 			// limit): the next pass tries again.
-			log.Error("start failed", "err", err)
+			fail("start failed", err)
 			a.setApplied(act.Name, unit.Loaded)
 		}
 	case actStop:
 		a.setApplied(act.Name, unit.Loaded)
 		if err := d.Stop(act.Name); err != nil {
-			log.Error("stop failed", "err", err)
+			fail("stop failed", err)
 		}
 	case actUnload:
 		a.mu.Lock()
@@ -983,7 +990,7 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 				err = d.Unload(context.WithoutCancel(ctx), act.Name)
 			}
 			if err != nil && !errors.Is(err, driver.ErrUnknownUnit) {
-				log.Error("unload failed", "err", err)
+				fail("unload failed", err)
 			} else {
 				a.removeLogIfDestroyed(d, act.Name)
 			}
@@ -1041,7 +1048,7 @@ func (a *Agent) setApplied(name string, s unit.DesiredState) {
 func (a *Agent) setStatus(s unit.Status) {
 	a.mu.Lock()
 	if _, ok := a.haves[s.Name]; ok {
-		a.statuses[s.Name] = s
+		a.statuses[s.Name] = compact(s)
 		a.dirty[s.Name] = true
 	}
 	a.mu.Unlock()
