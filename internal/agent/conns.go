@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -28,6 +29,9 @@ type conns struct {
 	// leaderRev is the election revision of the leader last asked for
 	// (leaderConn).
 	leaderRev int64
+	// closed is set by closeAll: no connection is made after it (a
+	// question to the engines still under way as Run ends).
+	closed bool
 }
 
 // reconnectBackoff is how a kept connection whose engine went away tries
@@ -53,6 +57,9 @@ func (c *conns) get(addr string) (*grpc.ClientConn, error) {
 	defer c.mu.Unlock()
 	if cc := c.m[addr]; cc != nil {
 		return cc, nil
+	}
+	if c.closed {
+		return nil, errConnsClosed
 	}
 	cc, err := grpc.NewClient(addr, c.opts...)
 	if err != nil {
@@ -97,8 +104,15 @@ func (c *conns) keep(addrs ...string) {
 	}
 }
 
-// closeAll closes every connection.
-func (c *conns) closeAll() { c.keep() }
+// closeAll closes every connection; none is made after.
+func (c *conns) closeAll() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.keep()
+}
+
+var errConnsClosed = errors.New("agent: stopped; no connection is made")
 
 // retryDelay is how long the agent waits before opening a stream again
 // after one to the same leader ended: backoff, between half of it and all

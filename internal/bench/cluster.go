@@ -236,7 +236,7 @@ func (c *cluster) profileStartOf(ps []*process) {
 		return
 	}
 	for _, p := range ps {
-		for _, f := range []string{profiling.CPUFile, profiling.HeapFile, profiling.GoroutineFile} {
+		for _, f := range []string{profiling.CPUFile, profiling.HeapFile, profiling.GoroutineFile, profiling.MemoryFile} {
 			os.Remove(filepath.Join(c.profileDir(p.name), f))
 		}
 		p.cmd.Process.Signal(syscall.SIGUSR1)
@@ -272,12 +272,13 @@ func (c *cluster) profileStopOf(ctx context.Context, ps []*process, window strin
 		}); err != nil {
 			return err
 		}
-		for _, f := range []struct{ from, to string }{{profiling.CPUFile, "cpu"}, {profiling.HeapFile, "heap"}, {profiling.GoroutineFile, "goroutine"}} {
+		for _, f := range []struct{ from, to string }{{profiling.CPUFile, "cpu.pprof"}, {profiling.HeapFile, "heap.pprof"},
+			{profiling.GoroutineFile, "goroutine.pprof"}, {profiling.MemoryFile, "memory.txt"}} {
 			b, err := os.ReadFile(filepath.Join(src, f.from))
 			if err != nil {
 				return fmt.Errorf("profile of %s: %w", p.name, err)
 			}
-			dst := filepath.Join(c.cfg.ProfileDir, fmt.Sprintf("%s-%s-%s.pprof", prefix, p.name, f.to))
+			dst := filepath.Join(c.cfg.ProfileDir, fmt.Sprintf("%s-%s-%s", prefix, p.name, f.to))
 			if err := os.WriteFile(dst, b, 0o644); err != nil {
 				return fmt.Errorf("--profile: %w", err)
 			}

@@ -4,9 +4,11 @@
 //  1. SIGUSR1 starts a CPU profile into DIR/cpu.pprof;
 //  2. SIGUSR2 stops it, writes the goroutines (DIR/goroutine.pprof: how
 //     many, where; their stacks are memory the heap profile does not
-//     show), runs a garbage collection and writes the heap profile (in
-//     use and allocated since the process started) into DIR/heap.pprof,
-//     last.
+//     show), the runtime's memory classes (DIR/memory.txt: heap, stacks,
+//     the collector's headroom, what is returned to the OS; what the
+//     process's RSS is made of), runs a garbage collection and writes the
+//     heap profile (in use and allocated since the process started) into
+//     DIR/heap.pprof, last.
 //
 // Each file is written under a temporary name and renamed once complete,
 // so a file that exists is whole. Read them with `go tool pprof`.
@@ -16,12 +18,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 )
 
@@ -30,6 +35,7 @@ const (
 	CPUFile       = "cpu.pprof"
 	HeapFile      = "heap.pprof"
 	GoroutineFile = "goroutine.pprof"
+	MemoryFile    = "memory.txt"
 )
 
 // OnSignals makes the process keep profiles in dir (created if missing) on
@@ -77,6 +83,9 @@ func OnSignals(ctx context.Context, dir string, log *slog.Logger) error {
 					if err := writeProfile(filepath.Join(dir, GoroutineFile), "goroutine"); err != nil {
 						log.Error("could not write the goroutine profile", "err", err)
 					}
+					if err := writeMemory(filepath.Join(dir, MemoryFile)); err != nil {
+						log.Error("could not write the memory classes", "err", err)
+					}
 					runtime.GC() // the in-use figures are as of the last collection
 					if err := writeProfile(filepath.Join(dir, HeapFile), "heap"); err != nil {
 						log.Error("could not write the heap profile", "err", err)
@@ -102,11 +111,38 @@ func finish(f *os.File, path string, log *slog.Logger) {
 
 // writeProfile writes the named runtime profile to path, whole or not at all.
 func writeProfile(path, name string) error {
+	return writeWhole(path, func(w io.Writer) error { return pprof.Lookup(name).WriteTo(w, 0) })
+}
+
+// writeMemory writes the runtime's memory classes and collector settings
+// to path, one "name value" a line (bytes, or a count), whole or not at all.
+func writeMemory(path string) error {
+	var samples []metrics.Sample
+	for _, d := range metrics.All() {
+		if d.Kind == metrics.KindUint64 && !d.Cumulative &&
+			(strings.HasPrefix(d.Name, "/memory/classes/") || strings.HasPrefix(d.Name, "/gc/") || d.Name == "/sched/goroutines:goroutines") {
+			samples = append(samples, metrics.Sample{Name: d.Name})
+		}
+	}
+	metrics.Read(samples)
+	return writeWhole(path, func(w io.Writer) error {
+		for _, s := range samples {
+			if _, err := fmt.Fprintf(w, "%s %d\n", s.Name, s.Value.Uint64()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// writeWhole writes path with write, whole or not at all: under a
+// temporary name, renamed once complete.
+func writeWhole(path string, write func(io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
-	err = pprof.Lookup(name).WriteTo(f, 0)
+	err = write(f)
 	err = errors.Join(err, f.Close())
 	if err == nil {
 		err = os.Rename(f.Name(), path)

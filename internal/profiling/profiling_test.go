@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +32,16 @@ func TestOnSignals(t *testing.T) {
 		if err1 == nil && err2 == nil {
 			if cpu.Size() == 0 || heap.Size() == 0 {
 				t.Fatalf("profiles of %d and %d bytes", cpu.Size(), heap.Size())
+			}
+			// The memory classes are written before the heap profile.
+			mem, err := os.ReadFile(filepath.Join(dir, MemoryFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"/memory/classes/total:bytes ", "/memory/classes/heap/stacks:bytes ", "/sched/goroutines:goroutines "} {
+				if !strings.Contains(string(mem), want) {
+					t.Errorf("%s has no %q:\n%s", MemoryFile, want, mem)
+				}
 			}
 			return
 		}

@@ -39,16 +39,22 @@ type Config struct {
 
 type simUnit struct {
 	// The unit's status, kept compactly (Driver.status makes the
-	// unit.Status): 10,000 simulated agents hold a million units, and
-	// their memory is what the bench can spend on the engine.
-	name, hash string
-	state      state
-	pid        int32
-	since      int64 // Unix nanoseconds
-	starts     int32
-	timer      *time.Timer
-	stopped    chan struct{} // closed when a delayed stop ends
-	journal    []entry
+	// unit.Status; the name is the key the unit is kept under): 10,000
+	// simulated agents hold a million units, and their memory is what
+	// the bench can spend on the engine.
+	hash    string
+	since   int64 // Unix nanoseconds
+	pid     int32
+	starts  int32
+	state   state
+	delay   *delay // a delayed start or stop, if one was made
+	journal []entry
+}
+
+// delay is a unit's delayed start or stop (Config.StartDelay, StopDelay).
+type delay struct {
+	timer   *time.Timer
+	stopped chan struct{} // a stop's: closed when it ends
 }
 
 // entry is one line of a unit's journal, formatted when read.
@@ -81,10 +87,10 @@ func stateOf(active, sub, result string) state {
 
 func (u *simUnit) active() string { return states[u.state].active }
 
-// status is u's unit.Status. Callers hold mu.
-func (d *Driver) status(u *simUnit) unit.Status {
+// status is unit name's unit.Status, u. Callers hold mu.
+func (d *Driver) status(name string, u *simUnit) unit.Status {
 	st := states[u.state]
-	s := unit.Status{Name: u.name, Hash: u.hash, Machine: d.cfg.Machine, Load: "loaded",
+	s := unit.Status{Name: name, Hash: u.hash, Machine: d.cfg.Machine, Load: "loaded",
 		Active: st.active, Sub: st.sub, Result: st.result, PID: int(u.pid)}
 	if u.since != 0 {
 		s.Since = time.Unix(0, u.since)
@@ -128,8 +134,9 @@ func New(cfg Config) (*Driver, error) {
 
 var _ driver.Driver = (*Driver)(nil)
 
-// set changes a unit's state and returns the status to notify. Callers hold mu.
-func (d *Driver) set(u *simUnit, active, sub, result string, pid int) unit.Status {
+// set changes unit name's state and returns the status to notify. Callers
+// hold mu.
+func (d *Driver) set(name string, u *simUnit, active, sub, result string, pid int) unit.Status {
 	now := d.cfg.Now().UnixNano()
 	if u.since == 0 || u.active() != active {
 		u.since = now
@@ -140,7 +147,7 @@ func (d *Driver) set(u *simUnit, active, sub, result string, pid int) unit.Statu
 		u.journal = u.journal[:maxJournal-1]
 	}
 	u.journal = append(u.journal, entry{at: now, state: u.state})
-	return d.status(u)
+	return d.status(name, u)
 }
 
 func (d *Driver) Load(f *unit.File) error {
@@ -151,9 +158,10 @@ func (d *Driver) Load(f *unit.File) error {
 		d.mu.Unlock()
 		return nil
 	}
-	u = &simUnit{name: f.Name, hash: f.Hash}
+	// Room for the load and a start: most units' journal, in one piece.
+	u = &simUnit{hash: f.Hash, journal: make([]entry, 0, 2)}
 	d.units[f.Name] = u
-	st := d.set(u, "inactive", "dead", "", 0)
+	st := d.set(f.Name, u, "inactive", "dead", "", 0)
 	d.mu.Unlock()
 	d.cfg.Notify(st)
 	return nil
@@ -171,26 +179,27 @@ func (d *Driver) Start(name string) error {
 		return nil
 	}
 	if u.active() == "deactivating" { // a delayed stop: cut it short
-		u.timer.Stop()
-		close(u.stopped)
+		u.delay.timer.Stop()
+		close(u.delay.stopped)
 	}
 	u.starts++
 	d.started.Add(1)
 	fail := d.fails(name, int(u.starts))
 	if d.cfg.StartDelay == 0 {
-		st := d.finishStart(u, fail)
+		st := d.finishStart(name, u, fail)
 		d.mu.Unlock()
 		d.cfg.Notify(st)
 		return nil
 	}
-	st := d.set(u, "activating", "start", "", 0)
-	u.timer = time.AfterFunc(d.cfg.StartDelay, func() {
+	st := d.set(name, u, "activating", "start", "", 0)
+	u.delay = &delay{}
+	u.delay.timer = time.AfterFunc(d.cfg.StartDelay, func() {
 		d.mu.Lock()
 		if d.units[name] != u || u.active() != "activating" {
 			d.mu.Unlock()
 			return
 		}
-		st := d.finishStart(u, fail)
+		st := d.finishStart(name, u, fail)
 		d.mu.Unlock()
 		d.cfg.Notify(st)
 	})
@@ -199,12 +208,12 @@ func (d *Driver) Start(name string) error {
 	return nil
 }
 
-func (d *Driver) finishStart(u *simUnit, fail bool) unit.Status {
+func (d *Driver) finishStart(name string, u *simUnit, fail bool) unit.Status {
 	if fail {
-		return d.set(u, "failed", "failed", "exit-code", 0)
+		return d.set(name, u, "failed", "failed", "exit-code", 0)
 	}
 	d.pid++
-	return d.set(u, "active", "running", "", d.pid)
+	return d.set(name, u, "active", "running", "", d.pid)
 }
 
 // fails decides, repeatably, whether the n-th start of a unit fails.
@@ -224,25 +233,26 @@ func (d *Driver) Stop(name string) error {
 		d.mu.Unlock()
 		return fmt.Errorf("%w: %s", driver.ErrUnknownUnit, name)
 	}
-	if u.timer != nil {
-		u.timer.Stop()
-	}
 	if u.active() == "inactive" || u.active() == "deactivating" {
+		// Not the timer of a stop under way: it would never end.
 		d.mu.Unlock()
 		return nil
 	}
+	if u.delay != nil {
+		u.delay.timer.Stop() // a delayed start
+	}
 	if d.cfg.StopDelay == 0 {
-		st := d.set(u, "inactive", "dead", "success", 0)
+		st := d.set(name, u, "inactive", "dead", "success", 0)
 		d.mu.Unlock()
 		d.cfg.Notify(st)
 		return nil
 	}
-	st := d.set(u, "deactivating", "stop-sigterm", "", int(u.pid))
-	u.stopped = make(chan struct{})
-	stopped := u.stopped
-	u.timer = time.AfterFunc(d.cfg.StopDelay, func() {
+	st := d.set(name, u, "deactivating", "stop-sigterm", "", int(u.pid))
+	stopped := make(chan struct{})
+	u.delay = &delay{stopped: stopped}
+	u.delay.timer = time.AfterFunc(d.cfg.StopDelay, func() {
 		d.mu.Lock()
-		st := d.set(u, "inactive", "dead", "success", 0)
+		st := d.set(name, u, "inactive", "dead", "success", 0)
 		close(stopped)
 		d.mu.Unlock()
 		d.cfg.Notify(st)
@@ -259,7 +269,7 @@ func (d *Driver) Unload(ctx context.Context, name string) error {
 	d.mu.Lock()
 	var stopped chan struct{}
 	if u := d.units[name]; u != nil && u.active() == "deactivating" {
-		stopped = u.stopped
+		stopped = u.delay.stopped
 	}
 	d.mu.Unlock()
 	if stopped != nil {
@@ -283,16 +293,16 @@ func (d *Driver) Kill(ctx context.Context, name string) error {
 		d.mu.Unlock()
 		return nil
 	}
-	if u.timer != nil {
-		u.timer.Stop()
-	}
-	if u.stopped != nil && u.active() == "deactivating" {
-		close(u.stopped)
+	if u.delay != nil {
+		u.delay.timer.Stop()
+		if u.active() == "deactivating" {
+			close(u.delay.stopped)
+		}
 	}
 	var st unit.Status
 	changed := u.active() != "inactive"
 	if changed {
-		st = d.set(u, "inactive", "dead", "signal", 0)
+		st = d.set(name, u, "inactive", "dead", "signal", 0)
 	}
 	delete(d.units, name)
 	d.mu.Unlock()
@@ -306,8 +316,8 @@ func (d *Driver) States() []unit.Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make([]unit.Status, 0, len(d.units))
-	for _, u := range d.units {
-		out = append(out, d.status(u))
+	for name, u := range d.units {
+		out = append(out, d.status(name, u))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

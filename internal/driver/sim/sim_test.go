@@ -87,3 +87,46 @@ func TestFailureRateIsRepeatable(t *testing.T) {
 		t.Error("New with failure rate 2 succeeded")
 	}
 }
+
+// TestStopDelay: a delayed stop deactivates the unit for StopDelay; a
+// start cuts it short, a kill ends it at once, and an unload waits for it.
+func TestStopDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder
+		d, err := New(Config{Machine: "m1", Notify: r.notify, StopDelay: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"a.service", "b.service", "c.service"} {
+			d.Load(&unit.File{Name: n, Hash: "h"})
+			d.Start(n)
+			d.Stop(n)
+		}
+		d.Start("a.service") // cuts a's stop short
+		d.Kill(context.Background(), "b.service")
+		unloaded := make(chan struct{})
+		go func() { d.Unload(context.Background(), "c.service"); close(unloaded) }()
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-unloaded:
+			t.Fatal("Unload returned before the delayed stop ended")
+		default:
+		}
+		if s := d.States(); len(s) != 2 || s[0].Name != "a.service" || s[0].Active != "active" || s[1].Active != "deactivating" {
+			t.Fatalf("within the stop delay: %+v, want a.service active, c.service deactivating (b.service killed)", s)
+		}
+		time.Sleep(time.Millisecond)
+		<-unloaded
+		if s := d.States(); len(s) != 1 || s[0].Name != "a.service" || s[0].Active != "active" {
+			t.Fatalf("after the delay: %+v, want a.service active alone", s)
+		}
+		want := "a.service inactive/dead, a.service active/running, a.service deactivating/stop-sigterm, " +
+			"b.service inactive/dead, b.service active/running, b.service deactivating/stop-sigterm, " +
+			"c.service inactive/dead, c.service active/running, c.service deactivating/stop-sigterm, " +
+			"a.service active/running, b.service inactive/dead, c.service inactive/dead"
+		if got := r.String(); got != want {
+			t.Errorf("notified %s,\nwant %s", got, want)
+		}
+	})
+}

@@ -1,0 +1,252 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"regexp"
+	"runtime/pprof"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/flotilla/flotilla/internal/driver/sim"
+	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/proto/agentpb"
+)
+
+// stuckDriver is a sim driver whose Start of one unit blocks until
+// release is closed, as a real driver's call can.
+type stuckDriver struct {
+	*sim.Driver
+	unit    string
+	release chan struct{}
+}
+
+func (d *stuckDriver) Start(name string) error {
+	if name == d.unit {
+		<-d.release
+	}
+	return d.Driver.Start(name)
+}
+
+// TestWatchdogFiresWhileDriverStuck: the watchdog gives up a singleton
+// unit once its LostAfter= has passed even while the reconciler is stuck
+// in a driver call (it runs on a timer of its own), and the unit is killed
+// once the driver answers again.
+func TestWatchdogFiresWhileDriverStuck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: 5 * time.Second, Mono: fakeMono()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
+		d := &stuckDriver{Driver: s, unit: "web.service", release: make(chan struct{})}
+		a.SetDriver(d)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+			{Name: "db.service", File: singletonText(""), DesiredState: "launched"},
+			{Name: "web.service", File: unitText(false), DesiredState: "launched"},
+		}}}}, a.cfg.Mono())
+		synctest.Wait() // db.service active; the reconciler stuck starting web.service
+		if got, want := active(s)["db.service"], "active"; got != want {
+			t.Fatalf("db.service is %q, want %q", got, want)
+		}
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		a.mu.Lock()
+		_, wanted := a.wants["db.service"]
+		fenced := a.fenced["db.service"]
+		a.mu.Unlock()
+		if wanted || !fenced {
+			t.Fatalf("6s without word, the driver stuck: db.service wanted %v, fenced %v; want given up and fenced", wanted, fenced)
+		}
+		select {
+		case <-a.resync:
+		default:
+			t.Fatal("the watchdog did not ask the session to start over")
+		}
+		close(d.release)
+		synctest.Wait()
+		if got := active(s); got["db.service"] != "" || got["web.service"] != "active" {
+			t.Fatalf("once the driver answered: units = %v, want db.service killed, web.service active", got)
+		}
+		cancel()
+		<-done
+	})
+}
+
+// silentEngine takes a stream, tells the engines' addresses once, then
+// says nothing more; it answers who leads with leader.
+type silentEngine struct {
+	agentpb.UnimplementedEngineServer
+	engines []string
+	leader  *agentpb.LeaderInfo
+	streams atomic.Int64
+}
+
+func (e *silentEngine) Connect(s agentpb.Engine_ConnectServer) error {
+	e.streams.Add(1)
+	if _, err := s.Recv(); err != nil { // the Hello
+		return err
+	}
+	if err := s.Send(&agentpb.EngineMessage{Engines: e.engines, Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{}}}); err != nil {
+		return err
+	}
+	<-s.Context().Done()
+	return nil
+}
+
+func (e *silentEngine) Leader(context.Context, *agentpb.LeaderRequest) (*agentpb.LeaderInfo, error) {
+	return e.leader, nil
+}
+
+// leaderIs is a leader source that names leader and nothing after.
+func leaderIs(leader election.Info) func(ctx context.Context) <-chan election.Info {
+	return func(ctx context.Context) <-chan election.Info {
+		ch := make(chan election.Info, 1)
+		ch <- leader
+		go func() { <-ctx.Done(); close(ch) }()
+		return ch
+	}
+}
+
+// serveEngine serves e on a port of the loopback and returns its address.
+func serveEngine(t *testing.T, e agentpb.EngineServer) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	agentpb.RegisterEngineServer(srv, e)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
+}
+
+// TestAgentFindsLeaderThroughEngines: an agent whose leader has gone
+// quiet, and whose leader source (etcd) does not tell of another, asks
+// the engines the leader named and opens a stream to the newer leader
+// they name.
+func TestAgentFindsLeaderThroughEngines(t *testing.T) {
+	old, newer := &silentEngine{}, &silentEngine{}
+	oldAddr, newAddr := serveEngine(t, old), serveEngine(t, newer)
+	old.engines = []string{oldAddr, newAddr}
+	newer.engines = old.engines
+	old.leader = &agentpb.LeaderInfo{Machine: "e2", GrpcAddr: newAddr, Rev: 9}
+	newer.leader = old.leader
+	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: leaderIs(election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}), TTL: 10 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for newer.streams.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if old.streams.Load() == 0 || newer.streams.Load() == 0 {
+		t.Fatalf("streams to the quiet leader %d, to the newer one %d: want one at least to each", old.streams.Load(), newer.streams.Load())
+	}
+}
+
+// holdingEngine assigns units on a stream and keeps it open.
+type holdingEngine struct {
+	agentpb.UnimplementedEngineServer
+	updates, heartbeats atomic.Int64
+}
+
+func (e *holdingEngine) Connect(s agentpb.Engine_ConnectServer) error {
+	if _, err := s.Recv(); err != nil {
+		return err
+	}
+	var units []*agentpb.Assignment
+	for _, n := range []string{"a.service", "b.service", "c.service"} {
+		units = append(units, &agentpb.Assignment{Name: n, File: unitText(false), DesiredState: "launched"})
+	}
+	if err := s.Send(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: units}}}); err != nil {
+		return err
+	}
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		if m.GetUpdate() != nil {
+			e.updates.Add(1)
+		}
+		if m.GetHeartbeat() != nil {
+			e.heartbeats.Add(1)
+		}
+	}
+}
+
+// agentFrame matches a stack frame in the agent's own (not test) code.
+var agentFrame = regexp.MustCompile(`/internal/agent/[a-z]+\.go:`)
+
+// agentGoroutines counts the goroutines running the agent's own code.
+func agentGoroutines() int {
+	var b bytes.Buffer
+	pprof.Lookup("goroutine").WriteTo(&b, 2)
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if agentFrame.MatchString(g) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAgentGoroutines: a connected agent with nothing to do runs only
+// two goroutines of its own, its session and the stream's receiver (and
+// gRPC's), and still sends its units' states and heartbeats: the host of
+// simulated agents (flotilla bench) runs 5,000 agents a process, and every
+// goroutine parked per agent is 4-8 KiB of stack each.
+func TestAgentGoroutines(t *testing.T) {
+	const want = 2
+	eng := &holdingEngine{}
+	addr := serveEngine(t, eng)
+	a, d := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: leaderIs(election.Info{Machine: "e1", GRPCAddr: addr, Rev: 7}), TTL: 10 * time.Second, HeartbeatInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(active(d)) < 3 || eng.updates.Load() == 0 || eng.heartbeats.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("units %v, %d updates, %d heartbeats after 10s: want 3 active, an update and heartbeats", active(d), eng.updates.Load(), eng.heartbeats.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	least := -1
+	for range 10 { // a timer's run may be under way at any one look
+		if n := agentGoroutines(); least < 0 || n < least {
+			least = n
+		}
+		time.Sleep(7 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if least > want {
+		var b bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Fatalf("%d goroutines run the agent's code while it idles, want at most %d:\n%s", least, want, b.String())
+	}
+	// The stream's goroutines end once they see its context done.
+	for n := agentGoroutines(); n != 0; n = agentGoroutines() {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatalf("%d goroutines run the agent's code after Run returned, want none", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

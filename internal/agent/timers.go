@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// The agent's own goroutines are few and waiting ones cost memory: a host
+// of simulated agents (flotilla bench) runs 5,000 agents a process, and
+// each goroutine parked on a channel or a ticker holds a stack (4-8 KiB)
+// and a descriptor. So work that only waits for time (the watchdog, the
+// question who leads) runs on a timer, in a goroutine of its own only
+// while it runs, and the reconciler runs only while there is something to
+// reconcile (kickReconcile). The watchdog's timer fires whatever the rest
+// of the agent is doing (a driver stuck in a call, a stream that blocks).
+
+// periodic runs a function every interval, on a timer (every).
+type periodic struct {
+	mu       sync.Mutex
+	t        *time.Timer
+	interval func() time.Duration
+	stopped  bool
+	running  bool
+	wg       *sync.WaitGroup
+}
+
+// every runs f every interval() (read again after each run), each time in
+// a goroutine of its own, until stop is called; runs never overlap. The
+// first run comes at a random point of the first interval, so that the
+// timers of agents started together (thousands in a bench's process) do
+// not all fire at once, each starting a goroutine. wg counts the timer
+// until it is stopped and any run in progress has ended.
+func every(wg *sync.WaitGroup, interval func() time.Duration, f func()) *periodic {
+	p := &periodic{interval: interval, wg: wg}
+	wg.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t = time.AfterFunc(1+rand.N(interval()), func() {
+		p.mu.Lock()
+		if p.stopped { // stop found the timer fired: this run releases wg
+			p.mu.Unlock()
+			wg.Done()
+			return
+		}
+		p.running = true
+		p.mu.Unlock()
+		f()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.running = false
+		if p.stopped {
+			wg.Done()
+			return
+		}
+		p.t.Reset(p.interval())
+	})
+	return p
+}
+
+// stop ends the runs; one under way finishes (wg tells when).
+func (p *periodic) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	if p.t.Stop() { // it will not run again: nothing else releases wg
+		p.wg.Done()
+	}
+}
+
+// soon has the next run come within interval() from now, for an interval
+// just shortened. interval must not wait for the caller's locks.
+func (p *periodic) soon() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || p.running {
+		return // a run under way reads the interval when it ends
+	}
+	if p.t.Stop() { // else it fires now
+		p.t.Reset(p.interval())
+	}
+}
+
+// reconciler runs the agent's reconciliation passes: in a goroutine
+// started by kickReconcile when none runs, which passes until no kick came
+// during its last pass, and only while Run runs.
+type reconciler struct {
+	mu      sync.Mutex
+	ctx     context.Context // Run's while it runs; nil otherwise
+	kicked  bool            // a pass is due
+	running bool            // a goroutine is passing
+	// wg counts the running goroutine and the unloads it started in the
+	// background.
+	wg sync.WaitGroup
+}
+
+// kickReconcile has the reconciler make a pass: at once if Run runs and no
+// pass is under way, after the current pass otherwise, or when Run starts.
+func (a *Agent) kickReconcile() {
+	r := &a.rec
+	r.mu.Lock()
+	r.kicked = true
+	ctx := r.ctx
+	start := ctx != nil && !r.running
+	if start {
+		r.running = true
+		r.wg.Add(1)
+	}
+	r.mu.Unlock()
+	if start {
+		go a.reconcile(ctx)
+	}
+}
+
+// startReconciling lets kicks start passes under ctx (Run's), and makes
+// one if a kick came before.
+func (a *Agent) startReconciling(ctx context.Context) {
+	a.rec.mu.Lock()
+	a.rec.ctx = ctx
+	kicked := a.rec.kicked
+	a.rec.mu.Unlock()
+	if kicked {
+		a.kickReconcile()
+	}
+}
+
+// stopReconciling makes no pass after the current one, and waits for it and
+// for the unloads it started. ctx (Run's) must be done.
+func (a *Agent) stopReconciling() {
+	a.rec.mu.Lock()
+	a.rec.ctx = nil
+	a.rec.mu.Unlock()
+	a.rec.wg.Wait()
+}
+
+// reconcile applies the plan, again as long as kicks come while it does.
+func (a *Agent) reconcile(ctx context.Context) {
+	r := &a.rec
+	defer r.wg.Done()
+	for {
+		r.mu.Lock()
+		if !r.kicked || r.ctx == nil || ctx.Err() != nil {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.kicked = false
+		r.mu.Unlock()
+		a.mu.Lock()
+		if a.leaving {
+			a.mu.Unlock()
+			continue // Leave stops the units; nothing is started again
+		}
+		acts := plan(a.wants, a.haves)
+		a.mu.Unlock()
+		for _, act := range acts {
+			a.do(ctx, act, &r.wg)
+		}
+	}
+}
