@@ -228,6 +228,36 @@ func TestPage(t *testing.T) {
 	}
 }
 
+// TestPageRemembered: a small filtered view of a snapshot is answered
+// again from what the first answer encoded (a snapshot never changes), and
+// a large one, or one past the memo's bound, is not remembered.
+func TestPageRemembered(t *testing.T) {
+	s := sample(2000, 10)
+	count := Filter{Unit: "web@*", State: "active", Limit: 1}
+	for _, gz := range []bool{false, true} {
+		_, first := s.Page(count, gz)
+		s.Units = s.Units[:10] // a test's change: answers from the memo cannot see it
+		_, again := s.Page(count, gz)
+		if !bytes.Equal(first, again) {
+			t.Fatalf("gzip %v: the same view of a snapshot answered anew:\n%q\n%q", gz, first, again)
+		}
+		s = sample(2000, 10)
+	}
+	s = sample(2000, 10)
+	if _, rest := s.Page(Filter{Limit: 2000, State: "active"}, false); len(rest) <= maxPageMemo {
+		t.Fatalf("a view of 2,000 units is %d bytes: make it larger than the memo's bound", len(rest))
+	}
+	if len(s.pages) != 0 {
+		t.Errorf("a view larger than %d bytes was remembered", maxPageMemo)
+	}
+	for i := range maxPagesMemod + 5 {
+		s.Page(Filter{Unit: fmt.Sprintf("web@%d*", i), Limit: 1}, false)
+	}
+	if len(s.pages) != maxPagesMemod {
+		t.Errorf("%d views remembered, want at most %d", len(s.pages), maxPagesMemod)
+	}
+}
+
 // TestFilterNames: the shortcuts for plain names and prefixes match what
 // path.Match matches.
 func TestFilterNames(t *testing.T) {
