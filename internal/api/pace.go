@@ -3,9 +3,10 @@ package api
 import (
 	"context"
 	"net/http"
-	"runtime"
 	"sync"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/cputime"
 )
 
 // WholeStateShare is the budget of the leader's /v1/state answers without
@@ -124,13 +125,6 @@ func writeCost(r *http.Request, write func()) time.Duration {
 		write()
 		return time.Since(start)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cpu0, ok0 := threadCPU()
-	start := time.Now()
-	write()
-	if cpu1, ok1 := threadCPU(); ok0 && ok1 && cpu1 >= cpu0 {
-		return cpu1 - cpu0
-	}
-	return time.Since(start)
+	d, _ := cputime.Of(write)
+	return d
 }

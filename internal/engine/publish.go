@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/cputime"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -17,8 +18,8 @@ import (
 
 // SnapshotInterval is the least time between the starts of two builds of
 // the published cluster state (GET /v1/state). A costly state stretches it
-// to 4× what the last one cost (building it, then encoding and compressing
-// it for readers), so that however hard /v1/state is polled, producing
+// to 4× the CPU time the last one cost (building it, then encoding and
+// compressing it for readers; cputime.Of), so that however hard /v1/state is polled, producing
 // states takes at most a quarter of a core. Readers never wait for a build
 // once a state exists: a reader that finds the state stale gets it as it is
 // and starts one rebuild in the background, so a polled state is at most
@@ -84,12 +85,21 @@ func (t *term) stale(cur *state.Snapshot, interval time.Duration, k time.Duratio
 // publish builds and publishes a snapshot. Callers hold pubMu.
 func (t *term) publish() *state.Snapshot {
 	start, c := time.Now(), t.changes.Load()
-	s, waited := t.buildSnapshot()
-	// The cost is the build's work, not its waits for the lock: while
-	// 10,000 agents reconnected to a new leader of a million units, a
-	// build waited for their Hellos most of 10 s, and four times that
-	// kept the state 40 s old.
-	t.pubCost = time.Since(start) - waited
+	var (
+		s      *state.Snapshot
+		waited time.Duration
+	)
+	// The cost is the build's work: the CPU time it took, not its waits
+	// for the lock nor for a CPU. While 10,000 agents reconnected to a new
+	// leader of a million units, a build waited for their Hellos most of
+	// 10 s, and four times that kept the state 40 s old; and a build that
+	// took 10 s on a host whose CPUs were busy kept it 40 s old again,
+	// although its work was a second's.
+	cost, cpu := cputime.Of(func() { s, waited = t.buildSnapshot() })
+	if !cpu {
+		cost -= waited
+	}
+	t.pubCost = cost
 	t.pubAt, t.pubSeen = start, c
 	t.snapshot.Store(s)
 	return s
