@@ -137,11 +137,11 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 	}
 	again := false
-	// placedRec is rec placed as d decides.
-	placedRec := func(rec *unitRec, d *scheduler.Decision) *unitRec {
+	// placedRec is rec placed on machine, or not placed for reason.
+	placedRec := func(rec *unitRec, machine, reason string) *unitRec {
 		return rec.with(func(r *unitRec) {
-			r.machine, r.reason = d.Machine, d.Reason
-			if d.Machine != "" && r.wantedAt != 0 {
+			r.machine, r.reason = machine, reason
+			if machine != "" && r.wantedAt != 0 {
 				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(unixNano(r.wantedAt)).Seconds())
 				r.wantedAt, r.placedAt = 0, nanos(now)
 			}
@@ -163,11 +163,11 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 		switch {
 		case inMoved:
-			moved[name] = placedRec(rec, d)
+			moved[name] = placedRec(rec, d.Machine, d.Reason)
 		case d.Machine != "" && d.Reason == "" && d.Machine != rec.machine:
 			placed = append(placed, movedUnit{name: name, machine: d.Machine})
 		case d.Machine != rec.machine || d.Reason != rec.reason:
-			placed = append(placed, movedUnit{name: name, rec: placedRec(rec, d)})
+			placed = append(placed, movedUnit{name: name, rec: placedRec(rec, d.Machine, d.Reason)})
 		}
 		// Replaces=: the units this one displaced were unplaced by Allocate;
 		// they move: placed again once stopped where they ran.
@@ -206,7 +206,7 @@ func (t *term) reconcile() (recheck time.Time) {
 		changes = changes[len(part):]
 		for i, mu := range part {
 			if mu.rec == nil && mu.machine != "" {
-				part[i].rec = placedRec(t.units[mu.name], &scheduler.Decision{Machine: mu.machine})
+				part[i].rec = placedRec(t.units[mu.name], mu.machine, "")
 			}
 		}
 		// One op per key, from the outcome: a unit moved off a machine and
