@@ -215,8 +215,19 @@ func setOrDelete(m map[string]string, k, v string, del bool) {
 // for: its load is what the caller would do instead).
 const CatchUpTimeout = 10 * time.Second
 
-// ErrBehind says a follower did not catch up within CatchUpTimeout: read
-// the record with Load instead.
+// catchUpWait is how long Snapshot waits for a follower of units units to
+// catch up before the caller had better read etcd: about what that read
+// takes (a million units took 10-24 s on a 2-CPU host), at least a second
+// and at most CatchUpTimeout. etcd sometimes leaves a progress request
+// unanswered for longer (a daemon's test saw a small record's follower
+// wait the whole 10 s, one run in ten), and a small record is read in
+// milliseconds.
+func catchUpWait(units int) time.Duration {
+	return min(max(time.Duration(units)*10*time.Microsecond, time.Second), CatchUpTimeout)
+}
+
+// ErrBehind says a follower did not catch up within catchUpWait: read the
+// record with Load instead.
 var ErrBehind = errors.New("registry: the follower is behind etcd")
 
 // Snapshot returns the record as Load would read it now: it waits until
@@ -233,17 +244,20 @@ func (f *Follower) Snapshot(ctx context.Context) (*Snapshot, error) {
 	want := resp.Header.Revision
 	ask := time.NewTicker(100 * time.Millisecond)
 	defer ask.Stop()
-	behind := time.Now().Add(CatchUpTimeout)
+	f.mu.Lock()
+	wait := catchUpWait(len(f.units))
+	f.mu.Unlock()
+	behind := time.Now().Add(wait)
 	for {
 		f.mu.Lock()
 		if f.rev >= want {
 			defer f.mu.Unlock()
 			return f.snapshot(), nil
 		}
-		loaded, progressed := f.rev > 0, f.progressed
+		rev, progressed := f.rev, f.progressed
 		f.mu.Unlock()
-		if loaded && time.Now().After(behind) {
-			return nil, fmt.Errorf("%w: at revision %d of %d after %v", ErrBehind, f.rev, want, CatchUpTimeout)
+		if rev > 0 && time.Now().After(behind) {
+			return nil, fmt.Errorf("%w: at revision %d of %d after %v", ErrBehind, rev, want, wait)
 		}
 		// Progress notifications come only when asked (or every few
 		// minutes): ask, and again while none comes. The request goes to
