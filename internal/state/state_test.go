@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"testing"
+	"unsafe"
 
 	apiv1 "github.com/flotilla/flotilla/api"
 )
@@ -270,5 +271,25 @@ func TestFilterNames(t *testing.T) {
 				t.Errorf("unit=%q on %q: %v, path.Match says %v", glob, name, got, want)
 			}
 		}
+	}
+}
+
+// TestUnitsShare: a snapshot's unit is its name and a pointer (two copies
+// of a million-unit snapshot live at once while one is built), and the
+// units with the same machine, reason, spec and status share one Shared.
+func TestUnitsShare(t *testing.T) {
+	if size := unsafe.Sizeof(Unit{}); size != 24 {
+		t.Errorf("state.Unit is %d bytes; want 24 (a name and one pointer)", size)
+	}
+	spec, st := &Spec{Hash: "h", DesiredState: "launched"}, &Status{Active: "active"}
+	var sh Sharer
+	a := sh.Get(Shared{Machine: "m1", Spec: spec, Status: st})
+	b := sh.Get(Shared{Machine: "m2", Spec: spec, Status: st})
+	c := sh.Get(Shared{Machine: "m1", Spec: spec, Status: st})
+	if a == b || a != c {
+		t.Errorf("Get(m1), Get(m2), Get(m1) = %p, %p, %p; want the first and last the same, the second another", a, b, c)
+	}
+	if d := sh.Get(Shared{Machine: "m1", Spec: spec}); d == a || d.Status != nil {
+		t.Errorf("Get without a status = %+v (same as with one: %v)", d, d == a)
 	}
 }

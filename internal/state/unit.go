@@ -3,13 +3,22 @@ package state
 import apiv1 "github.com/flotilla/flotilla/api"
 
 // Unit is a unit of a snapshot. A snapshot holds every unit of the cluster
-// (a million at the top of Flotilla's range), rebuilt while units start, so
-// a unit is kept small: what many units share, the settings of their file
-// with their desired state and the codes of their reported state, is one
-// value they point to. 64 bytes a unit, against 168 for an
-// apiv1.StateUnit, and a third of the pointers for the collector to scan.
+// (a million at the top of Flotilla's range), rebuilt while units start, and
+// while one is built the last one is still served: two live at once. So a
+// unit is kept small: everything but its name is what many units share
+// (their machine, the settings of their file with their desired state, the
+// codes of their reported state), one value they point to. 24 bytes a unit,
+// against 168 for an apiv1.StateUnit (64 when the machine and reason were
+// the unit's own).
 type Unit struct {
-	Name    string
+	Name string
+	*Shared
+}
+
+// Shared is what a unit of a snapshot has in common with others: a
+// snapshot's builder hands out one value for each combination it meets.
+// Never nil in a Unit.
+type Shared struct {
 	Machine string // target machine, "" when unscheduled or global
 	Reason  string // why a wanted unit is unscheduled
 	Spec    *Spec  // never nil
@@ -30,10 +39,10 @@ type Status struct {
 	Load, Active, Sub string
 }
 
-// NewUnit returns v as a Unit, with a Spec and a Status of its own.
+// NewUnit returns v as a Unit, with a Shared, Spec and Status of its own.
 func NewUnit(v apiv1.StateUnit) Unit {
-	u := Unit{Name: v.Name, Machine: v.Machine, Reason: v.Reason,
-		Spec: &Spec{Hash: v.Hash, DesiredState: v.DesiredState, Global: v.Global, Singleton: v.Singleton, LostAfter: v.LostAfter}}
+	u := Unit{Name: v.Name, Shared: &Shared{Machine: v.Machine, Reason: v.Reason,
+		Spec: &Spec{Hash: v.Hash, DesiredState: v.DesiredState, Global: v.Global, Singleton: v.Singleton, LostAfter: v.LostAfter}}}
 	if v.Load != "" || v.Active != "" || v.Sub != "" {
 		u.Status = &Status{Load: v.Load, Active: v.Active, Sub: v.Sub}
 	}
@@ -56,4 +65,32 @@ func (u *Unit) active() string {
 		return ""
 	}
 	return u.Status.Active
+}
+
+// Sharer hands out one *Shared for each distinct value, so that the units
+// of a snapshot that have the same machine, reason, spec and status point
+// to one. The last value handed out is checked first: a snapshot's units
+// come in name order, a template's instances on one machine often one
+// after another. The zero value is ready to use; a Sharer serves one
+// snapshot's build (not safe for concurrent use).
+type Sharer struct {
+	m    map[Shared]*Shared
+	last *Shared
+}
+
+// Get returns the *Shared for v.
+func (s *Sharer) Get(v Shared) *Shared {
+	if s.last != nil && *s.last == v {
+		return s.last
+	}
+	p := s.m[v]
+	if p == nil {
+		if s.m == nil {
+			s.m = map[Shared]*Shared{}
+		}
+		p = &v
+		s.m[v] = p
+	}
+	s.last = p
+	return p
 }
