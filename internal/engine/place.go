@@ -136,6 +136,7 @@ func (t *term) reconcile() (recheck time.Time) {
 			pending = append(pending, rec.su)
 		}
 	}
+	p.Place = nil // p lives on through the pass; a million names need not
 	again := false
 	// placedRec is rec placed on machine, or not placed for reason.
 	placedRec := func(rec *unitRec, machine, reason string) *unitRec {
@@ -276,6 +277,7 @@ func (t *term) reconcile() (recheck time.Time) {
 			}
 			t.setUnit(name, rec)
 		}
+		t.shrinkUnplaced()
 		woken := t.hold.release()
 		t.mu.Unlock()
 		wakeAll(woken)
@@ -305,16 +307,30 @@ func (t *term) reconcile() (recheck time.Time) {
 		}
 	}
 	t.shares = t.sched.Shares()
-	// A map keeps the room it once grew to: the million units of a start
-	// left it empty but 50 MB large.
-	if len(t.unplaced) == 0 {
-		t.unplaced = map[string]struct{}{}
-	}
+	t.shrinkUnplaced()
 	t.mu.Unlock()
 	if again || t.recheck != nil {
 		t.poke()
 	}
 	return p.Recheck
+}
+
+// shrinkUnplaced makes t.unplaced again once it holds under a quarter of
+// what it once held. A map keeps the room it once grew to: the million
+// units of a start left it empty but 60 MB large, and the pass that
+// places them empties it a slice at a time while the rest of the heap
+// grows. Each copy costs a quarter of the deletes since the last, so the
+// copies cost a third of the deletes in all. Callers hold mu for writing.
+func (t *term) shrinkUnplaced() {
+	t.unplacedRoom = max(t.unplacedRoom, len(t.unplaced))
+	if t.unplacedRoom < 1024 || len(t.unplaced) >= t.unplacedRoom/4 {
+		return
+	}
+	m := make(map[string]struct{}, len(t.unplaced))
+	for name := range t.unplaced {
+		m[name] = struct{}{}
+	}
+	t.unplaced, t.unplacedRoom = m, len(m)
 }
 
 // planInput gathers what the pass decides from. Callers hold mu (for
@@ -577,16 +593,23 @@ type movedUnit struct {
 // mergeMoved returns the units of moved and of placed (in name order, none
 // in moved) in name order.
 func mergeMoved(moved map[string]*unitRec, placed []movedUnit) []movedUnit {
+	if len(moved) == 0 {
+		return placed // a start: a million units placed, none moved
+	}
+	// Merged from the back into placed grown by len(moved): a copy of a
+	// million placements (40 MB) would live beside placed until the merge
+	// ended.
 	names := slices.Sorted(maps.Keys(moved))
-	out := make([]movedUnit, 0, len(names)+len(placed))
-	for len(names) > 0 || len(placed) > 0 {
-		if len(placed) == 0 || len(names) > 0 && names[0] < placed[0].name {
-			out = append(out, movedUnit{name: names[0], rec: moved[names[0]]})
-			names = names[1:]
-			continue
+	i, j := len(placed)-1, len(names)-1
+	out := slices.Grow(placed, len(names))[:len(placed)+len(names)]
+	for k := len(out) - 1; j >= 0; k-- {
+		if i >= 0 && out[i].name > names[j] {
+			out[k] = out[i]
+			i--
+		} else {
+			out[k] = movedUnit{name: names[j], rec: moved[names[j]]}
+			j--
 		}
-		out = append(out, placed[0])
-		placed = placed[1:]
 	}
 	return out
 }

@@ -162,15 +162,15 @@ func (t *term) buildSnapshot() (s *state.Snapshot, waited time.Duration) {
 			if r == nil {
 				continue // gone since the index was built
 			}
-			u := state.Unit{Name: r.name, Machine: r.machine, Reason: r.reason, Spec: sh.spec(r)}
+			v := state.Shared{Machine: r.machine, Reason: r.reason, Spec: sh.spec(r)}
 			if r.machine != "" {
 				if m := t.machines[r.machine]; m != nil {
-					if st, ok := m.states[u.Name]; ok {
-						u.Status = sh.status(st.codes)
+					if st, ok := m.states[r.name]; ok {
+						v.Status = sh.status(st.codes)
 					}
 				}
 			}
-			s.Units = append(s.Units, u)
+			s.Units = append(s.Units, state.Unit{Name: r.name, Shared: sh.shared.Get(v)})
 		}
 		t.mu.RUnlock()
 	}
@@ -183,9 +183,10 @@ func (t *term) buildSnapshot() (s *state.Snapshot, waited time.Duration) {
 
 // sharedViews hands out the values a snapshot's units share (state.Unit):
 // one Spec per file hash, desired state and [X-Fleet] settings, one Status
-// per reported state. The last one given is kept aside, as units come in
+// per reported state, one Shared per machine, reason, Spec and Status. The last one given is kept aside, as units come in
 // name order and a template's instances one after another.
 type sharedViews struct {
+	shared   state.Sharer
 	specs    map[specKey]*state.Spec
 	statuses map[unique.Handle[statusCodes]]*state.Status
 
@@ -335,6 +336,8 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 	sort.Slice(views, func(i, j int) bool { return views[i].Name < views[j].Name })
 	s.Units = make([]state.Unit, len(views))
 	specs := map[state.Spec]*state.Spec{}
+	statuses := map[state.Status]*state.Status{}
+	var shared state.Sharer
 	for i, v := range views {
 		u := state.NewUnit(v)
 		if sp := specs[*u.Spec]; sp != nil {
@@ -342,6 +345,14 @@ func DurableState(ctx context.Context, cli *clientv3.Client, keys registry.Keys)
 		} else {
 			specs[*u.Spec] = u.Spec
 		}
+		if st := u.Status; st != nil {
+			if p := statuses[*st]; p != nil {
+				u.Status = p
+			} else {
+				statuses[*st] = st
+			}
+		}
+		u.Shared = shared.Get(*u.Shared)
 		s.Units[i] = u
 	}
 	return s, nil

@@ -174,7 +174,10 @@ type term struct {
 	units    map[string]*unitRec
 	machines map[string]*machineRec
 	unplaced map[string]struct{} // wanted units without a machine
-	globals  map[string]struct{} // global units (wanted or not)
+	// unplacedRoom is the most t.unplaced held since it was made, as
+	// far as shrinkUnplaced saw.
+	unplacedRoom int
+	globals      map[string]struct{} // global units (wanted or not)
 	// globalsDirty asks the loop to recompute where global units run.
 	globalsDirty bool
 	// overrides are the metadata changes made through the API, per machine
