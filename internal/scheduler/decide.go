@@ -283,9 +283,11 @@ func placedOn(c *Cluster, name string) []string {
 func (c *Cluster) search(e *eval, cands []*machine, strategy string) *machine {
 	if cands == nil && strategy == Spread {
 		// The spread order is the rank: the first feasible machine wins.
-		for _, m := range c.spread.ms {
-			if e.feasible(m) {
-				return m
+		for _, ch := range c.spread.chunks {
+			for _, m := range ch {
+				if e.feasible(m) {
+					return m
+				}
 			}
 		}
 		return nil
@@ -314,15 +316,17 @@ func (c *Cluster) walkBinpack(e *eval) *machine {
 	bound := binpackBound(e.u.Needs, c.minCap)
 	var best *machine
 	var bestKey rankKey
-	for _, m := range c.binpack.ms {
-		if best != nil && (m.free-bound > bestKey.a || (bound == 0 && m.free >= bestKey.a)) {
-			break
-		}
-		if !e.feasible(m) {
-			continue
-		}
-		if k := e.rankKey(m, Binpack); best == nil || k.less(bestKey) {
-			best, bestKey = m, k
+	for _, ch := range c.binpack.chunks {
+		for _, m := range ch {
+			if best != nil && (m.free-bound > bestKey.a || (bound == 0 && m.free >= bestKey.a)) {
+				return best
+			}
+			if !e.feasible(m) {
+				continue
+			}
+			if k := e.rankKey(m, Binpack); best == nil || k.less(bestKey) {
+				best, bestKey = m, k
+			}
 		}
 	}
 	return best

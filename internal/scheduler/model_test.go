@@ -188,13 +188,19 @@ func checkInvariants(t *testing.T, c *Cluster) {
 		t.Fatalf("ids = %v, want the %d machine IDs sorted", c.ids, len(c.machines))
 	}
 	for _, o := range []*order{&c.spread, &c.binpack} {
-		if len(o.ms) != len(c.machines) || !slices.IsSortedFunc(o.ms, func(a, b *machine) int {
+		ms := o.all()
+		if len(ms) != len(c.machines) || !slices.IsSortedFunc(ms, func(a, b *machine) int {
 			if o.less(a, b) {
 				return -1
 			}
 			return 1
 		}) {
-			t.Fatalf("an order is not sorted or has %d machines, want %d", len(o.ms), len(c.machines))
+			t.Fatalf("an order is not sorted or has %d machines, want %d", len(ms), len(c.machines))
+		}
+		for i, ch := range o.chunks {
+			if len(ch) == 0 || len(ch) > maxChunk {
+				t.Fatalf("an order's chunk %d of %d holds %d machines; want 1 to %d", i, len(o.chunks), len(ch), maxChunk)
+			}
 		}
 	}
 	var capa Resources

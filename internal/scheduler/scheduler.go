@@ -549,7 +549,7 @@ func decr(counts map[*machine]int, ms *machine) {
 }
 
 // rankAt is where a machine is in the orders.
-type rankAt struct{ spread, binpack int }
+type rankAt struct{ spread, binpack pos }
 
 // unrank returns where ms is in the orders, before a change to its units,
 // usage or capacity; rerank then moves it to its new places. Nothing else
