@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -165,5 +166,40 @@ func TestPublishCostExcludesLockWaits(t *testing.T) {
 	}
 	if tm.pubCost > took-hold+50*time.Millisecond {
 		t.Errorf("the build's cost is %v of its %v, which waited %v for the lock: the wait is counted", tm.pubCost, took, hold)
+	}
+}
+
+// TestSnapshotNames: a build lists the units by name from the last
+// snapshot while none came or went, and lists them again once one did,
+// also when as many came as went.
+func TestSnapshotNames(t *testing.T) {
+	tm := publishTerm(t, 5, 2)
+	build := func() []string {
+		s, _ := tm.buildSnapshot()
+		var names []string
+		for _, u := range s.Units {
+			names = append(names, u.Name)
+		}
+		return names
+	}
+	want := []string{"bench@0.service", "bench@1.service", "bench@2.service", "bench@3.service", "bench@4.service"}
+	if got := build(); !slices.Equal(got, want) {
+		t.Fatalf("first build: %v; want %v", got, want)
+	}
+	first := tm.namesFrom
+	if got := build(); !slices.Equal(got, want) || first == nil {
+		t.Fatalf("second build: %v (index kept: %v); want %v", got, first != nil, want)
+	}
+	// One goes and one comes: as many units, other names.
+	// (As setUnitFrom does it, without the rest of a term.)
+	gone := tm.units["bench@1.service"]
+	tm.mu.Lock()
+	delete(tm.units, "bench@1.service")
+	tm.units["bench@10.service"] = gone.with(func(r *unitRec) { r.name = "bench@10.service" })
+	tm.namesStale.Store(true)
+	tm.mu.Unlock()
+	want = []string{"bench@0.service", "bench@10.service", "bench@2.service", "bench@3.service", "bench@4.service"}
+	if got := build(); !slices.Equal(got, want) {
+		t.Fatalf("after a unit went and another came: %v; want %v", got, want)
 	}
 }

@@ -263,8 +263,8 @@ type term struct {
 	pubSeen    uint64
 	pubCost    time.Duration
 	namesMu    sync.Mutex
-	names      []string    // units' names, sorted
-	namesStale atomic.Bool // units came or went since names was built
+	namesFrom  *state.Snapshot // the last snapshot built, while it holds every unit (sortedNames)
+	namesStale atomic.Bool     // units came or went since namesFrom's names were listed
 	events     *eventLog
 }
 
