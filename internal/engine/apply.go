@@ -360,7 +360,7 @@ func (t *term) applyRound(round []*applyReq) {
 				if _, moving := t.draining[name]; moving {
 					ops = append(ops, registry.DeleteMove(t.keys, name))
 				}
-			case cur == nil || cur.desired != next.desired || cur.file.Hash != next.file.Hash || cur.machine != next.machine || cur.content != next.content:
+			case cur == nil || cur.desired() != next.desired() || cur.file.Hash != next.file.Hash || cur.machine != next.machine || cur.content != next.content:
 				ops = append(ops, t.putRecord(name, next)...)
 			}
 		}
@@ -513,7 +513,7 @@ func (u *rangeUnits) covers(c Change) (content string, ok bool) {
 // changes it, created whether the round creates it. The content is that of
 // the instances the round creates, else of any.
 func coverOne(content string, c Change, r *unitRec, changed, created bool) (string, bool) {
-	if r == nil || r.desired != c.DesiredState || r.content == "" {
+	if r == nil || r.desired() != c.DesiredState || r.content == "" {
 		return "", false
 	}
 	if content == "" || (changed && r.content != content && created) {
@@ -623,17 +623,18 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 			}
 			r := mk.rec(name, f, unit.Inactive)
 			if c.DesiredState != unit.Inactive {
-				r.wantedAt, r.desired = nanos(now), c.DesiredState
+				r.at, r.atPlaced = nanos(now), false
+				r.setDesired(c.DesiredState)
 			}
 			put(i, name, r)
-		case c.DesiredState != cur.desired:
+		case c.DesiredState != cur.desired():
 			r := mk.slab.rec()
 			*r = *cur
-			if r.desired == unit.Inactive {
-				r.wantedAt = nanos(now)
+			if r.desired() == unit.Inactive {
+				r.at, r.atPlaced = nanos(now), false
 			}
-			r.desired = c.DesiredState
-			if r.desired == unit.Inactive {
+			r.setDesired(c.DesiredState)
+			if r.desired() == unit.Inactive {
 				r.machine, r.reason = "", ""
 			}
 			put(i, name, r)
@@ -685,17 +686,17 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		}
 		next = t.newRec(c.Name, f)
 	}
-	if c.DesiredState != "" && c.DesiredState != next.desired {
+	if c.DesiredState != "" && c.DesiredState != next.desired() {
 		if unit.IsTemplate(c.Name) && c.DesiredState != unit.Inactive {
 			return fmt.Errorf("%w: %s is a template: it cannot be %s; start an instance of it, such as %s",
 				ErrInvalid, c.Name, c.DesiredState, unit.Prefix(c.Name)+"@1.service")
 		}
 		next = next.with(func(r *unitRec) {
-			if r.desired == unit.Inactive {
-				r.wantedAt = nanos(t.e.cfg.Now())
+			if r.desired() == unit.Inactive {
+				r.at, r.atPlaced = nanos(t.e.cfg.Now()), false
 			}
-			r.desired = c.DesiredState
-			if r.desired == unit.Inactive {
+			r.setDesired(c.DesiredState)
+			if r.desired() == unit.Inactive {
 				r.machine, r.reason = "", ""
 			}
 		})

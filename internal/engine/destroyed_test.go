@@ -14,7 +14,7 @@ func testRec(t testing.TB, name string) *unitRec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &unitRec{name: name, file: f, desired: unit.Launched}
+	return newTestRec(name, f, unit.Launched, "")
 }
 
 // TestDestroyedRemovals: a removal because the unit was destroyed is sent

@@ -129,7 +129,7 @@ func (t *term) unitEvent(name string, rec *unitRec) {
 	if rec == nil {
 		ev.Removed = true
 	} else {
-		ev.Hash, ev.DesiredState, ev.Machine, ev.Reason, ev.Global = rec.file.Hash, string(rec.desired), rec.machine, rec.reason, rec.file.Fleet.Global
+		ev.Hash, ev.DesiredState, ev.Machine, ev.Reason, ev.Global = rec.file.Hash, string(rec.desired()), rec.machine, rec.reason, rec.file.Fleet.Global
 	}
 	t.events.append(ev)
 }

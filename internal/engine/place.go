@@ -142,9 +142,9 @@ func (t *term) reconcile() (recheck time.Time) {
 	placedRec := func(rec *unitRec, machine, reason string) *unitRec {
 		return rec.with(func(r *unitRec) {
 			r.machine, r.reason = machine, reason
-			if machine != "" && r.wantedAt != 0 {
-				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(unixNano(r.wantedAt)).Seconds())
-				r.wantedAt, r.placedAt = 0, nanos(now)
+			if machine != "" && r.at != 0 && !r.atPlaced {
+				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(unixNano(r.at)).Seconds())
+				r.at, r.atPlaced = nanos(now), true
 			}
 		})
 	}
@@ -265,7 +265,7 @@ func (t *term) reconcile() (recheck time.Time) {
 				delete(t.draining, name)
 			}
 			rec, cur := mu.rec, t.units[name]
-			if rec == nil || cur == nil || cur.desired != rec.desired {
+			if rec == nil || cur == nil || cur.desired() != rec.desired() {
 				continue
 			}
 			switch {

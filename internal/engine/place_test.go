@@ -2,6 +2,10 @@ package engine
 
 import (
 	"fmt"
+	"unsafe"
+
+	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/unit"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -59,7 +63,7 @@ func TestMergeMoved(t *testing.T) {
 			name := fmt.Sprintf("u%03d", i)
 			switch r.IntN(3) {
 			case 0:
-				moved[name] = &unitRec{name: name}
+				moved[name] = newTestRec(name, nil, unit.Inactive, "")
 				want = append(want, name+"=moved")
 			case 1:
 				placed = append(placed, movedUnit{name: name, machine: "m"})
@@ -85,5 +89,23 @@ func TestMergeMoved(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("%d units: mergeMoved =\n%s\nwant\n%s", n, strings.Join(got, " "), strings.Join(want, " "))
 		}
+	}
+}
+
+// newTestRec returns a record of unit name, as a test needs one.
+func newTestRec(name string, f *unit.File, ds unit.DesiredState, machine string) *unitRec {
+	r := &unitRec{file: f, want: wantOf(ds), machine: machine, su: &scheduler.Unit{Name: name}}
+	if f != nil {
+		r.su = scheduler.NewUnit(f)
+		r.su.Name = name
+	}
+	return r
+}
+
+// TestUnitRecSize: the leader holds a record a unit, a million of them at
+// the top of Flotilla's range: it is kept in Go's 80-byte size class.
+func TestUnitRecSize(t *testing.T) {
+	if size := unsafe.Sizeof(unitRec{}); size > 80 {
+		t.Errorf("unitRec is %d bytes; want at most 80", size)
 	}
 }

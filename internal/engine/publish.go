@@ -165,12 +165,12 @@ func (t *term) buildSnapshot() (s *state.Snapshot, waited time.Duration) {
 			v := state.Shared{Machine: r.machine, Reason: r.reason, Spec: sh.spec(r)}
 			if r.machine != "" {
 				if m := t.machines[r.machine]; m != nil {
-					if st, ok := m.states[r.name]; ok {
+					if st, ok := m.states[r.name()]; ok {
 						v.Status = sh.status(st.codes)
 					}
 				}
 			}
-			s.Units = append(s.Units, state.Unit{Name: r.name, Shared: sh.shared.Get(v)})
+			s.Units = append(s.Units, state.Unit{Name: r.name(), Shared: sh.shared.Get(v)})
 		}
 		t.mu.RUnlock()
 	}
@@ -206,11 +206,11 @@ type specKey struct {
 }
 
 func (sh *sharedViews) spec(r *unitRec) *state.Spec {
-	if r.file == sh.lastFile && r.desired == sh.lastDesired && sh.lastSpec != nil {
+	if r.file == sh.lastFile && r.desired() == sh.lastDesired && sh.lastSpec != nil {
 		return sh.lastSpec
 	}
 	fl := &r.file.Fleet
-	k := specKey{hash: r.file.Hash, desired: r.desired, global: fl.Global, singleton: fl.Singleton, lostAfter: fl.LostAfter}
+	k := specKey{hash: r.file.Hash, desired: r.desired(), global: fl.Global, singleton: fl.Singleton, lostAfter: fl.LostAfter}
 	sp := sh.specs[k]
 	if sp == nil {
 		if sh.specs == nil {
@@ -219,7 +219,7 @@ func (sh *sharedViews) spec(r *unitRec) *state.Spec {
 		sp = &state.Spec{Hash: k.hash, DesiredState: string(k.desired), Global: k.global, Singleton: k.singleton, LostAfter: lostAfterText(k.lostAfter)}
 		sh.specs[k] = sp
 	}
-	sh.lastFile, sh.lastDesired, sh.lastSpec = r.file, r.desired, sp
+	sh.lastFile, sh.lastDesired, sh.lastSpec = r.file, r.desired(), sp
 	return sp
 }
 

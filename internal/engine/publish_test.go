@@ -40,7 +40,7 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 	for i := range n {
 		name := fmt.Sprintf("bench@%d.service", i)
 		id := fmt.Sprintf("m%05d", i%machines)
-		t.units[name] = &unitRec{name: name, file: f, desired: unit.Launched, machine: id}
+		t.units[name] = newTestRec(name, f, unit.Launched, id)
 		m := t.machines[id]
 		m.units[name] = struct{}{}
 		m.states.put(agentStatus{Applied: f.Hash, Observed: time.Now(), Status: unit.Status{Name: name, Hash: f.Hash,
@@ -111,7 +111,7 @@ func TestStateDoesNotWait(t *testing.T) {
 	}
 
 	tm.mu.Lock() // the scheduler writes, and holds the lock meanwhile
-	tm.units["new.service"] = &unitRec{name: "new.service", file: tm.units["bench@0.service"].file, desired: unit.Launched}
+	tm.units["new.service"] = newTestRec("new.service", tm.units["bench@0.service"].file, unit.Launched, "")
 	tm.namesStale.Store(true)
 	tm.changed()
 	age()
@@ -195,7 +195,7 @@ func TestSnapshotNames(t *testing.T) {
 	gone := tm.units["bench@1.service"]
 	tm.mu.Lock()
 	delete(tm.units, "bench@1.service")
-	tm.units["bench@10.service"] = gone.with(func(r *unitRec) { r.name = "bench@10.service" })
+	tm.units["bench@10.service"] = newTestRec("bench@10.service", gone.file, unit.Launched, gone.machine)
 	tm.namesStale.Store(true)
 	tm.mu.Unlock()
 	want = []string{"bench@0.service", "bench@10.service", "bench@2.service", "bench@3.service", "bench@4.service"}

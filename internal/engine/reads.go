@@ -31,7 +31,7 @@ func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
 	} else {
 		out = make([]apiv1.Unit, 0, len(t.units))
 		for _, r := range t.units {
-			if len(names) == 0 || matchAny(names, r.name) {
+			if len(names) == 0 || matchAny(names, r.name()) {
 				out = append(out, t.unitView(r, false))
 			}
 		}
@@ -151,37 +151,37 @@ func (e *Engine) UnitMachine(name string) (id, apiAddr string, err error) {
 // unitView renders a unit; callers hold mu.
 func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	u := apiv1.Unit{
-		Name: r.name, Hash: r.file.Hash, Description: r.file.Description,
-		DesiredState: string(r.desired), Machine: r.machine, Reason: r.reason, CurrentState: string(unit.Inactive),
+		Name: r.name(), Hash: r.file.Hash, Description: r.file.Description,
+		DesiredState: string(r.desired()), Machine: r.machine, Reason: r.reason, CurrentState: string(unit.Inactive),
 		Global: r.file.Fleet.Global, Singleton: r.file.Fleet.Singleton, LostAfter: lostAfterText(r.file.Fleet.LostAfter),
 	}
 	if withFile {
 		u.File = r.file.Raw
 	}
-	u.History = t.unitHistory(r.name)
+	u.History = t.unitHistory(r.name())
 	if r.machine == "" {
-		u.MovingFrom = t.draining[r.name]
+		u.MovingFrom = t.draining[r.name()]
 	}
 	if r.file.Fleet.Global {
 		// A global unit is where it fits: it has reached its desired state
 		// when every machine it is assigned to has carried it out.
 		n, done := 0, 0
 		for _, m := range t.machines {
-			if _, ok := m.globals[r.name]; ok {
+			if _, ok := m.globals[r.name()]; ok {
 				n++
-				if s, ok := m.states.get(m.info.ID, r.name); ok && s.Applied == string(r.desired) {
+				if s, ok := m.states.get(m.info.ID, r.name()); ok && s.Applied == string(r.desired()) {
 					done++
 				}
 			}
 		}
 		if n > 0 && done == n {
-			u.CurrentState = string(r.desired)
+			u.CurrentState = string(r.desired())
 		}
 		return u
 	}
 	if r.machine != "" {
 		if m := t.machines[r.machine]; m != nil {
-			if s, ok := m.states.get(r.machine, r.name); ok {
+			if s, ok := m.states.get(r.machine, r.name()); ok {
 				sv := stateView(s)
 				u.State = &sv
 				if s.Applied != "" {

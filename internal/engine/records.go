@@ -47,7 +47,7 @@ func byContent(name string) bool { return unit.IsTemplate(name) || unit.IsInstan
 
 // newRec returns the record of a new unit, inactive.
 func (t *term) newRec(name string, f *unit.File) *unitRec {
-	r := &unitRec{name: name, file: f, desired: unit.Inactive, su: scheduler.NewUnit(f)}
+	r := &unitRec{file: f, want: wantInactive, su: scheduler.NewUnit(f)}
 	r.su.Name = name
 	if byContent(name) {
 		r.content = t.contentOf(f.Raw)
@@ -88,7 +88,7 @@ func (t *term) instanceFile(tmpl *unit.File, name string) (*unit.File, error) {
 
 // record is unit name's stored record.
 func record(name string, r *unitRec) registry.Record {
-	rec := registry.Record{Name: name, DesiredState: string(r.desired), Machine: r.machine}
+	rec := registry.Record{Name: name, DesiredState: string(r.desired()), Machine: r.machine}
 	if r.content != "" {
 		rec.Content = r.content
 	} else {
@@ -319,7 +319,7 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 				t.refFile(nil, rec)
 				t.units[name] = rec
 			}
-			rec.desired = ds
+			rec.setDesired(ds)
 			if !rec.wanted() {
 				rec.machine = ""
 			}
@@ -387,7 +387,7 @@ func (m *recMaker) rec(name string, f *unit.File, ds unit.DesiredState) *unitRec
 		m.file, m.su, m.content, m.byContent = f, scheduler.NewUnit(f), "", byContent(name)
 	}
 	r := m.slab.rec()
-	*r = unitRec{name: name, file: f, desired: ds, su: m.slab.su(m.su)}
+	*r = unitRec{file: f, want: wantOf(ds), su: m.slab.su(m.su)}
 	r.su.Name = name
 	if m.byContent {
 		if m.content == "" {

@@ -23,24 +23,63 @@ import (
 // unitRec is a unit as the leader holds it. A unitRec is never modified in
 // place once published in term.units: changes replace it, so readers holding
 // the read lock see consistent records.
+//
+// A million of them is the leader's largest memory: 80 bytes each (a size
+// class of Go's allocator; 112 before): the name is su's, the desired state
+// a byte, and the two times a unit waits for (placed, then active) one
+// field.
 type unitRec struct {
-	// name is the unit's: file may be shared by every instance of a
-	// template without specifiers (unit.Shareable), and then file.Name is
-	// another instance's.
-	name    string
+	// file may be shared by every instance of a template without
+	// specifiers (unit.Shareable), and then file.Name is another
+	// instance's: the unit's name is su.Name.
 	file    *unit.File
-	content string // the file's key under files/ (templates and instances), "" when stored inline
-	desired unit.DesiredState
-	machine string // target machine, "" when unscheduled
-	reason  string // why a wanted unit is unscheduled
-	su      *scheduler.Unit
-	// wantedAt and placedAt time the unit's way to active (metrics): set
-	// when it became wanted and when it was placed, cleared once observed.
-	// Unix nanoseconds (0: not set), not time.Time: 32 bytes less a record.
-	wantedAt, placedAt int64
+	content string          // the file's key under files/ (templates and instances), "" when stored inline
+	machine string          // target machine, "" when unscheduled
+	reason  string          // why a wanted unit is unscheduled
+	su      *scheduler.Unit // never nil; su.Name is the unit's name
+	// at times the unit's way to active (metrics): when it became wanted
+	// (atPlaced false) or was placed (atPlaced true), in Unix nanoseconds,
+	// 0 once observed active (or never set). Not time.Time: 16 bytes less.
+	at       int64
+	atPlaced bool
+	want     wantCode
 }
 
-func (u *unitRec) wanted() bool { return u.desired != unit.Inactive }
+// name is the unit's name.
+func (u *unitRec) name() string { return u.su.Name }
+
+func (u *unitRec) desired() unit.DesiredState { return u.want.state() }
+
+func (u *unitRec) setDesired(ds unit.DesiredState) { u.want = wantOf(ds) }
+
+func (u *unitRec) wanted() bool { return u.want != wantInactive }
+
+// wantCode is a desired state in a byte.
+type wantCode uint8
+
+const (
+	wantInactive wantCode = iota
+	wantLoaded
+	wantLaunched
+)
+
+// wantOf returns ds's code. Desired states are parsed where they come in
+// (the API, etcd's records): another value here is a bug.
+func wantOf(ds unit.DesiredState) wantCode {
+	switch ds {
+	case unit.Inactive:
+		return wantInactive
+	case unit.Loaded:
+		return wantLoaded
+	case unit.Launched:
+		return wantLaunched
+	}
+	panic(fmt.Sprintf("engine: desired state %q", ds))
+}
+
+func (w wantCode) state() unit.DesiredState {
+	return [...]unit.DesiredState{unit.Inactive, unit.Loaded, unit.Launched}[w]
+}
 
 func (u *unitRec) with(f func(*unitRec)) *unitRec {
 	c := *u
@@ -61,7 +100,7 @@ type agentStatus struct {
 func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	t.changed()
 	if r := t.units[s.Name]; r != nil {
-		s.Name = r.name // one copy of each name
+		s.Name = r.name() // one copy of each name
 	}
 	s.Machine = m.info.ID
 	prev, ok := m.states.get(m.info.ID, s.Name)
@@ -73,9 +112,9 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	m.states.put(s)
 	t.drained(m.info.ID, s.Name, s.Running())
 	if s.Active == "active" && (!ok || prev.Active != "active") {
-		if r := t.units[s.Name]; r != nil && r.placedAt != 0 && r.machine == m.info.ID {
-			t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("active").Observe(now.Sub(unixNano(r.placedAt)).Seconds())
-			r.placedAt = 0 // a timing field: safe to clear in place under the write lock
+		if r := t.units[s.Name]; r != nil && r.at != 0 && r.atPlaced && r.machine == m.info.ID {
+			t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("active").Observe(now.Sub(unixNano(r.at)).Seconds())
+			r.at = 0 // a timing field: safe to clear in place under the write lock
 		}
 	}
 	if !ok || prev.Load != s.Load || prev.Active != s.Active || prev.Sub != s.Sub {
@@ -598,7 +637,7 @@ func (t *term) commit(ops []registry.Op) error {
 
 // assignment is what an agent is told about a unit.
 func assignment(r *unitRec) *agentpb.Assignment {
-	return &agentpb.Assignment{Name: r.name, Hash: r.file.Hash, File: r.file.Raw, DesiredState: string(r.desired), Global: r.file.Fleet.Global}
+	return &agentpb.Assignment{Name: r.name(), Hash: r.file.Hash, File: r.file.Raw, DesiredState: string(r.desired()), Global: r.file.Fleet.Global}
 }
 
 // setUnit publishes rec as unit name's record (nil deletes it), keeping the
@@ -645,7 +684,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	}
 	if old != nil && old.file.Fleet.Global {
 		t.globalsDirty = true
-		if rec == nil || rec.desired != old.desired || rec.file.Hash != old.file.Hash {
+		if rec == nil || rec.desired() != old.desired() || rec.file.Hash != old.file.Hash {
 			// Tell every machine running it; syncAgents adds and removes machines.
 			for _, m := range t.machines {
 				if _, ok := m.globals[name]; ok {
@@ -692,7 +731,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		if old == nil || old.machine != rec.machine {
 			m.units[name] = struct{}{}
 		}
-		if old == nil || old.machine != rec.machine || old.desired != rec.desired || old.file.Hash != rec.file.Hash {
+		if old == nil || old.machine != rec.machine || old.desired() != rec.desired() || old.file.Hash != rec.file.Hash {
 			m.push(name, rec)
 		}
 	}
