@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -201,5 +202,40 @@ func TestSnapshotNames(t *testing.T) {
 	want = []string{"bench@0.service", "bench@10.service", "bench@2.service", "bench@3.service", "bench@4.service"}
 	if got := build(); !slices.Equal(got, want) {
 		t.Fatalf("after a unit went and another came: %v; want %v", got, want)
+	}
+}
+
+// TestSnapshotShares: a snapshot's units say each its own machine, spec
+// and status, and those that say the same share one value.
+func TestSnapshotShares(t *testing.T) {
+	tm := publishTerm(t, 12, 3) // bench@i on m0000(i%3)
+	for i := range 12 {
+		if i%2 == 1 { // every other unit on each machine: another state
+			name := fmt.Sprintf("bench@%d.service", i)
+			r := tm.units[name]
+			tm.machines[r.machine].states.put(agentStatus{Observed: time.Now(), Status: unit.Status{Name: name, Hash: r.file.Hash,
+				Load: "loaded", Active: "failed", Sub: "failed"}})
+		}
+	}
+	s, _ := tm.buildSnapshot()
+	seen := map[[2]string]*state.Shared{}
+	for _, u := range s.Units {
+		var i int
+		fmt.Sscanf(u.Name, "bench@%d.service", &i)
+		active := "active"
+		if i%2 == 1 {
+			active = "failed"
+		}
+		if want := fmt.Sprintf("m%05d", i%3); u.Machine != want || u.Status == nil || u.Status.Active != active || u.Spec.DesiredState != "launched" {
+			t.Errorf("%s: machine %s, status %+v, spec %+v; want %s, %s", u.Name, u.Machine, u.Status, u.Spec, want, active)
+		}
+		k := [2]string{u.Machine, active}
+		if p := seen[k]; p != nil && p != u.Shared {
+			t.Errorf("%s: a Shared of its own for %v", u.Name, k)
+		}
+		seen[k] = u.Shared
+	}
+	if len(seen) != 6 {
+		t.Errorf("%d distinct machine and state pairs; want 6", len(seen))
 	}
 }

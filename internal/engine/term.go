@@ -148,10 +148,13 @@ type machineRec struct {
 	lastSeen time.Time
 	lastSent time.Time
 	states   unitStates
-	units    map[string]struct{} // units scheduled here
-	globals  map[string]struct{} // global units assigned here
-	needFull bool                // a new stream awaits its full desired set
-	used     scheduler.Resources // what placed units need here (after the last pass)
+	// pubShared is the last state.Shared a build of the published state
+	// gave a unit here (sharedViews.sharedOn); only builds touch it.
+	pubShared *state.Shared
+	units     map[string]struct{} // units scheduled here
+	globals   map[string]struct{} // global units assigned here
+	needFull  bool                // a new stream awaits its full desired set
+	used      scheduler.Resources // what placed units need here (after the last pass)
 	// left is set when the machine's agent left the cluster (daemon
 	// --stop-units-on-exit): its units, already stopped, are placed
 	// elsewhere at once, and the machine is forgotten. A new stream from it

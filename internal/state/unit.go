@@ -88,7 +88,8 @@ func (s *Sharer) Get(v Shared) *Shared {
 		if s.m == nil {
 			s.m = map[Shared]*Shared{}
 		}
-		p = &v
+		p = new(Shared) // not &v: v would be allocated at every call
+		*p = v
 		s.m[v] = p
 	}
 	s.last = p
