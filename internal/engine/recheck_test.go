@@ -1,0 +1,40 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/etcdtest"
+)
+
+// TestFreshTermChecksNothing: the term's check of every placed unit
+// against its machine is for what a former term placed; the first leader
+// of an empty cluster has none, and does not check the units it places
+// itself (a million, in 61 passes, while they reported their states).
+func TestFreshTermChecksNothing(t *testing.T) {
+	srv := etcdtest.Start(t)
+	e, err := New(Config{Machine: "e1", Client: srv.Client(t), ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
+		GRPCAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.leader() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine did not lead within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tm := e.leader()
+	tm.mu.RLock()
+	rechecked := tm.rechecked
+	tm.mu.RUnlock()
+	if !rechecked {
+		t.Error("a term that loaded no placed unit has its check of placed units to do")
+	}
+}
