@@ -136,6 +136,7 @@ func (t *term) unitEvent(name string, rec *unitRec) {
 
 // stateEvent records a change of a unit's current state on a machine.
 func (t *term) stateEvent(machine string, s agentStatus, removed bool) {
+	t.viewChanged(s.Name)
 	t.events.append(apiv1.Event{Type: "state", Unit: s.Name, Machine: machine, Load: s.Load, Active: s.Active, Sub: s.Sub,
 		Removed: removed, Revision: t.committer.Revision()})
 }

@@ -2,17 +2,22 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
 // publishTerm is a term holding n units on machines machines, every one
@@ -28,6 +33,7 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), Registry: registry.ModeGRPC}},
 		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
 		deg:       newDegradation(),
+		events:    newEventLog(0),
 		units:     map[string]*unitRec{},
 		machines:  map[string]*machineRec{},
 		unplaced:  map[string]struct{}{},
@@ -53,42 +59,58 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 // BenchmarkBuildSnapshot is one build of the published state, at 100,000
 // and at a million units on 10,000 machines, and how long the scheduler,
 // taking the term's lock every millisecond meanwhile, waited for it at
-// most (lock-wait-ms).
+// most (lock-wait-ms): every view made (all), or the last snapshot copied
+// with a fifth of the units changed since (a fifth; a start of a million
+// changes about that many between two builds).
 func BenchmarkBuildSnapshot(b *testing.B) {
+	defer func(v bool) { verifyViews = v }(verifyViews)
+	verifyViews = false // the tests' check would be measured
 	for _, n := range []int{100_000, 1_000_000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			t := publishTerm(b, n, 10_000)
-			t.mu.RLock()
-			t.sortedNames() // kept from build to build while no unit comes or goes
-			t.mu.RUnlock()
-			runtime.GC()
-			var maxWait time.Duration
-			stop, done := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(done)
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(time.Millisecond):
+		for _, changed := range []string{"all", "a fifth"} {
+			b.Run(fmt.Sprintf("%d/%s", n, changed), func(b *testing.B) {
+				t := publishTerm(b, n, 10_000)
+				t.buildSnapshot()
+				names := slices.Sorted(maps.Keys(t.units))
+				runtime.GC()
+				var maxWait time.Duration
+				stop, done := make(chan struct{}), make(chan struct{})
+				go func() {
+					defer close(done)
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(time.Millisecond):
+						}
+						start := time.Now()
+						t.mu.Lock()
+						maxWait = max(maxWait, time.Since(start))
+						t.mu.Unlock()
 					}
-					start := time.Now()
+				}()
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					b.StopTimer()
 					t.mu.Lock()
-					maxWait = max(maxWait, time.Since(start))
+					if changed == "all" {
+						t.views = nil
+					} else {
+						for j := i % 5; j < n; j += 5 {
+							t.viewChanged(names[j])
+						}
+					}
 					t.mu.Unlock()
+					b.StartTimer()
+					if s, _ := t.buildSnapshot(); len(s.Units) != n {
+						b.Fatalf("%d units", len(s.Units))
+					}
 				}
-			}()
-			b.ResetTimer()
-			for b.Loop() {
-				if s, _ := t.buildSnapshot(); len(s.Units) != n {
-					b.Fatalf("%d units", len(s.Units))
-				}
-			}
-			b.StopTimer()
-			close(stop)
-			<-done
-			b.ReportMetric(float64(maxWait.Microseconds())/1000, "lock-wait-ms")
-		})
+				b.StopTimer()
+				close(stop)
+				<-done
+				b.ReportMetric(float64(maxWait.Microseconds())/1000, "lock-wait-ms")
+			})
+		}
 	}
 }
 
@@ -237,5 +259,136 @@ func TestSnapshotShares(t *testing.T) {
 	}
 	if len(seen) != 6 {
 		t.Errorf("%d distinct machine and state pairs; want 6", len(seen))
+	}
+}
+
+// TestSnapshotCopies: while no unit comes or goes, a build copies the last
+// snapshot and makes again the views of the units whose state changed
+// since, and those only (verifyViews checks the rest against their
+// records and states).
+func TestSnapshotCopies(t *testing.T) {
+	tm := publishTerm(t, 1000, 10)
+	first, _ := tm.buildSnapshot()
+	same, _ := tm.buildSnapshot()
+	if &same.Units[0] == &first.Units[0] || same.Units[17].Shared != first.Units[17].Shared {
+		t.Fatalf("a build with nothing changed did not copy the last snapshot's units and views")
+	}
+	// bench@17.service fails on its machine.
+	r := tm.units["bench@17.service"]
+	m := tm.machines[r.machine]
+	tm.mu.Lock()
+	tm.observe(m, agentStatus{Applied: r.file.Hash, Status: unit.Status{Name: "bench@17.service", Hash: r.file.Hash,
+		Load: "loaded", Active: "failed", Sub: "failed"}}, time.Now())
+	tm.mu.Unlock()
+	next, _ := tm.buildSnapshot()
+	i, _ := slices.BinarySearchFunc(next.Units, "bench@17.service", func(u state.Unit, n string) int { return strings.Compare(u.Name, n) })
+	if u := next.Units[i]; u.Name != "bench@17.service" || u.Status == nil || u.Status.Active != "failed" {
+		t.Fatalf("after bench@17.service failed, the state shows %+v", u)
+	}
+	for j, u := range next.Units {
+		if j != i && u.Shared != same.Units[j].Shared {
+			t.Fatalf("%s's view was made again; only bench@17.service changed", u.Name)
+		}
+	}
+	// A change that says nothing is found by the check.
+	tm.mu.Lock()
+	m.states.put(agentStatus{Status: unit.Status{Name: "bench@27.service", Load: "loaded", Active: "inactive", Sub: "dead"}}) // on the same machine
+	tm.mu.Unlock()
+	defer func() {
+		if recover() == nil {
+			t.Error("a view changed without viewChanged went unnoticed")
+		}
+	}()
+	tm.buildSnapshot()
+}
+
+// TestSnapshotViewsFollowChanges: units move, wait with a reason, report
+// states, come and go, and machines say Hello again, in random order
+// through the term's own code; each build (most copy the last snapshot)
+// shows every unit as its record and state say (verifyViews panics
+// otherwise), and so does a build made from nothing at the end.
+func TestSnapshotViewsFollowChanges(t *testing.T) {
+	tm := publishTerm(t, 300, 6)
+	tm.globals, tm.followers, tm.files, tm.rawContent = map[string]struct{}{}, map[string]struct{}{}, map[string]*storedFile{}, map[string]string{}
+	tm.protos, tm.draining, tm.hist, tm.overrides = map[*unit.File]*unit.File{}, map[string]string{}, map[string][]apiv1.HistoryEntry{}, map[string]map[string]*string{}
+	tm.lostAfters, tm.singletons = newDurations(), newDurations()
+	r := rand.New(rand.NewPCG(7, 8))
+	names := func() []string { return slices.Sorted(maps.Keys(tm.units)) }
+	actives := []string{"active", "failed", "inactive", "activating"}
+	for step := range 3000 {
+		tm.mu.Lock()
+		all := names()
+		name := all[r.IntN(len(all))]
+		rec := tm.units[name]
+		switch k := r.IntN(20); {
+		case k < 6: // placed elsewhere
+			to := fmt.Sprintf("m%05d", r.IntN(6))
+			tm.setUnit(name, rec.with(func(r *unitRec) { r.machine, r.reason = to, "" }))
+		case k < 8: // unplaced, with a reason
+			why := []string{"no machine fits", "waiting for a peer"}[r.IntN(2)]
+			tm.setUnit(name, rec.with(func(r *unitRec) { r.machine, r.reason = "", why }))
+		case k < 15: // a state reported where it runs
+			if m := tm.machines[rec.machine]; m != nil {
+				tm.observe(m, agentStatus{Applied: rec.file.Hash, Status: unit.Status{Name: name, Hash: rec.file.Hash,
+					Load: "loaded", Active: actives[r.IntN(len(actives))], Sub: "x"}}, time.Now())
+			}
+		case k < 17: // a machine says Hello again, with some of its units' states
+			id := fmt.Sprintf("m%05d", r.IntN(6))
+			var sts []*agentpb.UnitStatus
+			for n := range tm.machines[id].units {
+				if r.IntN(2) == 0 {
+					sts = append(sts, &agentpb.UnitStatus{Name: n, Hash: rec.file.Hash, Load: "loaded", Active: actives[r.IntN(len(actives))], Sub: "y"})
+				}
+			}
+			tm.attachLocked(&agentpb.Machine{Id: id, Ip: "10.0.0.1"}, sts)
+		case k < 18: // a unit goes
+			if len(all) > 50 {
+				tm.setUnit(name, nil)
+			}
+		default: // a unit comes
+			n := fmt.Sprintf("new@%d.service", step)
+			tm.setUnit(n, newTestRec(n, rec.file, unit.Launched, fmt.Sprintf("m%05d", r.IntN(6))))
+		}
+		tm.mu.Unlock()
+		if r.IntN(5) == 0 {
+			tm.buildSnapshot()
+		}
+	}
+	s, _ := tm.buildSnapshot()
+	tm.mu.Lock()
+	tm.views, tm.namesFrom = nil, nil // the next build makes every view
+	tm.mu.Unlock()
+	fresh, _ := tm.buildSnapshot()
+	if len(s.Units) != len(fresh.Units) {
+		t.Fatalf("%d units copied, %d made afresh", len(s.Units), len(fresh.Units))
+	}
+	for i := range s.Units {
+		a, b := s.Units[i], fresh.Units[i]
+		if a.Name != b.Name || a.Machine != b.Machine || a.Reason != b.Reason || *a.Spec != *b.Spec || (a.Status == nil) != (b.Status == nil) || (a.Status != nil && *a.Status != *b.Status) {
+			t.Fatalf("unit %d: copied %s %+v, made afresh %s %+v", i, a.Name, *a.Shared, b.Name, *b.Shared)
+		}
+	}
+}
+
+// TestSeek: seek finds each name from any earlier position, and where a
+// missing one would go.
+func TestSeek(t *testing.T) {
+	var units []state.Unit
+	for i := range 1000 {
+		units = append(units, state.Unit{Name: fmt.Sprintf("u%04d", 2*i)})
+	}
+	for _, from := range []int{0, 1, 7, 500, 999} {
+		for i := from; i < 1000; i += 13 {
+			if got, ok := seek(units, from, units[i].Name); got != i || !ok {
+				t.Fatalf("seek(from %d, %s) = %d, %v; want %d", from, units[i].Name, got, ok, i)
+			}
+			missing := fmt.Sprintf("u%04d", 2*i+1)
+			if got, ok := seek(units, from, missing); got != i+1 || ok {
+				t.Fatalf("seek(from %d, %s) = %d, %v; want %d, false", from, missing, got, ok, i+1)
+			}
+		}
+	}
+	if got, ok := seek(units, 0, "v"); got != 1000 || ok {
+		t.Fatalf("seek past the end = %d, %v", got, ok)
 	}
 }

@@ -411,8 +411,12 @@ func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus) *a
 	m.lastSeen = t.e.cfg.Now()
 	m.info = machineInfo(pm)
 	prev := m.states
+	for name := range prev {
+		t.viewChanged(name)
+	}
 	m.states = make(unitStates, len(units))
 	for _, s := range units {
+		t.viewChanged(s.Name)
 		st := fromProto(pm.Id, s)
 		if p, ok := prev.get(pm.Id, s.Name); ok && p.Active == st.Active {
 			st.Observed = p.Observed

@@ -308,7 +308,17 @@ type term struct {
 	namesMu    sync.Mutex
 	namesFrom  *state.Snapshot // the last snapshot built, while it holds every unit (sortedNames)
 	namesStale atomic.Bool     // units came or went since namesFrom's names were listed
-	events     *eventLog
+	// views are the values the last builds' units share, kept from build
+	// to build while units are only changed (pubMu's).
+	views *sharedViews
+	// The units whose view in the published state changed since the last
+	// build began (viewChanged): a build while no unit came or went
+	// copies the last snapshot and makes only their views again. Too many
+	// to list, and the next build makes every view (dirtyAll).
+	dirtyMu  sync.Mutex
+	dirty    []string
+	dirtyAll bool
+	events   *eventLog
 }
 
 // loadTimeout bounds a new term's load of the cluster from etcd while its
@@ -683,6 +693,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		}
 	}
 	t.unitEvent(name, rec)
+	t.viewChanged(name)
 	if old != nil && old.machine != "" && (rec == nil || rec.machine != old.machine) {
 		t.followersMoved = true
 		if m := t.machines[old.machine]; m != nil {
