@@ -176,12 +176,20 @@ func (c *Committer) flush(ctx context.Context, pending []*commitReq) (later []*c
 	if len(pending) > 1 {
 		keys = map[string]bool{}
 	}
+	// A transaction's ops are made with room for as many as it will hold
+	// (an etcd op is 248 bytes; appended one by one, a million of them
+	// allocated twice that).
+	left := 0
+	for _, r := range pending {
+		left += len(r.ops)
+	}
 	var plans []*txnPlan
-	cur := &txnPlan{}
+	newPlan := func() *txnPlan { return &txnPlan{ops: make([]clientv3.Op, 0, min(left, c.maxOps))} }
+	cur := newPlan()
 	closeCur := func() {
 		if len(cur.ops) > 0 {
 			plans = append(plans, cur)
-			cur = &txnPlan{}
+			cur = newPlan()
 		}
 	}
 	for _, r := range pending {
@@ -204,6 +212,7 @@ func (c *Committer) flush(ctx context.Context, pending []*commitReq) (later []*c
 			}
 			cur.ops = append(cur.ops, toEtcd(r.ops[k]))
 			cur.bytes += r.ops[k].size()
+			left--
 			if n := len(cur.parts); n == 0 || cur.parts[n-1] != r {
 				cur.parts = append(cur.parts, r)
 				r.remaining++
