@@ -361,7 +361,7 @@ func (t *term) applyRound(round []*applyReq) {
 					ops = append(ops, registry.DeleteMove(t.keys, name))
 				}
 			case cur == nil || cur.desired() != next.desired() || cur.file.Hash != next.file.Hash || cur.machine != next.machine || cur.content != next.content:
-				ops = append(ops, t.putRecord(name, next)...)
+				ops = t.putRecord(ops, name, next)
 			}
 		}
 		if cur != nil && cur.machine != "" && (next == nil || next.machine == "") {

@@ -213,7 +213,7 @@ func (t *term) reconcile() (recheck time.Time) {
 		// One op per key, from the outcome: a unit moved off a machine and
 		// placed again in the same pass is one put (etcd refuses a key twice
 		// in a transaction).
-		var ops []registry.Op
+		ops := make([]registry.Op, 0, len(part)) // about one a unit
 		for _, mu := range part {
 			name, nr, cur := mu.name, mu.rec, t.units[mu.name]
 			if cur == nil {
@@ -230,7 +230,7 @@ func (t *term) reconcile() (recheck time.Time) {
 			// The record holds the machine: a unit placed for the first
 			// time is written once, its record then (records.go).
 			if nr.machine != cur.machine {
-				ops = append(ops, t.putRecord(name, nr)...)
+				ops = t.putRecord(ops, name, nr)
 			}
 			if cur.machine != "" && nr.machine != cur.machine {
 				ops = append(ops, t.dropAssignment(cur.machine, name)...)

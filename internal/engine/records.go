@@ -97,10 +97,11 @@ func record(name string, r *unitRec) registry.Record {
 	return rec
 }
 
-// putRecord returns the ops that write unit name's record (and delete its
-// schedule/ key of an older layout). Callers hold mu or run on the loop.
-func (t *term) putRecord(name string, r *unitRec) []registry.Op {
-	ops := []registry.Op{registry.PutUnit(t.keys, record(name, r))}
+// putRecord appends to ops the ops that write unit name's record (and
+// delete its schedule/ key of an older layout). Callers hold mu or run on
+// the loop.
+func (t *term) putRecord(ops []registry.Op, name string, r *unitRec) []registry.Op {
+	ops = append(ops, registry.PutUnit(t.keys, record(name, r)))
 	if t.legacy[name] {
 		ops = append(ops, registry.DeleteSchedule(t.keys, name))
 	}
@@ -226,7 +227,7 @@ func (t *term) materialize() error {
 		var ops []registry.Op
 		for _, name := range part {
 			if r := t.units[name]; r != nil {
-				ops = append(ops, t.putRecord(name, r)...)
+				ops = t.putRecord(ops, name, r)
 			}
 		}
 		err := t.commitRecords(ops, func(yield func(*unitRec) bool) {
