@@ -437,7 +437,7 @@ func (a *Agent) session(ctx context.Context, leader election.Info, lw *leaderWat
 	a.mu.Lock()
 	a.conns.keep(append([]string{leader.GRPCAddr}, a.engines...)...)
 	a.mu.Unlock()
-	conn, err := a.conns.leaderConn(leader.GRPCAddr, leader.Rev)
+	conn, err := a.conns.leaderConn(leader.GRPCAddr, leader.Rev, a.cfg.Now())
 	if err != nil {
 		return err
 	}
@@ -791,22 +791,27 @@ func (a *Agent) findLeader(ctx context.Context, cur election.Info) (election.Inf
 }
 
 // askEngines asks each engine who leads and returns the answer with the
-// highest election revision.
+// highest election revision. An engine found unreachable is not asked
+// again for a while (conns.ask).
 func (a *Agent) askEngines(ctx context.Context, engines []string) (election.Info, bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	answers := make(chan *agentpb.LeaderInfo, len(engines))
+	asked := 0
 	for _, addr := range engines {
+		conn := a.conns.ask(addr, a.cfg.Now())
+		if conn == nil {
+			continue // unreachable a moment ago (conns.ask)
+		}
+		asked++
 		go func() {
-			var li *agentpb.LeaderInfo
-			if conn, err := a.conns.get(addr); err == nil {
-				li, _ = agentpb.NewEngineClient(conn).Leader(ctx, &agentpb.LeaderRequest{})
-			}
+			li, err := agentpb.NewEngineClient(conn).Leader(ctx, &agentpb.LeaderRequest{})
+			a.conns.answered(addr, conn, err, a.cfg.Now())
 			answers <- li
 		}()
 	}
 	var best election.Info
-	for range engines {
+	for range asked {
 		if li := <-answers; li != nil && li.GrpcAddr != "" && li.Rev > best.Rev {
 			best = election.Info{Machine: li.Machine, GRPCAddr: li.GrpcAddr, APIAddr: li.ApiAddr, Rev: li.Rev}
 		}

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 // conns keeps one gRPC connection per engine address for the agent's whole
 // life: its streams to the leader and its questions to the engines (who
 // leads?) share it, and a stream the leader refuses or that breaks is
-// opened again on the same connection.
+// opened again on the same connection. Only a connection that failed to an
+// engine that is not (or no longer) the leader is closed, and made again
+// when that engine is next asked (ask): gRPC would go on dialling it.
 //
 // A connection a session was once made with cost a TCP connection (and a
 // TLS handshake, with mutual TLS) each time: 10,000 agents retrying a new
@@ -26,9 +29,14 @@ type conns struct {
 	opts []grpc.DialOption
 	mu   sync.Mutex
 	m    map[string]*grpc.ClientConn
-	// leaderRev is the election revision of the leader last asked for
-	// (leaderConn).
+	// leader and leaderRev are the address and election revision of the
+	// leader last asked for (leaderConn).
+	leader    string
 	leaderRev int64
+	// down are the engines other than the leader found unreachable, with
+	// when: they are not dialled again to be asked who leads before
+	// downFor has passed (ask).
+	down map[string]time.Time
 	// closed is set by closeAll: no connection is made after it (a
 	// question to the engines still under way as Run ends).
 	closed bool
@@ -48,13 +56,17 @@ var reconnectBackoff = grpc.WithConnectParams(grpc.ConnectParams{
 })
 
 func newConns(opts []grpc.DialOption) *conns {
-	return &conns{opts: append(opts[:len(opts):len(opts)], reconnectBackoff), m: map[string]*grpc.ClientConn{}}
+	return &conns{opts: append(opts[:len(opts):len(opts)], reconnectBackoff), m: map[string]*grpc.ClientConn{}, down: map[string]time.Time{}}
 }
 
 // get returns the connection to addr, making it if there is none.
 func (c *conns) get(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.getLocked(addr)
+}
+
+func (c *conns) getLocked(addr string) (*grpc.ClientConn, error) {
 	if cc := c.m[addr]; cc != nil {
 		return cc, nil
 	}
@@ -72,20 +84,108 @@ func (c *conns) get(addr string) (*grpc.ClientConn, error) {
 // leaderConn returns the connection to a leader at addr, elected at rev:
 // the first time it is asked for a leader's connection after rev changed,
 // one waiting out its backoff after failures (a leader at an address that
-// was dead) tries again at once.
-func (c *conns) leaderConn(addr string, rev int64) (*grpc.ClientConn, error) {
-	cc, err := c.get(addr)
+// was dead) tries again at once. The previous leader's connection, if it
+// is failing, is closed (dropFailingLocked) and, if it failed, that engine
+// is not asked who leads for downFor (ask).
+func (c *conns) leaderConn(addr string, rev int64, now time.Time) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader != addr {
+		prev := c.leader
+		c.leader = addr
+		if c.dropFailingLocked(prev) {
+			c.down[prev] = now
+		}
+	}
+	delete(c.down, addr)
+	cc, err := c.getLocked(addr)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
 	fresh := rev != c.leaderRev
 	c.leaderRev = rev
-	c.mu.Unlock()
 	if fresh && cc.GetState() == connectivity.TransientFailure {
 		cc.ResetConnectBackoff()
 	}
 	return cc, nil
+}
+
+// downFor is how long an engine other than the leader that was found
+// unreachable is not dialled again to be asked who leads: the longest wait
+// of reconnectBackoff, which is how often a failed connection that was
+// kept tried again, but only while the agent asks.
+const downFor = 15 * time.Second
+
+// ask returns the connection to ask the engine at addr who leads, or nil
+// if it is not to be asked now: it was found unreachable less than
+// downFor ago, or its connection is failing (it is then closed). A
+// connection that failed is never kept to an engine other than the
+// leader: gRPC dials it again after each backoff, whether or not anything
+// uses it (pick_first's sticky TRANSIENT_FAILURE), and the 10,000 agents
+// of a bench redialling the dead leader's address throughout a failover
+// took over a quarter of their processes' CPU while the new leader loaded
+// the cluster on the same host. The agent asks only while its leader is
+// quiet, so a dead engine is then dialled at most once every downFor, and
+// not at all otherwise.
+func (c *conns) ask(addr string, now time.Time) *grpc.ClientConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if addr != c.leader {
+		if at, ok := c.down[addr]; ok && now.Sub(at) < downFor {
+			return nil
+		}
+		if c.dropFailingLocked(addr) {
+			c.down[addr] = now
+			return nil
+		}
+	}
+	cc, err := c.getLocked(addr)
+	if err != nil {
+		return nil
+	}
+	return cc
+}
+
+// answered takes the outcome of asking the engine at addr on cc: an engine
+// other than the leader that could not be reached has its connection
+// closed, and is not asked again for downFor.
+func (c *conns) answered(addr string, cc *grpc.ClientConn, err error, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if addr == c.leader || c.m[addr] != cc {
+		return
+	}
+	if err == nil {
+		delete(c.down, addr)
+		return
+	}
+	if s := cc.GetState(); s != connectivity.Ready && s != connectivity.Idle {
+		cc.Close()
+		delete(c.m, addr)
+		c.down[addr] = now
+	}
+}
+
+// dropFailingLocked closes the connection to addr if it is failing
+// (TRANSIENT_FAILURE: gRPC would dial it again and again) or still trying
+// (CONNECTING: it would fail into that), and tells whether it failed. A
+// connection that is ready, or idle (its transport broke and nothing has
+// used it since: it dials only when used), is kept. Callers hold mu.
+func (c *conns) dropFailingLocked(addr string) (failed bool) {
+	cc := c.m[addr]
+	if cc == nil {
+		return false
+	}
+	switch cc.GetState() {
+	case connectivity.TransientFailure:
+		failed = true
+	case connectivity.Connecting:
+	default:
+		return false
+	}
+	cc.Close()
+	delete(c.m, addr)
+	return failed
 }
 
 // keep closes the connections to every address but addrs.
@@ -100,6 +200,11 @@ func (c *conns) keep(addrs ...string) {
 		if !keep {
 			cc.Close()
 			delete(c.m, addr)
+		}
+	}
+	for addr := range c.down {
+		if !slices.Contains(addrs, addr) {
+			delete(c.down, addr)
 		}
 	}
 }
