@@ -195,15 +195,7 @@ func TestDeadLeaderNotRedialled(t *testing.T) {
 	src <- election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}
 	dc := &dialCounter{}
 	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: src.leaders, TTL: 10 * time.Second, DialOptions: dc.options()})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer running(t, a)()
 	waitFor(t, "a stream to the leader", 10*time.Second, func() bool { return old.streams.Load() > 0 })
 	kill()
 	// The agent retries the dead leader until the source names another.
@@ -245,15 +237,7 @@ func TestQuestionsSkipDeadEngine(t *testing.T) {
 	dc := &dialCounter{}
 	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: leaderIs(election.Info{Machine: "e1", GRPCAddr: quietAddr, Rev: 7}),
 		TTL: 10 * time.Second, HeartbeatInterval: 100 * time.Millisecond, DialOptions: dc.options()})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer running(t, a)()
 	waitFor(t, "a question", 10*time.Second, func() bool { return other.asked.Load() > 0 })
 	time.Sleep(3500 * time.Millisecond)
 	if n := other.asked.Load(); n < 5 {
@@ -278,15 +262,7 @@ func TestLeaderRestartedAtSameAddress(t *testing.T) {
 	src := make(leaderSource, 4)
 	src <- election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}
 	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: src.leaders, TTL: 10 * time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer running(t, a)()
 	waitFor(t, "a stream to the leader", 10*time.Second, func() bool { return old.streams.Load() > 0 })
 	kill()
 	time.Sleep(1500 * time.Millisecond) // the agent retries the dead leader
@@ -298,5 +274,19 @@ func TestLeaderRestartedAtSameAddress(t *testing.T) {
 	waitFor(t, "a stream to the daemon restarted at the old address", 5*time.Second, func() bool { return back.streams.Load() > 0 })
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("the agent reached the restarted leader after %v, want at once", d)
+	}
+}
+
+// running runs a until the returned func is called, which checks that Run
+// ended without an error.
+func running(t *testing.T, a *Agent) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}
 }
