@@ -334,7 +334,6 @@ func (t *term) reconcile() (recheck time.Time) {
 	ph.done("ranges")
 	t.mu.Lock()
 	ph.done("lock")
-	t.followersMoved = false
 	for _, id := range p.Gone {
 		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
 			delete(t.machines, id)
@@ -348,7 +347,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	t.shares = t.sched.Shares()
 	t.shrinkUnplaced()
 	t.mu.Unlock()
-	if again || t.recheck != nil {
+	if again || t.recheck != nil || t.followersMoved {
 		t.poke()
 	}
 	return p.Recheck
@@ -373,7 +372,9 @@ func (t *term) shrinkUnplaced() {
 }
 
 // planInput gathers what the pass decides from. Callers hold mu (for
-// reading) and run on the loop goroutine.
+// reading) and run on the loop goroutine; it takes what the loop's own
+// fields ask to check (followersMoved, a chunk of recheck), which only the
+// loop reads.
 func (t *term) planInput(now time.Time, drifted []string) planInput {
 	in := planInput{
 		Now: now, TermStart: t.start, Reconnect: t.reconnect, AgentTTL: t.e.cfg.AgentTTL, Grace: t.heartbeat(),
@@ -453,6 +454,11 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		}
 	}
 	if t.followersMoved {
+		// Taken here, not at the end of the pass: a unit this pass moves
+		// sets it again, and the next pass checks its followers (cleared
+		// at the end, a follower of a unit moved by a metadata change
+		// stayed behind until the term's check of every unit, if any).
+		t.followersMoved = false
 		for name := range t.followers {
 			if r := t.units[name]; r != nil && r.machine != "" {
 				in.Check[name] = r.machine
