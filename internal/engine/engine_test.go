@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -262,6 +263,25 @@ func testEngineLifecycle(t *testing.T, reg string) {
 		if len(us) != 10 {
 			t.Errorf("machine %s runs %d units, want 10", m, len(us))
 		}
+	}
+	// One machine's unit states are the whole list's for that machine.
+	all, err := e1.UnitStates("", nil)
+	if err != nil || len(all) != 30 {
+		t.Fatalf("UnitStates() = %d states, %v; want 30", len(all), err)
+	}
+	for m := range per {
+		var want []apiv1.UnitState
+		for _, st := range all {
+			if st.Machine == m {
+				want = append(want, st)
+			}
+		}
+		if got, err := e1.UnitStates(m, nil); err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("UnitStates(%s) = %v, %v; want %v", m, got, err, want)
+		}
+	}
+	if got, err := e1.UnitStates("nowhere", nil); err != nil || len(got) != 0 {
+		t.Errorf("UnitStates(nowhere) = %v, %v; want none", got, err)
 	}
 	snap, err := registry.Load(ctx, cli, registry.Keys{})
 	if err != nil {
