@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"net"
 	"regexp"
 	"runtime/pprof"
 	"strings"
@@ -11,8 +10,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"google.golang.org/grpc"
 
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
@@ -120,15 +117,8 @@ func leaderIs(leader election.Info) func(ctx context.Context) <-chan election.In
 // serveEngine serves e on a port of the loopback and returns its address.
 func serveEngine(t *testing.T, e agentpb.EngineServer) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	agentpb.RegisterEngineServer(srv, e)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	return ln.Addr().String()
+	addr, _ := stoppableEngine(t, e, "")
+	return addr
 }
 
 // TestAgentFindsLeaderThroughEngines: an agent whose leader has gone

@@ -178,12 +178,11 @@ func (t *term) buildSnapshot() (s *state.Snapshot, waited time.Duration) {
 		s.Units = slices.Clone(prev.Units)
 		slices.Sort(dirty)
 		dirty = slices.Compact(dirty)
-		gone, at := false, 0
+		gone := false
 		for lo := 0; lo < len(dirty); lo += buildChunk {
 			rlock()
 			for _, name := range dirty[lo:min(lo+buildChunk, len(dirty))] {
-				i, ok := seek(s.Units, at, name)
-				at = i
+				i, ok := slices.BinarySearchFunc(s.Units, name, func(u state.Unit, name string) int { return strings.Compare(u.Name, name) })
 				if !ok {
 					continue // came since the index was built: the next build lists it
 				}
@@ -208,22 +207,6 @@ func (t *term) buildSnapshot() (s *state.Snapshot, waited time.Duration) {
 	t.mu.RUnlock()
 	t.countUnits(s, unplaced)
 	return s, waited
-}
-
-// seek returns where name is (or would be) in units, sorted by name, at
-// from or after: the dirty names come in order, so each is looked for by
-// galloping from the last, a few comparisons near it rather than a binary
-// search of a million units each.
-func seek(units []state.Unit, from int, name string) (int, bool) {
-	hi, step := from, 1
-	for hi < len(units) && units[hi].Name < name {
-		from = hi + 1
-		hi += step
-		step *= 2
-	}
-	hi = min(hi+1, len(units))
-	i, ok := slices.BinarySearchFunc(units[from:hi], name, func(u state.Unit, name string) int { return strings.Compare(u.Name, name) })
-	return from + i, ok
 }
 
 // view returns unit r's view, as the published state shows it. Callers

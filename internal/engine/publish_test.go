@@ -369,26 +369,3 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 		}
 	}
 }
-
-// TestSeek: seek finds each name from any earlier position, and where a
-// missing one would go.
-func TestSeek(t *testing.T) {
-	var units []state.Unit
-	for i := range 1000 {
-		units = append(units, state.Unit{Name: fmt.Sprintf("u%04d", 2*i)})
-	}
-	for _, from := range []int{0, 1, 7, 500, 999} {
-		for i := from; i < 1000; i += 13 {
-			if got, ok := seek(units, from, units[i].Name); got != i || !ok {
-				t.Fatalf("seek(from %d, %s) = %d, %v; want %d", from, units[i].Name, got, ok, i)
-			}
-			missing := fmt.Sprintf("u%04d", 2*i+1)
-			if got, ok := seek(units, from, missing); got != i+1 || ok {
-				t.Fatalf("seek(from %d, %s) = %d, %v; want %d, false", from, missing, got, ok, i+1)
-			}
-		}
-	}
-	if got, ok := seek(units, 0, "v"); got != 1000 || ok {
-		t.Fatalf("seek past the end = %d, %v", got, ok)
-	}
-}

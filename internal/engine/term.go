@@ -24,10 +24,10 @@ import (
 // place once published in term.units: changes replace it, so readers holding
 // the read lock see consistent records.
 //
-// A million of them is the leader's largest memory: 80 bytes each (a size
-// class of Go's allocator; 112 before): the name is su's, the desired state
-// a byte, and the two times a unit waits for (placed, then active) one
-// field.
+// A million of them are among the leader's largest memory: 80 bytes each
+// (a size class of Go's allocator; 112 before): the name is su's, the
+// desired state a byte, and the two times a unit waits for (placed, then
+// active) one field.
 type unitRec struct {
 	// file may be shared by every instance of a template without
 	// specifiers (unit.Shareable), and then file.Name is another
