@@ -154,10 +154,27 @@ func (c *Committer) Run(ctx context.Context) {
 }
 
 // txnPlan is one transaction to send and the requests it carries (part of).
+// It holds the requests' ops, runs of them: they become etcd's ops only
+// when the transaction is sent. An etcd op is 248 bytes and copies its key
+// and value; made for a whole flush, the 160,000 ops of a slice of a
+// million-unit start held about 64 MB until the last transaction answered,
+// while the next slice was prepared beside them.
 type txnPlan struct {
-	ops   []clientv3.Op
+	runs  [][]Op
+	n     int // ops in runs
 	bytes int
 	parts []*commitReq
+}
+
+// etcdOps returns the plan's ops as etcd's.
+func (p *txnPlan) etcdOps() []clientv3.Op {
+	ops := make([]clientv3.Op, 0, p.n)
+	for _, run := range p.runs {
+		for _, o := range run {
+			ops = append(ops, toEtcd(o))
+		}
+	}
+	return ops
 }
 
 // flush packs pending requests into transactions and sends them, up to
@@ -176,51 +193,7 @@ func (c *Committer) flush(ctx context.Context, pending []*commitReq) (later []*c
 	if len(pending) > 1 {
 		keys = map[string]bool{}
 	}
-	// A transaction's ops are made with room for as many as it will hold
-	// (an etcd op is 248 bytes; appended one by one, a million of them
-	// allocated twice that).
-	left := 0
-	for _, r := range pending {
-		left += len(r.ops)
-	}
-	var plans []*txnPlan
-	newPlan := func() *txnPlan { return &txnPlan{ops: make([]clientv3.Op, 0, min(left, c.maxOps))} }
-	cur := newPlan()
-	closeCur := func() {
-		if len(cur.ops) > 0 {
-			plans = append(plans, cur)
-			cur = newPlan()
-		}
-	}
-	for _, r := range pending {
-		if keys != nil {
-			if touchesAny(keys, r.ops) {
-				later = append(later, r)
-				continue
-			}
-			for _, o := range r.ops {
-				keys[o.Key] = true
-			}
-		}
-		size := opsSize(r.ops)
-		if len(cur.ops)+len(r.ops) > c.maxOps || cur.bytes+size > c.maxBytes {
-			closeCur() // keep a request that fits in one transaction whole
-		}
-		for k := 0; k < len(r.ops); {
-			if len(cur.ops) == c.maxOps || (len(cur.ops) > 0 && cur.bytes+r.ops[k].size() > c.maxBytes) {
-				closeCur()
-			}
-			cur.ops = append(cur.ops, toEtcd(r.ops[k]))
-			cur.bytes += r.ops[k].size()
-			left--
-			if n := len(cur.parts); n == 0 || cur.parts[n-1] != r {
-				cur.parts = append(cur.parts, r)
-				r.remaining++
-			}
-			k++
-		}
-	}
-	closeCur()
+	plans, later := c.pack(pending, keys)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, c.inFlight)
 	for _, p := range plans {
@@ -234,7 +207,7 @@ func (c *Committer) flush(ctx context.Context, pending []*commitReq) (later []*c
 			// instead of sending its remaining transactions.
 			err := failedAll(p.parts)
 			if err == nil {
-				err = c.txn(ctx, p.ops)
+				err = c.txn(ctx, p.etcdOps())
 			}
 			for _, r := range p.parts {
 				r.finish(err)
@@ -243,6 +216,54 @@ func (c *Committer) flush(ctx context.Context, pending []*commitReq) (later []*c
 	}
 	wg.Wait()
 	return later
+}
+
+// pack packs pending requests into transactions of at most maxOps ops and
+// maxBytes bytes (a single larger op goes alone), in order, keeping whole
+// each request that fits in one. With keys non-nil, a request writing a key
+// an earlier one wrote is left for later.
+func (c *Committer) pack(pending []*commitReq, keys map[string]bool) (plans []*txnPlan, later []*commitReq) {
+	cur := &txnPlan{}
+	closeCur := func() {
+		if cur.n > 0 {
+			plans = append(plans, cur)
+			cur = &txnPlan{}
+		}
+	}
+	for _, r := range pending {
+		if keys != nil {
+			if touchesAny(keys, r.ops) {
+				later = append(later, r)
+				continue
+			}
+			for _, o := range r.ops {
+				keys[o.Key] = true
+			}
+		}
+		size := opsSize(r.ops)
+		if cur.n+len(r.ops) > c.maxOps || cur.bytes+size > c.maxBytes {
+			closeCur() // keep a request that fits in one transaction whole
+		}
+		for k := 0; k < len(r.ops); {
+			// The longest run of r's ops from k that fits in cur.
+			j := k
+			for j < len(r.ops) && cur.n+(j-k) < c.maxOps && (cur.n+(j-k) == 0 || cur.bytes+r.ops[j].size() <= c.maxBytes) {
+				cur.bytes += r.ops[j].size()
+				j++
+			}
+			if j == k {
+				closeCur()
+				continue
+			}
+			cur.runs = append(cur.runs, r.ops[k:j])
+			cur.n += j - k
+			cur.parts = append(cur.parts, r)
+			r.remaining++
+			k = j
+		}
+	}
+	closeCur()
+	return plans, later
 }
 
 // failedAll returns the first error of the requests when every one of them
