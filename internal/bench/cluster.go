@@ -158,7 +158,7 @@ func (c *cluster) start(ctx context.Context) error {
 			"--etcd-endpoints", endpoints, "--api-addr", api,
 			"--grpc-addr", grpcAddr, "--grpc-advertise-addr", advertised,
 			"--agent-ttl", cfg.AgentTTL.String(),
-			"--data-dir", filepath.Join(c.dir, name)}, profile...), c.tls.daemonFlags(name)...), filepath.Join(c.dir, name+".log"))
+			"--data-dir", filepath.Join(c.dir, name)}, profile...), c.tls.daemonFlags(name)...), filepath.Join(c.dir, name+".log"), cfg.EngineEnv...)
 		if err != nil {
 			return err
 		}

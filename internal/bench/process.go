@@ -37,7 +37,7 @@ func (p *process) kill() {
 }
 
 // startProcess starts bin with args, its output going to logPath.
-func startProcess(name, bin string, args []string, logPath string) (*process, error) {
+func startProcess(name, bin string, args []string, logPath string, env ...string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
@@ -45,6 +45,9 @@ func startProcess(name, bin string, args []string, logPath string) (*process, er
 	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...) // the last value of a key wins
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)

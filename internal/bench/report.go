@@ -21,6 +21,8 @@ type Report struct {
 	Units          int     `json:"units"`
 	LatencyMS      float64 `json:"latency_ms"` // one-way delay added by the proxies
 	TLS            bool    `json:"tls"`        // mutual TLS on every connection (--tls)
+	// EngineEnv are the engines' own environment variables (--engine-env).
+	EngineEnv []string `json:"engine_env,omitempty"`
 
 	AllActive bool `json:"all_active"`
 	// Active is how many units the leader saw active by the end of the run.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,11 @@ type Config struct {
 	// the measured window (the start request until every unit is active):
 	// DIR/<registry>-<engine>-cpu.pprof and -heap.pprof.
 	ProfileDir string
+	// EngineEnv are environment variables (KEY=VALUE) given to the engine
+	// daemons alone: GOGC=50 or GOMEMLIMIT=1300MiB measure what the
+	// collector's settings trade between the engine's memory and its CPU,
+	// while the simulated agents and etcd keep theirs.
+	EngineEnv []string
 	// DistinctFiles starts N units with a file each (differing by their
 	// description), sent in batches of up to limits.BatchUnits, as the
 	// bench did before ranges; by default it submits one template and
@@ -163,6 +169,11 @@ func (c *Config) validate() error {
 	}
 	if c.AgentTTL <= 2*engineElectionTTL {
 		return fmt.Errorf("--agent-ttl %v: want more than %v, twice the engines' election TTL", c.AgentTTL, 2*engineElectionTTL)
+	}
+	for _, kv := range c.EngineEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return fmt.Errorf("--engine-env %q: want KEY=VALUE", kv)
+		}
 	}
 	if c.ProfileDir != "" {
 		dir, err := filepath.Abs(c.ProfileDir)
@@ -362,7 +373,7 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 
 	r := &Report{
 		Registry: registry, Engines: cfg.Engines, Agents: cfg.Agents, AgentProcesses: len(c.agents),
-		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000, TLS: cfg.TLS,
+		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000, TLS: cfg.TLS, EngineEnv: cfg.EngineEnv,
 		SubmitSeconds:    round6(submitted.Seconds()),
 		EtcdRequests:     etcdAfter.Sub(etcdBefore),
 		EngineCPUSeconds: round3((statsAfter.engineCPU - statsBefore.engineCPU).Seconds()),

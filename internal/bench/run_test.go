@@ -5,6 +5,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,11 +39,32 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Agents: 1, Units: 1, AgentsPerProcess: -1}, "--agents-per-process"},
 		{Config{Agents: 1, Units: 1, SimStartDelay: -1}, "--sim-start-delay"},
 		{Config{Agents: 1, Units: 1, AgentTTL: 10 * time.Second}, "--agent-ttl 10s: want more than 10s"},
+		{Config{Agents: 1, Units: 1, EngineEnv: []string{"GOGC"}}, `--engine-env "GOGC": want KEY=VALUE`},
+		{Config{Agents: 1, Units: 1, EngineEnv: []string{"=50"}}, `--engine-env "=50"`},
 	} {
 		err := tt.cfg.validate()
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("validate(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
 		}
+	}
+}
+
+// TestProcessEnv: a process started with variables sees them, over the
+// bench's own (the engines' --engine-env).
+func TestProcessEnv(t *testing.T) {
+	t.Setenv("FLOTILLA_BENCH_X", "bench")
+	log := filepath.Join(t.TempDir(), "log")
+	p, err := startProcess("sh", "/bin/sh", []string{"-c", `echo "$FLOTILLA_BENCH_X $GOMEMLIMIT"`}, log, "FLOTILLA_BENCH_X=engine", "GOMEMLIMIT=1300MiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	out, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "engine 1300MiB" {
+		t.Errorf("the process saw %q, want %q", got, "engine 1300MiB")
 	}
 }
 
