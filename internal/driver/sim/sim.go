@@ -49,6 +49,7 @@ type simUnit struct {
 	state   state
 	delay   *delay // a delayed start or stop, if one was made
 	journal []entry
+	first   [2]entry // the journal's room until it grows (Load)
 }
 
 // delay is a unit's delayed start or stop (Config.StartDelay, StopDelay).
@@ -150,18 +151,26 @@ func (d *Driver) set(name string, u *simUnit, active, sub, result string, pid in
 	return d.status(name, u)
 }
 
-func (d *Driver) Load(f *unit.File) error {
+func (d *Driver) Load(f *unit.File) error { return d.LoadShared(f.Name, f) }
+
+// LoadShared loads unit name from f, which may be named for another
+// instance of the same template: the simulation keeps only its hash, so
+// the agent need not copy a shared file to name it for each unit.
+func (d *Driver) LoadShared(name string, f *unit.File) error {
 	d.mu.Lock()
-	u, ok := d.units[f.Name]
+	u, ok := d.units[name]
 	if ok {
 		u.hash = f.Hash
 		d.mu.Unlock()
 		return nil
 	}
-	// Room for the load and a start: most units' journal, in one piece.
-	u = &simUnit{hash: f.Hash, journal: make([]entry, 0, 2)}
-	d.units[f.Name] = u
-	st := d.set(f.Name, u, "inactive", "dead", "", 0)
+	u = &simUnit{hash: f.Hash}
+	// Room for the load and a start, most units' whole journal, in the
+	// unit itself: one allocation a unit rather than two (a bench of
+	// 100,000 units made 200,000 in Load).
+	u.journal = u.first[:0]
+	d.units[name] = u
+	st := d.set(name, u, "inactive", "dead", "", 0)
 	d.mu.Unlock()
 	d.cfg.Notify(st)
 	return nil

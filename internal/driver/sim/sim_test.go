@@ -130,3 +130,49 @@ func TestStopDelay(t *testing.T) {
 		}
 	})
 }
+
+// TestJournalKeptInUnit: a unit's journal starts in the unit itself
+// (LoadShared) and keeps every change, in order, as it grows past that
+// room, up to maxJournal lines.
+func TestJournalKeptInUnit(t *testing.T) {
+	var r recorder
+	d, err := New(Config{Machine: "m1", Notify: r.notify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Loaded from a file parsed for another instance: known by its own name.
+	if err := d.LoadShared("web@2.service", &unit.File{Name: "web@1.service", Hash: "h1"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.States(); len(st) != 1 || st[0].Name != "web@2.service" || st[0].Hash != "h1" {
+		t.Fatalf("states = %v, want web@2.service with hash h1", st)
+	}
+	journal := func(lines int) []string {
+		var b strings.Builder
+		if err := d.Journal(context.Background(), "web@2.service", lines, false, &b); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+			out = append(out, l[strings.Index(l, " ")+1:]) // without the time
+		}
+		return out
+	}
+	want := []string{"web@2.service: inactive/dead"}
+	for i := 0; len(want) < maxJournal+10; i++ {
+		if i%2 == 0 {
+			d.Start("web@2.service")
+			want = append(want, "web@2.service: active/running")
+		} else {
+			d.Stop("web@2.service")
+			want = append(want, "web@2.service: inactive/dead")
+		}
+		keep := want[max(0, len(want)-maxJournal):]
+		if got := journal(-1); strings.Join(got, ",") != strings.Join(keep, ",") {
+			t.Fatalf("after %d changes the journal is\n%s\nwant\n%s", len(want), strings.Join(got, "\n"), strings.Join(keep, "\n"))
+		}
+	}
+	if got := journal(2); len(got) != 2 || got[1] != want[len(want)-1] {
+		t.Errorf("last two lines = %v", got)
+	}
+}
