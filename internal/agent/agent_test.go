@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/monotime"
@@ -487,4 +488,140 @@ func TestAgentAdoptsTriggeredUnits(t *testing.T) {
 		cancel()
 		<-done
 	})
+}
+
+// ownDriver is a driver that keeps the files it loads (as the exec,
+// systemd and docker drivers do): it has no LoadShared.
+type ownDriver struct {
+	driver.Driver
+	mu     sync.Mutex
+	loaded map[string]*unit.File
+}
+
+func (d *ownDriver) Load(f *unit.File) error {
+	d.mu.Lock()
+	d.loaded[f.Name] = f
+	d.mu.Unlock()
+	return d.Driver.Load(f)
+}
+
+// TestSharedFileNamedForDriversThatKeepIt: instances of one template share
+// one parsed file (parseAssigned); a driver that keeps the file it loads
+// is given one named for each unit, while the sim driver (LoadShared)
+// loads each under its own name from the shared one.
+func TestSharedFileNamedForDriversThatKeepIt(t *testing.T) {
+	text := unitText(false)
+	full := &agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+		{Name: "web@1.service", File: text, DesiredState: "launched"},
+		{Name: "web@2.service", File: text, DesiredState: "loaded"},
+		{Name: "db@1.service", File: text, DesiredState: "launched"},
+	}}}}
+	names := []string{"db@1.service", "web@1.service", "web@2.service"}
+	for _, keeps := range []bool{false, true} {
+		a, d := newTestAgent(t, time.Hour)
+		own := &ownDriver{Driver: d, loaded: map[string]*unit.File{}}
+		if keeps {
+			a.SetDriver(own)
+		}
+		a.received(full, a.cfg.Mono())
+		reconcile(t, a)
+		a.mu.Lock()
+		if a.files["web@1.service"] != a.files["web@2.service"] || a.files["web@1.service"] == a.files["db@1.service"] {
+			t.Errorf("files kept: web@1 %p web@2 %p db@1 %p, want the web instances to share one, db its own",
+				a.files["web@1.service"], a.files["web@2.service"], a.files["db@1.service"])
+		}
+		for _, n := range names {
+			if f := a.files[n]; f.Name != n && f.Name != "web@1.service" {
+				t.Errorf("the file kept for %s is named %s: a shared file was changed", n, f.Name)
+			}
+		}
+		a.mu.Unlock()
+		var got []string
+		for _, s := range d.States() {
+			got = append(got, s.Name)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(names) {
+			t.Errorf("keeps=%v: the driver has %v, want %v", keeps, got, names)
+		}
+		if keeps {
+			for _, n := range names {
+				if f := own.loaded[n]; f == nil || f.Name != n {
+					t.Errorf("the driver that keeps files got %v for %s", f, n)
+				}
+			}
+		}
+	}
+}
+
+// TestUpdateSendsEachUnitsOwnStatus: the statuses of an update, made in
+// one allocation (statusesLocked), are each their own unit's.
+func TestUpdateSendsEachUnitsOwnStatus(t *testing.T) {
+	a, _ := newTestAgent(t, time.Hour)
+	want := map[string]string{}
+	for i := range 20 {
+		name, hash := fmt.Sprintf("u%02d.service", i), fmt.Sprintf("h%d", i)
+		a.mu.Lock()
+		a.haves[name] = have{Hash: hash, Applied: unit.Launched}
+		a.mu.Unlock()
+		if i%3 != 0 { // the others are sent as not reported yet
+			a.Notify(unit.Status{Name: name, Hash: hash, Load: "loaded", Active: "active", Sub: "running", PID: i})
+		}
+		want[name] = fmt.Sprintf("%s %d", hash, i)
+	}
+	a.mu.Lock()
+	for i := range 20 {
+		a.dirty[fmt.Sprintf("u%02d.service", i)] = true
+	}
+	a.dirty["gone.service"] = true // unloaded meanwhile: not sent
+	a.mu.Unlock()
+	u := a.takeUpdate().GetUpdate()
+	if len(u.Units) != 20 {
+		t.Fatalf("update has %d units, want 20", len(u.Units))
+	}
+	for _, s := range u.Units {
+		i := 0
+		fmt.Sscanf(s.Name, "u%02d.service", &i)
+		pid := i
+		if i%3 == 0 {
+			pid = 0
+			if s.Active != "inactive" {
+				t.Errorf("%s not reported yet is sent %s", s.Name, s.Active)
+			}
+		}
+		if got := fmt.Sprintf("%s %d", s.Hash, s.Pid); got != fmt.Sprintf("h%d %d", i, pid) {
+			t.Errorf("%s sent as %s, want hash and pid h%d %d", s.Name, got, i, pid)
+		}
+		delete(want, s.Name)
+	}
+	if len(want) != 0 {
+		t.Errorf("not sent: %v", want)
+	}
+}
+
+// TestSingletonsNotedFromDeltas: the shortest LostAfter= of the singleton
+// units follows the deltas that add and remove them.
+func TestSingletonsNotedFromDeltas(t *testing.T) {
+	a, _ := newTestAgent(t, time.Hour)
+	send := func(full bool, removed []string, units ...*agentpb.Assignment) {
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: full, Units: units, Removed: removed}}}, a.cfg.Mono())
+	}
+	check := func(when string, want time.Duration) {
+		t.Helper()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.minLost != want || a.singletons.Load() != (want > 0) {
+			t.Errorf("%s: minLost %v (singletons %v), want %v", when, a.minLost, a.singletons.Load(), want)
+		}
+	}
+	send(true, nil, &agentpb.Assignment{Name: "a.service", File: unitText(false), DesiredState: "launched"})
+	check("no singleton", 0)
+	send(false, nil, &agentpb.Assignment{Name: "s.service", File: singletonText("30s"), DesiredState: "launched"})
+	check("a singleton came", 30*time.Second)
+	send(false, nil, &agentpb.Assignment{Name: "b.service", File: unitText(false), DesiredState: "launched"})
+	check("another unit came", 30*time.Second)
+	send(false, []string{"s.service"})
+	check("the singleton left", 0)
+	send(false, nil, &agentpb.Assignment{Name: "s.service", File: singletonText("30s"), DesiredState: "launched"})
+	send(true, nil, &agentpb.Assignment{Name: "a.service", File: unitText(false), DesiredState: "launched"})
+	check("a full set without it", 0)
 }

@@ -1,7 +1,10 @@
 package agent
 
 import (
-	"sort"
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
@@ -47,7 +50,14 @@ type action struct {
 // against what the agent has, in a stable order (by unit). A unit whose hash changed is unloaded first; it is
 // loaded again on the next pass, once the unload is done.
 func plan(wants map[string]want, haves map[string]have) []action {
-	var acts []action
+	return appendPlan(nil, wants, haves)
+}
+
+// appendPlan appends plan's actions to acts. reconcile hands it a slice
+// kept for the next pass (actsPool): grown from nil each pass, the
+// actions were a third of plan's time in a bench's agents (0.20 s of
+// 0.63 s), sorting them with sort.SliceStable another third.
+func appendPlan(acts []action, wants map[string]want, haves map[string]have) []action {
 	for name, h := range haves {
 		w, ok := wants[name]
 		if h.Busy {
@@ -76,7 +86,16 @@ func plan(wants map[string]want, haves map[string]have) []action {
 		}
 	}
 	// One unit gets either an unload, or a load then a start, or one of
-	// start or stop: a stable sort by name keeps load before start.
-	sort.SliceStable(acts, func(i, j int) bool { return acts[i].Name < acts[j].Name })
+	// start or stop: by name, then kind, puts load before start.
+	slices.SortFunc(acts, func(x, y action) int {
+		if c := strings.Compare(x.Name, y.Name); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Kind, y.Kind)
+	})
 	return acts
 }
+
+// actsPool keeps the slices reconcile plans into, for all the agents of a
+// process: an agent holds none while it is idle.
+var actsPool = sync.Pool{New: func() any { return new([]action) }}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestReportAsSent(t *testing.T) {
 			want.SinceUnixNano = s.Since.UnixNano()
 		}
 		a.mu.Lock()
-		got := a.statusLocked(s.Name)
+		got := statusOf(a, s.Name)
 		a.mu.Unlock()
 		if !proto.Equal(got, want) {
 			t.Errorf("%s sent as %v, want %v", s.Name, got, want)
@@ -39,7 +40,7 @@ func TestReportAsSent(t *testing.T) {
 	}
 	a.mu.Lock()
 	a.haves["d.service"] = have{Hash: "h4", Applied: unit.Loaded}
-	got := a.statusLocked("d.service")
+	got := statusOf(a, "d.service")
 	a.mu.Unlock()
 	want := &agentpb.UnitStatus{Name: "d.service", Hash: "h4", Load: "loaded", Active: "inactive", Sub: "dead", Applied: string(unit.Loaded)}
 	if !proto.Equal(got, want) {
@@ -48,4 +49,12 @@ func TestReportAsSent(t *testing.T) {
 	if p, q := internStates(reportStates{"loaded", "active", "running", ""}), internStates(reportStates{"loaded", "active", "running", ""}); p != q {
 		t.Error("the same states are kept twice")
 	}
+}
+
+// statusOf is unit name's status as sent to the leader; callers hold a.mu.
+func statusOf(a *Agent, name string) *agentpb.UnitStatus {
+	if us := a.statusesLocked(slices.Values([]string{name}), 1); len(us) == 1 {
+		return us[0]
+	}
+	return nil
 }

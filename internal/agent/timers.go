@@ -137,6 +137,11 @@ func (a *Agent) stopReconciling() {
 	a.rec.wg.Wait()
 }
 
+// maxPooledActs bounds the slices of actions kept for later passes
+// (actsPool): a machine's first pass over a large set of units should not
+// leave its slice held.
+const maxPooledActs = 1024
+
 // reconcile applies the plan, again as long as kicks come while it does.
 func (a *Agent) reconcile(ctx context.Context) {
 	r := &a.rec
@@ -150,15 +155,27 @@ func (a *Agent) reconcile(ctx context.Context) {
 		}
 		r.kicked = false
 		r.mu.Unlock()
-		a.mu.Lock()
-		if a.leaving {
-			a.mu.Unlock()
-			continue // Leave stops the units; nothing is started again
-		}
-		acts := plan(a.wants, a.haves)
+		a.pass(ctx, &r.wg)
+	}
+}
+
+// pass plans and carries out one reconciliation pass; wg counts the
+// unloads it starts in the background.
+func (a *Agent) pass(ctx context.Context, wg *sync.WaitGroup) {
+	a.mu.Lock()
+	if a.leaving {
 		a.mu.Unlock()
-		for _, act := range acts {
-			a.do(ctx, act, &r.wg)
-		}
+		return // Leave stops the units; nothing is started again
+	}
+	buf := actsPool.Get().(*[]action)
+	acts := appendPlan((*buf)[:0], a.wants, a.haves)
+	a.mu.Unlock()
+	for _, act := range acts {
+		a.do(ctx, act, wg)
+	}
+	if cap(acts) <= maxPooledActs {
+		clear(acts) // the names are not kept alive
+		*buf = acts
+		actsPool.Put(buf)
 	}
 }
