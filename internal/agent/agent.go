@@ -974,11 +974,17 @@ func (a *Agent) load(d driver.Driver, name string, f *unit.File) error {
 	return d.Load(f)
 }
 
+// failed logs an action's failure. Only a failure logs: a logger made
+// With the unit for every action was a tenth of a bench's agents'
+// allocations, and a closure doing this, made for every action (the
+// unload's goroutine calls it), 7.5 MB of the 242 MB of 1,000 agents
+// given 100,000 units.
+func (a *Agent) failed(msg, name string, err error) {
+	a.log.Error(msg, "unit", name, "err", err)
+}
+
 func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 	d := a.cfg.Driver
-	// Only a failure logs: a logger made With the unit for every action
-	// was a tenth of a bench's agents' allocations.
-	fail := func(msg string, err error) { a.log.Error(msg, "unit", act.Name, "err", err) }
 	switch act.Kind {
 	case actLoad:
 		a.mu.Lock()
@@ -993,7 +999,7 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		if err := a.load(d, act.Name, f); err != nil {
 			// systemd shows a unit it cannot load as load=error; it is
 			// reported failed so that whoever waits for it stops waiting.
-			fail("load failed", err)
+			a.failed("load failed", act.Name, err)
 			a.mu.Lock()
 			if h, ok := a.haves[act.Name]; ok {
 				h.Broken = true
@@ -1014,13 +1020,13 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 		if err := d.Start(act.Name); err != nil {
 			// Not started (a fenced singleton before new word, a start
 			// limit): the next pass tries again.
-			fail("start failed", err)
+			a.failed("start failed", act.Name, err)
 			a.setApplied(act.Name, unit.Loaded)
 		}
 	case actStop:
 		a.setApplied(act.Name, unit.Loaded)
 		if err := d.Stop(act.Name); err != nil {
-			fail("stop failed", err)
+			a.failed("stop failed", act.Name, err)
 		}
 	case actUnload:
 		a.mu.Lock()
@@ -1040,7 +1046,7 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 				err = d.Unload(context.WithoutCancel(ctx), act.Name)
 			}
 			if err != nil && !errors.Is(err, driver.ErrUnknownUnit) {
-				fail("unload failed", err)
+				a.failed("unload failed", act.Name, err)
 			} else {
 				a.removeLogIfDestroyed(d, act.Name)
 			}
