@@ -372,7 +372,7 @@ func (e *eval) rankKey(m *machine, strategy string) rankKey {
 	if strategy == Binpack {
 		return rankKey{a: freeScore(m.Capacity, used.add(e.u.Needs)), id: m.ID}
 	}
-	return rankKey{a: int64(len(m.units) - len(e.ex)), b: -freeScore(m.Capacity, used), id: m.ID}
+	return rankKey{a: int64(len(m.placed) - len(e.ex)), b: -freeScore(m.Capacity, used), id: m.ID}
 }
 
 // Fits reports whether u may run on machine id, and if not why, in the
@@ -410,7 +410,7 @@ func (c *Cluster) Fits(u *Unit, id string) (bool, string) {
 
 // residentEval returns an eval of u, reusing what its placement on m knows.
 func (c *Cluster) residentEval(u *Unit, m *machine) *eval {
-	if pl := m.units[u.Name]; pl != nil && pl.u == u {
+	if pl := c.on(m, u.Name); pl != nil && pl.u == u {
 		return c.newEval(u, pl.prep, pl)
 	}
 	return c.newEval(u, c.prepare(u), nil)
@@ -459,7 +459,7 @@ func (c *Cluster) GlobalMachines(u *Unit) []string {
 		if !ok {
 			continue
 		}
-		if m.units[u.Name] == nil {
+		if c.on(m, u.Name) == nil {
 			if c.overQuota(pr.role, u.Needs.add(added)) != "" {
 				continue
 			}

@@ -132,7 +132,7 @@ func (c *Cluster) newEval(u *Unit, pr *prep, self *placement) *eval {
 	reverse := e.reverse[:0]
 	*e = eval{c: c, u: u, pr: pr, placed: c.where[u.Name] != nil || c.global[u.Name] != nil}
 	if self != nil {
-		for _, p := range self.patterns() {
+		for _, p := range c.matches[self] {
 			if p.refs > 0 {
 				reverse = append(reverse, p)
 			}
@@ -216,13 +216,13 @@ func (e *eval) residentChain() []checker {
 func (e *eval) at(m *machine) {
 	e.ex = e.exBuf[:0]
 	if e.placed {
-		if pl := m.units[e.u.Name]; pl != nil {
+		if pl := e.c.on(m, e.u.Name); pl != nil {
 			e.ex = append(e.ex, pl)
 		}
 	}
 	if e.displacing {
 		for _, x := range e.u.Fleet.Replaces {
-			if pl := m.units[x]; pl != nil && x != e.u.Name && !pl.u.Fleet.Global {
+			if pl := e.c.on(m, x); pl != nil && x != e.u.Name && !pl.u.Fleet.Global {
 				e.ex = append(e.ex, pl)
 			}
 		}
@@ -285,7 +285,7 @@ func (e *eval) checkMetadata(m *machine) (rejection, bool) {
 
 func (e *eval) checkMachineOf(m *machine) (rejection, bool) {
 	for _, peer := range e.u.Fleet.MachineOf {
-		if m.units[peer] == nil {
+		if e.c.on(m, peer) == nil {
 			return rejection{kind: kindMachineOf, m: m, name: peer}, false
 		}
 	}
@@ -300,7 +300,7 @@ func (e *eval) checkConflicts(m *machine) (rejection, bool) {
 	for _, p := range e.pr.forward {
 		if n := p.matched[m]; n > 0 {
 			for _, x := range e.ex {
-				if slices.Contains(x.patterns(), p) {
+				if slices.Contains(e.c.matches[x], p) {
 					n--
 				}
 			}
@@ -347,7 +347,7 @@ func (e *eval) checkReplacedBy(m *machine) (rejection, bool) {
 // global unit is not displaced.
 func (e *eval) checkReplacesGlobal(m *machine) (rejection, bool) {
 	for _, x := range e.u.Fleet.Replaces {
-		if pl := m.units[x]; pl != nil && pl.u.Fleet.Global {
+		if pl := e.c.on(m, x); pl != nil && pl.u.Fleet.Global {
 			return rejection{kind: kindReplacesGlobal, m: m, name: x}, false
 		}
 	}
@@ -358,7 +358,7 @@ func (e *eval) checkReplacesGlobal(m *machine) (rejection, bool) {
 // replaces. The second pass takes such machines if no other fits.
 func (e *eval) checkReplaces(m *machine) (rejection, bool) {
 	for _, x := range e.u.Fleet.Replaces {
-		if pl := m.units[x]; pl != nil && x != e.u.Name && !pl.u.Fleet.Global {
+		if pl := e.c.on(m, x); pl != nil && x != e.u.Name && !pl.u.Fleet.Global {
 			return rejection{kind: kindReplaces, m: m, name: x}, false
 		}
 	}
@@ -385,7 +385,7 @@ func (e *eval) checkResources(m *machine) (rejection, bool) {
 // shrank): then the units whose names sort first keep their room, and the
 // rest do not fit, so that the fewest move and always the same ones.
 func (e *eval) checkResident(m *machine) (rejection, bool) {
-	self := m.units[e.u.Name]
+	self := e.c.on(m, e.u.Name)
 	if self == nil {
 		return e.checkResources(m)
 	}
@@ -397,8 +397,8 @@ func (e *eval) checkResident(m *machine) (rejection, bool) {
 		return rejection{}, true
 	}
 	var before Resources
-	for name, pl := range m.units {
-		if name < e.u.Name {
+	for _, pl := range m.placed {
+		if pl.u.Name < e.u.Name {
 			before = before.add(pl.u.Needs)
 		}
 	}
@@ -416,13 +416,15 @@ func (e *eval) checkResident(m *machine) (rejection, bool) {
 func (e *eval) conflictWith(m *machine) string {
 	e.at(m)
 	first := ""
-	for name, pl := range m.units {
+	for _, pl := range m.placed {
+		name := pl.u.Name
 		if name == e.u.Name || e.excluded(pl) || (first != "" && name >= first) {
 			continue
 		}
 		hit := false
+		matches := e.c.matches[pl]
 		for _, p := range e.pr.forward {
-			if slices.Contains(pl.patterns(), p) {
+			if slices.Contains(matches, p) {
 				hit = true
 				break
 			}

@@ -84,8 +84,8 @@ func machineID(i int) string {
 func (c *Cluster) state() string {
 	byUnit := map[string][]string{}
 	for _, id := range c.ids {
-		for name := range c.machines[id].units {
-			byUnit[name] = append(byUnit[name], id)
+		for _, pl := range c.machines[id].placed {
+			byUnit[pl.u.Name] = append(byUnit[pl.u.Name], id)
 		}
 	}
 	var parts []string

@@ -189,7 +189,7 @@ func (o *order) fix(p pos) {
 // spreadLess orders machines by spread rank: fewest units, then most free
 // resources, then machine ID.
 func spreadLess(a, b *machine) bool {
-	if na, nb := len(a.units), len(b.units); na != nb {
+	if na, nb := len(a.placed), len(b.placed); na != nb {
 		return na < nb
 	}
 	if a.free != b.free {
@@ -282,8 +282,7 @@ func (ps *patterns) register(c *Cluster, glob string) *pattern {
 	ps.unused++
 	count := func(pl *placement) {
 		if p.match(pl.u.Name) {
-			p.matched[pl.m]++
-			pl.addMatch(p)
+			c.match(pl, p)
 		}
 	}
 	for _, pl := range c.where {
@@ -315,12 +314,11 @@ func (ps *patterns) maybeEvict(c *Cluster) {
 			ps.byKey[key] = list
 		}
 	}
-	for _, pl := range c.where {
-		pl.keepMatches(used)
-	}
-	for _, inst := range c.global {
-		for _, pl := range inst {
-			pl.keepMatches(used)
+	for pl, list := range c.matches {
+		if list = keep(list, used); len(list) == 0 {
+			delete(c.matches, pl)
+		} else {
+			c.matches[pl] = list
 		}
 	}
 	ps.unused = 0

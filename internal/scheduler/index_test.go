@@ -17,7 +17,7 @@ func TestOrder(t *testing.T) {
 	var ids int
 	newMachine := func() *machine {
 		ids++
-		return &machine{Machine: Machine{ID: fmt.Sprintf("m%05d", ids)}, units: map[string]*placement{}, free: r.Int64N(4)}
+		return &machine{Machine: Machine{ID: fmt.Sprintf("m%05d", ids)}, free: r.Int64N(4)}
 	}
 	for step := range 20000 {
 		switch k := r.IntN(10); {
@@ -36,7 +36,7 @@ func TestOrder(t *testing.T) {
 				p := o.index(m)
 				// The spread rank's keys: its unit count, then free.
 				if r.IntN(2) == 0 {
-					m.units[fmt.Sprint(step)] = nil
+					m.placed = append(m.placed, nil)
 				} else {
 					m.free = r.Int64N(4)
 				}

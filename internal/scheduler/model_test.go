@@ -2,11 +2,13 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -26,6 +28,7 @@ func naiveFits(c *Cluster, u *Unit, m *machine, decide bool) bool {
 // gone too (the units a Replaces= unit displaces).
 func naiveFitsWithout(c *Cluster, u *Unit, m *machine, decide bool, gone map[string]bool) bool {
 	f := *u.Fleet
+	units := unitsOn(m)
 	if f.MachineID != "" && f.MachineID != m.ID {
 		return false
 	}
@@ -35,12 +38,12 @@ func naiveFitsWithout(c *Cluster, u *Unit, m *machine, decide bool, gone map[str
 		}
 	}
 	for _, peer := range f.MachineOf {
-		if m.units[peer] == nil || (decide && peer == u.Name) {
+		if units[peer] == nil || (decide && peer == u.Name) {
 			return false
 		}
 	}
 	var used Resources
-	for name, pl := range m.units {
+	for name, pl := range units {
 		if name == u.Name || gone[name] {
 			continue
 		}
@@ -62,11 +65,11 @@ func naiveFitsWithout(c *Cluster, u *Unit, m *machine, decide bool, gone map[str
 			return false // the model does not displace
 		}
 	}
-	if !decide && m.units[u.Name] != nil {
+	if !decide && units[u.Name] != nil {
 		// Of two placed units that replace each other, the first by name
 		// stays.
 		for _, om := range c.machines {
-			for name, pl := range om.units {
+			for name, pl := range unitsOn(om) {
 				if name < u.Name && !pl.u.Fleet.Global && slices.Contains(f.Replaces, name) && slices.Contains(pl.u.Fleet.Replaces, u.Name) {
 					return false
 				}
@@ -79,7 +82,7 @@ func naiveFitsWithout(c *Cluster, u *Unit, m *machine, decide bool, gone map[str
 			return true
 		}
 		var before Resources
-		for name, pl := range m.units {
+		for name, pl := range units {
 			if name < u.Name {
 				before = before.add(pl.u.Needs)
 			}
@@ -94,13 +97,23 @@ func naiveFitsWithout(c *Cluster, u *Unit, m *machine, decide bool, gone map[str
 		fits(u.Needs.MemoryBytes, m.Capacity.MemoryBytes, used.MemoryBytes)
 }
 
+// unitsOn returns the units placed on m by name: the model's view of a
+// machine.
+func unitsOn(m *machine) map[string]*placement {
+	units := map[string]*placement{}
+	for _, pl := range m.placed {
+		units[pl.u.Name] = pl
+	}
+	return units
+}
+
 // naiveDecide is Decide, the slow way: the machine and the units
 // displaced there.
 func naiveDecide(c *Cluster, u *Unit) (string, []string) {
 	// Of two units that replace each other, only one is placed.
 	placedAt := map[string]*placement{}
 	for _, m := range c.machines {
-		for name, pl := range m.units {
+		for name, pl := range unitsOn(m) {
 			if !pl.u.Fleet.Global {
 				placedAt[name] = pl
 			}
@@ -126,7 +139,7 @@ func naiveDecide(c *Cluster, u *Unit) (string, []string) {
 	}
 	if best := naiveBest(c, u, gone, func(id string) bool { return taken[id] }); best != "" {
 		var displaced []string
-		for name := range c.machines[best].units {
+		for name := range unitsOn(c.machines[best]) {
 			if gone[name] {
 				displaced = append(displaced, name)
 			}
@@ -148,7 +161,7 @@ func naiveBest(c *Cluster, u *Unit, gone map[string]bool, ok func(string) bool) 
 		}
 		var used Resources
 		n := 0
-		for name, pl := range m.units {
+		for name, pl := range unitsOn(m) {
 			if name != u.Name && !gone[name] {
 				used = used.add(pl.u.Needs)
 				n++
@@ -169,7 +182,7 @@ func naiveBest(c *Cluster, u *Unit, gone map[string]bool, ok func(string) bool) 
 func naiveOverQuota(c *Cluster, u *Unit) bool {
 	var roleUsed Resources
 	for _, m := range c.machines {
-		for name, pl := range m.units {
+		for name, pl := range unitsOn(m) {
 			if name != u.Name && pl.u.Role() == u.Role() {
 				roleUsed = roleUsed.add(pl.u.Needs)
 			}
@@ -212,26 +225,67 @@ func checkInvariants(t *testing.T, c *Cluster) {
 		t.Fatalf("total capacity %+v, want %+v", c.total, capa)
 	}
 	roles := map[string]roleUsage{}
+	listed := 0
 	for _, m := range c.machines {
 		var used Resources
-		for name, pl := range m.units {
-			used = used.add(pl.u.Needs)
-			if pl.m != m || pl.u.Name != name {
-				t.Fatalf("placement %s on %s records %s on %s", name, m.ID, pl.u.Name, pl.m.ID)
+		names := map[string]bool{}
+		for i, pl := range m.placed {
+			name := pl.u.Name
+			if pl.m != m || int(pl.idx) != i || names[name] {
+				t.Fatalf("placement %d of %s records %s on %s at %d, or lists it twice", i, m.ID, name, pl.m.ID, pl.idx)
 			}
+			names[name] = true
+			used = used.add(pl.u.Needs)
 			r := roles[pl.u.Role()]
 			r.used, r.count = r.used.add(pl.u.Needs), r.count+1
 			roles[pl.u.Role()] = r
-			if pl.u.Fleet.Global != (c.global[name][m] == pl) || !pl.u.Fleet.Global != (c.where[name] == pl) {
+			if pl.u.Fleet.Global != (c.global[name][m] == pl) || !pl.u.Fleet.Global != (c.where[name] == pl) || c.on(m, name) != pl {
 				t.Fatalf("placement %s on %s missing from the where/global maps", name, m.ID)
 			}
 		}
+		listed += len(m.placed)
 		if used != m.used || m.free != freeScore(m.Capacity, used) {
 			t.Fatalf("machine %s: used %+v free %d, want %+v %d", m.ID, m.used, m.free, used, freeScore(m.Capacity, used))
 		}
 		for k, v := range m.Metadata {
 			if _, ok := c.meta[k][v][m]; !ok {
 				t.Fatalf("metadata index lacks %s=%s for %s", k, v, m.ID)
+			}
+		}
+	}
+	// The other way: each placement the maps hold is listed by its
+	// machine, so that with the counts equal the two views are the same.
+	isListed := func(pl *placement) bool {
+		return c.machines[pl.m.ID] == pl.m && int(pl.idx) < len(pl.m.placed) && pl.m.placed[pl.idx] == pl
+	}
+	inMaps := 0
+	for name, pl := range c.where {
+		if pl.u.Name != name || pl.u.Fleet.Global || !isListed(pl) {
+			t.Fatalf("where[%s] = %s on %s, not listed there", name, pl.u.Name, pl.m.ID)
+		}
+		inMaps++
+	}
+	for name, inst := range c.global {
+		if len(inst) == 0 || c.where[name] != nil {
+			t.Fatalf("global[%s] has %d instances; where has it: %v", name, len(inst), c.where[name] != nil)
+		}
+		for m, pl := range inst {
+			if pl.u.Name != name || pl.m != m || !pl.u.Fleet.Global || !isListed(pl) {
+				t.Fatalf("global[%s][%s] = %s on %s, not listed there", name, m.ID, pl.u.Name, pl.m.ID)
+			}
+			inMaps++
+		}
+	}
+	if inMaps != listed {
+		t.Fatalf("the machines list %d placements, the where/global maps %d", listed, inMaps)
+	}
+	for pl, list := range c.matches {
+		if !isListed(pl) || len(list) == 0 {
+			t.Fatalf("matches of %s on %s: %d patterns, listed %v", pl.u.Name, pl.m.ID, len(list), isListed(pl))
+		}
+		for _, p := range list {
+			if c.pats.byGlob[p.glob] != p || !p.match(pl.u.Name) {
+				t.Fatalf("matches of %s: %s, not a registered pattern matching it", pl.u.Name, p.glob)
 			}
 		}
 	}
@@ -246,7 +300,7 @@ func checkInvariants(t *testing.T, c *Cluster) {
 	for glob, p := range c.pats.byGlob {
 		declared, matched, refs := map[*machine]int{}, map[*machine]int{}, 0
 		for _, m := range c.machines {
-			for name, pl := range m.units {
+			for name, pl := range unitsOn(m) {
 				for _, g := range pl.u.Fleet.Conflicts {
 					if g == glob {
 						declared[m]++
@@ -255,7 +309,7 @@ func checkInvariants(t *testing.T, c *Cluster) {
 				}
 				if p.match(name) {
 					matched[m]++
-					if !slices.Contains(pl.patterns(), p) {
+					if !slices.Contains(c.matches[pl], p) {
 						t.Fatalf("pattern %s: placement %s lacks it", glob, name)
 					}
 				}
@@ -388,7 +442,7 @@ func TestAgainstModel(t *testing.T) {
 						}
 					}
 				case r < 4 && len(units) > 0:
-					names := slices.Sorted(mapsKeys(units))
+					names := slices.Sorted(maps.Keys(units))
 					c.Unplace(names[rng.IntN(len(names))])
 				case u.Fleet.Global:
 					want := []string{}
@@ -433,7 +487,7 @@ func TestAgainstModel(t *testing.T) {
 				// Fits agrees with the model for every placed unit.
 				for _, id := range c.ids {
 					m := c.machines[id]
-					for _, pl := range m.units {
+					for _, pl := range m.placed {
 						got, why := c.Fits(pl.u, id)
 						if want := naiveFits(c, pl.u, m, false); got != want || got == (why != "") {
 							t.Fatalf("step %d: Fits(%s %+v, %s) = %v, %q, want %v\ncluster: %s", step, pl.u.Name, pl.u.Fleet, id, got, why, want, c.state())
@@ -445,12 +499,75 @@ func TestAgainstModel(t *testing.T) {
 	}
 }
 
-func mapsKeys(m map[string]*Unit) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
+// TestPlacedLists: units are placed, moved, unplaced and forgotten with
+// their machines at random, global or not, some matching Conflicts=
+// patterns; after every step the machines' lists of placed units agree with
+// the where and global maps, and both with a model of where units are.
+func TestPlacedLists(t *testing.T) {
+	for seed := range uint64(10) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		c := NewCluster()
+		model := map[string]map[string]bool{} // unit -> machine IDs
+		global := map[string]bool{}           // how each unit is placed
+		for step := range 500 {
+			name := fmt.Sprintf("u%d.service", rng.IntN(12))
+			id := fmt.Sprintf("m%d", rng.IntN(6))
+			switch r := rng.IntN(10); {
+			case r < 5:
+				var opts []string
+				switch rng.IntN(4) {
+				case 0:
+					opts = append(opts, "Global=true")
+				case 1:
+					opts = append(opts, "Conflicts=u1*")
+				case 2:
+					opts = append(opts, "Replaces=u2.service")
+				}
+				u := mk(t, name, opts...)
+				c.Place(u, id)
+				if !u.Fleet.Global || !global[name] {
+					delete(model, name)
+				}
+				if c.HasMachine(id) {
+					if model[name] == nil {
+						model[name] = map[string]bool{}
+					}
+					model[name][id], global[name] = true, u.Fleet.Global
+				}
+			case r < 6:
+				c.Unplace(name)
+				delete(model, name)
+			case r < 7:
+				c.UnplaceFrom(name, id)
+				if delete(model[name], id); len(model[name]) == 0 {
+					delete(model, name)
+				}
+			case r < 8:
+				c.RemoveMachine(id)
+				for name, on := range model {
+					if delete(on, id); len(on) == 0 {
+						delete(model, name)
+					}
+				}
+			default:
+				c.SetMachine(Machine{ID: id})
+			}
+			checkInvariants(t, c)
+			var want []string
+			for _, name := range slices.Sorted(maps.Keys(model)) {
+				want = append(want, name+":"+strings.Join(slices.Sorted(maps.Keys(model[name])), ","))
+			}
+			if got := c.state(); got != strings.Join(want, " ") {
+				t.Fatalf("seed %d step %d: placed %s, want %s", seed, step, got, strings.Join(want, " "))
 			}
 		}
+	}
+}
+
+// TestPlacementSize: a placement is made for each placed unit, a million
+// at flotilla bench's scale; past 32 bytes Go allocates 48.
+func TestPlacementSize(t *testing.T) {
+	if n := unsafe.Sizeof(placement{}); n > 32 {
+		t.Errorf("a placement is %d bytes; want at most 32", n)
 	}
 }

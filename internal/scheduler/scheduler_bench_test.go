@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -249,4 +250,44 @@ func BenchmarkAllocateSpread10kMachines(b *testing.B) {
 		}
 		b.StartTimer()
 	}
+}
+
+// BenchmarkPlace100kUnitsHeap places 100,000 instances of one plain
+// template round the 1,000 machines of a cluster, and reports the heap
+// the placements hold per unit (the units themselves are made before):
+// at flotilla bench's million units this is the leader's largest item.
+func BenchmarkPlace100kUnitsHeap(b *testing.B) {
+	spec := &Spec{Fleet: &unit.Fleet{}}
+	us := make([]*Unit, 100_000)
+	for i := range us {
+		us[i] = &Unit{Name: fmt.Sprintf("bench@%07d.service", i), Spec: spec}
+	}
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("sim-%04d", i)
+	}
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	var perUnit float64
+	for b.Loop() {
+		b.StopTimer()
+		c := NewCluster()
+		for _, id := range ids {
+			c.SetMachine(Machine{ID: id})
+		}
+		before := heap()
+		b.StartTimer()
+		for i, u := range us {
+			c.Place(u, ids[i%len(ids)])
+		}
+		b.StopTimer()
+		perUnit = float64(heap()-before) / float64(len(us))
+		runtime.KeepAlive(c)
+		b.StartTimer()
+	}
+	b.ReportMetric(perUnit, "B/unit")
 }
