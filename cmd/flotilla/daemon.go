@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla/flotilla/internal/daemon"
 	"github.com/flotilla/flotilla/internal/flagconfig"
 	"github.com/flotilla/flotilla/internal/machine"
+	"github.com/flotilla/flotilla/internal/gctune"
 	"github.com/flotilla/flotilla/internal/profiling"
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -28,6 +29,7 @@ type daemonFlags struct {
 	config      string
 	printConfig bool
 	profileDir  string
+	gcPercent   int
 }
 
 // Flags of daemon and dev that are not configuration: they cannot be keys
@@ -39,6 +41,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.config, "config", "", "YAML configuration file whose keys are these flags' names (data-dir: /var/lib/flotilla); flags and $FLOTILLA_<FLAG> override it")
 	fs.StringVar(&f.profileDir, "profile-dir", "", "keep CPU and heap profiles in this directory over the window SIGUSR1 (start) and SIGUSR2 (stop) mark (flotilla bench --profile)")
 	fs.MarkHidden("profile-dir")
+	fs.IntVar(&f.gcPercent, "gc-percent", 0, "the Go collector's GOGC for this process; 0 (default) keeps Go's 100 while the heap is small and then bounds its growth past what is live to 256 MiB, not under 50 (a GOGC variable in the environment wins)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the configuration merged from flags, environment, file and defaults as YAML (with where each value came from), then exit")
 	fs.StringVar(&f.cfg.DataDir, "data-dir", "", "directory for the etcd member, unit logs and state")
 	fs.StringVar(&f.cfg.APIAddr, "api-addr", "127.0.0.1:7480", "address the HTTP API listens on")
@@ -142,7 +145,13 @@ func (f *daemonFlags) load(cmd *cobra.Command, src *flagconfig.Sources) (done bo
 }
 
 // profile keeps profiles on signals if --profile-dir asks.
-func (f *daemonFlags) profile(ctx context.Context) error {
+// process sets up what belongs to the process, not the daemon: the
+// collector's percent and the profiling signals.
+func (f *daemonFlags) process(ctx context.Context) error {
+	if f.gcPercent < 0 {
+		return fmt.Errorf("--gc-percent %d: want 0 (bounded) or a positive percent", f.gcPercent)
+	}
+	gctune.Run(ctx, f.gcPercent, f.cfg.Logger)
 	if f.profileDir == "" {
 		return nil
 	}
@@ -211,7 +220,7 @@ func devCommand(src *flagconfig.Sources) *cobra.Command {
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			if err := f.profile(ctx); err != nil {
+			if err := f.process(ctx); err != nil {
 				return err
 			}
 			return daemon.Dev(ctx, daemon.DevConfig{Config: f.cfg})
@@ -250,7 +259,7 @@ it is ready (Type=notify) once its API serves.`,
 			f.finish()
 			ctx, cancel := signalContext()
 			defer cancel()
-			if err := f.profile(ctx); err != nil {
+			if err := f.process(ctx); err != nil {
 				return err
 			}
 			return daemon.Run(ctx, f.cfg)
