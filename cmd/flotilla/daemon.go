@@ -16,8 +16,8 @@ import (
 
 	"github.com/flotilla/flotilla/internal/daemon"
 	"github.com/flotilla/flotilla/internal/flagconfig"
-	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/gctune"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/profiling"
 	"github.com/flotilla/flotilla/internal/unit"
 )

@@ -415,7 +415,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			}
 		}
 		if !pm.Reachable || pm.Draining {
-			pm.Units = slices.Collect(maps.Keys(m.units))
+			pm.Units = slices.Clone(m.units)
 		}
 		in.Machines[id] = pm
 	}
@@ -425,7 +425,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 	// had the agent TTL to reconnect, every placed unit (a change a former
 	// term committed but did not act on is acted on now).
 	for _, id := range drifted {
-		for name := range t.machines[id].units {
+		for _, name := range t.machines[id].units {
 			in.Check[name] = id
 		}
 	}
@@ -490,7 +490,7 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 				if known {
 					drifted = append(drifted, id)
 				} else {
-					for name := range m.units {
+					for _, name := range m.units {
 						t.sched.Place(t.units[name].su, id)
 					}
 					t.globalsDirty = true
@@ -597,7 +597,7 @@ func (t *term) sendFull() {
 		m.conn.mu.Lock()
 		m.conn.full = true
 		m.conn.pending = make(map[string]*unitRec, len(m.units)+len(m.globals))
-		for name := range m.units {
+		for _, name := range m.units {
 			m.conn.pending[name] = t.units[name]
 		}
 		for name := range m.globals {

@@ -263,6 +263,7 @@ var verifyViews = false
 func (t *term) checkViews(s *state.Snapshot) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	t.checkLists()
 	t.dirtyMu.Lock()
 	since := map[string]bool{}
 	for _, name := range t.dirty {
@@ -284,6 +285,30 @@ func (t *term) checkViews(s *state.Snapshot) {
 			panic(fmt.Sprintf("engine: the published view of %s is %+v (spec %+v, status %+v); its record and state say %+v (spec %+v, status %+v), and nothing said it changed",
 				u.Name, *u.Shared, *u.Spec, u.Status, *want, *want.Spec, want.Status))
 		}
+	}
+}
+
+// checkLists panics unless each machine's list holds exactly the units
+// whose records place them there (not global), each at its slot.
+func (t *term) checkLists() {
+	listed := 0
+	for id, m := range t.machines {
+		for i, name := range m.units {
+			r := t.units[name]
+			if r == nil || r.machine != id || int(r.slot) != i || r.file.Fleet.Global {
+				panic(fmt.Sprintf("engine: %s is at %d in the list of machine %s; its record says %+v", name, i, id, r))
+			}
+		}
+		listed += len(m.units)
+	}
+	placed := 0
+	for _, r := range t.units {
+		if r.machine != "" && !r.file.Fleet.Global {
+			placed++
+		}
+	}
+	if listed != placed {
+		panic(fmt.Sprintf("engine: machines list %d units, %d are placed", listed, placed))
 	}
 }
 

@@ -47,9 +47,10 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 	for i := range n {
 		name := fmt.Sprintf("bench@%d.service", i)
 		id := fmt.Sprintf("m%05d", i%machines)
-		t.units[name] = newTestRec(name, f, unit.Launched, id)
+		r := newTestRec(name, f, unit.Launched, id)
+		t.units[name] = r
 		m := t.machines[id]
-		m.units[name] = struct{}{}
+		m.units.add(name, r)
 		m.states.put(agentStatus{Applied: f.Hash, Observed: time.Now(), Status: unit.Status{Name: name, Hash: f.Hash,
 			Load: "loaded", Active: "active", Sub: "running", PID: 1000 + i, Since: time.Now()}})
 	}
@@ -302,16 +303,23 @@ func TestSnapshotCopies(t *testing.T) {
 	tm.buildSnapshot()
 }
 
+// changingTerm is publishTerm with what the term's own changes (setUnit,
+// observe, attachLocked) use besides.
+func changingTerm(tb testing.TB, n, machines int) *term {
+	tm := publishTerm(tb, n, machines)
+	tm.globals, tm.followers, tm.files, tm.rawContent = map[string]struct{}{}, map[string]struct{}{}, map[string]*storedFile{}, map[string]string{}
+	tm.protos, tm.draining, tm.hist, tm.overrides = map[*unit.File]*unit.File{}, map[string]string{}, map[string][]apiv1.HistoryEntry{}, map[string]map[string]*string{}
+	tm.lostAfters, tm.singletons = newDurations(), newDurations()
+	return tm
+}
+
 // TestSnapshotViewsFollowChanges: units move, wait with a reason, report
 // states, come and go, and machines say Hello again, in random order
 // through the term's own code; each build (most copy the last snapshot)
 // shows every unit as its record and state say (verifyViews panics
 // otherwise), and so does a build made from nothing at the end.
 func TestSnapshotViewsFollowChanges(t *testing.T) {
-	tm := publishTerm(t, 300, 6)
-	tm.globals, tm.followers, tm.files, tm.rawContent = map[string]struct{}{}, map[string]struct{}{}, map[string]*storedFile{}, map[string]string{}
-	tm.protos, tm.draining, tm.hist, tm.overrides = map[*unit.File]*unit.File{}, map[string]string{}, map[string][]apiv1.HistoryEntry{}, map[string]map[string]*string{}
-	tm.lostAfters, tm.singletons = newDurations(), newDurations()
+	tm := changingTerm(t, 300, 6)
 	r := rand.New(rand.NewPCG(7, 8))
 	names := func() []string { return slices.Sorted(maps.Keys(tm.units)) }
 	actives := []string{"active", "failed", "inactive", "activating"}
@@ -335,7 +343,7 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 		case k < 17: // a machine says Hello again, with some of its units' states
 			id := fmt.Sprintf("m%05d", r.IntN(6))
 			var sts []*agentpb.UnitStatus
-			for n := range tm.machines[id].units {
+			for _, n := range tm.machines[id].units {
 				if r.IntN(2) == 0 {
 					sts = append(sts, &agentpb.UnitStatus{Name: n, Hash: rec.file.Hash, Load: "loaded", Active: actives[r.IntN(len(actives))], Sub: "y"})
 				}
@@ -367,5 +375,28 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 		if a.Name != b.Name || a.Machine != b.Machine || a.Reason != b.Reason || *a.Spec != *b.Spec || (a.Status == nil) != (b.Status == nil) || (a.Status != nil && *a.Status != *b.Status) {
 			t.Fatalf("unit %d: copied %s %+v, made afresh %s %+v", i, a.Name, *a.Shared, b.Name, *b.Shared)
 		}
+	}
+}
+
+// TestMachineListsFollowRecords: a record made from a unit's before another
+// unit left its machine (and the list moved it) takes the unit's place in
+// the list when published, and every unit stays where its record says.
+func TestMachineListsFollowRecords(t *testing.T) {
+	tm := changingTerm(t, 10, 1)
+	last := tm.units["bench@9.service"]
+	if last.slot != 9 {
+		t.Fatalf("bench@9 at %d, want 9", last.slot)
+	}
+	next := last.with(func(r *unitRec) { r.setDesired(unit.Loaded) }) // made before the move below
+	tm.setUnit("bench@2.service", nil)
+	if got := tm.units["bench@9.service"].slot; got != 2 {
+		t.Fatalf("bench@9 at %d once bench@2 left, want 2 (the last unit takes the place of the one that left)", got)
+	}
+	tm.setUnit("bench@9.service", next)
+	tm.checkLists()
+	tm.setUnit("bench@9.service", nil) // removed from the place its record says
+	tm.checkLists()
+	if len(tm.machines["m00000"].units) != 8 {
+		t.Errorf("machine lists %v, want 8 units", tm.machines["m00000"].units)
 	}
 }

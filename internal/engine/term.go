@@ -43,6 +43,10 @@ type unitRec struct {
 	at       int64
 	atPlaced bool
 	want     wantCode
+	// slot is the unit's place in its machine's list (machineRec.units),
+	// kept by setUnitFrom; set in place under the write lock (no reader
+	// reads it), and only meaningful in the record t.units holds.
+	slot int32
 }
 
 // name is the unit's name.
@@ -151,7 +155,7 @@ type machineRec struct {
 	// pubShared is the last state.Shared a build of the published state
 	// gave a unit here (sharedViews.sharedOn); only builds touch it.
 	pubShared *state.Shared
-	units     map[string]struct{} // units scheduled here
+	units     unitList            // units scheduled here (not global)
 	globals   map[string]struct{} // global units assigned here
 	needFull  bool                // a new stream awaits its full desired set
 	used      scheduler.Resources // what placed units need here (after the last pass)
@@ -455,7 +459,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		case rec.file.Fleet.Global:
 			t.globals[name] = struct{}{}
 		case rec.machine != "":
-			t.machine(rec.machine).units[name] = struct{}{}
+			t.machine(rec.machine).units.add(name, rec)
 			placedAtLoad++
 		case rec.wanted():
 			t.unplaced[name] = struct{}{}
@@ -551,7 +555,7 @@ func (t *term) stop() {
 func (t *term) machine(id string) *machineRec {
 	m, ok := t.machines[id]
 	if !ok {
-		m = &machineRec{info: MachineInfo{ID: id}, states: unitStates{}, units: map[string]struct{}{}, globals: map[string]struct{}{}}
+		m = &machineRec{info: MachineInfo{ID: id}, states: unitStates{}, globals: map[string]struct{}{}}
 		t.machines[id] = m
 	}
 	return m
@@ -697,7 +701,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	if old != nil && old.machine != "" && (rec == nil || rec.machine != old.machine) {
 		t.followersMoved = true
 		if m := t.machines[old.machine]; m != nil {
-			delete(m.units, name)
+			m.units.remove(t.units, old)
 			if rec == nil {
 				m.pushDestroyed(name)
 			} else {
@@ -752,7 +756,9 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	if rec.machine != "" {
 		m := t.machine(rec.machine)
 		if old == nil || old.machine != rec.machine {
-			m.units[name] = struct{}{}
+			m.units.add(name, rec)
+		} else if rec != old {
+			rec.slot = old.slot
 		}
 		if old == nil || old.machine != rec.machine || old.desired() != rec.desired() || old.file.Hash != rec.file.Hash {
 			m.push(name, rec)
@@ -828,4 +834,37 @@ const maxReconnectGrace = 5 * time.Minute
 // have to reconnect before their silence counts.
 func reconnectGrace(machines int) time.Duration {
 	return min(time.Duration(machines)*reconnectPerMachine, maxReconnectGrace)
+}
+
+// unitList is the units scheduled on a machine, in no order. Each unit's
+// record in t.units holds its place (unitRec.slot), so that a unit leaves
+// the list by swapping the last one into its place: a set of names in a
+// map a machine was 33 MB of a million-unit leader's heap, the list 16
+// bytes a unit.
+type unitList []string
+
+// add appends name, whose record about to be published is rec.
+func (l *unitList) add(name string, rec *unitRec) {
+	rec.slot = int32(len(*l))
+	*l = append(*l, name)
+}
+
+// remove takes out the unit whose published record is cur; units holds the
+// records of the others (the one moved into its place has its slot set).
+func (l *unitList) remove(units map[string]*unitRec, cur *unitRec) {
+	s, i := *l, int(cur.slot)
+	if i >= len(s) || s[i] != cur.name() {
+		panic("engine: unit " + cur.name() + " is not at its place in its machine's list")
+	}
+	last := len(s) - 1
+	if i != last {
+		s[i] = s[last]
+		units[s[i]].slot = int32(i)
+	}
+	s[last] = ""
+	s = s[:last]
+	if cap(s) > 64 && len(s) < cap(s)/4 {
+		s = slices.Clone(s) // a machine emptied keeps no room for its old units
+	}
+	*l = s
 }
