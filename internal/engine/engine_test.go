@@ -951,3 +951,33 @@ func startSSDUnit(t *testing.T, e *engine.Engine, a *testAgent) func(*testAgent)
 	})
 	return running
 }
+
+// TestEngineMachineBackChanged: a machine whose agent went away long enough
+// for a pass to drop it from the scheduler, and came back (well within the
+// agent TTL) with other metadata, has its units checked: a unit that no
+// longer fits there moves, as it would had the metadata changed while the
+// machine stayed. (They were placed back unchecked, and stayed for good.)
+func TestEngineMachineBackChanged(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e)
+	a1 := startAgent(t, cli, "grpc", "m1", "disk=ssd")
+	waitMachines(t, e.Engine, 1)
+	running := startSSDUnit(t, e.Engine, a1)
+	a2 := startAgent(t, cli, "grpc", "m2", "disk=ssd")
+	waitMachines(t, e.Engine, 2)
+	a1.stop() // its daemon restarts, with other metadata
+	waitMachines(t, e.Engine, 1)
+	time.Sleep(300 * time.Millisecond) // a pass drops m1 from the scheduler
+	a1 = startAgent(t, cli, "grpc", "m1", "disk=hdd")
+	eventually(t, agentTTL/2, "db.service to move to m2", func() error {
+		if running(a1) || !running(a2) {
+			return fmt.Errorf("db runs on m1: %v, on m2: %v", running(a1), running(a2))
+		}
+		if u, _ := e.Unit("db.service"); u.Machine != "m2" {
+			return fmt.Errorf("db is on %q", u.Machine)
+		}
+		return nil
+	})
+}

@@ -44,6 +44,11 @@ type schedMachine struct {
 	drivers  unit.DriverSet
 }
 
+// same reports whether the scheduler was told the same of both.
+func (a schedMachine) same(b schedMachine) bool {
+	return maps.Equal(a.metadata, b.metadata) && a.capacity == b.capacity && a.drivers == b.drivers
+}
+
 // reconcile runs one pass: it takes the plan's input under the lock,
 // decides with planReconcile (plan.go), allocates the units to place, and
 // commits and applies the outcome. It runs on the loop goroutine.
@@ -483,7 +488,7 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 		sm, known := t.schedMachines[id]
 		if t.reachable(m, now) && !t.drainMachines[id] {
 			cur := schedMachine{metadata: t.metadata(m), capacity: scheduler.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}, drivers: m.info.Drivers}
-			if !known || !maps.Equal(cur.metadata, sm.metadata) || cur.capacity != sm.capacity || cur.drivers != sm.drivers {
+			if !known || !cur.same(sm) {
 				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: cur.metadata, Capacity: cur.capacity, Drivers: cur.drivers})
 				t.schedMachines[id] = cur
 				t.placeDirty = true
@@ -494,12 +499,26 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 						t.sched.Place(t.units[name].su, id)
 					}
 					t.globalsDirty = true
+					// Back after the scheduler dropped it, and changed
+					// meanwhile (an override made while it was away, or
+					// its daemon restarted with other metadata): its units
+					// are checked as a change while it stayed would have
+					// had them. (A term's first sight of a machine checks
+					// nothing: the term's one check of every placed unit
+					// is for what it did not place itself.)
+					if gone, ok := t.schedGone[id]; ok {
+						delete(t.schedGone, id)
+						if !cur.same(gone) {
+							drifted = append(drifted, id)
+						}
+					}
 				}
 			}
 			continue
 		}
 		if known {
 			t.sched.RemoveMachine(id)
+			t.schedGone[id] = sm
 			delete(t.schedMachines, id)
 			t.globalsDirty = true
 			t.placeDirty = true
@@ -509,6 +528,11 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 		if _, ok := t.machines[id]; !ok {
 			t.sched.RemoveMachine(id)
 			delete(t.schedMachines, id)
+		}
+	}
+	for id := range t.schedGone {
+		if _, ok := t.machines[id]; !ok {
+			delete(t.schedGone, id) // forgotten: it comes back as new
 		}
 	}
 	if len(drifted) > 0 {

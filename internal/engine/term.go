@@ -280,7 +280,10 @@ type term struct {
 	// owned by the loop goroutine (it also holds mu when it changes them)
 	sched         *scheduler.Cluster
 	schedMachines map[string]schedMachine
-	schedGlobals  map[string]bool // global units placed in sched
+	// schedGone is what the scheduler was last told of the machines it
+	// dropped this term (unreachable or draining), until they come back.
+	schedGone    map[string]schedMachine
+	schedGlobals map[string]bool // global units placed in sched
 
 	reqs chan *applyReq
 	kick chan struct{}
@@ -341,6 +344,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		globals:       map[string]struct{}{},
 		sched:         scheduler.NewCluster(),
 		schedMachines: map[string]schedMachine{},
+		schedGone:     map[string]schedMachine{},
 		schedGlobals:  map[string]bool{},
 		followers:     map[string]struct{}{},
 		files:         map[string]*storedFile{},
