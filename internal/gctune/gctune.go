@@ -8,9 +8,10 @@
 // so it peaked at 2.0–2.2 GiB, and the extra gigabyte was headroom for
 // garbage, not state. A small cluster's daemon, whose heap is tens of
 // megabytes, has no such problem, and there a lower GOGC only costs CPU: at
-// GOGC=50 the engine starting 20,000 units used 20% more CPU (0.28 against
-// 0.23 CPU-s), while starting a million it used about as much (docs/
-// benchmarks.md, session 9).
+// GOGC=50 the engine starting 20,000 units used 20% more CPU (0.27–0.29
+// against 0.23–0.24 CPU-s). At a million, the bound below took the peak
+// from 1,863–2,269 MiB to 1,561–1,753 for 2–3 of the engine's 27 CPU-s
+// (docs/benchmarks.md, session 9).
 //
 // So the headroom is bounded, not proportional: Go's default while the
 // scanned heap is under Headroom, then the percent that keeps the headroom
