@@ -197,8 +197,7 @@ func (t *term) statesFromEtcd(conns map[string]*agentConn, evs []*clientv3.Event
 		}
 		m.lastSeen = now
 		if ev.Type == clientv3.EventTypeDelete {
-			if s, ok := m.states.get(m.info.ID, name); ok {
-				delete(m.states, name)
+			if s, ok := t.dropState(m, name); ok {
 				t.stateEvent(machine, s, true)
 				t.drained(machine, name, false)
 			}

@@ -134,8 +134,7 @@ func (t *term) applyInboxLocked() {
 			t.observe(m, s, s.Observed)
 		}
 		for name := range removed {
-			if s, ok := m.states.get(m.info.ID, name); ok {
-				delete(m.states, name)
+			if s, ok := t.dropState(m, name); ok {
 				t.stateEvent(conn.machine, s, true)
 				t.drained(conn.machine, name, false)
 			}

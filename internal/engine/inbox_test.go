@@ -55,14 +55,14 @@ func TestReportDoesNotWaitForTheLock(t *testing.T) {
 		tm.mu.RUnlock()
 		t.Fatal("a report waited for the term's lock")
 	}
-	if _, got := tm.machines["m1"].states["a.service"]; got {
+	if _, got := tm.stateOf(tm.machines["m1"], "a.service"); got {
 		t.Errorf("state applied while the pass held the lock")
 	}
 	tm.mu.RUnlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		tm.mu.RLock()
-		got, _ := tm.machines["m1"].states.get("m1", "a.service")
+		got, _ := tm.statusOf(tm.machines["m1"], "a.service")
 		tm.mu.RUnlock()
 		if got.Active == "active" {
 			break
@@ -82,7 +82,10 @@ func TestReportDoesNotWaitForTheLock(t *testing.T) {
 	tm.received(old, update("failed"))
 	tm.mu.Lock()
 	tm.applyInboxLocked()
-	got := tm.machines["m1"].states["a.service"].active()
+	got := ""
+	if st, ok := tm.stateOf(tm.machines["m1"], "a.service"); ok {
+		got = st.active()
+	}
 	tm.mu.Unlock()
 	if got != "active" {
 		t.Errorf("a replaced stream's report was applied: state %q", got)

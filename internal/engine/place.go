@@ -397,7 +397,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		},
 		Running: func(name, machine string) bool {
 			if m := t.machines[machine]; m != nil {
-				s, ok := m.states.get(machine, name)
+				s, ok := t.statusOf(m, name)
 				return ok && s.Running()
 			}
 			return false
@@ -420,7 +420,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			}
 		}
 		if !pm.Reachable || pm.Draining {
-			pm.Units = slices.Clone(m.units)
+			pm.Units = m.unitNames()
 		}
 		in.Machines[id] = pm
 	}
@@ -430,8 +430,8 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 	// had the agent TTL to reconnect, every placed unit (a change a former
 	// term committed but did not act on is acted on now).
 	for _, id := range drifted {
-		for _, name := range t.machines[id].units {
-			in.Check[name] = id
+		for _, e := range t.machines[id].units {
+			in.Check[e.name] = id
 		}
 	}
 	if !t.rechecked && now.Sub(t.start) > t.e.cfg.AgentTTL+t.e.cfg.HeartbeatInterval {
@@ -495,8 +495,8 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 				if known {
 					drifted = append(drifted, id)
 				} else {
-					for _, name := range m.units {
-						t.sched.Place(t.units[name].su, id)
+					for _, e := range m.units {
+						t.sched.Place(t.units[e.name].su, id)
 					}
 					t.globalsDirty = true
 					// Back after the scheduler dropped it, and changed
@@ -621,8 +621,8 @@ func (t *term) sendFull() {
 		m.conn.mu.Lock()
 		m.conn.full = true
 		m.conn.pending = make(map[string]*unitRec, len(m.units)+len(m.globals))
-		for _, name := range m.units {
-			m.conn.pending[name] = t.units[name]
+		for _, e := range m.units {
+			m.conn.pending[e.name] = t.units[e.name]
 		}
 		for name := range m.globals {
 			m.conn.pending[name] = t.units[name]
@@ -630,7 +630,7 @@ func (t *term) sendFull() {
 		// What the agent reported having that no longer exists was
 		// destroyed (while it was away, or before this leader).
 		m.conn.destroyed = nil
-		for name := range m.states {
+		for name := range m.others { // a unit it does not know is not listed
 			if _, ok := t.units[name]; !ok {
 				if m.conn.destroyed == nil {
 					m.conn.destroyed = map[string]bool{}

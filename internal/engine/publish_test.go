@@ -50,8 +50,8 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 		r := newTestRec(name, f, unit.Launched, id)
 		t.units[name] = r
 		m := t.machines[id]
-		m.units.add(name, r)
-		m.states.put(agentStatus{Applied: f.Hash, Observed: time.Now(), Status: unit.Status{Name: name, Hash: f.Hash,
+		m.addUnit(name, r)
+		t.putState(m, agentStatus{Applied: f.Hash, Observed: time.Now(), Status: unit.Status{Name: name, Hash: f.Hash,
 			Load: "loaded", Active: "active", Sub: "running", PID: 1000 + i, Since: time.Now()}})
 	}
 	return t
@@ -236,7 +236,7 @@ func TestSnapshotShares(t *testing.T) {
 		if i%2 == 1 { // every other unit on each machine: another state
 			name := fmt.Sprintf("bench@%d.service", i)
 			r := tm.units[name]
-			tm.machines[r.machine].states.put(agentStatus{Observed: time.Now(), Status: unit.Status{Name: name, Hash: r.file.Hash,
+			tm.putState(tm.machines[r.machine], agentStatus{Observed: time.Now(), Status: unit.Status{Name: name, Hash: r.file.Hash,
 				Load: "loaded", Active: "failed", Sub: "failed"}})
 		}
 	}
@@ -293,7 +293,7 @@ func TestSnapshotCopies(t *testing.T) {
 	}
 	// A change that says nothing is found by the check.
 	tm.mu.Lock()
-	m.states.put(agentStatus{Status: unit.Status{Name: "bench@27.service", Load: "loaded", Active: "inactive", Sub: "dead"}}) // on the same machine
+	tm.putState(m, agentStatus{Status: unit.Status{Name: "bench@27.service", Load: "loaded", Active: "inactive", Sub: "dead"}}) // on the same machine
 	tm.mu.Unlock()
 	defer func() {
 		if recover() == nil {
@@ -345,7 +345,7 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 			var sts []*agentpb.UnitStatus
 			for _, n := range tm.machines[id].units {
 				if r.IntN(2) == 0 {
-					sts = append(sts, &agentpb.UnitStatus{Name: n, Hash: rec.file.Hash, Load: "loaded", Active: actives[r.IntN(len(actives))], Sub: "y"})
+					sts = append(sts, &agentpb.UnitStatus{Name: n.name, Hash: rec.file.Hash, Load: "loaded", Active: actives[r.IntN(len(actives))], Sub: "y"})
 				}
 			}
 			tm.attachLocked(&agentpb.Machine{Id: id, Ip: "10.0.0.1"}, sts)
@@ -398,5 +398,45 @@ func TestMachineListsFollowRecords(t *testing.T) {
 	tm.checkLists()
 	if len(tm.machines["m00000"].units) != 8 {
 		t.Errorf("machine lists %v, want 8 units", tm.machines["m00000"].units)
+	}
+}
+
+// TestStatesFollowTheirUnits: a unit's state on a machine stays reported as
+// the unit leaves the machine's list (moving away, destroyed) and joins it
+// again, and a state reported of a unit not scheduled there is kept apart.
+func TestStatesFollowTheirUnits(t *testing.T) {
+	tm := changingTerm(t, 4, 1)
+	m := tm.machines["m00000"]
+	count := func() int {
+		n := 0
+		eachState(m, func(string, storedStatus) { n++ })
+		return n
+	}
+	active := func(name string) string {
+		if s, ok := tm.statusOf(m, name); ok {
+			return s.Active
+		}
+		return "none"
+	}
+	r := tm.units["bench@1.service"]
+	tm.setUnit("bench@1.service", r.with(func(r *unitRec) { r.machine, r.reason = "", "stopping on m00000 before it moves" }))
+	if got := active("bench@1.service"); got != "active" || count() != 4 {
+		t.Fatalf("after bench@1 left the list: its state %q, %d states; want active, 4", got, count())
+	}
+	tm.checkLists()
+	tm.putState(m, agentStatus{Status: unit.Status{Name: "bench@1.service", Load: "loaded", Active: "deactivating", Sub: "stop-sigterm"}})
+	tm.putState(m, agentStatus{Status: unit.Status{Name: "stray.service", Load: "loaded", Active: "active", Sub: "running"}})
+	tm.setUnit("bench@1.service", tm.units["bench@1.service"].with(func(r *unitRec) { r.machine, r.reason = "m00000", "" }))
+	tm.checkLists()
+	if got := active("bench@1.service"); got != "deactivating" || count() != 5 {
+		t.Fatalf("after bench@1 came back: its state %q, %d states; want deactivating, 5", got, count())
+	}
+	if _, ok := tm.dropState(m, "bench@1.service"); !ok || active("bench@1.service") != "none" {
+		t.Fatalf("bench@1's state not dropped: %q", active("bench@1.service"))
+	}
+	tm.setUnit("bench@2.service", nil) // destroyed: its state stays until the agent says it is gone
+	tm.checkLists()
+	if got := active("bench@2.service"); got != "active" || active("stray.service") != "active" || count() != 4 {
+		t.Fatalf("bench@2 destroyed: its state %q, stray's %q, %d states; want active, active, 4", got, active("stray.service"), count())
 	}
 }

@@ -68,12 +68,11 @@ func (e *Engine) UnitStates(machine string, names []string) ([]apiv1.UnitState, 
 	defer t.mu.RUnlock()
 	out := []apiv1.UnitState{}
 	add := func(id string, m *machineRec) {
-		for name, st := range m.states {
-			if len(names) > 0 && !matchAny(names, name) {
-				continue
+		eachState(m, func(name string, st storedStatus) {
+			if len(names) == 0 || matchAny(names, name) {
+				out = append(out, stateView(st.status(id, name)))
 			}
-			out = append(out, stateView(st.status(id, name)))
-		}
+		})
 	}
 	if machine != "" {
 		// One machine's: looked up, not found among every machine (a
@@ -151,7 +150,7 @@ func (e *Engine) UnitMachine(name string) (id, apiAddr string, err error) {
 		}
 	}
 	for id, m := range t.machines {
-		if _, ok := m.states[name]; ok && m.info.APIAddr != "" {
+		if _, ok := t.stateOf(m, name); ok && m.info.APIAddr != "" {
 			return id, m.info.APIAddr, nil
 		}
 	}
@@ -179,7 +178,7 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 		for _, m := range t.machines {
 			if _, ok := m.globals[r.name()]; ok {
 				n++
-				if s, ok := m.states.get(m.info.ID, r.name()); ok && s.Applied == string(r.desired()) {
+				if s, ok := t.statusOf(m, r.name()); ok && s.Applied == string(r.desired()) {
 					done++
 				}
 			}
@@ -191,7 +190,7 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	}
 	if r.machine != "" {
 		if m := t.machines[r.machine]; m != nil {
-			if s, ok := m.states.get(r.machine, r.name()); ok {
+			if s, ok := t.statusOf(m, r.name()); ok {
 				sv := stateView(s)
 				u.State = &sv
 				if s.Applied != "" {

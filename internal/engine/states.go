@@ -7,14 +7,16 @@ import (
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
-// unitStates are the unit states a machine's agent reported, by unit name,
-// kept compactly: the leader holds one for every unit in the cluster, and
-// as agentStatus values (200 bytes: eight strings, two times) a million of
-// them were the largest thing in its heap. The strings that take few
-// values across units (load, active, sub, result, applied, the file's hash,
-// and the message, most often empty) are one handle to an interned tuple;
-// the name is the map's key and the machine is the map's owner; times are
-// Unix nanoseconds. 32 bytes a unit.
+// unitStates are unit states a machine's agent reported, by unit name: a
+// machine's others (a scheduled unit's is in its machine's list; see
+// term.stateOf). A state is kept compactly, as the leader holds one for
+// every unit in the cluster, and as agentStatus values (200 bytes: eight
+// strings, two times) a million of them were the largest thing in its
+// heap. The strings that take few values across units (load, active, sub,
+// result, applied, the file's hash, and the message, most often empty) are
+// one handle to an interned tuple; the name is the key (or the list
+// entry's) and the machine is the owner; times are Unix nanoseconds. 32
+// bytes a unit.
 type unitStates map[string]storedStatus
 
 type storedStatus struct {
@@ -28,17 +30,86 @@ type statusCodes struct {
 	load, active, sub, result, applied, hash, message string
 }
 
-// get returns unit name's state on machine, as agentStatus.
-func (u unitStates) get(machine, name string) (agentStatus, bool) {
-	st, ok := u[name]
+// ok reports whether st holds a state (the zero value holds none).
+func (st storedStatus) ok() bool { return st.codes != unique.Handle[statusCodes]{} }
+
+// The states a machine's agent reported are kept in two places: a unit
+// scheduled on the machine has its state in its entry of the machine's
+// list (unitList, at its record's slot); any other unit's is in the
+// machine's others. These find the one a name goes to. Callers hold mu
+// (for writing, to change them).
+
+// listed returns unit name's entry in m's list, nil unless it is
+// scheduled there.
+func (t *term) listed(m *machineRec, name string) *machineUnit {
+	r := t.units[name]
+	if r == nil || r.machine != m.info.ID || r.file.Fleet.Global {
+		return nil
+	}
+	return &m.units[r.slot]
+}
+
+// stateOf returns unit name's state as m's agent reported it.
+func (t *term) stateOf(m *machineRec, name string) (storedStatus, bool) {
+	if e := t.listed(m, name); e != nil {
+		return e.st, e.st.ok()
+	}
+	st, ok := m.others[name]
+	return st, ok
+}
+
+// statusOf is stateOf, expanded.
+func (t *term) statusOf(m *machineRec, name string) (agentStatus, bool) {
+	st, ok := t.stateOf(m, name)
 	if !ok {
 		return agentStatus{}, false
 	}
-	return st.status(machine, name), true
+	return st.status(m.info.ID, name), true
 }
 
-// put stores s under s.Name.
-func (u unitStates) put(s agentStatus) { u[s.Name] = store(s) }
+// putState stores s as m's agent's state of unit s.Name.
+func (t *term) putState(m *machineRec, s agentStatus) {
+	if e := t.listed(m, s.Name); e != nil {
+		e.st = store(s)
+		return
+	}
+	m.others[s.Name] = store(s)
+}
+
+// dropState forgets m's state of unit name, and returns it.
+func (t *term) dropState(m *machineRec, name string) (agentStatus, bool) {
+	s, ok := t.statusOf(m, name)
+	if !ok {
+		return s, false
+	}
+	if e := t.listed(m, name); e != nil {
+		e.st = storedStatus{}
+	} else {
+		delete(m.others, name)
+	}
+	return s, true
+}
+
+// eachState calls f with every state m's agent reported, in no order; f
+// must not change them.
+func eachState(m *machineRec, f func(name string, st storedStatus)) {
+	for _, e := range m.units {
+		if e.st.ok() {
+			f(e.name, e.st)
+		}
+	}
+	for name, st := range m.others {
+		f(name, st)
+	}
+}
+
+// clearStates forgets every state m's agent reported.
+func clearStates(m *machineRec) {
+	for i := range m.units {
+		m.units[i].st = storedStatus{}
+	}
+	m.others = unitStates{}
+}
 
 // store returns s in its stored form, without its name and machine.
 func store(s agentStatus) storedStatus {

@@ -410,20 +410,21 @@ func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus) *a
 	m.conn = conn
 	m.lastSeen = t.e.cfg.Now()
 	m.info = machineInfo(pm)
-	prev := m.states
-	for name := range prev {
+	prev := unitStates{}
+	eachState(m, func(name string, st storedStatus) {
+		prev[name] = st
 		t.viewChanged(name)
-	}
-	m.states = make(unitStates, len(units))
+	})
+	clearStates(m)
 	for _, s := range units {
 		t.viewChanged(s.Name)
 		st := fromProto(pm.Id, s)
-		if p, ok := prev.get(pm.Id, s.Name); ok && p.Active == st.Active {
-			st.Observed = p.Observed
+		if p, ok := prev[s.Name]; ok && p.active() == st.Active {
+			st.Observed = unixNano(p.observed)
 		} else {
 			st.Observed = m.lastSeen
 		}
-		m.states.put(st)
+		t.putState(m, st)
 	}
 	// The loop sends the full desired set (scheduled and global units) as
 	// soon as it runs: deciding which global units fit needs the scheduler.
@@ -441,9 +442,10 @@ func (t *term) leave(conn *agentConn) {
 		m.lastSeen, m.lastSent = m.heardAt(), m.sentAt()
 		m.conn = nil
 		m.left = true
-		for name, st := range m.states {
-			s := st.status(conn.machine, name)
-			delete(m.states, name)
+		var names []string
+		eachState(m, func(name string, _ storedStatus) { names = append(names, name) })
+		for _, name := range names {
+			s, _ := t.dropState(m, name)
 			t.stateEvent(conn.machine, s, true)
 			t.drained(conn.machine, name, false)
 		}

@@ -107,13 +107,13 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 		s.Name = r.name() // one copy of each name
 	}
 	s.Machine = m.info.ID
-	prev, ok := m.states.get(m.info.ID, s.Name)
+	prev, ok := t.statusOf(m, s.Name)
 	if ok && prev.Active == s.Active {
 		s.Observed = prev.Observed
 	} else {
 		s.Observed = now
 	}
-	m.states.put(s)
+	t.putState(m, s)
 	t.drained(m.info.ID, s.Name, s.Running())
 	if s.Active == "active" && (!ok || prev.Active != "active") {
 		if r := t.units[s.Name]; r != nil && r.at != 0 && r.atPlaced && r.machine == m.info.ID {
@@ -151,11 +151,14 @@ type machineRec struct {
 	// stream keeps its own: see heardAt and sentAt).
 	lastSeen time.Time
 	lastSent time.Time
-	states   unitStates
+	// others are the states the machine's agent reported of units not in
+	// units (a unit moving away, a global one, one the leader does not
+	// know); a scheduled unit's is in its entry (term.stateOf).
+	others unitStates
 	// pubShared is the last state.Shared a build of the published state
 	// gave a unit here (sharedViews.sharedOn); only builds touch it.
 	pubShared *state.Shared
-	units     unitList            // units scheduled here (not global)
+	units     unitList            // units scheduled here (not global), with their states here
 	globals   map[string]struct{} // global units assigned here
 	needFull  bool                // a new stream awaits its full desired set
 	used      scheduler.Resources // what placed units need here (after the last pass)
@@ -463,7 +466,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		case rec.file.Fleet.Global:
 			t.globals[name] = struct{}{}
 		case rec.machine != "":
-			t.machine(rec.machine).units.add(name, rec)
+			t.machine(rec.machine).addUnit(name, rec)
 			placedAtLoad++
 		case rec.wanted():
 			t.unplaced[name] = struct{}{}
@@ -559,7 +562,7 @@ func (t *term) stop() {
 func (t *term) machine(id string) *machineRec {
 	m, ok := t.machines[id]
 	if !ok {
-		m = &machineRec{info: MachineInfo{ID: id}, states: unitStates{}, globals: map[string]struct{}{}}
+		m = &machineRec{info: MachineInfo{ID: id}, others: unitStates{}, globals: map[string]struct{}{}}
 		t.machines[id] = m
 	}
 	return m
@@ -705,7 +708,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	if old != nil && old.machine != "" && (rec == nil || rec.machine != old.machine) {
 		t.followersMoved = true
 		if m := t.machines[old.machine]; m != nil {
-			m.units.remove(t.units, old)
+			m.removeUnit(t.units, old)
 			if rec == nil {
 				m.pushDestroyed(name)
 			} else {
@@ -760,7 +763,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	if rec.machine != "" {
 		m := t.machine(rec.machine)
 		if old == nil || old.machine != rec.machine {
-			m.units.add(name, rec)
+			m.addUnit(name, rec)
 		} else if rec != old {
 			rec.slot = old.slot
 		}
@@ -840,35 +843,63 @@ func reconnectGrace(machines int) time.Duration {
 	return min(time.Duration(machines)*reconnectPerMachine, maxReconnectGrace)
 }
 
-// unitList is the units scheduled on a machine, in no order. Each unit's
-// record in t.units holds its place (unitRec.slot), so that a unit leaves
-// the list by swapping the last one into its place: a set of names in a
-// map a machine was 33 MB of a million-unit leader's heap, the list 16
-// bytes a unit.
-type unitList []string
+// unitList is the units scheduled on a machine, in no order, each with
+// the state the machine's agent reported of it. Each unit's record in
+// t.units holds its place (unitRec.slot), so that a unit leaves the list
+// by swapping the last one into its place, and its state is found without
+// a lookup by name: a machine's set of names and its map of states by name
+// were 33 and 65 MB of a million-unit leader's heap, the list is 48 bytes
+// a unit.
+type unitList []machineUnit
 
-// add appends name, whose record about to be published is rec.
-func (l *unitList) add(name string, rec *unitRec) {
-	rec.slot = int32(len(*l))
-	*l = append(*l, name)
+// machineUnit is a unit in a machine's list and its state there (none
+// while st.codes is zero).
+type machineUnit struct {
+	name string
+	st   storedStatus
 }
 
-// remove takes out the unit whose published record is cur; units holds the
-// records of the others (the one moved into its place has its slot set).
-func (l *unitList) remove(units map[string]*unitRec, cur *unitRec) {
-	s, i := *l, int(cur.slot)
-	if i >= len(s) || s[i] != cur.name() {
+// unitNames returns the names of the units scheduled on m.
+func (m *machineRec) unitNames() []string {
+	names := make([]string, len(m.units))
+	for i, e := range m.units {
+		names[i] = e.name
+	}
+	return names
+}
+
+// addUnit appends name, whose record about to be published is rec, with
+// the state its agent reported of it here before, if any.
+func (m *machineRec) addUnit(name string, rec *unitRec) {
+	rec.slot = int32(len(m.units))
+	e := machineUnit{name: name}
+	if st, ok := m.others[name]; ok {
+		e.st = st
+		delete(m.others, name)
+	}
+	m.units = append(m.units, e)
+}
+
+// removeUnit takes out the unit whose published record is cur, keeping its
+// state here among the others; units holds the records of the rest (the
+// one moved into its place has its slot set).
+func (m *machineRec) removeUnit(units map[string]*unitRec, cur *unitRec) {
+	s, i := m.units, int(cur.slot)
+	if i >= len(s) || s[i].name != cur.name() {
 		panic("engine: unit " + cur.name() + " is not at its place in its machine's list")
+	}
+	if s[i].st.ok() {
+		m.others[s[i].name] = s[i].st
 	}
 	last := len(s) - 1
 	if i != last {
 		s[i] = s[last]
-		units[s[i]].slot = int32(i)
+		units[s[i].name].slot = int32(i)
 	}
-	s[last] = ""
+	s[last] = machineUnit{}
 	s = s[:last]
 	if cap(s) > 64 && len(s) < cap(s)/4 {
 		s = slices.Clone(s) // a machine emptied keeps no room for its old units
 	}
-	*l = s
+	m.units = s
 }
