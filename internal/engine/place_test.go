@@ -109,3 +109,33 @@ func TestUnitRecSize(t *testing.T) {
 		t.Errorf("unitRec is %d bytes; want at most 80", size)
 	}
 }
+
+// TestNextChanges: a pass's remaining changes keep their order and
+// contents, and once under half the list they were taken from, are a list
+// of their own, so that the applied ones can go.
+func TestNextChanges(t *testing.T) {
+	changes := make([]movedUnit, 10_000)
+	for i := range changes {
+		changes[i] = movedUnit{name: fmt.Sprint(i)}
+	}
+	lists := map[*movedUnit]bool{}
+	room := len(changes)
+	for done := 0; len(changes) > 0; {
+		n := min(len(changes), 1500)
+		next, r := nextChanges(changes, n, room)
+		done += n
+		if len(next) != 10_000-done || (len(next) > 0 && next[0].name != fmt.Sprint(done)) {
+			t.Fatalf("after %d: %d changes left starting at %v, want %d starting at %d", done, len(next), next[:min(1, len(next))], 10_000-done, done)
+		}
+		if len(next) > 0 && len(next)+n < room/2 {
+			t.Fatalf("after %d: %d changes left (and %d taken) in a list of %d", done, len(next), n, room)
+		}
+		if len(next) > 0 && r != room {
+			lists[&next[0]] = true
+		}
+		changes, room = next, r
+	}
+	if len(lists) < 2 {
+		t.Errorf("the changes were copied %d times, want at least 2 (10,000 taken 1,500 at a time)", len(lists))
+	}
+}
