@@ -19,10 +19,10 @@ import (
 // longer fit, pending units are allocated (by dominant resource fairness
 // between roles), and global units follow the machines they fit.
 
-// placeSlice is how many placements are committed and applied at a time,
-// at least; placesPerMachine raises it with the cluster's size, so that
-// each agent is sent its share of a slice in one message of about that
-// many units, however many machines there are (a slice of 10,000 over
+// placeSlice is how many placements are sent to the agents at a time (a
+// slice, committed and applied in halves: see reconcile), at least;
+// placesPerMachine raises it with the cluster's size, so that each agent
+// is sent its share of a slice in one message of about that many units, however many machines there are (a slice of 10,000 over
 // 4,000 machines was 2.5 units a message, and messages, not units, were
 // then the leader's main cost).
 const (
@@ -256,8 +256,9 @@ func (t *term) reconcile() (recheck time.Time) {
 		}()
 		return done
 	}
-	// apply applies a written slice.
-	apply := func(part []movedUnit) {
+	// apply applies a written part; the agents concerned are told once a
+	// whole slice is applied (wake).
+	apply := func(part []movedUnit, wake bool) {
 		t.mu.Lock()
 		ph.done("lock")
 		t.hold.start()
@@ -285,29 +286,35 @@ func (t *term) reconcile() (recheck time.Time) {
 			t.setUnit(name, rec)
 		}
 		t.shrinkUnplaced()
-		woken := t.hold.release()
+		var woken map[*agentConn]struct{}
+		if wake {
+			woken = t.hold.release()
+		}
 		t.mu.Unlock()
 		wakeAll(woken)
 		ph.done("apply")
 	}
-	// A slice is prepared while the one before it is written: at a
+	// A part is prepared while the one before it is written: at a
 	// million units the pass spent a third of its time making records
 	// and ops and another third waiting for etcd, one after the other.
-	// Slices hold other units (a unit whose move ended and that is placed
+	// Parts hold other units (a unit whose move ended and that is placed
 	// again is in two, its move's key deleted by each, as before), and a
-	// slice is written only once the one before it is applied, so that
-	// its stored files are known.
+	// part is written only once the one before it is applied, so that its
+	// stored files are known. A part is half a slice, the agents told once
+	// both halves are applied: with whole slices, the ops of two (320,000
+	// at a million units, about 75 MB) were alive at once.
 	var (
 		written     <-chan error
 		writtenPart []movedUnit
 		writtenOps  int
+		applied     int
 		room        = len(changes) // the list changes is in (nextChanges)
 	)
 	for len(changes) > 0 || written != nil {
 		var part []movedUnit
 		var ops []registry.Op
 		if len(changes) > 0 {
-			part = changes[:min(len(changes), slice)]
+			part = changes[:min(len(changes), max(slice/2, 1))]
 			changes, room = nextChanges(changes, len(part), room)
 			ops = prepare(part)
 			ph.done("ops")
@@ -319,9 +326,14 @@ func (t *term) reconcile() (recheck time.Time) {
 				// commit has ended the term (the next one reloads from etcd),
 				// so the tentative placements left in t.sched do not matter.
 				t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", writtenOps)
+				t.mu.Lock()
+				woken := t.hold.release() // the agents of a half applied
+				t.mu.Unlock()
+				wakeAll(woken)
 				return time.Time{}
 			}
-			apply(writtenPart)
+			applied++
+			apply(writtenPart, applied%2 == 0 || part == nil)
 			written = nil
 		}
 		if part != nil {
