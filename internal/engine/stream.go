@@ -410,20 +410,21 @@ func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus) *a
 	m.conn = conn
 	m.lastSeen = t.e.cfg.Now()
 	m.info = machineInfo(pm)
-	prev := unitStates{}
-	eachState(m, func(name string, st storedStatus) {
-		prev[name] = st
-		t.viewChanged(name)
-	})
-	clearStates(m)
-	for _, s := range units {
+	eachState(m, func(name string, _ storedStatus) { t.viewChanged(name) })
+	// Each reported state keeps when its Active state was first seen, if
+	// the machine reported the same before; every other state is dropped.
+	sts := make([]agentStatus, len(units))
+	for i, s := range units {
 		t.viewChanged(s.Name)
-		st := fromProto(pm.Id, s)
-		if p, ok := prev[s.Name]; ok && p.active() == st.Active {
-			st.Observed = unixNano(p.observed)
+		sts[i] = fromProto(pm.Id, s)
+		if p, ok := t.stateOf(m, s.Name); ok && p.active() == sts[i].Active {
+			sts[i].Observed = unixNano(p.observed)
 		} else {
-			st.Observed = m.lastSeen
+			sts[i].Observed = m.lastSeen
 		}
+	}
+	clearStates(m)
+	for _, st := range sts {
 		t.putState(m, st)
 	}
 	// The loop sends the full desired set (scheduled and global units) as
