@@ -262,6 +262,10 @@ it is ready (Type=notify) once its API serves.`,
 			if err := f.process(ctx); err != nil {
 				return err
 			}
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			f.cfg.Reload = hup
 			return daemon.Run(ctx, f.cfg)
 		},
 	}

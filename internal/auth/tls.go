@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -27,10 +28,12 @@ func (f Files) Set() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 // certificate and key. Every TLS connection of a daemon, served or dialed,
 // is mutually authenticated with them.
 type Credentials struct {
-	Files Files
-	pool  *x509.CertPool
-	cert  tls.Certificate
-	leaf  *x509.Certificate
+	Files     Files
+	flag      string // the flags' prefix, for errors
+	machine   string // the machine the certificate must name ("" for any)
+	pool      *x509.CertPool
+	caExpires time.Time
+	cur       atomic.Pointer[tls.Certificate] // the certificate and key, Leaf set; Reload swaps it
 }
 
 // Load reads a machine's credentials. flag prefixes errors ("--tls"); the
@@ -45,34 +48,70 @@ func Load(f Files, flag, machine string) (*Credentials, error) {
 		return nil, fmt.Errorf("%s-ca: %w", flag, err)
 	}
 	pool := x509.NewCertPool()
+	var caExpires time.Time
 	for _, c := range cas {
 		pool.AddCert(c)
+		if caExpires.IsZero() || c.NotAfter.Before(caExpires) {
+			caExpires = c.NotAfter
+		}
 	}
+	c := &Credentials{Files: f, flag: flag, machine: machine, pool: pool, caExpires: caExpires}
+	cert, err := c.read()
+	if err != nil {
+		return nil, err
+	}
+	c.cur.Store(cert)
+	return c, nil
+}
+
+// read reads the certificate and key and checks them: a machine
+// certificate the CA signed, valid now, naming c.machine (when set).
+func (c *Credentials) read() (*tls.Certificate, error) {
+	f, flag := c.Files, c.flag
 	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
 		return nil, fmt.Errorf("%s-cert and %s-key: %w", flag, flag, err)
 	}
 	leaf := cert.Leaf
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		return nil, fmt.Errorf("%s-cert %s: not valid under %s-ca %s: %w", flag, f.Cert, flag, f.CA, err)
 	}
 	if !isMachine(leaf) {
 		return nil, fmt.Errorf("%s-cert %s: a client certificate, not a machine's: make one with `flotilla tls cert create` without --client", flag, f.Cert)
 	}
-	if machine != "" && leaf.Subject.CommonName != machine {
-		return nil, fmt.Errorf("%s-cert %s names machine %q, but this is machine %q: the leader would refuse its agent", flag, f.Cert, leaf.Subject.CommonName, machine)
+	if c.machine != "" && leaf.Subject.CommonName != c.machine {
+		return nil, fmt.Errorf("%s-cert %s names machine %q, but this is machine %q: the leader would refuse its agent", flag, f.Cert, leaf.Subject.CommonName, c.machine)
 	}
-	return &Credentials{Files: f, pool: pool, cert: cert, leaf: leaf}, nil
+	return &cert, nil
 }
+
+// Reload reads the certificate and key again from their files, checked as
+// Load checks them, and presents them on every connection made or
+// accepted from now on (connections already open keep theirs). The CA is
+// kept: trusting another needs a restart. On an error nothing changes.
+// The embedded etcd member reads the same files at each handshake itself.
+func (c *Credentials) Reload() error {
+	cert, err := c.read()
+	if err != nil {
+		return err
+	}
+	c.cur.Store(cert)
+	return nil
+}
+
+// certificate is the machine's certificate and key as last loaded.
+func (c *Credentials) certificate() *tls.Certificate { return c.cur.Load() }
 
 // ServerConfig is the TLS configuration of a server: it presents the
 // machine's certificate and requires a client certificate the CA signed.
 func (c *Credentials) ServerConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{c.cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    c.pool,
+		MinVersion: tls.VersionTLS12,
+		// A callback rather than Certificates, so that Reload reaches
+		// every listener without rebuilding its configuration.
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.certificate(), nil },
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      c.pool,
 	}
 }
 
@@ -82,7 +121,7 @@ func (c *Credentials) ServerConfig() *tls.Config {
 func (c *Credentials) ClientConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:            tls.VersionTLS12,
-		Certificates:          []tls.Certificate{c.cert},
+		GetClientCertificate:  func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return c.certificate(), nil },
 		RootCAs:               c.pool,
 		VerifyPeerCertificate: requireMachine,
 	}
@@ -90,15 +129,20 @@ func (c *Credentials) ClientConfig() *tls.Config {
 
 // Names are the DNS names and IP addresses the machine's certificate covers.
 func (c *Credentials) Names() []string {
-	out := slices.Clone(c.leaf.DNSNames)
-	for _, ip := range c.leaf.IPAddresses {
+	leaf := c.certificate().Leaf
+	out := slices.Clone(leaf.DNSNames)
+	for _, ip := range leaf.IPAddresses {
 		out = append(out, ip.String())
 	}
 	return out
 }
 
+// CAExpires is when the first of the CA file's certificates stops being
+// valid.
+func (c *Credentials) CAExpires() time.Time { return c.caExpires }
+
 // Expires is when the machine's certificate stops being valid.
-func (c *Credentials) Expires() time.Time { return c.leaf.NotAfter }
+func (c *Credentials) Expires() time.Time { return c.certificate().Leaf.NotAfter }
 
 // ClientConfig returns the TLS configuration of a client of the API or of
 // an external etcd: the CA to verify servers with (the system's roots if

@@ -143,6 +143,10 @@ type Config struct {
 	// (--insecure); it then warns at start and every hour.
 	Insecure bool
 
+	// Reload, if set, delivers the daemon's requests to read its
+	// certificate and key again (SIGHUP): see reloadCerts.
+	Reload <-chan os.Signal
+
 	Logger *slog.Logger
 	// Ready, if set, is called once every listener is up with their addresses.
 	Ready func(Addrs)
@@ -585,6 +589,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	for _, ln := range apiLns.unix {
 		go usrv.Serve(ln)
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); reloadCerts(runCtx, log, creds, ms, cfg.Reload) }()
 	if flag, addr := cfg.exposed(); flag != "" && (creds == nil || !cfg.ACL) {
 		wg.Add(1)
 		go func() { defer wg.Done(); warnInsecure(runCtx, log, flag, addr, creds != nil, cfg.ACL) }()

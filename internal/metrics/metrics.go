@@ -43,6 +43,11 @@ type Set struct {
 	// unreachable and degraded its term (reads from memory, writes refused);
 	// 0 while etcd answers or this daemon does not lead.
 	EtcdUnreachableSince prometheus.Gauge
+	// CertExpiry is the Unix time at which a certificate of the daemon
+	// stops being valid, by cert: "machine" (its --tls-cert, as last
+	// loaded: SIGHUP reloads it) and "ca" (the first of its --tls-ca to
+	// expire). No series without TLS.
+	CertExpiry *prometheus.GaugeVec
 	// StateRequestDuration and StateResponseBytes observe GET /v1/state.
 	StateRequestDuration prometheus.Histogram
 	StateResponseBytes   prometheus.Histogram
@@ -82,6 +87,8 @@ func New() *Set {
 		Help: "Time to answer GET /v1/state.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)})
 	s.StateResponseBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_response_bytes",
 		Help: "Size of GET /v1/state answers.", Buckets: prometheus.ExponentialBuckets(1024, 4, 10)})
+	s.CertExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flotilla_cert_expiry_seconds",
+		Help: "Unix time at which the daemon's certificate (cert=machine, as last loaded) or its cluster CA (cert=ca) expires."}, []string{"cert"})
 	s.EtcdRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flotilla_etcd_requests_total",
 		Help: "The daemon's etcd client calls, by gRPC method and status code (OK, Unavailable, DeadlineExceeded, ...)."}, []string{"method", "code"})
 	s.touch = []func(){
@@ -89,6 +96,7 @@ func New() *Set {
 		func() { s.SchedulingLatency.WithLabelValues("") },
 		func() { s.EtcdRequestDuration.WithLabelValues("") },
 		func() { s.EtcdRequests.WithLabelValues("", "") },
+		func() { s.CertExpiry.WithLabelValues("") },
 	}
 	bi := version.Get()
 	s.BuildInfo = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_build_info",
@@ -96,7 +104,7 @@ func New() *Set {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Commit, "build_date": bi.BuildDate, "goversion": bi.GoVersion}})
 	s.BuildInfo.Set(1)
 	for _, c := range []prometheus.Collector{s.BuildInfo, s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.SchedulingLatency, s.ReconcileDuration,
-		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.StateRequestDuration, s.StateResponseBytes, s.EtcdRequests,
+		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.StateRequestDuration, s.StateResponseBytes, s.EtcdRequests, s.CertExpiry,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
