@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 type daemonFlags struct {
 	cfg         daemon.Config
 	endpoints   string
+	servers     string
 	level       slog.Level
 	config      string
 	printConfig bool
@@ -117,6 +117,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.BoolVar(&f.cfg.NoAgent, "no-agent", false, "run no agent (no units) on this machine")
 	fs.BoolVar(&f.cfg.StopUnitsOnExit, "stop-units-on-exit", false, "fleet's shutdown: on SIGTERM or SIGINT, stop this machine's units (each within its stop timeout) and leave the cluster, so the leader places them elsewhere at once (default: units outlive the daemon)")
 	fs.StringVar(&f.endpoints, "etcd-endpoints", "", "client URLs of an external etcd cluster, URL,...")
+	fs.StringVar(&f.servers, "servers", "", "a machine that only runs units: the servers' gRPC addresses (their --grpc-addr), HOST:PORT,...; no etcd, no engine (needed with an agent certificate, tls cert create --agent)")
 	fs.BoolVar(&f.cfg.EtcdEmbed, "etcd-embed", false, "run an etcd member in this process")
 	fs.StringVar(&f.cfg.EtcdClientAddr, "etcd-client-addr", "127.0.0.1:2379", "embedded etcd member's client address")
 	fs.StringVar(&f.cfg.EtcdPeerAddr, "etcd-peer-addr", "127.0.0.1:2380", "embedded etcd member's peer address")
@@ -159,11 +160,8 @@ func (f *daemonFlags) process(ctx context.Context) error {
 }
 
 func (f *daemonFlags) finish() {
-	for _, e := range strings.Split(f.endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			f.cfg.EtcdEndpoints = append(f.cfg.EtcdEndpoints, e)
-		}
-	}
+	f.cfg.EtcdEndpoints = append(f.cfg.EtcdEndpoints, splitList(f.endpoints)...)
+	f.cfg.Servers = append(f.cfg.Servers, splitList(f.servers)...)
 	f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.level}))
 }
 

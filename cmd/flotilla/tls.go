@@ -41,7 +41,7 @@ func tlsCommand() *cobra.Command {
 	)
 	certCreate := &cobra.Command{
 		Use:   "create",
-		Short: "Write NAME.pem and NAME-key.pem: a machine's certificate, or with --client one for a person or a tool",
+		Short: "Write NAME.pem and NAME-key.pem: a server's certificate, with --agent a machine's that only runs units, or with --client one for a person or a tool",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, s := range splitList(ips) {
@@ -66,6 +66,7 @@ func tlsCommand() *cobra.Command {
 	fs.StringVar(&ips, "ip", "", "IP addresses the machine is reached at, IP,... (127.0.0.1 and ::1 always)")
 	fs.StringVar(&dns, "dns", "", "DNS names the machine is reached at, NAME,... (localhost and --name always)")
 	fs.BoolVar(&r.Client, "client", false, "a certificate for a person or a tool using the API: it cannot serve or pass for a machine")
+	fs.BoolVar(&r.Agent, "agent", false, "the certificate of a machine that only runs units (daemon --servers): no engine, no etcd member, no access to etcd")
 	fs.StringVar(&r.OutDir, "out", ".", "directory to write NAME.pem and NAME-key.pem into")
 	fs.IntVar(&r.Days, "days", auth.DefaultCertDays, "days the certificate is valid")
 	certCreate.MarkFlagRequired("ca-dir")

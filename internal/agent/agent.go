@@ -7,7 +7,10 @@
 //  0. On start, adopt what the driver already runs (units outlive the
 //     daemon: the exec driver's supervisor kept them): they are reported
 //     as they are and nothing is restarted.
-//  1. Find the leader (its gRPC address and term revision) through etcd.
+//  1. Find the leader (its gRPC address and term revision) through etcd,
+//     or, on a machine that only runs units (Config.Servers: it has no
+//     access to etcd), by asking the servers it was given who leads
+//     (the engines' Leader call), and then every engine the leader names.
 //  2. Open the stream; send Hello with the machine and every loaded unit's
 //     status. The leader answers with the machine's full desired set; any
 //     loaded unit not in it is unloaded, and the rest are loaded, started or
@@ -104,8 +107,15 @@ type Config struct {
 	// assignments in etcd, as fleet did).
 	Registry string
 	// Leaders returns a channel of the current leader, sent again each time
-	// it changes (the zero Info while there is none). Required in grpc mode.
+	// it changes (the zero Info while there is none). In grpc mode it or
+	// Servers is required.
 	Leaders func(ctx context.Context) <-chan election.Info
+	// Servers are the gRPC addresses (host:port) of engines to ask who
+	// leads (their Leader call) when Leaders does not tell: at start, and
+	// whenever word from the leader stops. A machine that only runs units
+	// has no etcd to learn the leader from and is given them (daemon
+	// --servers), as Nomad's clients are given their servers.
+	Servers []string
 	// Etcd is the agent's own etcd client. Required in etcd mode.
 	Etcd *clientv3.Client
 	// Keys is the cluster's key layout in etcd (etcd mode).
@@ -185,6 +195,8 @@ type Agent struct {
 	watch      *periodic
 	// conns are the agent's connections to the engines (conns.go).
 	conns *conns
+	// lw is who leads, as Run knows it (nil before Run).
+	lw atomic.Pointer[leaderWatch]
 
 	// rec runs the reconciliation passes (timers.go).
 	rec reconciler
@@ -214,8 +226,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: registry %w", err)
 	}
 	cfg.Registry = mode
-	if mode == registry.ModeGRPC && cfg.Leaders == nil {
-		return nil, errors.New("agent: a leader source is required")
+	if mode == registry.ModeGRPC && cfg.Leaders == nil && len(cfg.Servers) == 0 {
+		return nil, errors.New("agent: a leader source or servers to ask are required")
 	}
 	if mode == registry.ModeEtcd && cfg.Etcd == nil {
 		return nil, errors.New("agent: etcd mode needs an etcd client")
@@ -342,7 +354,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return a.runEtcd(ctx)
 	}
 
-	lw := &leaderWatch{ch: a.cfg.Leaders(ctx), found: make(chan struct{}, 1)}
+	lw := &leaderWatch{found: make(chan struct{}, 1)}
+	if a.cfg.Leaders != nil {
+		lw.ch = a.cfg.Leaders(ctx)
+	}
+	a.lw.Store(lw)
 	defer every(&wg, func() time.Duration { return max(a.heartbeat(), 250*time.Millisecond) }, func() {
 		if in, ok := a.findLeader(ctx, lw.current()); ok && lw.offer(in) {
 			a.log.Info("found a newer leader through the engines, not etcd", "leader", in.Machine, "leader_rev", in.Rev)
@@ -376,6 +392,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		backoff = min(backoff*2, maxRetryDelay(a.heartbeat()))
 	}
 	return nil
+}
+
+// Leader is who leads, as the agent last learnt it (ok false while it knows
+// of none): a daemon without etcd forwards API requests there.
+func (a *Agent) Leader() (election.Info, bool) {
+	lw := a.lw.Load()
+	if lw == nil {
+		return election.Info{}, false
+	}
+	in := lw.current()
+	return in, in.Machine != ""
 }
 
 // leaderWatch is who leads, as the agent knows it: from the leader source
@@ -437,7 +464,7 @@ func (w *leaderWatch) offer(in election.Info) bool {
 // (lw tells), or ctx ends.
 func (a *Agent) session(ctx context.Context, leader election.Info, lw *leaderWatch) error {
 	a.mu.Lock()
-	a.conns.keep(append([]string{leader.GRPCAddr}, a.engines...)...)
+	a.conns.keep(append(append([]string{leader.GRPCAddr}, a.engines...), a.cfg.Servers...)...)
 	a.mu.Unlock()
 	conn, err := a.conns.leaderConn(leader.GRPCAddr, leader.Rev, a.cfg.Now())
 	if err != nil {
@@ -807,14 +834,20 @@ type sharedLoader interface {
 // the leader has stopped for longer than a few heartbeats: an agent cut
 // off from etcd but not from the other daemons learns of a new leader this
 // way. It returns the answer with the highest revision, if newer than cur.
-// Run calls it every heartbeat (at least 250 ms apart).
+// Run calls it every heartbeat (at least 250 ms apart). An agent given
+// Servers asks them too, and asks at once while it knows no leader.
 func (a *Agent) findLeader(ctx context.Context, cur election.Info) (election.Info, bool) {
 	stale := 2*a.heartbeat() + 250*time.Millisecond
 	a.mu.Lock()
 	quiet := a.cfg.Mono().Sub(a.wordLocked())
 	var engines []string
-	if quiet >= stale {
+	if quiet >= stale || len(a.cfg.Servers) > 0 && cur.GRPCAddr == "" {
 		engines = slices.Clone(a.engines)
+		for _, s := range a.cfg.Servers {
+			if !slices.Contains(engines, s) {
+				engines = append(engines, s)
+			}
+		}
 	}
 	a.mu.Unlock()
 	if len(engines) == 0 {

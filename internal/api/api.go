@@ -4,7 +4,13 @@
 // daemon forwards the request to the leader's API address, found through
 // the election. Journals are read on the machine that runs the unit: the
 // leader forwards /v1/units/{name}/journal to that machine's
-// /v1/local/journal/{name}.
+// /v1/local/journal/{name}, with its own identity (its TLS certificate), not
+// the person's token: a machine is not trusted with people's tokens.
+//
+// A machine that only runs units (Config.AgentOnly) has no etcd, no engine
+// and no tokens to check: it serves its own machine's reads
+// (/v1/local/...) and /metrics, and forwards every other request to the
+// leader, which checks its token.
 package api
 
 import (
@@ -70,6 +76,13 @@ type Config struct {
 	// Tokens, when set (--acl), are the API tokens every request but the
 	// dashboard's files and the ACL bootstrap must carry (see guard).
 	Tokens *auth.Tokens
+	// ACL says the cluster requires tokens (--acl) even where Tokens is
+	// nil: on a machine that only runs units (AgentOnly), which has none to
+	// check them against.
+	ACL bool
+	// AgentOnly is a machine that only runs units (daemon --servers): no
+	// Engine, no Durable, no Tokens; see the package comment.
+	AgentOnly bool
 	// MetricsPublic serves /metrics without a token (--metrics-public).
 	MetricsPublic bool
 	// ServerNames are the host names, besides IP addresses and localhost,
@@ -80,6 +93,12 @@ type Config struct {
 	// ForwardScheme their scheme: "https" when daemons speak TLS (default "http").
 	Forward       http.RoundTripper
 	ForwardScheme string
+	// ForwardMachine, if set, is the transport of a read forwarded to the
+	// machine named (a journal): one that checks the machine's certificate
+	// names it and presents this daemon's own. With it, the person's token
+	// is not sent along. Nil (no TLS) uses Forward, and sends the token,
+	// as there is no other identity to present.
+	ForwardMachine func(machine string) http.RoundTripper
 
 	// pace, when set (by tests), paces whole-state answers instead of a
 	// pacer of WholeStateShare on the real clock.
@@ -104,6 +123,9 @@ func New(cfg Config) http.Handler {
 	if cfg.ForwardScheme == "" {
 		cfg.ForwardScheme = "http"
 	}
+	if cfg.Tokens != nil {
+		cfg.ACL = true
+	}
 	if cfg.Leader == nil {
 		cfg.Leader = func() (election.Info, bool) { return election.Info{}, false }
 	}
@@ -118,6 +140,9 @@ func New(cfg Config) http.Handler {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			refuse(w, r, http.StatusBadGateway, "unavailable", fmt.Sprintf("forwarding to %s: %v", r.URL.Host, err))
 		},
+	}
+	if cfg.AgentOnly {
+		return s.agentOnly()
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", s.status)
@@ -154,6 +179,29 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
+	return s.wrap(mux)
+}
+
+// agentOnly is the handler of a machine that only runs units: its own
+// machine's reads and metrics here, everything else at the leader.
+func (s *server) agentOnly() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(make(follows, limits.JournalFollows).limit(s.localJournal)))
+	if s.cfg.Metrics != nil {
+		mux.Handle("GET /metrics", s.cfg.Metrics.Handler())
+	}
+	mux.HandleFunc("/v1/local/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	mux.Handle("/", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "machine "+s.cfg.Machine+" runs no engine")
+	}))
+	return s.wrap(mux)
+}
+
+// wrap puts the guard and the per-request headers around a mux.
+func (s *server) wrap(mux http.Handler) http.Handler {
+	cfg := s.cfg
 	guarded := s.guard(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Engine != nil {
@@ -189,8 +237,13 @@ func (s *server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *server) forward(w http.ResponseWriter, r *http.Request, addr, path string) {
-	target := &url.URL{Scheme: s.cfg.ForwardScheme, Host: addr}
 	p := *s.proxy
+	s.forwardWith(&p, w, r, addr, path)
+}
+
+// forwardWith forwards r to addr's path through p, a copy of s.proxy.
+func (s *server) forwardWith(p *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request, addr, path string) {
+	target := &url.URL{Scheme: s.cfg.ForwardScheme, Host: addr}
 	p.Rewrite = func(pr *httputil.ProxyRequest) {
 		pr.SetURL(target)
 		pr.Out.URL.Path = path
@@ -547,7 +600,27 @@ func (s *server) journal(w http.ResponseWriter, r *http.Request) {
 		s.localJournal(w, r)
 		return
 	}
-	s.forward(w, r, addr, "/v1/local/journal/"+url.PathEscape(name))
+	s.forwardToMachine(w, r, id, addr, "/v1/local/journal/"+url.PathEscape(name))
+}
+
+// forwardToMachine forwards a read of machine id's units to its API at
+// addr. With ForwardMachine (TLS), the machine must hold id's certificate
+// and is shown this daemon's, and the person's token stays here: a
+// machine claiming an address of its choosing learns no one's token.
+func (s *server) forwardToMachine(w http.ResponseWriter, r *http.Request, id, addr, path string) {
+	if s.cfg.ForwardMachine == nil {
+		s.forward(w, r, addr, path)
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Del("Authorization")
+	if q := r2.URL.Query(); q.Has("token") {
+		q.Del("token")
+		r2.URL.RawQuery = q.Encode()
+	}
+	p := *s.proxy
+	p.Transport = s.cfg.ForwardMachine(id)
+	s.forwardWith(&p, w, r2, addr, path)
 }
 
 func (s *server) localJournal(w http.ResponseWriter, r *http.Request) {

@@ -27,7 +27,12 @@ import (
 //     browser sends without asking (a form or text/plain POST);
 //  3. a write (POST, PUT, PATCH) whose body is not application/json: 415;
 //  4. with tokens on (--acl): no token or an unknown one, 401; a token whose
-//     role is below what the request needs (auth.Required), 403.
+//     role is below what the request needs (auth.Required), 403. A read of
+//     this machine's own units (/v1/local/...) needs no token from a peer
+//     holding a server certificate: the leader forwards people's reads
+//     with its own identity, never their tokens. A machine that only runs
+//     units has no tokens to check: it lets through what it forwards to the
+//     leader, which checks them, and serves its own reads to servers only.
 func (s *server) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !overUnixSocket(r) && !s.ownHost(r.Host) {
@@ -45,7 +50,7 @@ func (s *server) guard(h http.Handler) http.Handler {
 				return
 			}
 		}
-		if s.cfg.Tokens != nil && !s.allowed(w, r) {
+		if s.cfg.ACL && !s.allowed(w, r) {
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -58,6 +63,17 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) bool {
 	need := auth.Required(r.Method, r.URL.Path)
 	if need == auth.RoleNone || r.URL.Path == "/metrics" && s.cfg.MetricsPublic {
 		return true
+	}
+	local := strings.HasPrefix(r.URL.Path, "/v1/local/") || r.URL.Path == "/metrics"
+	if local && need == auth.RoleRead && auth.PeerKind(r.TLS) == auth.KindServer {
+		return true
+	}
+	if s.cfg.Tokens == nil {
+		if !local {
+			return true // forwarded to the leader, which checks the token
+		}
+		refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("machine %s only runs units and cannot check API tokens: %s %s is for the cluster's servers; ask a server's API (or run this daemon with --metrics-public for /metrics)", s.cfg.Machine, r.Method, r.URL.Path))
+		return false
 	}
 	secret := bearer(r)
 	tok, err := s.cfg.Tokens.Lookup(r.Context(), secret)

@@ -4,15 +4,21 @@
 // agent's certificate names the machine it speaks for (CheckAgent), and API
 // tokens with roles stored hashed in etcd (Tokens, Role).
 //
-// Two kinds of certificates are signed by the cluster CA:
+// Three kinds of certificates are signed by the cluster CA:
 //
-//   - a machine certificate (CreateCert without Client) serves and dials:
-//     its common name is the machine's name, and it carries the DNS name
-//     MachineSAN, which is what marks it as a machine's. Only machine
-//     certificates may open an agent stream, join the embedded etcd cluster
-//     or use its client port.
+//   - a server's (CreateCert without Agent or Client) serves and dials: its
+//     common name is the machine's name, and it carries the DNS name
+//     ServerSAN, which marks it as a server's: an engine candidate and
+//     etcd member that also runs units. Only server certificates may join
+//     the embedded etcd cluster or use its client port, and only servers
+//     are trusted with what the leader forwards (people's tokens).
+//   - an agent's (Agent: true) serves and dials too, but carries AgentSAN
+//     instead: the machine only runs units. It may open its own agent
+//     stream and ask a server who leads; it cannot reach etcd.
 //   - a client certificate (Client: true) is for a person or a tool using
 //     the API: it can only dial, and it cannot pass for a machine.
+//
+// Server and agent certificates are both machine certificates.
 package auth
 
 import (
@@ -32,9 +38,15 @@ import (
 	"time"
 )
 
-// MachineSAN is the DNS name every machine certificate carries: a TLS peer
-// whose certificate covers it is one of the cluster's machines.
-const MachineSAN = "machine.flotilla"
+// ServerSAN is the DNS name every server certificate carries: a TLS peer
+// whose certificate covers it is one of the cluster's servers (engine
+// candidates and etcd members). Certificates made before agent
+// certificates existed carry it too, and stay servers'.
+const ServerSAN = "machine.flotilla"
+
+// AgentSAN is the DNS name an agent certificate carries instead of
+// ServerSAN: the machine only runs units.
+const AgentSAN = "agent.flotilla"
 
 // File names written by CreateCA.
 const (
@@ -107,6 +119,9 @@ type CertRequest struct {
 	DNSNames []string
 	// Client makes a certificate for a person or a tool: client use only.
 	Client bool
+	// Agent makes the certificate of a machine that only runs units: no
+	// engine, no etcd member, no access to etcd (exclusive with Client).
+	Agent bool
 	// OutDir receives NAME.pem and NAME-key.pem (default: the current directory).
 	OutDir string
 	// Days is the validity (0: DefaultCertDays).
@@ -122,6 +137,9 @@ func CreateCert(r CertRequest) (certPath, keyPath string, err error) {
 	if !certNameRE.MatchString(r.Name) {
 		return "", "", fmt.Errorf("name %q: want 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", r.Name)
 	}
+	if r.Client && r.Agent {
+		return "", "", errors.New("--client and --agent exclude each other: a person's certificate, or a machine's that only runs units")
+	}
 	if r.Client && (len(r.IPs) > 0 || len(r.DNSNames) > 0) {
 		return "", "", errors.New("a client certificate is for dialing only: it takes no IP addresses or DNS names")
 	}
@@ -133,7 +151,7 @@ func CreateCert(r CertRequest) (certPath, keyPath string, err error) {
 		return "", "", fmt.Errorf("days %d: want a positive number of days", days)
 	}
 	for _, d := range r.DNSNames {
-		if d == "" || d == MachineSAN {
+		if d == "" || d == ServerSAN || d == AgentSAN {
 			return "", "", fmt.Errorf("DNS name %q: want a host name of this machine", d)
 		}
 	}
@@ -167,8 +185,13 @@ func CreateCert(r CertRequest) (certPath, keyPath string, err error) {
 	}
 	if !r.Client {
 		tmpl.Subject.OrganizationalUnit = []string{"machine"}
+		san := ServerSAN
+		if r.Agent {
+			tmpl.Subject.OrganizationalUnit = []string{"agent"}
+			san = AgentSAN
+		}
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-		tmpl.DNSNames = uniq(append([]string{MachineSAN, "localhost", r.Name}, r.DNSNames...))
+		tmpl.DNSNames = uniq(append([]string{san, "localhost", r.Name}, r.DNSNames...))
 		tmpl.IPAddresses = append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, r.IPs...)
 	} else {
 		tmpl.Subject.OrganizationalUnit = []string{"client"}

@@ -76,7 +76,7 @@ func (c *Credentials) read() (*tls.Certificate, error) {
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		return nil, fmt.Errorf("%s-cert %s: not valid under %s-ca %s: %w", flag, f.Cert, flag, f.CA, err)
 	}
-	if !isMachine(leaf) {
+	if KindOf(leaf) == KindClient {
 		return nil, fmt.Errorf("%s-cert %s: a client certificate, not a machine's: make one with `flotilla tls cert create` without --client", flag, f.Cert)
 	}
 	if c.machine != "" && leaf.Subject.CommonName != c.machine {
@@ -94,6 +94,9 @@ func (c *Credentials) Reload() error {
 	cert, err := c.read()
 	if err != nil {
 		return err
+	}
+	if was, is := c.Kind(), KindOf(cert.Leaf); is != was {
+		return fmt.Errorf("%s-cert %s is now a%s %s certificate, not a%s %s one: a daemon keeps its kind until it restarts", c.flag, c.Files.Cert, article(is), is, article(was), was)
 	}
 	c.cur.Store(cert)
 	return nil
@@ -116,16 +119,43 @@ func (c *Credentials) ServerConfig() *tls.Config {
 }
 
 // ClientConfig is the TLS configuration to dial another machine: it
-// presents the machine's certificate and requires a server certificate of
-// a machine of the cluster.
+// presents the machine's certificate and requires a certificate of a
+// machine of the cluster (a server's or an agent's).
 func (c *Credentials) ClientConfig() *tls.Config {
+	return c.dialConfig(requireKind(KindAgent))
+}
+
+// ServerClientConfig is the TLS configuration to dial a server (an engine,
+// an etcd member, the leader's API): it requires a server certificate, so
+// an agent-only machine posing as one gets nothing sent to it.
+func (c *Credentials) ServerClientConfig() *tls.Config {
+	return c.dialConfig(requireKind(KindServer))
+}
+
+// MachineClientConfig is the TLS configuration to dial the machine named
+// machine, agent or server: its certificate must name it.
+func (c *Credentials) MachineClientConfig(machine string) *tls.Config {
+	return c.dialConfig(func(_ [][]byte, chains [][]*x509.Certificate) error {
+		for _, ch := range chains {
+			if len(ch) > 0 && KindOf(ch[0]) != KindClient && ch[0].Subject.CommonName == machine {
+				return nil
+			}
+		}
+		return fmt.Errorf("the peer's certificate is not machine %s's", machine)
+	})
+}
+
+func (c *Credentials) dialConfig(verify func([][]byte, [][]*x509.Certificate) error) *tls.Config {
 	return &tls.Config{
 		MinVersion:            tls.VersionTLS12,
 		GetClientCertificate:  func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return c.certificate(), nil },
 		RootCAs:               c.pool,
-		VerifyPeerCertificate: requireMachine,
+		VerifyPeerCertificate: verify,
 	}
 }
+
+// Kind is the kind of the machine's certificate: KindServer or KindAgent.
+func (c *Credentials) Kind() Kind { return KindOf(c.certificate().Leaf) }
 
 // Names are the DNS names and IP addresses the machine's certificate covers.
 func (c *Credentials) Names() []string {
@@ -173,19 +203,76 @@ func ClientConfig(f Files) (*tls.Config, error) {
 	return cfg, nil
 }
 
-func isMachine(c *x509.Certificate) bool {
-	return c.VerifyHostname(MachineSAN) == nil && slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+func article(k Kind) string {
+	if k == KindAgent {
+		return "n"
+	}
+	return ""
 }
 
-// requireMachine is a VerifyPeerCertificate that accepts only machine
-// certificates (the chain itself is verified by crypto/tls first).
-func requireMachine(_ [][]byte, chains [][]*x509.Certificate) error {
-	for _, ch := range chains {
-		if len(ch) > 0 && isMachine(ch[0]) {
-			return nil
-		}
+// Kind is what a certificate of the cluster's CA is for, from least to
+// most trusted.
+type Kind int
+
+const (
+	// KindClient is a person's or a tool's: it only dials the API.
+	KindClient Kind = iota
+	// KindAgent is a machine's that only runs units (AgentSAN).
+	KindAgent
+	// KindServer is a machine's that is also an engine candidate and an
+	// etcd member (ServerSAN).
+	KindServer
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindAgent:
+		return "agent"
+	case KindServer:
+		return "server"
 	}
-	return errors.New("the peer's certificate is not a machine certificate of this cluster")
+	return "client"
+}
+
+// KindOf tells a certificate's kind by its names and key usage (its chain
+// is verified elsewhere).
+func KindOf(c *x509.Certificate) Kind {
+	if !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+		return KindClient
+	}
+	if c.VerifyHostname(ServerSAN) == nil {
+		return KindServer
+	}
+	if c.VerifyHostname(AgentSAN) == nil {
+		return KindAgent
+	}
+	return KindClient
+}
+
+// PeerKind is the kind of the certificate a TLS peer presented and the
+// cluster's CA verified (KindClient for none, or without TLS).
+func PeerKind(cs *tls.ConnectionState) Kind {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return KindClient
+	}
+	return KindOf(cs.VerifiedChains[0][0])
+}
+
+// requireKind is a VerifyPeerCertificate that accepts certificates of
+// kind least or more trusted (the chain itself is verified by crypto/tls
+// first).
+func requireKind(least Kind) func([][]byte, [][]*x509.Certificate) error {
+	return func(_ [][]byte, chains [][]*x509.Certificate) error {
+		for _, ch := range chains {
+			if len(ch) > 0 && KindOf(ch[0]) >= least {
+				return nil
+			}
+		}
+		if least == KindServer {
+			return errors.New("the peer's certificate is not a server certificate of this cluster")
+		}
+		return errors.New("the peer's certificate is not a machine certificate of this cluster")
+	}
 }
 
 // ErrNotMachine is returned by CheckAgent for a peer that is not the
@@ -193,10 +280,12 @@ func requireMachine(_ [][]byte, chains [][]*x509.Certificate) error {
 var ErrNotMachine = errors.New("auth: the peer's certificate does not name this machine")
 
 // CheckAgent returns nil when the peer of a gRPC call (ctx of its handler)
-// presented a machine certificate, verified under the cluster CA, whose
-// name is machine. Connections without TLS are refused too: call it only
-// when the server requires TLS.
-func CheckAgent(ctx context.Context, machine string) error {
+// presented a machine certificate (a server's or an agent's), verified
+// under the cluster CA, whose name is machine, and which covers the IP
+// address and the API address's host the agent claims for it (each may be
+// empty: nothing claimed). Connections without TLS are refused too: call
+// it only when the server requires TLS.
+func CheckAgent(ctx context.Context, machine, ip, apiAddr string) error {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return fmt.Errorf("%w: no peer in the call", ErrNotMachine)
@@ -209,14 +298,31 @@ func CheckAgent(ctx context.Context, machine string) error {
 		return fmt.Errorf("%w: no certificate verified under the cluster CA", ErrNotMachine)
 	}
 	leaf := ti.State.VerifiedChains[0][0]
-	if !isMachine(leaf) {
+	if KindOf(leaf) == KindClient {
 		return fmt.Errorf("%w: %q presented a client certificate, not a machine's", ErrNotMachine, leaf.Subject.CommonName)
 	}
 	if leaf.Subject.CommonName != machine {
 		return fmt.Errorf("%w: the certificate names machine %q, not %q", ErrNotMachine, leaf.Subject.CommonName, machine)
 	}
+	if ip != "" && leaf.VerifyHostname(ip) != nil {
+		return fmt.Errorf("%w: machine %s claims IP %s, which its certificate does not cover (give it with `flotilla tls cert create --ip`)", ErrNotCovered, machine, ip)
+	}
+	if apiAddr != "" {
+		host, _, err := net.SplitHostPort(apiAddr)
+		if err != nil {
+			host = apiAddr
+		}
+		if leaf.VerifyHostname(host) != nil {
+			return fmt.Errorf("%w: machine %s claims API address %s, whose host its certificate does not cover (give it with `flotilla tls cert create --ip` or --dns)", ErrNotCovered, machine, apiAddr)
+		}
+	}
 	return nil
 }
+
+// ErrNotCovered is returned by CheckAgent for an agent that claims an
+// address its certificate does not cover: the leader would send people's
+// reads of its units there.
+var ErrNotCovered = errors.New("auth: an address the machine claims is not in its certificate")
 
 // Loopback reports whether a listen address (host:port) accepts
 // connections from this host only.

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,6 +108,14 @@ type Config struct {
 	EtcdInitialCluster string // name=http://peer,...; default: this member alone
 	// Prefix is the cluster's etcd key prefix (default /flotilla/).
 	Prefix string
+	// Servers, when set (--servers), make this daemon a machine that only
+	// runs units: no etcd (it has no access to it), no engine; its agent
+	// finds the leader by asking these engines (gRPC addresses, host:port)
+	// who leads, and its API forwards every request but its own machine's
+	// reads to the leader. A daemon with an agent certificate (`flotilla
+	// tls cert create --agent`) needs them. Exclusive with EtcdEmbed and
+	// EtcdEndpoints, and with the etcd registry.
+	Servers []string
 
 	NoEngine bool
 	NoAgent  bool
@@ -258,8 +267,12 @@ func (c *Config) validate() error {
 	if c.EtcdEmbed && len(c.EtcdEndpoints) > 0 {
 		return errors.New("--etcd-embed and --etcd-endpoints exclude each other: run an etcd member here, or use an external cluster")
 	}
-	if !c.EtcdEmbed && len(c.EtcdEndpoints) == 0 {
-		return errors.New("no etcd: give --etcd-endpoints URL,... or --etcd-embed")
+	if len(c.Servers) > 0 {
+		if err := c.validateAgentOnly(); err != nil {
+			return err
+		}
+	} else if !c.EtcdEmbed && len(c.EtcdEndpoints) == 0 {
+		return errors.New("no etcd: give --etcd-endpoints URL,... or --etcd-embed (a server), or --servers ADDR,... (a machine that only runs units)")
 	}
 	if c.EtcdEmbed {
 		if c.EtcdClientAddr == "" {
@@ -277,12 +290,8 @@ func (c *Config) validate() error {
 	if c.NoEngine && c.NoAgent {
 		c.Logger.Warn("--no-engine and --no-agent: this daemon only serves the API")
 	}
-	detected := machine.Detect()
-	if c.Capacity.CPUPercent == 0 {
-		c.Capacity.CPUPercent = detected.CPUPercent
-	}
-	if c.Capacity.MemoryBytes == 0 {
-		c.Capacity.MemoryBytes = detected.MemoryBytes
+	if err := c.boundCapacity(machine.Detect()); err != nil {
+		return err
 	}
 	if c.Prefix == "" {
 		c.Prefix = registry.DefaultPrefix
@@ -290,9 +299,59 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// validateAgentOnly checks the configuration of a machine that only runs
+// units (--servers).
+func (c *Config) validateAgentOnly() error {
+	switch {
+	case c.EtcdEmbed || len(c.EtcdEndpoints) > 0:
+		return errors.New("--servers and --etcd-embed or --etcd-endpoints exclude each other: a machine given --servers only runs units and reaches no etcd")
+	case c.Registry == registry.ModeEtcd:
+		return errors.New("--servers and --registry etcd exclude each other: in the etcd registry every agent works through etcd (see docs/security.md)")
+	case c.NoAgent:
+		return errors.New("--servers and --no-agent exclude each other: a machine given --servers only runs units")
+	}
+	c.NoEngine = true
+	for _, a := range c.Servers {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("--servers %q: want the gRPC addresses (--grpc-addr) of servers, host:port,...: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// boundCapacity fills the capacity not set with what the host has, and
+// refuses to offer more than it has: a machine's capacity claims are
+// bounded by what its agent can show, the host's CPUs (Go's NumCPU: those
+// the process may run on) and its memory (/proc/meminfo's MemTotal). The
+// sim driver's units use nothing, so it may offer any.
+func (c *Config) boundCapacity(host machine.Capacity) error {
+	if c.Capacity.CPUPercent == 0 {
+		c.Capacity.CPUPercent = host.CPUPercent
+	}
+	if c.Capacity.MemoryBytes == 0 {
+		c.Capacity.MemoryBytes = host.MemoryBytes
+	}
+	if c.Driver == "sim" {
+		return nil
+	}
+	if host.CPUPercent > 0 && c.Capacity.CPUPercent > host.CPUPercent {
+		return fmt.Errorf("--capacity-cpu %s: this host has %s CPUs; a machine offers at most what it has", cpus(c.Capacity.CPUPercent), cpus(host.CPUPercent))
+	}
+	if host.MemoryBytes > 0 && c.Capacity.MemoryBytes > host.MemoryBytes {
+		return fmt.Errorf("--capacity-memory %d bytes: this host has %d bytes of memory; a machine offers at most what it has", c.Capacity.MemoryBytes, host.MemoryBytes)
+	}
+	return nil
+}
+
+// cpus writes CPU percent as a count of CPUs, as --capacity-cpu takes it.
+func cpus(percent int64) string { return strconv.FormatFloat(float64(percent)/100, 'g', -1, 64) }
+
 // exposed returns the first listener address that is not on loopback.
 func (c *Config) exposed() (flag, addr string) {
-	ls := [][2]string{{"--api-addr", c.APIAddr}, {"--grpc-addr", c.GRPCAddr}}
+	ls := [][2]string{{"--api-addr", c.APIAddr}}
+	if len(c.Servers) == 0 {
+		ls = append(ls, [2]string{"--grpc-addr", c.GRPCAddr})
+	}
 	if c.EtcdEmbed {
 		ls = append(ls, [2]string{"--etcd-client-addr", c.EtcdClientAddr}, [2]string{"--etcd-peer-addr", c.EtcdPeerAddr})
 	}
@@ -314,6 +373,12 @@ func (c *Config) credentials() (*auth.Credentials, error) {
 		if creds, err = auth.Load(c.TLS, "--tls", c.Name); err != nil {
 			return nil, err
 		}
+		if creds.Kind() == auth.KindAgent && len(c.Servers) == 0 {
+			return nil, fmt.Errorf("--tls-cert %s is an agent certificate: this machine only runs units, reaches no etcd and runs no engine; give --servers with the servers' gRPC addresses (or use a server certificate, made without --agent)", c.TLS.Cert)
+		}
+	}
+	if len(c.Servers) > 0 && c.ACL && creds == nil {
+		return nil, errors.New("--servers with --acl needs --tls-ca, --tls-cert and --tls-key: a machine that only runs units cannot check API tokens, and takes the servers' reads of its units by their certificates")
 	}
 	if flag, addr := c.exposed(); flag != "" && (creds == nil || !c.ACL) && !c.Insecure {
 		return nil, fmt.Errorf("%s %s listens beyond loopback, where anyone who reaches it could run commands as root on every machine: "+
@@ -420,31 +485,35 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		log.Info("embedded etcd member ready", "client", etcdClientAddr, "peer", cfg.EtcdPeerAddr)
 	}
 	ms := metrics.New()
-	etcdCfg := clientv3.Config{
-		Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: ms.EtcdDialOptions(),
-		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
-		Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
-		TLS: etcdTLS,
+	// A machine that only runs units (--servers) has no etcd client: its
+	// agent asks the servers who leads.
+	agentOnly := len(cfg.Servers) > 0
+	var cli, electionCli *clientv3.Client
+	var grpcLn net.Listener
+	addrs := Addrs{API: advertise(apiLns.tcp[0].Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
+	if !agentOnly {
+		etcdCfg := clientv3.Config{
+			Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: ms.EtcdDialOptions(),
+			DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+			Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
+			TLS: etcdTLS,
+		}
+		if cli, err = clientv3.New(etcdCfg); err != nil {
+			return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+		}
+		cleanups = append(cleanups, func() { cli.Close() })
+		// The engine's election (campaign, lease renewals, probes) has a
+		// connection of its own: the leader's large writes and watches on cli
+		// cannot hold a renewal back past the lease's TTL.
+		if electionCli, err = clientv3.New(etcdCfg); err != nil {
+			return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+		}
+		cleanups = append(cleanups, func() { electionCli.Close() })
+		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return fmt.Errorf("--grpc-addr: %w", err)
+		}
+		addrs.GRPC = advertise(grpcLn.Addr(), cfg.PublicIP)
 	}
-	cli, err := clientv3.New(etcdCfg)
-	if err != nil {
-		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
-	}
-	cleanups = append(cleanups, func() { cli.Close() })
-	// The engine's election (campaign, lease renewals, probes) has a
-	// connection of its own: the leader's large writes and watches on cli
-	// cannot hold a renewal back past the lease's TTL.
-	electionCli, err := clientv3.New(etcdCfg)
-	if err != nil {
-		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
-	}
-	cleanups = append(cleanups, func() { electionCli.Close() })
-
-	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("--grpc-addr: %w", err)
-	}
-	addrs := Addrs{API: advertise(apiLns.tcp[0].Addr(), cfg.PublicIP), GRPC: advertise(grpcLn.Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
 	for _, ln := range apiLns.unix {
 		addrs.APISocket = append(addrs.APISocket, ln.Addr().String())
 	}
@@ -474,10 +543,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		lmu    sync.Mutex
 		leader election.Info
 	)
-	leaders := func(ctx context.Context) <-chan election.Info { return election.Observe(ctx, cli, keys.Election()) }
+	var leaders func(ctx context.Context) <-chan election.Info // nil: the agent asks the servers
+	if !agentOnly {
+		leaders = func(ctx context.Context) <-chan election.Info { return election.Observe(ctx, cli, keys.Election()) }
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if agentOnly {
+			return // the agent learns the leader from the servers
+		}
 		for in := range leaders(runCtx) {
 			lmu.Lock()
 			changed := leader.Rev != in.Rev
@@ -491,7 +566,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}
 	}()
+	var ag *agent.Agent
 	currentLeader := func() (election.Info, bool) {
+		if agentOnly {
+			return ag.Leader()
+		}
 		lmu.Lock()
 		defer lmu.Unlock()
 		return leader, leader.Machine != ""
@@ -511,7 +590,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 20 * time.Second}),
 	}
 	gopts = append(gopts, agentpb.ServerTransport()...)
-	var authorizeAgent func(context.Context, string) error
+	var authorizeAgent func(ctx context.Context, machine, ip, apiAddr string) error
 	if creds != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(creds.ServerConfig())))
 		authorizeAgent = auth.CheckAgent
@@ -527,21 +606,23 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		agentpb.RegisterEngineServer(gsrv, eng)
 	}
-	go gsrv.Serve(grpcLn)
-	cleanups = append(cleanups, gsrv.Stop)
+	if grpcLn != nil {
+		go gsrv.Serve(grpcLn)
+		cleanups = append(cleanups, gsrv.Stop)
+	}
 
 	var drv driver.Driver
-	var ag *agent.Agent
 	if !cfg.NoAgent {
 		var dial []grpc.DialOption
 		if creds != nil {
-			dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(creds.ClientConfig()))}
+			// Only a server leads: an agent streams to no other machine.
+			dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(creds.ServerClientConfig()))}
 		}
 		ag, err = agent.New(agent.Config{
 			DialOptions: dial,
 			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version,
 				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes, Drivers: driverSet(cfg.Driver), Instance: instance},
-			Leaders: leaders, TTL: agentTTL(cfg), Logger: cfg.Logger,
+			Leaders: leaders, Servers: cfg.Servers, TTL: agentTTL(cfg), Logger: cfg.Logger,
 			Registry: cfg.Registry, Etcd: cli, Keys: keys,
 		})
 		if err != nil {
@@ -554,13 +635,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ag.SetDriver(drv)
 	}
 
-	durable := func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
-	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Durable: durable, Metrics: ms,
-		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name}}
+	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Metrics: ms,
+		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name},
+		ACL: cfg.ACL, AgentOnly: agentOnly}
+	if !agentOnly {
+		acfg.Durable = func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
+	}
 	if h, err := os.Hostname(); err == nil {
 		acfg.ServerNames = append(acfg.ServerNames, h)
 	}
-	if cfg.ACL {
+	if cfg.ACL && !agentOnly {
 		acfg.Tokens = auth.NewTokens(cli, cfg.Prefix, cfg.Logger)
 		wg.Add(1)
 		go func() { defer wg.Done(); acfg.Tokens.Run(runCtx) }()
@@ -571,8 +655,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if creds != nil {
 		acfg.ServerNames = append(acfg.ServerNames, creds.Names()...)
 		acfg.ForwardScheme = "https"
-		acfg.Forward = &http.Transport{TLSClientConfig: creds.ClientConfig(), ForceAttemptHTTP2: true,
+		// Requests go on, with the person's token, to the leader alone,
+		// which must hold a server certificate; a read of one machine's
+		// units goes with this daemon's identity only (api.Config).
+		acfg.Forward = &http.Transport{TLSClientConfig: creds.ServerClientConfig(), ForceAttemptHTTP2: true,
 			MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
+		acfg.ForwardMachine = machineTransport(creds)
 		srv.TLSConfig = creds.ServerConfig()
 	}
 	srv.Handler = api.New(acfg)
@@ -608,7 +696,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		close(agentDone)
 	}
 	log.Info("daemon running", "api", scheme(creds)+"://"+addrs.API, "api_socket", addrs.APISocket, "socket_activated", apiLns.activated, "grpc", addrs.GRPC, "engine", eng != nil, "agent", ag != nil,
-		"tls", creds != nil, "acl", cfg.ACL)
+		"servers", cfg.Servers, "tls", creds != nil, "acl", cfg.ACL)
 	if cfg.Ready != nil {
 		cfg.Ready(addrs)
 	}
@@ -662,6 +750,25 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cancel()
 	}
 	return refused
+}
+
+// machineTransport returns the transport of reads forwarded to one
+// machine (its units' journals): the machine's certificate must name it,
+// and this daemon presents its own, never a person's token.
+func machineTransport(creds *auth.Credentials) func(machine string) http.RoundTripper {
+	var mu sync.Mutex
+	ts := map[string]*http.Transport{}
+	return func(machine string) http.RoundTripper {
+		mu.Lock()
+		defer mu.Unlock()
+		t := ts[machine]
+		if t == nil {
+			t = &http.Transport{TLSClientConfig: creds.MachineClientConfig(machine), ForceAttemptHTTP2: true,
+				MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
+			ts[machine] = t
+		}
+		return t
+	}
 }
 
 func scheme(creds *auth.Credentials) string {

@@ -22,7 +22,7 @@ type etcdMember struct {
 	InitialCluster string // name=http(s)://peer,...; "" for a single member
 	MaxTxnOps      uint
 	// TLS, when set, makes the client and peer URLs https, each requiring
-	// a machine certificate of the cluster.
+	// a server certificate of the cluster.
 	TLS *auth.Credentials
 }
 
@@ -38,9 +38,10 @@ func startEtcd(m etcdMember, timeout time.Duration) (*embed.Etcd, error) {
 		info := transport.TLSInfo{
 			CertFile: m.TLS.Files.Cert, KeyFile: m.TLS.Files.Key, TrustedCAFile: m.TLS.Files.CA,
 			ClientCertAuth: true,
-			// Only machines: a person's client certificate, signed by the
-			// same CA for the API, must not reach etcd behind the roles.
-			AllowedHostnames: []string{auth.MachineSAN},
+			// Only servers: neither a person's client certificate, signed
+			// by the same CA for the API, nor an agent-only machine's may
+			// reach etcd, where the tokens and every unit are.
+			AllowedHostnames: []string{auth.ServerSAN},
 		}
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
 	}

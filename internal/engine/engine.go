@@ -66,10 +66,11 @@ type Config struct {
 	// it unanswered.
 	LeaderInfo func() (election.Info, bool)
 	// AuthorizeAgent, if set, is asked whether the peer of an agent stream
-	// (ctx is the stream's) may speak for machine; a Hello it refuses ends
-	// the stream with PermissionDenied (see helloAllowed). Daemons with TLS
-	// set auth.CheckAgent; nil lets any agent in.
-	AuthorizeAgent func(ctx context.Context, machine string) error
+	// (ctx is the stream's) may speak for machine, and claim its IP and API
+	// address (host:port); a Hello it refuses ends the stream with
+	// PermissionDenied (see helloAllowed). Daemons with TLS set
+	// auth.CheckAgent; nil lets any agent in.
+	AuthorizeAgent func(ctx context.Context, machine, ip, apiAddr string) error
 }
 
 func (c *Config) validate() error {

@@ -195,7 +195,7 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	if err := checkHello(hello); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := e.helloAllowed(stream.Context(), hello.Machine.Id); err != nil {
+	if err := e.helloAllowed(stream.Context(), hello.Machine); err != nil {
 		return err
 	}
 	if hello.LeaderRev != 0 && hello.LeaderRev != t.info.Rev {
@@ -255,18 +255,19 @@ func (t *term) recvLoop(stream agentpb.Engine_ConnectServer, conn *agentConn) er
 	}
 }
 
-// helloAllowed refuses a Hello from a peer that may not speak for machine
-// (Config.AuthorizeAgent): another machine's agent, or one whose
-// certificate the cluster's CA did not sign. It is checked before the
-// stream touches any state, so a refused Hello cuts no agent off and learns
-// nothing of the machine's units.
-func (e *Engine) helloAllowed(ctx context.Context, machine string) error {
+// helloAllowed refuses a Hello from a peer that may not speak for m
+// (Config.AuthorizeAgent): another machine's agent, one whose certificate
+// the cluster's CA did not sign, or one claiming an IP or API address its
+// certificate does not cover (the leader sends reads of its units' journals
+// there). It is checked before the stream touches any state, so a refused
+// Hello cuts no agent off and learns nothing of the machine's units.
+func (e *Engine) helloAllowed(ctx context.Context, m *agentpb.Machine) error {
 	if e.cfg.AuthorizeAgent == nil {
 		return nil
 	}
-	if err := e.cfg.AuthorizeAgent(ctx, machine); err != nil {
-		e.log.Warn("refused an agent's Hello", "machine", machine, "err", err)
-		return status.Errorf(codes.PermissionDenied, "hello as machine %q refused: %v", machine, err)
+	if err := e.cfg.AuthorizeAgent(ctx, m.Id, m.Ip, m.ApiAddr); err != nil {
+		e.log.Warn("refused an agent's Hello", "machine", m.Id, "err", err)
+		return status.Errorf(codes.PermissionDenied, "hello as machine %q refused: %v", m.Id, err)
 	}
 	return nil
 }
