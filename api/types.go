@@ -246,6 +246,10 @@ type Scheduler struct {
 	Placement string                `json:"placement"`        // spread or binpack
 	Roles     map[string]RolePolicy `json:"roles,omitempty"`  // by role name
 	Shares    map[string]float64    `json:"shares,omitempty"` // read-only: dominant share by role, 0 to 1
+	// ReservedMetadata are machine metadata keys only the API sets (PATCH
+	// /v1/machines/{id}): a machine's own value for one is ignored, so a
+	// machine cannot claim it to draw units constrained on it.
+	ReservedMetadata []string `json:"reservedMetadata,omitempty"`
 }
 
 // RolePolicy is one role's weight (default 1) and quota (0 in a dimension:

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // Scheduler returns the placement policy and the roles' current shares.
@@ -31,6 +34,14 @@ func (e *Engine) SetScheduler(ctx context.Context, s apiv1.Scheduler) error {
 	if err := scheduler.NewCluster().SetOptions(o); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := machine.CheckMetadataCount(len(o.ReservedMetadata)); err != nil {
+		return fmt.Errorf("%w: reservedMetadata: %w", ErrInvalid, err)
+	}
+	for _, k := range o.ReservedMetadata {
+		if err := unit.ValidateMetadata(k, nil); err != nil {
+			return fmt.Errorf("%w: reservedMetadata: %w", ErrInvalid, err)
+		}
+	}
 	if err := registry.CheckRecord(fmt.Sprintf("the scheduler policy (%d roles)", len(o.Roles)), putOptions(e.cfg.Keys, o)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -38,7 +49,9 @@ func (e *Engine) SetScheduler(ctx context.Context, s apiv1.Scheduler) error {
 }
 
 func optionsFromAPI(s apiv1.Scheduler) scheduler.Options {
-	o := scheduler.Options{Strategy: s.Placement}
+	o := scheduler.Options{Strategy: s.Placement, ReservedMetadata: slices.Clone(s.ReservedMetadata)}
+	slices.Sort(o.ReservedMetadata)
+	o.ReservedMetadata = slices.Compact(o.ReservedMetadata)
 	if len(s.Roles) > 0 {
 		o.Roles = map[string]scheduler.RolePolicy{}
 		for name, p := range s.Roles {
@@ -50,7 +63,7 @@ func optionsFromAPI(s apiv1.Scheduler) scheduler.Options {
 }
 
 func optionsToAPI(o scheduler.Options) apiv1.Scheduler {
-	s := apiv1.Scheduler{Placement: o.Strategy}
+	s := apiv1.Scheduler{Placement: o.Strategy, ReservedMetadata: slices.Clone(o.ReservedMetadata)}
 	if s.Placement == "" {
 		s.Placement = scheduler.Spread
 	}

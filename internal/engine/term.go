@@ -773,16 +773,22 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	}
 }
 
-// metadata is a machine's effective metadata: what it reports, changed by
-// the API's overrides. Callers hold mu.
+// metadata is a machine's effective metadata: what it reports, less the
+// keys an admin reserved (scheduler.Options.ReservedMetadata), changed by
+// the API's overrides, which win. Callers hold mu.
 func (t *term) metadata(m *machineRec) map[string]string {
 	ov := t.overrides[m.info.ID]
-	if len(ov) == 0 {
+	reserved := t.options.ReservedMetadata
+	claims := slices.ContainsFunc(reserved, func(k string) bool { _, ok := m.info.Metadata[k]; return ok })
+	if len(ov) == 0 && !claims {
 		return m.info.Metadata
 	}
 	md := maps.Clone(m.info.Metadata)
 	if md == nil {
 		md = map[string]string{}
+	}
+	for _, k := range reserved {
+		delete(md, k)
 	}
 	for k, v := range ov {
 		if v == nil {

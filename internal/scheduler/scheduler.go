@@ -112,6 +112,10 @@ type Options struct {
 	// Roles holds the policy of roles by name (DefaultRole for units
 	// without Role=). A role not listed has weight 1 and no quota.
 	Roles map[string]RolePolicy
+	// ReservedMetadata are metadata keys whose values only an admin sets:
+	// the engine drops a machine's own values for them before the
+	// machine's metadata reaches the scheduler, which does not read this.
+	ReservedMetadata []string
 }
 
 // RolePolicy is how a role shares the cluster.
