@@ -177,6 +177,38 @@ func TestHandshakes(t *testing.T) {
 	if err := dial(serve(srv), n2.ClientConfig()); err == nil {
 		t.Error("a machine dialed a server whose certificate is not a machine's")
 	}
+
+	// An agent-only machine's certificate: a machine's, but not a server's.
+	c, k, err := auth.CreateCert(auth.CertRequest{CADir: filepath.Join(p.dir, "ca"), Name: "a1", Agent: true, OutDir: filepath.Join(p.dir, "certs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, err := auth.Load(auth.Files{CA: p.ca, Cert: c, Key: k}, "--tls", "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a1.Kind() != auth.KindAgent || n1.Kind() != auth.KindServer {
+		t.Errorf("kinds = %v and %v, want agent and server", a1.Kind(), n1.Kind())
+	}
+	agentAddr := serve(a1.ServerConfig())
+	if err := dial(agentAddr, n2.ClientConfig()); err != nil {
+		t.Errorf("a server dialing an agent machine: %v", err)
+	}
+	if err := dial(agentAddr, n2.MachineClientConfig("a1")); err != nil {
+		t.Errorf("a server dialing machine a1 by name: %v", err)
+	}
+	if err := dial(agentAddr, n2.MachineClientConfig("n1")); err == nil {
+		t.Error("a1 passed for machine n1")
+	}
+	if err := dial(agentAddr, n2.ServerClientConfig()); err == nil {
+		t.Error("an agent machine passed for a server")
+	}
+	if err := dial(machine, a1.ServerClientConfig()); err != nil {
+		t.Errorf("an agent machine dialing a server: %v", err)
+	}
+	if _, _, err := auth.CreateCert(auth.CertRequest{CADir: filepath.Join(p.dir, "ca"), Name: "x", Agent: true, Client: true, OutDir: p.dir}); err == nil {
+		t.Error("CreateCert with Agent and Client succeeded")
+	}
 }
 
 func TestTokens(t *testing.T) {

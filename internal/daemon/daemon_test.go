@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/machine"
 )
 
 // TestEmbeddedMaxTxnOps: --etcd-max-txn-ops reaches the embedded etcd
@@ -106,5 +107,37 @@ func TestEmbeddedMaxTxnOps(t *testing.T) {
 	}
 	if after := status(); after.ElectionRev != before.ElectionRev {
 		t.Errorf("the leader's term changed from %d to %d during a 512-op commit", before.ElectionRev, after.ElectionRev)
+	}
+}
+
+// TestValidateMachineOnlyRunsUnits: --servers makes a machine that only
+// runs units, which reaches no etcd; and no machine offers units more CPU
+// or memory than its host has.
+func TestValidateMachineOnlyRunsUnits(t *testing.T) {
+	host := machine.Detect()
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Servers: []string{"127.0.0.1:7481"}, EtcdEmbed: true}, "--servers and --etcd-embed"},
+		{Config{Servers: []string{"127.0.0.1:7481"}, Registry: "etcd"}, "--registry etcd"},
+		{Config{Servers: []string{"127.0.0.1:7481"}, NoAgent: true}, "--no-agent"},
+		{Config{Servers: []string{"s1"}}, `--servers "s1"`},
+		{Config{}, "--servers ADDR"},
+		{Config{Servers: []string{"127.0.0.1:7481"}, Capacity: machine.Capacity{CPUPercent: host.CPUPercent + 100}}, "--capacity-cpu"},
+		{Config{Servers: []string{"127.0.0.1:7481"}, Capacity: machine.Capacity{MemoryBytes: host.MemoryBytes + 1}}, "--capacity-memory"},
+	} {
+		tc.cfg.Name, tc.cfg.DataDir = "a1", t.TempDir()
+		if err := tc.cfg.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("validate(%+v) = %v, want an error naming %q", tc.cfg, err, tc.want)
+		}
+	}
+	ok := Config{Name: "a1", DataDir: t.TempDir(), Servers: []string{"127.0.0.1:7481"}}
+	if err := ok.validate(); err != nil || !ok.NoEngine {
+		t.Errorf("validate(--servers) = %v, NoEngine %v; want nil, true", err, ok.NoEngine)
+	}
+	sim := Config{Name: "a1", DataDir: t.TempDir(), Servers: []string{"127.0.0.1:7481"}, Driver: "sim", Capacity: machine.Capacity{CPUPercent: host.CPUPercent * 10}}
+	if err := sim.validate(); err != nil {
+		t.Errorf("validate(sim driver, 10x the host's CPUs) = %v, want nil (sim units use nothing)", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -392,6 +393,53 @@ func testEngineLifecycle(t *testing.T, reg string) {
 	snap, _ = registry.Load(ctx, cli, registry.Keys{})
 	if len(snap.Units) != 0 || len(snap.Schedule) != 0 {
 		t.Errorf("etcd still holds %d units, %d schedule entries", len(snap.Units), len(snap.Schedule))
+	}
+}
+
+// TestEngineReservedMetadata: once a key is reserved, what machines claim
+// for it no longer counts (a unit placed by the claim leaves); only the
+// value an admin sets through the API does.
+func TestEngineReservedMetadata(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "grpc", "e1")
+	startAgent(t, cli, "grpc", "m1", "disk=ssd")
+	startAgent(t, cli, "grpc", "m2", "disk=ssd")
+	waitMachines(t, e.Engine, 2)
+	ctx := context.Background()
+	db := parse(t, "db.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n")
+	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: db, DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	on := func(want string) func() error {
+		return func() error {
+			u, err := e.Unit("db.service")
+			if err != nil || u.Machine != want || want != "" && (u.State == nil || u.State.Active != "active") {
+				return fmt.Errorf("db.service on %q (%+v), %v", u.Machine, u.State, err)
+			}
+			return nil
+		}
+	}
+	eventually(t, 10*time.Second, "db placed by the machines' claims", func() error {
+		if on("m1")() != nil && on("m2")() != nil {
+			return errors.New("db.service not active on m1 or m2")
+		}
+		return nil
+	})
+	if err := e.SetScheduler(ctx, apiv1.Scheduler{ReservedMetadata: []string{"bad key"}}); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("SetScheduler(reserved %q) = %v, want ErrInvalid", "bad key", err)
+	}
+	if err := e.SetScheduler(ctx, apiv1.Scheduler{ReservedMetadata: []string{"disk"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "db unplaced: no machine's own disk=ssd counts", on(""))
+	ssd := "ssd"
+	if err := e.PatchMachine(ctx, "m2", map[string]*string{"disk": &ssd}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "db on m2, where an admin set disk=ssd", on("m2"))
+	if s, err := e.Scheduler(); err != nil || !slices.Equal(s.ReservedMetadata, []string{"disk"}) {
+		t.Errorf("Scheduler() = %+v, %v; want reservedMetadata [disk]", s, err)
 	}
 }
 
