@@ -121,6 +121,22 @@ func serveEngine(t *testing.T, e agentpb.EngineServer) string {
 	return addr
 }
 
+// runUntilStream runs a until it has opened a stream to e (10 s at most).
+func runUntilStream(t *testing.T, a *Agent, e *silentEngine) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.streams.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // TestAgentFindsLeaderThroughEngines: an agent whose leader has gone
 // quiet, and whose leader source (etcd) does not tell of another, asks
 // the engines the leader named and opens a stream to the newer leader
@@ -133,19 +149,30 @@ func TestAgentFindsLeaderThroughEngines(t *testing.T) {
 	old.leader = &agentpb.LeaderInfo{Machine: "e2", GrpcAddr: newAddr, Rev: 9}
 	newer.leader = old.leader
 	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: leaderIs(election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}), TTL: 10 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for newer.streams.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	runUntilStream(t, a, newer)
 	if old.streams.Load() == 0 || newer.streams.Load() == 0 {
 		t.Fatalf("streams to the quiet leader %d, to the newer one %d: want one at least to each", old.streams.Load(), newer.streams.Load())
+	}
+}
+
+// TestAgentFindsLeaderThroughServers: an agent with no leader source (a
+// machine that only runs units, no etcd) asks the servers it was given
+// who leads, streams to that leader, and Leader tells it.
+func TestAgentFindsLeaderThroughServers(t *testing.T) {
+	server, leader := &silentEngine{}, &silentEngine{}
+	serverAddr, leaderAddr := serveEngine(t, server), serveEngine(t, leader)
+	server.leader = &agentpb.LeaderInfo{Machine: "e2", GrpcAddr: leaderAddr, ApiAddr: "127.0.0.1:7482", Rev: 5}
+	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Servers: []string{serverAddr}, TTL: 10 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
+	if in, ok := a.Leader(); ok {
+		t.Errorf("Leader() before Run = %+v, want none", in)
+	}
+	runUntilStream(t, a, leader)
+	in, ok := a.Leader()
+	if leader.streams.Load() == 0 || server.streams.Load() != 0 {
+		t.Fatalf("streams to the leader %d, to the server asked %d: want some to the leader alone", leader.streams.Load(), server.streams.Load())
+	}
+	if !ok || in.Machine != "e2" || in.APIAddr != "127.0.0.1:7482" {
+		t.Errorf("Leader() = %+v, %v; want e2 at API 127.0.0.1:7482", in, ok)
 	}
 }
 
