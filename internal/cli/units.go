@@ -229,6 +229,13 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 	for _, r := range refs {
 		b.Units = append(b.Units, apiv1.UnitChange{Name: r.Name, File: r.File, DesiredState: v.target})
 	}
+	if v.submits {
+		tmpls, err := e.rangeTemplates(ctx, ranges)
+		if err != nil {
+			return err
+		}
+		b.Units = append(b.Units, tmpls...)
+	}
 	for _, r := range ranges {
 		b.Units = append(b.Units, apiv1.UnitChange{Name: r.name, DesiredState: v.target})
 	}
@@ -276,12 +283,7 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		}
 		targets = append(targets, t)
 	}
-	if len(targets) > 0 {
-		if err := e.waitUnits(ctx, targets, v.target, blk); err != nil {
-			return err
-		}
-	}
-	if err := e.waitRanges(ctx, ranges, v, blk); err != nil {
+	if err := e.waitUnits(ctx, targets, ranges, v.target, blk); err != nil {
 		return err
 	}
 	return e.roll(ctx, roll, v.target, blk)
