@@ -52,6 +52,7 @@ type Client struct {
 	userAgent string
 	token     string
 	etcdWarn  func(since string)
+	retry     time.Duration
 }
 
 // Option configures a Client.
@@ -102,6 +103,39 @@ func (c *Client) noteAnswer(resp *http.Response) {
 	if since := resp.Header.Get(api.EtcdUnreachableHeader); since != "" {
 		c.etcdWarn(since)
 	}
+}
+
+// WithRetry has a request that the server refused because its cluster has
+// no leader at the moment (an answer of code "unavailable": an election is
+// under way, or the leader it forwarded to is gone) sent again, with a growing pause,
+// until it is answered otherwise or d has passed since it was first sent,
+// as etcdctl rides out an election. Only requests that are safe to repeat
+// are: reads, and PUT, PATCH, DELETE and POST /v1/batch, which set a state
+// rather than add to it. Zero (the default) sends each request once.
+func WithRetry(d time.Duration) Option {
+	return func(c *Client) { c.retry = d }
+}
+
+// Pauses between the attempts of a request (WithRetry).
+const (
+	retryPauseMin = 50 * time.Millisecond
+	retryPauseMax = 500 * time.Millisecond
+)
+
+// retryable reports whether the request of method to u that failed with
+// err is sent again under WithRetry.
+func retryable(method string, u *url.URL, err error) bool {
+	var e *APIError
+	if !errors.As(err, &e) || e.Code != "unavailable" {
+		return false
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	case http.MethodPost:
+		return strings.HasSuffix(u.Path, "/v1/batch")
+	}
+	return false
 }
 
 // WithUserAgent sets the User-Agent header of every request.
@@ -455,8 +489,27 @@ func (c *Client) newRequest(ctx context.Context, method string, u *url.URL, body
 	return req, nil
 }
 
-// call sends one request and decodes a 2xx answer into out (when not nil).
+// call sends a request and decodes a 2xx answer into out (when not nil),
+// sending it again while WithRetry allows.
 func (c *Client) call(ctx context.Context, method string, u *url.URL, body, out any) error {
+	first := time.Now()
+	pause := retryPauseMin
+	for {
+		err := c.callOnce(ctx, method, u, body, out)
+		if err == nil || c.retry <= 0 || time.Since(first)+pause > c.retry || !retryable(method, u, err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, retryPauseMax)
+	}
+}
+
+// callOnce sends one request and decodes a 2xx answer into out (when not nil).
+func (c *Client) callOnce(ctx context.Context, method string, u *url.URL, body, out any) error {
 	reqCtx := ctx
 	if c.timeout > 0 {
 		var cancel context.CancelFunc

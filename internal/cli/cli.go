@@ -45,6 +45,12 @@ const (
 	KeyFileEnv  = "FLOTILLA_KEY_FILE"
 )
 
+// leaderRetry is how long a request refused for want of a leader (an
+// election under way, as for a second after a restart) is sent again
+// before the command gives up with ExitUnavailable, as etcdctl rides out
+// an election within its 5s --command-timeout.
+const leaderRetry = 5 * time.Second
+
 // Output formats of --output.
 const (
 	outputTable = "table"
@@ -94,7 +100,7 @@ func (g *Globals) AddFlags(fs *pflag.FlagSet) {
 
 // clientOptions are the client options the global flags ask for.
 func (g *Globals) clientOptions() ([]client.Option, error) {
-	opts := []client.Option{client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli")}
+	opts := []client.Option{client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli"), client.WithRetry(leaderRetry)}
 	token := g.Token
 	if token == "" {
 		token = os.Getenv(TokenEnv)
