@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -147,6 +148,8 @@ func WithUserAgent(ua string) Option {
 // http://127.0.0.1:7480, where a path is a prefix of every API path, or a
 // daemon's unix socket (--api-socket) as unix:///var/run/fleet.sock or
 // the bare path /var/run/fleet.sock, as fleetctl's --endpoint took it.
+// HOST:PORT without a scheme (127.0.0.1:7480) means http://HOST:PORT, as
+// etcdctl takes its endpoints.
 func New(endpoint string, opts ...Option) (*Client, error) {
 	base, socket, err := parseEndpoint(endpoint)
 	if err != nil {
@@ -198,16 +201,24 @@ func overSocket(hc *http.Client, path string) (*http.Client, error) {
 	return &n, nil
 }
 
+// hostPort matches an endpoint written HOST:PORT, without a scheme.
+var hostPort = regexp.MustCompile(`^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+$`)
+
 // parseEndpoint returns the base URL of endpoint's requests and, for a
 // unix socket, its path (the URL is then http://localhost: any Host is
-// accepted over the socket).
+// accepted over the socket). HOST:PORT is taken as http://HOST:PORT.
 func parseEndpoint(endpoint string) (*url.URL, string, error) {
 	if strings.HasPrefix(endpoint, "/") {
 		endpoint = "unix://" + endpoint
 	}
+	if hostPort.MatchString(endpoint) {
+		endpoint = "http://" + endpoint // as etcdctl takes 127.0.0.1:2379
+	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return nil, "", fmt.Errorf("invalid endpoint %q: want a URL such as http://127.0.0.1:7480: %w", endpoint, err)
+		// Not url.Parse's words ("first path segment in URL cannot
+		// contain colon"): the forms that are wanted.
+		return nil, "", fmt.Errorf("invalid endpoint %q: want a URL such as http://127.0.0.1:7480, HOST:PORT, or a unix socket as unix:///path/to/socket", endpoint)
 	}
 	if u.Scheme == "unix" {
 		if u.Host != "" || u.Path == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
@@ -427,7 +438,7 @@ func (c *Client) Journal(ctx context.Context, name string, o JournalOptions) (io
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer cancel()
 		defer resp.Body.Close()
-		return nil, readAPIError(resp)
+		return nil, c.readAPIError(resp)
 	}
 	return &streamBody{ReadCloser: resp.Body, cancel: cancel}, nil
 }
@@ -527,7 +538,7 @@ func (c *Client) callOnce(ctx context.Context, method string, u *url.URL, body, 
 	defer resp.Body.Close()
 	c.noteAnswer(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return readAPIError(resp)
+		return c.readAPIError(resp)
 	}
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -569,7 +580,10 @@ func (c *Client) timeoutError(req *http.Request) error {
 // maxErrorBody bounds how much of a non-JSON error answer is quoted.
 const maxErrorBody = 512
 
-func readAPIError(resp *http.Response) error {
+// readAPIError turns a non-2xx answer into an *APIError. A 404 that is not
+// an API error body comes from a server that does not serve the API there
+// (another service's port, a wrong path prefix): the message says so.
+func (c *Client) readAPIError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &APIError{Status: resp.StatusCode}
 	var ae api.Error
@@ -584,6 +598,11 @@ func readAPIError(resp *http.Response) error {
 	}
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
+	}
+	if resp.StatusCode == http.StatusNotFound && resp.Request != nil {
+		e.Message = fmt.Sprintf("%s is not a Flotilla API: %s %s answered %s (%s); check the endpoint (a daemon's --api-addr, by default http://127.0.0.1:7480)",
+			c.Endpoint(), resp.Request.Method, resp.Request.URL.Path, resp.Status, msg)
+		return e
 	}
 	e.Message = fmt.Sprintf("server answered %s: %s", resp.Status, msg)
 	return e

@@ -75,14 +75,16 @@ type Globals struct {
 }
 
 // AddCommands registers the global flags (--endpoint, --output/-o,
-// --request-timeout) as persistent flags of root, adds the commands, and
+// --request-timeout) as persistent flags of root, adds the commands,
 // teaches cobra's completion command their unit names, machines, --fields
-// and --output values.
+// and --output values, and has root's -v and --version print what the
+// version command prints.
 func AddCommands(root *cobra.Command) {
 	g := &Globals{}
 	g.AddFlags(root.PersistentFlags())
 	root.AddCommand(Commands(g)...)
 	g.addCompletions(root)
+	setVersion(root)
 }
 
 // AddFlags registers the global flags in fs, bound to g.
