@@ -44,6 +44,9 @@ goVersion and platform.`,
 // writeVersion prints in as `flotilla version` does.
 func writeVersion(w io.Writer, in version.Info) {
 	commit := dash(in.Commit)
+	if in.Commit == "" {
+		commit += " (not recorded: build with make build, or go build in a git checkout without -buildvcs=false)"
+	}
 	if in.Modified {
 		commit += " (modified)"
 	}
