@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/client"
 )
 
 // conflictingWeb is a template of which no two instances share a machine.
@@ -105,5 +107,30 @@ func TestRangeWaitBounds(t *testing.T) {
 	r.mustFail(t, "interrupted while waiting for units to become launched: slow@{1..2}.service (0 of 2 active) (their desired state is set)")
 	if code := ExitCode(r.runErr); code != ExitError {
 		t.Errorf("exit code after an interrupt = %d, want %d", code, ExitError)
+	}
+}
+
+// TestStateShowsWrite: once a write's request has returned, GET /v1/state
+// shows it (range waits count there): here right after each of a series of
+// batches, with the state read, and so published, in between.
+func TestStateShowsWrite(t *testing.T) {
+	srv := newServer(t, testMachines[0])
+	ctx := context.Background()
+	srv.put(t, stateInactive, map[string]string{"w@.service": "[Service]\nExecStart=/bin/w %i\n"})
+	for i := 1; i <= 20; i++ {
+		if _, err := srv.api.State(ctx, client.StateFilter{}); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("w@{1..%d}.service", i)
+		if _, err := srv.api.Batch(ctx, apiv1.Batch{Units: []apiv1.UnitChange{{Name: name, DesiredState: stateLoaded}}}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := srv.api.State(ctx, client.StateFilter{Unit: name, State: stateLoaded, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Total != i {
+			t.Fatalf("GET /v1/state right after %s was loaded counts %d loaded, want %d", name, st.Total, i)
+		}
 	}
 }
