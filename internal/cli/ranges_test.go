@@ -43,8 +43,7 @@ func TestStartRangeCannotBePlaced(t *testing.T) {
 		t.Errorf("stdout = %q, want db.service launched", r.out)
 	}
 
-	// load of the range says the same; stop of it has nothing to wait for
-	// on the instance that never ran.
+	// load of the range says the same.
 	r = runContext(ctx, t, srv, "load", "web@{1..4}.service")
 	r.mustFail(t, "1 of 4 units did not become loaded")
 	if code := ExitCode(r.runErr); code != ExitNotStarted || strings.Count(r.err, "cannot be placed") != 1 {
