@@ -96,10 +96,14 @@ func TestRangeWaitBounds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
+		// Interrupt once the command has counted the range.
 		for len(srv.Batches()) < 4 {
 			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
+		polled := srv.Requests("GET /v1/state")
+		for srv.Requests("GET /v1/state") < polled+6 {
+			time.Sleep(time.Millisecond)
+		}
 		cancel()
 	}()
 	r = runContext(ctx, t, srv, "start", "slow@{1..2}.service")

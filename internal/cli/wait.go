@@ -224,6 +224,10 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 		pendingNames := func() []string {
 			names := targetNames(pendingTargets)
 			for _, r := range pendingRanges {
+				if r.progress == "" { // not counted yet
+					names = append(names, r.name)
+					continue
+				}
 				names = append(names, fmt.Sprintf("%s (%s)", r.name, r.progress))
 			}
 			return names
