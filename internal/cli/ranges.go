@@ -171,8 +171,10 @@ func (e *env) pollRange(ctx context.Context, r *rangeWait, want string, machines
 // the unplaced instances a page at a time and stops at the first one still
 // waiting for the scheduler: the range is not settled then.
 func (e *env) rangeUnplaceable(ctx context.Context, r *rangeWait) (unplaceable, unplaced int, err error) {
-	f := client.StateFilter{Unit: r.name, State: "unplaced", Limit: rangePage}
-	for {
+	// The first page is one instance: while instances wait for the
+	// scheduler, a poll reads no more.
+	f := client.StateFilter{Unit: r.name, State: "unplaced", Limit: 1}
+	for ; ; f.Limit = rangePage {
 		st, err := e.c.State(ctx, f)
 		if err != nil {
 			return 0, 0, err

@@ -49,6 +49,14 @@ func TestStartRangeCannotBePlaced(t *testing.T) {
 	if code := ExitCode(r.runErr); code != ExitNotStarted || strings.Count(r.err, "cannot be placed") != 1 {
 		t.Errorf("load: exit code %d, stderr %q; want %d and one instance that cannot be placed", code, r.err, ExitNotStarted)
 	}
+
+	// Of many, the first ten are reported one by one, the others counted.
+	r = runContext(ctx, t, srv, "start", "web@{1..15}.service")
+	r.mustFail(t, "12 of 15 units did not become launched: ")
+	r.mustFail(t, ", 2 more of web@{1..15}.service (flotilla list-unit-files")
+	if n := strings.Count(r.err, "cannot be placed"); n != maxRangeLines {
+		t.Errorf("%d instances reported one by one, want %d:\n%s", n, maxRangeLines, r.err)
+	}
 }
 
 // TestStartRangeSubmitsTemplate: a range whose template the cluster lacks
