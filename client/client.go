@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,6 +53,7 @@ type Client struct {
 	userAgent string
 	token     string
 	etcdWarn  func(since string)
+	retry     time.Duration
 }
 
 // Option configures a Client.
@@ -104,6 +106,39 @@ func (c *Client) noteAnswer(resp *http.Response) {
 	}
 }
 
+// WithRetry has a request that the server refused because its cluster has
+// no leader at the moment (an answer of code "unavailable": an election is
+// under way, or the leader it forwarded to is gone) sent again, with a growing pause,
+// until it is answered otherwise or d has passed since it was first sent,
+// as etcdctl rides out an election. Only requests that are safe to repeat
+// are: reads, and PUT, PATCH, DELETE and POST /v1/batch, which set a state
+// rather than add to it. Zero (the default) sends each request once.
+func WithRetry(d time.Duration) Option {
+	return func(c *Client) { c.retry = d }
+}
+
+// Pauses between the attempts of a request (WithRetry).
+const (
+	retryPauseMin = 50 * time.Millisecond
+	retryPauseMax = 500 * time.Millisecond
+)
+
+// retryable reports whether the request of method to u that failed with
+// err is sent again under WithRetry.
+func retryable(method string, u *url.URL, err error) bool {
+	var e *APIError
+	if !errors.As(err, &e) || e.Code != "unavailable" {
+		return false
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	case http.MethodPost:
+		return strings.HasSuffix(u.Path, "/v1/batch")
+	}
+	return false
+}
+
 // WithUserAgent sets the User-Agent header of every request.
 func WithUserAgent(ua string) Option {
 	return func(c *Client) { c.userAgent = ua }
@@ -113,6 +148,8 @@ func WithUserAgent(ua string) Option {
 // http://127.0.0.1:7480, where a path is a prefix of every API path, or a
 // daemon's unix socket (--api-socket) as unix:///var/run/fleet.sock or
 // the bare path /var/run/fleet.sock, as fleetctl's --endpoint took it.
+// HOST:PORT without a scheme (127.0.0.1:7480) means http://HOST:PORT, as
+// etcdctl takes its endpoints.
 func New(endpoint string, opts ...Option) (*Client, error) {
 	base, socket, err := parseEndpoint(endpoint)
 	if err != nil {
@@ -164,16 +201,24 @@ func overSocket(hc *http.Client, path string) (*http.Client, error) {
 	return &n, nil
 }
 
+// hostPort matches an endpoint written HOST:PORT, without a scheme.
+var hostPort = regexp.MustCompile(`^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+$`)
+
 // parseEndpoint returns the base URL of endpoint's requests and, for a
 // unix socket, its path (the URL is then http://localhost: any Host is
-// accepted over the socket).
+// accepted over the socket). HOST:PORT is taken as http://HOST:PORT.
 func parseEndpoint(endpoint string) (*url.URL, string, error) {
 	if strings.HasPrefix(endpoint, "/") {
 		endpoint = "unix://" + endpoint
 	}
+	if hostPort.MatchString(endpoint) {
+		endpoint = "http://" + endpoint // as etcdctl takes 127.0.0.1:2379
+	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return nil, "", fmt.Errorf("invalid endpoint %q: want a URL such as http://127.0.0.1:7480: %w", endpoint, err)
+		// Not url.Parse's words ("first path segment in URL cannot
+		// contain colon"): the forms that are wanted.
+		return nil, "", fmt.Errorf("invalid endpoint %q: want a URL such as http://127.0.0.1:7480, HOST:PORT, or a unix socket as unix:///path/to/socket", endpoint)
 	}
 	if u.Scheme == "unix" {
 		if u.Host != "" || u.Path == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
@@ -393,7 +438,7 @@ func (c *Client) Journal(ctx context.Context, name string, o JournalOptions) (io
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer cancel()
 		defer resp.Body.Close()
-		return nil, readAPIError(resp)
+		return nil, c.readAPIError(resp)
 	}
 	return &streamBody{ReadCloser: resp.Body, cancel: cancel}, nil
 }
@@ -455,8 +500,27 @@ func (c *Client) newRequest(ctx context.Context, method string, u *url.URL, body
 	return req, nil
 }
 
-// call sends one request and decodes a 2xx answer into out (when not nil).
+// call sends a request and decodes a 2xx answer into out (when not nil),
+// sending it again while WithRetry allows.
 func (c *Client) call(ctx context.Context, method string, u *url.URL, body, out any) error {
+	first := time.Now()
+	pause := retryPauseMin
+	for {
+		err := c.callOnce(ctx, method, u, body, out)
+		if err == nil || c.retry <= 0 || time.Since(first)+pause > c.retry || !retryable(method, u, err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, retryPauseMax)
+	}
+}
+
+// callOnce sends one request and decodes a 2xx answer into out (when not nil).
+func (c *Client) callOnce(ctx context.Context, method string, u *url.URL, body, out any) error {
 	reqCtx := ctx
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
@@ -474,7 +538,7 @@ func (c *Client) call(ctx context.Context, method string, u *url.URL, body, out 
 	defer resp.Body.Close()
 	c.noteAnswer(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return readAPIError(resp)
+		return c.readAPIError(resp)
 	}
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -516,7 +580,10 @@ func (c *Client) timeoutError(req *http.Request) error {
 // maxErrorBody bounds how much of a non-JSON error answer is quoted.
 const maxErrorBody = 512
 
-func readAPIError(resp *http.Response) error {
+// readAPIError turns a non-2xx answer into an *APIError. A 404 that is not
+// an API error body comes from a server that does not serve the API there
+// (another service's port, a wrong path prefix): the message says so.
+func (c *Client) readAPIError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &APIError{Status: resp.StatusCode}
 	var ae api.Error
@@ -531,6 +598,11 @@ func readAPIError(resp *http.Response) error {
 	}
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
+	}
+	if resp.StatusCode == http.StatusNotFound && resp.Request != nil {
+		e.Message = fmt.Sprintf("%s is not a Flotilla API: %s %s answered %s (%s); check the endpoint (a daemon's --api-addr, by default http://127.0.0.1:7480)",
+			c.Endpoint(), resp.Request.Method, resp.Request.URL.Path, resp.Status, msg)
+		return e
 	}
 	e.Message = fmt.Sprintf("server answered %s: %s", resp.Status, msg)
 	return e

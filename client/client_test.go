@@ -47,8 +47,11 @@ func TestNewValidatesEndpoint(t *testing.T) {
 		{"https://flotilla.example.com", ""},
 		{"http://h:7480/prefix/", ""},
 		{"", "scheme must be http, https or unix"},
-		{"127.0.0.1:7480", "want a URL"},
-		{"localhost:7480", "scheme must be http, https or unix"},
+		{"127.0.0.1:7480", ""}, // HOST:PORT, as etcdctl takes it
+		{"localhost:7480", ""},
+		{"[::1]:7480", ""},
+		{"127.0.0.1:port", "want a URL such as http://127.0.0.1:7480, HOST:PORT"},
+		{"localhost:port", "scheme must be http, https or unix"},
 		{"ftp://h", "scheme must be http, https or unix"},
 		{"http://", "no host"},
 		{"http:///v1", "no host"},

@@ -259,7 +259,7 @@ func (s *EventStream) connect() error {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer cancel()
 		defer resp.Body.Close()
-		return readAPIError(resp)
+		return s.c.readAPIError(resp)
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		resp.Body.Close()

@@ -45,6 +45,12 @@ const (
 	KeyFileEnv  = "FLOTILLA_KEY_FILE"
 )
 
+// leaderRetry is how long a request refused for want of a leader (an
+// election under way, as for a second after a restart) is sent again
+// before the command gives up with ExitUnavailable, as etcdctl rides out
+// an election within its 5s --command-timeout.
+const leaderRetry = 5 * time.Second
+
 // Output formats of --output.
 const (
 	outputTable = "table"
@@ -69,14 +75,16 @@ type Globals struct {
 }
 
 // AddCommands registers the global flags (--endpoint, --output/-o,
-// --request-timeout) as persistent flags of root, adds the commands, and
+// --request-timeout) as persistent flags of root, adds the commands,
 // teaches cobra's completion command their unit names, machines, --fields
-// and --output values.
+// and --output values, and has root's -v and --version print what the
+// version command prints.
 func AddCommands(root *cobra.Command) {
 	g := &Globals{}
 	g.AddFlags(root.PersistentFlags())
 	root.AddCommand(Commands(g)...)
 	g.addCompletions(root)
+	setVersion(root)
 }
 
 // AddFlags registers the global flags in fs, bound to g.
@@ -94,7 +102,7 @@ func (g *Globals) AddFlags(fs *pflag.FlagSet) {
 
 // clientOptions are the client options the global flags ask for.
 func (g *Globals) clientOptions() ([]client.Option, error) {
-	opts := []client.Option{client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli")}
+	opts := []client.Option{client.WithTimeout(g.RequestTimeout), client.WithUserAgent("flotilla-cli"), client.WithRetry(leaderRetry)}
 	token := g.Token
 	if token == "" {
 		token = os.Getenv(TokenEnv)

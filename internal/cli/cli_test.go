@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -341,6 +343,23 @@ func TestConnectionRefusedMessage(t *testing.T) {
 	r.mustFail(t, "flotilla dev")
 }
 
+// TestEndpointForms: HOST:PORT is taken as http://HOST:PORT, as etcdctl
+// takes it, and a server that is not a Flotilla API is said to be one.
+func TestEndpointForms(t *testing.T) {
+	srv := newServer(t, testMachines[0])
+	r := run(t, srv, "--endpoint", strings.TrimPrefix(srv.URL, "http://"), "list-machines", "--no-legend").mustSucceed(t)
+	if !strings.Contains(r.out, "113f16a7...") {
+		t.Errorf("list-machines through HOST:PORT:\n%s", r.out)
+	}
+	// Another service's port (etcd's, say) answers 404 to the API's paths.
+	other := httptest.NewServer(http.NotFoundHandler())
+	defer other.Close()
+	for _, args := range [][]string{{"list-units"}, {"status", "hello.service"}, {"journal", "hello.service"}} {
+		r = run(t, srv, append([]string{"--endpoint", other.URL}, args...)...)
+		r.mustFail(t, other.URL+" is not a Flotilla API: GET /v1/")
+	}
+}
+
 func TestGlobalFlagErrors(t *testing.T) {
 	srv := newServer(t, testMachines[0])
 	for _, tc := range []struct {
@@ -348,7 +367,7 @@ func TestGlobalFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-o", "yaml", "list-units"}, `invalid --output "yaml": want table or json`},
-		{[]string{"--endpoint", "localhost:7480", "list-units"}, `invalid endpoint "localhost:7480"`},
+		{[]string{"--endpoint", "127.0.0.1:port", "list-units"}, `invalid endpoint "127.0.0.1:port": want a URL such as http://127.0.0.1:7480, HOST:PORT, or a unix socket`},
 		{[]string{"--request-timeout", "-1s", "list-units"}, "invalid --request-timeout -1s"},
 		{[]string{"list-units", "--fields", "unit,nope"}, `invalid field "nope" in --fields: valid fields are unit, machine, load, active, sub, hash`},
 		{[]string{"list-units", "--fields", ""}, "--fields is empty"},
@@ -572,7 +591,11 @@ func TestJournal(t *testing.T) {
 	if strings.Join(text, ",") != "l1,l2,l3,l4" {
 		t.Errorf("journal = %q, want the unit's l1 to l4", r.out)
 	}
-	run(t, srv, "journal", "nope.service").mustFail(t, "unit nope.service is not running on any machine, so it has no journal to show")
+	// A unit that does not exist is said not to, as status says; one that
+	// runs nowhere has no journal.
+	run(t, srv, "journal", "nope.service").mustFail(t, "unit nope.service does not exist")
+	srv.put(t, stateInactive, map[string]string{"idle.service": helloFile})
+	run(t, srv, "journal", "idle.service").mustFail(t, "unit idle.service is not running on any machine, so it has no journal to show")
 
 	// -f follows until interrupted, and then ends cleanly: the unit writes
 	// "new" once the journal is followed.

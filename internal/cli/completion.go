@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // completionTimeout bounds the API request behind one completion: a shell
@@ -37,17 +38,20 @@ func (g *Globals) addCompletions(root *cobra.Command) {
 		}
 		switch cmd.Name() {
 		case "load", "start":
-			// These also take unit files: a word with a '/' completes files.
-			cmd.ValidArgsFunction = g.completeUnits(true, false)
-		case "stop", "unload", "restart", "destroy", "status":
-			cmd.ValidArgsFunction = g.completeUnits(false, false)
+			// These also take unit files: a word with a '/' completes
+			// files. They refuse a template (start an instance of it).
+			cmd.ValidArgsFunction = g.completeUnits(unitCompletion{files: true, noTemplates: true})
+		case "stop", "restart":
+			cmd.ValidArgsFunction = g.completeUnits(unitCompletion{noTemplates: true})
+		case "unload", "destroy", "status":
+			cmd.ValidArgsFunction = g.completeUnits(unitCompletion{})
 		case "journal", "cat":
-			cmd.ValidArgsFunction = g.completeUnits(false, true)
+			cmd.ValidArgsFunction = g.completeUnits(unitCompletion{one: true})
 		case "submit":
 			cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 				return nil, cobra.ShellCompDirectiveDefault // unit files
 			}
-		case "set-metadata":
+		case "set-metadata", "drain":
 			cmd.ValidArgsFunction = g.completeMachines
 		}
 	}
@@ -81,17 +85,28 @@ func (g *Globals) completionClient() (*client.Client, context.Context, context.C
 	return c, ctx, cancel, nil
 }
 
+// unitCompletion says which unit names a command's arguments complete.
+type unitCompletion struct {
+	// files lets a word with a '/' (or no matching unit) complete file
+	// names.
+	files bool
+	// one completes only the first argument.
+	one bool
+	// noTemplates leaves templates (web@.service) out: the command
+	// refuses them.
+	noTemplates bool
+}
+
 // completeUnits completes the names of the cluster's units, each described
-// by its desired state, leaving out those already given. files lets a word
-// with a '/' (or no matching unit) complete file names; one completes only
-// the first argument.
-func (g *Globals) completeUnits(files, one bool) cobra.CompletionFunc {
+// by its desired state, leaving out those already given and those uc
+// leaves out.
+func (g *Globals) completeUnits(uc unitCompletion) cobra.CompletionFunc {
 	return func(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		noUnits := cobra.ShellCompDirectiveNoFileComp
-		if files {
+		if uc.files {
 			noUnits = cobra.ShellCompDirectiveDefault
 		}
-		if (one && len(args) > 0) || (files && strings.ContainsRune(toComplete, '/')) {
+		if (uc.one && len(args) > 0) || (uc.files && strings.ContainsRune(toComplete, '/')) {
 			return nil, noUnits
 		}
 		c, ctx, cancel, err := g.completionClient()
@@ -107,7 +122,7 @@ func (g *Globals) completeUnits(files, one bool) cobra.CompletionFunc {
 		}
 		var out []cobra.Completion
 		for _, u := range l.Units {
-			if strings.HasPrefix(u.Name, toComplete) && !slices.Contains(args, u.Name) {
+			if strings.HasPrefix(u.Name, toComplete) && !slices.Contains(args, u.Name) && !(uc.noTemplates && unit.IsTemplate(u.Name)) {
 				out = append(out, cobra.CompletionWithDesc(u.Name, u.DesiredState))
 			}
 		}
@@ -118,7 +133,7 @@ func (g *Globals) completeUnits(files, one bool) cobra.CompletionFunc {
 	}
 }
 
-// completeMachines completes set-metadata's MACHINE with the IDs of the
+// completeMachines completes the MACHINE of set-metadata and drain with the IDs of the
 // cluster's machines, described by their IP.
 func (g *Globals) completeMachines(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	if len(args) > 0 {

@@ -36,7 +36,9 @@ func TestCompletion(t *testing.T) {
 		want string // the completions, one per line, then the directive
 	}{
 		{[]string{"status", ""}, "db.service\tloaded\nweb@.service\tinactive\nweb@1.service\tinactive\n:4\n"},
-		{[]string{"stop", "web"}, "web@.service\tinactive\nweb@1.service\tinactive\n:4\n"},
+		{[]string{"unload", "web"}, "web@.service\tinactive\nweb@1.service\tinactive\n:4\n"},
+		{[]string{"stop", "web"}, "web@1.service\tinactive\n:4\n"},  // a template cannot be stopped
+		{[]string{"start", "web"}, "web@1.service\tinactive\n:4\n"}, // nor started
 		{[]string{"destroy", "db.service", ""}, "web@.service\tinactive\nweb@1.service\tinactive\n:4\n"},
 		{[]string{"cat", "db.service", ""}, ":4\n"},
 		{[]string{"start", "d"}, "db.service\tloaded\n:4\n"},
@@ -44,6 +46,8 @@ func TestCompletion(t *testing.T) {
 		{[]string{"start", "x"}, ":0\n"},  // no such unit: perhaps a file
 		{[]string{"set-metadata", ""}, "m1\t127.0.0.1, 1 units\n:4\n"},
 		{[]string{"set-metadata", "m1", ""}, ":4\n"},
+		{[]string{"drain", ""}, "m1\t127.0.0.1, 1 units\n:4\n"},
+		{[]string{"drain", "m1", ""}, ":4\n"},
 		{[]string{"list-units", "--fields", ""}, "unit\nmachine\nload\nactive\nsub\nhash\n:6\n"},
 		{[]string{"list-unit-files", "--fields", "unit,d"}, "unit,dstate\nunit,desc\n:6\n"},
 		{[]string{"list-machines", "--fields", "machine,ip,"}, "machine,ip,metadata\n"},

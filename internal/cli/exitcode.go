@@ -43,8 +43,10 @@ func ExitCode(err error) int {
 	if errors.As(err, &ie) {
 		return ExitInactive
 	}
+	// A network error reaching the cluster is 4; one listening (a daemon's
+	// --api-addr in use) is the daemon's own failure to run: 1.
 	var ne *net.OpError
-	if client.IsUnavailable(err) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+	if client.IsUnavailable(err) || errors.As(err, &ne) && ne.Op != "listen" || errors.Is(err, context.DeadlineExceeded) {
 		return ExitUnavailable
 	}
 	return ExitError

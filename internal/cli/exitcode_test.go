@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla/flotilla/internal/cli"
+	"github.com/flotilla/flotilla/internal/daemon"
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 )
@@ -87,5 +90,43 @@ func TestExitCodes(t *testing.T) {
 		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
 			t.Errorf("flotilla %s: exit %d, stderr %q; want exit %d, stderr containing %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.stderr)
 		}
+	}
+}
+
+// TestExitCodeListenerInUse: a daemon whose --api-addr is in use exits 1,
+// as docs/cli.md says, not 4 (which says the cluster is unreachable).
+func TestExitCodeListenerInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = daemon.Run(context.Background(), daemon.Config{Name: "m1", DataDir: t.TempDir(), APIAddr: ln.Addr().String(),
+		EtcdEmbed: true, EtcdClientAddr: "127.0.0.1:0", EtcdPeerAddr: "127.0.0.1:0", NoEngine: true, NoAgent: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("daemon on a port in use: %v, want address already in use", err)
+	}
+	if code := cli.ExitCode(err); code != cli.ExitError {
+		t.Errorf("ExitCode(%v) = %d, want %d", err, code, cli.ExitError)
+	}
+}
+
+// TestVersionFlag: -v, --version and the version command print the same.
+func TestVersionFlag(t *testing.T) {
+	var outs []string
+	for _, args := range [][]string{{"version"}, {"-v"}, {"--version"}} {
+		root := &cobra.Command{Use: "flotilla", SilenceErrors: true, SilenceUsage: true}
+		cli.AddCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("flotilla %s: %v", args[0], err)
+		}
+		outs = append(outs, out.String())
+	}
+	if !strings.HasPrefix(outs[0], "Flotilla ") || outs[1] != outs[0] || outs[2] != outs[0] {
+		t.Errorf("version, -v and --version print %q; want the same, starting with Flotilla", outs)
 	}
 }

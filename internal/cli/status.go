@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -224,6 +225,13 @@ func plural(n int64, unit string) string {
 // ctx is done; blank puts an empty line before it, as systemctl status does.
 func (e *env) copyJournal(ctx context.Context, name string, o client.JournalOptions, blank bool) error {
 	rc, err := e.c.Journal(ctx, name, o)
+	if apiNotFound(err) {
+		// The unit runs nowhere: say that it does not exist if so, as
+		// status does.
+		if _, uerr := e.c.Unit(ctx, name); apiNotFound(uerr) {
+			return notFound([]string{name})
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("journal of %s: %w", name, err)
 	}
@@ -288,4 +296,12 @@ json, print the unit as the API returns it.`,
 			return err
 		}),
 	}
+}
+
+// apiNotFound reports whether err is the API saying that a thing does not
+// exist (not a server that does not serve the API, client.IsNotFound's
+// bare 404).
+func apiNotFound(err error) bool {
+	var ae *client.APIError
+	return errors.As(err, &ae) && ae.Code == "not_found"
 }

@@ -118,9 +118,12 @@ func loadVerb() stateVerb {
 		short: "Schedule one or more units in the cluster, first submitting them if necessary",
 		long: `Schedule one or more units to machines of the cluster and have them loaded
 there, but not started; units given as files are submitted first. A running
-unit is stopped. Waits until every unit is loaded unless --no-block.`,
+unit is stopped. Waits until every unit is loaded unless --no-block. A range
+of a template's instances ('web@{1..100}.service', quoted) submits its
+template from the current directory (or the range's) when the cluster lacks
+it.`,
 		example: `  flotilla load hello.service
-  flotilla load units/web@{1..3}.service`,
+  flotilla load 'units/web@{1..3}.service'`,
 	}
 }
 
@@ -131,7 +134,10 @@ func startVerb() stateVerb {
 		long: `Start one or more units in the cluster; units given as files are submitted
 first, and units not yet scheduled are scheduled. Waits until every unit
 runs unless --no-block; a unit that cannot be placed on any machine or fails
-to start is reported and makes the command fail.`,
+to start is reported and makes the command fail (exit code 2). A range of a
+template's instances ('web@{1..100}.service', quoted) is waited for as its
+instances would be; its template is submitted from the current directory
+(or the range's) when the cluster lacks it.`,
 		example: `  flotilla start hello.service
   flotilla start --block-timeout 2m units/*.service`,
 	}
@@ -229,6 +235,13 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 	for _, r := range refs {
 		b.Units = append(b.Units, apiv1.UnitChange{Name: r.Name, File: r.File, DesiredState: v.target})
 	}
+	if v.submits {
+		tmpls, err := e.rangeTemplates(ctx, ranges)
+		if err != nil {
+			return err
+		}
+		b.Units = append(b.Units, tmpls...)
+	}
 	for _, r := range ranges {
 		b.Units = append(b.Units, apiv1.UnitChange{Name: r.name, DesiredState: v.target})
 	}
@@ -276,12 +289,7 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		}
 		targets = append(targets, t)
 	}
-	if len(targets) > 0 {
-		if err := e.waitUnits(ctx, targets, v.target, blk); err != nil {
-			return err
-		}
-	}
-	if err := e.waitRanges(ctx, ranges, v, blk); err != nil {
+	if err := e.waitUnits(ctx, targets, ranges, v.target, blk); err != nil {
 		return err
 	}
 	return e.roll(ctx, roll, v.target, blk)

@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -42,8 +44,25 @@ goVersion and platform.`,
 // writeVersion prints in as `flotilla version` does.
 func writeVersion(w io.Writer, in version.Info) {
 	commit := dash(in.Commit)
+	if in.Commit == "" {
+		commit += " (not recorded: build with make build, or go build in a git checkout without -buildvcs=false)"
+	}
 	if in.Modified {
 		commit += " (modified)"
 	}
 	fmt.Fprintf(w, "Flotilla %s\nCommit:     %s\nBuild date: %s\nGo version: %s %s\n", in.Version, commit, dash(in.BuildDate), in.GoVersion, in.Platform)
+}
+
+// setVersion has root's -v and --version print what `flotilla version`
+// prints.
+func setVersion(root *cobra.Command) {
+	in := version.Get()
+	if root.Version == "" {
+		root.Version = in.Version
+	}
+	var b strings.Builder
+	writeVersion(&b, in)
+	// A template: its text is quoted as a Go string, so that nothing in
+	// it is taken for an action.
+	root.SetVersionTemplate("{{" + strconv.Quote(b.String()) + "}}")
 }

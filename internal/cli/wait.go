@@ -111,11 +111,12 @@ const (
 	maxPollErrors = 10
 )
 
-// waitUnits polls the units of targets until each reaches the state want,
-// cannot be placed, failed or vanished, printing fleetctl's line for each.
-// timeout > 0 bounds the wait. It fails if any unit did not reach want.
-func (e *env) waitUnits(ctx context.Context, targets []waitTarget, want string, b block) error {
-	return e.wait(ctx, waitSpec{targets: targets, want: want, timeout: b.timeout, attempts: b.attempts})
+// waitUnits polls the units of targets and the instances of ranges until
+// each reaches the state want, cannot be placed, failed or vanished,
+// printing fleetctl's line for each. It fails if any unit did not reach
+// want.
+func (e *env) waitUnits(ctx context.Context, targets []waitTarget, ranges []unitRange, want string, b block) error {
+	return e.wait(ctx, waitSpec{targets: targets, ranges: ranges, want: want, timeout: b.timeout, attempts: b.attempts})
 }
 
 // block holds the flags that bound a wait: --block-timeout and fleetctl's
@@ -145,7 +146,10 @@ func (b block) check() error {
 // waitSpec says what to wait for.
 type waitSpec struct {
 	targets []waitTarget
-	want    string
+	// ranges are ranges of instances, counted rather than polled one by
+	// one (pollRange).
+	ranges []unitRange
+	want   string
 	// timeout > 0 bounds the wait.
 	timeout time.Duration
 	// attempts > 0 bounds the number of polls (fleetctl's --block-attempts).
@@ -196,58 +200,47 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 	}
 	want := w.want
 	pendingTargets := w.targets
-	var problems []string
-	notStarted := false
+	pendingRanges := newRangeWaits(w.ranges)
+	var o outcome
 	pollErrors := 0
 	polls := 0
 	for {
 		polls++
-		units, err := e.fetchUnits(ctx, targetNames(pendingTargets))
+		err := e.pollTargets(ctx, &pendingTargets, want, machines, line, &o)
+		if err == nil {
+			err = e.pollRanges(ctx, &pendingRanges, want, machines, &o)
+		}
 		switch {
 		case err == nil:
 			pollErrors = 0
-			var still []waitTarget
-			for _, t := range pendingTargets {
-				var u *apiv1.Unit
-				if found, ok := units[t.name]; ok {
-					u = &found
-				}
-				switch judge(t, want, u) {
-				case reached:
-					fmt.Fprintln(e.out, line(u, machines.legend(ctx, u.Machine, false)))
-				case unplaceable:
-					problems = append(problems, t.name)
-					notStarted = true
-					fmt.Fprintf(e.errOut, "Unit %s cannot be placed: %s\n", u.Name, u.Reason)
-				case failed:
-					problems = append(problems, t.name)
-					notStarted = true
-					fmt.Fprintln(e.errOut, failedLine(u, machines.legend(ctx, u.State.Machine, false)))
-				case vanished:
-					problems = append(problems, t.name)
-					fmt.Fprintf(e.errOut, "Unit %s was destroyed while waiting for it to become %s\n", t.name, want)
-				default:
-					still = append(still, t)
-				}
-			}
-			pendingTargets = still
 		case ctx.Err() == nil && client.IsUnavailable(err) && pollErrors < maxPollErrors:
 			pollErrors++
 		case ctx.Err() == nil:
 			return fmt.Errorf("wait for units: %w", err)
 		}
-		if len(pendingTargets) == 0 {
+		if len(pendingTargets) == 0 && len(pendingRanges) == 0 {
 			break
 		}
-		if w.attempts > 0 && polls >= w.attempts {
+		pendingNames := func() []string {
 			names := targetNames(pendingTargets)
-			return &waitError{units: append(problems, names...), notStarted: notStarted,
+			for _, r := range pendingRanges {
+				if r.progress == "" { // not counted yet
+					names = append(names, r.name)
+					continue
+				}
+				names = append(names, fmt.Sprintf("%s (%s)", r.name, r.progress))
+			}
+			return names
+		}
+		if w.attempts > 0 && polls >= w.attempts {
+			names := pendingNames()
+			return &waitError{units: append(o.problems, names...), notStarted: o.notStarted,
 				msg: fmt.Sprintf("gave up after %d attempts (--block-attempts) waiting for units to become %s: %s", w.attempts, want, strings.Join(names, ", "))}
 		}
 		select {
 		case <-ctx.Done():
-			names := targetNames(pendingTargets)
-			werr := &waitError{units: append(problems, names...), notStarted: notStarted}
+			names := pendingNames()
+			werr := &waitError{units: append(o.problems, names...), notStarted: o.notStarted}
 			if parent.Err() != nil {
 				werr.msg = fmt.Sprintf("interrupted while waiting for units to become %s: %s (their desired state is set)", want, strings.Join(names, ", "))
 			} else {
@@ -258,13 +251,94 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 		}
 		interval = min(2*interval, maxInterval)
 	}
-	if len(problems) > 0 {
+	if o.failures > 0 {
+		total := len(w.targets)
+		for _, r := range w.ranges {
+			total += r.n
+		}
 		return &waitError{
-			units:      problems,
-			notStarted: notStarted,
-			msg:        fmt.Sprintf("%d of %d units did not become %s: %s", len(problems), len(w.targets), want, strings.Join(problems, ", ")),
+			units:      o.problems,
+			notStarted: o.notStarted,
+			msg:        fmt.Sprintf("%d of %d units did not become %s: %s", o.failures, total, want, strings.Join(o.problems, ", ")),
 		}
 	}
+	return nil
+}
+
+// outcome gathers the units a wait found would not reach its state.
+type outcome struct {
+	problems   []string // their names, in the order found out
+	failures   int      // how many (a range's are counted, not all named)
+	notStarted bool     // one could not be placed or failed (ExitNotStarted)
+}
+
+func (o *outcome) add(notStarted bool, names ...string) {
+	o.problems = append(o.problems, names...)
+	o.failures += len(names)
+	o.notStarted = o.notStarted || notStarted
+}
+
+// pollTargets polls the units of *pending once, judging each: those that
+// reached want are reported with line and those that did not with why
+// (added to o), and *pending keeps the others.
+func (e *env) pollTargets(ctx context.Context, pending *[]waitTarget, want string, machines *machineCache, line func(*apiv1.Unit, string) string, o *outcome) error {
+	if len(*pending) == 0 {
+		return nil
+	}
+	units, err := e.fetchUnits(ctx, targetNames(*pending))
+	if err != nil {
+		return err
+	}
+	var still []waitTarget
+	for _, t := range *pending {
+		var u *apiv1.Unit
+		if found, ok := units[t.name]; ok {
+			u = &found
+		}
+		switch judge(t, want, u) {
+		case reached:
+			fmt.Fprintln(e.out, line(u, machines.legend(ctx, u.Machine, false)))
+		case unplaceable:
+			o.add(true, t.name)
+			fmt.Fprintf(e.errOut, "Unit %s cannot be placed: %s\n", u.Name, u.Reason)
+		case failed:
+			o.add(true, t.name)
+			fmt.Fprintln(e.errOut, failedLine(u, machines.legend(ctx, u.State.Machine, false)))
+		case vanished:
+			o.add(false, t.name)
+			fmt.Fprintf(e.errOut, "Unit %s was destroyed while waiting for it to become %s\n", t.name, want)
+		default:
+			still = append(still, t)
+		}
+	}
+	*pending = still
+	return nil
+}
+
+// pollRanges polls the ranges of *pending once (pollRange): those settled
+// leave it, reported as reached when all their instances did, else added
+// to o.
+func (e *env) pollRanges(ctx context.Context, pending *[]*rangeWait, want string, machines *machineCache, o *outcome) error {
+	var still []*rangeWait
+	for i, r := range *pending {
+		done, err := e.pollRange(ctx, r, want, machines)
+		if err != nil {
+			*pending = append(still, (*pending)[i:]...)
+			return err
+		}
+		if !done {
+			still = append(still, r)
+			continue
+		}
+		if r.problems == 0 {
+			fmt.Fprintln(e.out, rangeDone(r, want))
+			continue
+		}
+		names := r.rangeProblems()
+		o.add(true, names...)
+		o.failures += r.problems - len(names)
+	}
+	*pending = still
 	return nil
 }
 

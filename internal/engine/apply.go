@@ -402,6 +402,7 @@ func (t *term) applyRound(round []*applyReq) {
 	// apply and sees its change, as etcd's reads wait for its applied
 	// index; and a stop of a million instances is answered once written,
 	// not a second or two of applying later.
+	t.acked.Add(1) // before the replies: a state read after one shows the round
 	for _, req := range accepted {
 		req.res <- applyRes{}
 	}

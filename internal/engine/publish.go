@@ -37,10 +37,13 @@ const SnapshotInterval = 100 * time.Millisecond
 const backgroundInterval = 2 * time.Second
 
 // State returns the latest published cluster state; nil when this engine
-// does not lead. Only the first read of a term waits for a build; later
-// reads get the latest state at once, and one that finds it stale (older
-// than SnapshotInterval, or 4× the last build, with changes since) starts a
-// rebuild in the background for the reads after it.
+// does not lead. Only the first read of a term waits for a build, and a
+// read that began after a write returned (Apply, PatchMachine, ...) waits
+// for a state that shows the write if the latest does not, so that a
+// client sees its own writes; other reads get the latest state at once,
+// and one that finds it stale (older than SnapshotInterval, or 4× the last
+// build, with changes since) starts a rebuild in the background for the
+// reads after it.
 func (e *Engine) State() *state.Snapshot {
 	t, err := e.reader()
 	if err != nil {
@@ -55,6 +58,17 @@ func (t *term) changed() { t.changes.Add(1) }
 // state returns the latest snapshot, starting a rebuild in the background
 // when it is stale; it waits only when there is none yet.
 func (t *term) state() *state.Snapshot {
+	written := t.acked.Load()
+	if cur := t.snapshot.Load(); cur != nil && cur.Writes < written {
+		// A write returned after this state's copy began: build one
+		// that shows it (or take the one a build meanwhile made).
+		t.pubMu.Lock()
+		defer t.pubMu.Unlock()
+		if cur = t.snapshot.Load(); cur.Writes < written {
+			cur = t.publish()
+		}
+		return cur
+	}
 	if cur := t.snapshot.Load(); cur != nil {
 		// A busy pubMu means a build (or a check) is under way: nothing to do.
 		if t.pubMu.TryLock() {
@@ -145,7 +159,10 @@ const buildChunk = 4096
 // map lookups a unit, and during a start of a million the builds took a
 // fifth of the leader's CPU.
 func (t *term) buildSnapshot() (s *state.Snapshot, waited time.Duration) {
-	s = &state.Snapshot{Term: t.info.Rev, Generation: t.e.generation.Add(1), Revision: t.committer.Revision(), Leader: t.info.Machine}
+	// Writes first: a write acknowledged by then was acknowledged under
+	// the write lock, and is applied before the first read lock below.
+	s = &state.Snapshot{Writes: t.acked.Load()}
+	s.Term, s.Generation, s.Revision, s.Leader = t.info.Rev, t.e.generation.Add(1), t.committer.Revision(), t.info.Machine
 	if since, ok := t.degradedSince(); ok {
 		s.EtcdUnreachableSince = since.UTC().Format(time.RFC3339)
 	}

@@ -168,6 +168,26 @@ func TestStateDoesNotWait(t *testing.T) {
 	}
 }
 
+// TestStateShowsAckedWrite: a read that begins after a write was
+// acknowledged gets a state that shows it, not the latest, older one.
+func TestStateShowsAckedWrite(t *testing.T) {
+	tm := publishTerm(t, 10, 2)
+	first := tm.state()
+	tm.mu.Lock() // as an apply round: acknowledged, then applied, under the lock
+	tm.acked.Add(1)
+	tm.units["new.service"] = newTestRec("new.service", tm.units["bench@0.service"].file, unit.Launched, "")
+	tm.namesStale.Store(true)
+	tm.changed()
+	tm.mu.Unlock()
+	got := tm.state()
+	if got == first || len(got.Units) != 11 {
+		t.Fatalf("state read after an acknowledged write has %d units (generation %d, the last was %d), want 11", len(got.Units), got.Generation, first.Generation)
+	}
+	if again := tm.state(); again != got {
+		t.Errorf("a second read built again (generation %d, want %d)", again.Generation, got.Generation)
+	}
+}
+
 // TestPublishCostExcludesLockWaits: what a build of the state waited for
 // the lock is not counted in its cost, which spaces the next build (4×
 // the cost): a build that waited for writers seconds would otherwise keep

@@ -310,6 +310,7 @@ type term struct {
 	// changes counts changes readers could see (see publish.go); the rest
 	// is the state publisher's.
 	changes    atomic.Uint64
+	acked      atomic.Uint64                  // writes acknowledged (apply rounds), for readers of the state
 	snapshot   atomic.Pointer[state.Snapshot] // the latest published state
 	pubMu      sync.Mutex
 	pubAt      time.Time

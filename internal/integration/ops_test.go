@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +47,11 @@ func TestBinaryExitCodesAndConfig(t *testing.T) {
 	if err := os.WriteFile(good, []byte("data-dir: "+dir+"\netcd-embed: true\nagent-ttl: 30s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
 	for _, tc := range []struct {
 		env  []string
 		args []string
@@ -53,6 +59,7 @@ func TestBinaryExitCodesAndConfig(t *testing.T) {
 		out  string
 	}{
 		{nil, []string{"list-units", "--endpoint", closed}, 4, "cannot reach flotilla at " + closed},
+		{nil, []string{"daemon", "--data-dir", t.TempDir(), "--etcd-embed", "--api-addr", busy.Addr().String()}, 1, "address already in use"},
 		{[]string{"FLOTILLA_ENDPOINT=" + closed}, []string{"status", "x.service"}, 4, "cannot reach flotilla at " + closed},
 		{nil, []string{"no-such-verb"}, 1, "unknown command"},
 		{nil, []string{"daemon", "--config", conf}, 1, conf + `:3: unknown key "agent-tl"`},
@@ -65,6 +72,10 @@ func TestBinaryExitCodesAndConfig(t *testing.T) {
 			t.Errorf("%s flotilla %s: exit %d, output %q; want exit %d, output containing %q",
 				strings.Join(tc.env, " "), strings.Join(tc.args, " "), code, out, tc.code, tc.out)
 		}
+	}
+	_, version := flotillaExit(t, nil, "version")
+	if _, v := flotillaExit(t, nil, "-v"); v != version || !strings.HasPrefix(v, "Flotilla ") {
+		t.Errorf("flotilla -v printed %q, flotilla version %q; want the same", v, version)
 	}
 	code, out := flotillaExit(t, nil, "version", "-o", "json")
 	var v struct{ Version, GoVersion, Platform string }

@@ -32,6 +32,10 @@ type Snapshot struct {
 	Generation uint64
 	Revision   int64
 	Leader     string
+	// Writes is how many writes the leader had acknowledged when the
+	// snapshot's copy began: one with fewer than the leader's count now
+	// predates a write whose request has returned.
+	Writes uint64
 	// EtcdUnreachableSince is set (RFC 3339) on a degraded leader's state.
 	EtcdUnreachableSince string
 	Machines             []apiv1.Machine // sorted by ID

@@ -9,17 +9,25 @@
 //	  -X github.com/flotilla/flotilla/internal/version.date=2025-01-02T03:04:05Z"
 //
 // A plain go build from a git checkout (with -buildvcs, Go's default) still
-// knows its commit and commit time from the build information Go records.
+// knows its commit and commit time from the build information Go records,
+// and go install MODULE@VERSION its release or, from a pseudo-version, its
+// commit. A build with -buildvcs=false outside a release knows neither.
 package version
 
 import (
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strings"
+	"time"
 )
+
+// devVersion is the version of a build that no release stamped.
+const devVersion = "0.1.0-dev"
 
 // Set with -ldflags -X; see the package comment.
 var (
-	version = "0.1.0-dev"
+	version = devVersion
 	commit  string
 	date    string
 )
@@ -52,9 +60,17 @@ func Get() Info {
 	return in
 }
 
-// fromBuildInfo fills what -ldflags did not set from the vcs settings Go
-// records in the binary.
+// pseudoVersion matches the end of a Go module pseudo-version
+// (v0.0.0-20250102030405-abcdef123456, maybe +dirty): the commit's time and
+// the first 12 digits of its hash.
+var pseudoVersion = regexp.MustCompile(`[-.]([0-9]{14})-([0-9a-f]{12})(\+dirty)?$`)
+
+// fromBuildInfo fills what -ldflags did not set from what Go records in
+// the binary: the vcs settings of a build in a checkout, else the module
+// version of go install MODULE@VERSION (a release tag, or a
+// pseudo-version that names the commit and its time).
 func fromBuildInfo(in *Info, bi *debug.BuildInfo) {
+	defer fromModuleVersion(in, bi.Main.Version)
 	stamped := in.Commit != ""
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -71,5 +87,26 @@ func fromBuildInfo(in *Info, bi *debug.BuildInfo) {
 				in.Modified = s.Value == "true"
 			}
 		}
+	}
+}
+
+// fromModuleVersion fills what is still unknown from the main module's
+// version v: "(devel)" or "" for a build in a checkout, else what go
+// install built.
+func fromModuleVersion(in *Info, v string) {
+	if v == "" || v == "(devel)" {
+		return
+	}
+	if m := pseudoVersion.FindStringSubmatch(v); m != nil {
+		if in.Commit == "" {
+			in.Commit, in.Modified = m[2], m[3] != ""
+		}
+		if t, err := time.Parse("20060102150405", m[1]); err == nil && in.BuildDate == "" {
+			in.BuildDate = t.Format(time.RFC3339)
+		}
+		return
+	}
+	if in.Version == devVersion {
+		in.Version = strings.TrimSuffix(strings.TrimPrefix(v, "v"), "+dirty") // a release tag
 	}
 }
