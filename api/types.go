@@ -37,10 +37,16 @@ type Unit struct {
 	// unheard before the unit is started elsewhere ("infinity": never;
 	// empty: the cluster's agent TTL, shown in LostAfterDefault).
 	// MovingFrom names the machine a moving unit is stopping on: it is
-	// placed again once that copy has stopped (its reason says so too).
+	// placed again once that copy has stopped (its reason says so too);
+	// for a unit of a draining machine placed on Machine while its old
+	// copy keeps running, the machine that copy stops on once the new one
+	// is active.
 	MovingFrom string `json:"movingFrom,omitempty"`
-	Singleton  bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
-	LostAfter  string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, e.g. "30s"
+	// Staying is set for a unit that stays on its draining machine because
+	// it fits on no other (Reason says why).
+	Staying   bool   `json:"staying,omitempty"`
+	Singleton bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
+	LostAfter string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, e.g. "30s"
 	// History is the unit's recent notable events (lost with its machine,
 	// moved, placed again), oldest first, since this leader's term began.
 	History []HistoryEntry `json:"history,omitempty"`
@@ -82,8 +88,11 @@ type Machine struct {
 	// units leave of it (0 in a dimension: not limited).
 	Capacity Resources `json:"capacity"` // what it offers
 	Free     Resources `json:"free"`     // what placed units leave
-	// Draining is set while flotilla drain empties the machine.
-	Draining bool `json:"draining,omitempty"`
+	// Draining is set while flotilla drain empties the machine, and
+	// MaxParallel is then how many instances of one template move off it
+	// at once.
+	Draining    bool `json:"draining,omitempty"`
+	MaxParallel int  `json:"maxParallel,omitempty"`
 	// Drivers are the drivers the machine runs units with ("exec",
 	// "systemd", "docker", "sim"); a unit is placed only where one of them
 	// can run it.
@@ -97,9 +106,14 @@ type MachinePatch struct {
 	// Metadata maps each key to change to its new value, or to nil to remove it.
 	Metadata map[string]*string `json:"metadata"`
 	// Drain, when set, starts (true) or ends (false) draining the machine:
-	// a draining machine takes no units, and its units move elsewhere, each
-	// stopped there before it starts on another machine (flotilla drain).
+	// a draining machine takes no units, and its units move elsewhere
+	// (flotilla drain): a unit that fits nowhere else stays, a launched
+	// unit that is not Singleton= starts on its new machine before it
+	// stops there, a Singleton= unit stops there first.
 	Drain *bool `json:"drain,omitempty"`
+	// MaxParallel, with "drain": true, is how many instances of one
+	// template may be mid-move at once (1 to 10000; 0 or absent: 1).
+	MaxParallel int `json:"maxParallel,omitempty"`
 }
 
 // Resources are CPU, in percent of one CPU (400 = four CPUs), and memory in bytes.

@@ -814,7 +814,7 @@ func TestEngineDrain(t *testing.T) {
 		}
 		return most, on1
 	}
-	if err := e.DrainMachine(ctx, "m1", true); err != nil {
+	if err := e.DrainMachine(ctx, "m1", true, 0); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -846,7 +846,7 @@ func TestEngineDrain(t *testing.T) {
 	if placed, _ := allActive(e.Engine, 6); len(placed["m1"]) != 0 {
 		t.Fatalf("a draining machine was given units: %v", placed["m1"])
 	}
-	if err := e.DrainMachine(ctx, "m1", false); err != nil {
+	if err := e.DrainMachine(ctx, "m1", false, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Apply(ctx, launch(t, 1, "after")); err != nil {

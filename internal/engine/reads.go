@@ -121,7 +121,7 @@ func (t *term) machineViews() []apiv1.Machine {
 			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units) + len(m.globals),
 			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes},
 			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)},
-			Draining: t.drainMachines[id], Drivers: drivers(m.info.Drivers)})
+			Draining: t.drainMachines[id] > 0, MaxParallel: t.drainMachines[id], Drivers: drivers(m.info.Drivers)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -170,6 +170,9 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	u.History = t.unitHistory(r.name())
 	if r.machine == "" {
 		u.MovingFrom = t.draining[r.name()]
+	} else {
+		u.MovingFrom = t.handovers[r.name()]
+		u.Staying = t.held[r.name()]
 	}
 	if r.file.Fleet.Global {
 		// A global unit is where it fits: it has reached its desired state
