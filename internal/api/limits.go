@@ -124,8 +124,8 @@ func checkMachinePatch(id string, p apiv1.MachinePatch) *limitError {
 	if p.MaxParallel != 0 && (p.Drain == nil || !*p.Drain) {
 		return badRequest(`machine %s: "maxParallel" goes with "drain": true`, id)
 	}
-	if p.MaxParallel < 0 || p.MaxParallel > engine.MaxDrainParallel {
-		return badRequest(`machine %s: "maxParallel" is %d: want 1 to %d`, id, p.MaxParallel, engine.MaxDrainParallel)
+	if p.MaxParallel < 0 || p.MaxParallel > apiv1.MaxDrainParallel {
+		return badRequest(`machine %s: "maxParallel" is %d: want 1 to %d`, id, p.MaxParallel, apiv1.MaxDrainParallel)
 	}
 	if err := machine.CheckMetadataCount(len(p.Metadata)); err != nil {
 		return tooLarge("machine %s: the patch has %v", id, err)

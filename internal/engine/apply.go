@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -87,9 +88,6 @@ func (e *Engine) PatchMachine(ctx context.Context, id string, patch map[string]*
 	return e.submit(ctx, &applyReq{machine: id, patch: patch, res: make(chan applyRes, 1)})
 }
 
-// MaxDrainParallel bounds a drain's maxParallel.
-const MaxDrainParallel = 10000
-
 // DrainMachine sets whether a machine drains, durably: a draining machine
 // takes no units, and its units move elsewhere (plan.go): a unit that fits
 // nowhere else stays, a launched unit that is not Singleton= starts on its
@@ -97,8 +95,8 @@ const MaxDrainParallel = 10000
 // one template (0: one) are mid-move at once. Undraining lets it take
 // units again; nothing moves back by itself.
 func (e *Engine) DrainMachine(ctx context.Context, id string, drain bool, maxParallel int) error {
-	if maxParallel < 0 || maxParallel > MaxDrainParallel {
-		return fmt.Errorf("%w: machine %s: maxParallel %d: want 1 to %d (0: 1)", ErrInvalid, id, maxParallel, MaxDrainParallel)
+	if maxParallel < 0 || maxParallel > apiv1.MaxDrainParallel {
+		return fmt.Errorf("%w: machine %s: maxParallel %d: want 1 to %d (0: 1)", ErrInvalid, id, maxParallel, apiv1.MaxDrainParallel)
 	}
 	return e.submit(ctx, &applyReq{machine: id, drain: &drain, parallel: max(maxParallel, 1), res: make(chan applyRes, 1)})
 }

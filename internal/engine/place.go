@@ -222,6 +222,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	handedOver := map[string]string{} // handovers ending: unit -> the machine whose copy stops
 	for _, name := range p.HandoverDone {
 		handedOver[name] = t.handovers[name]
+		again = true // an instance waiting for its turn may move now
 	}
 	var placed []movedUnit
 	ds := t.sched.Allocate(pending)
