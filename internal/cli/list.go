@@ -29,12 +29,12 @@ func (f *listFlags) register(cmd *cobra.Command, defaults, valid string) {
 
 // unitRow is one line of list-units: a unit as one machine reports it.
 type unitRow struct {
-	Unit      string `json:"unit"`
-	Machine   string `json:"machine"`
-	Load      string `json:"load"`
-	Active    string `json:"active"`
-	Sub       string `json:"sub"`
-	Hash      string `json:"hash"`
+	Unit    string `json:"unit"`
+	Machine string `json:"machine"`
+	Load    string `json:"load"`
+	Active  string `json:"active"`
+	Sub     string `json:"sub"`
+	Hash    string `json:"hash"`
 	// Reason is why the unit is where it is, on its target machine's row
 	// (a drain keeps it there), or why it is not placed.
 	Reason    string `json:"reason"`

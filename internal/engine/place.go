@@ -219,9 +219,14 @@ func (t *term) reconcile() (recheck time.Time) {
 			moved[name] = rec.with(func(r *unitRec) { r.reason = "" })
 		}
 	}
-	handedOver := map[string]string{} // handovers ending: unit -> the machine whose copy stops
+	// Handovers whose old copy stops now, and those forgotten: unit -> the
+	// machine of that copy.
+	stopOld, handedOver := map[string]string{}, map[string]string{}
+	for _, name := range p.HandoverStop {
+		stopOld[name] = t.handovers[name].From
+	}
 	for _, name := range p.HandoverDone {
-		handedOver[name] = t.handovers[name]
+		handedOver[name] = t.handovers[name].From
 		again = true // an instance waiting for its turn may move now
 	}
 	var placed []movedUnit
@@ -257,7 +262,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	// while the rest are written, and the lock is released in between. Only
 	// this goroutine changes t.units, so it reads them without the lock.
 	changes := mergeMoved(moved, placed)
-	for _, name := range slices.Concat(p.MoveDone, p.HandoverDone) {
+	for _, name := range slices.Concat(p.MoveDone, p.HandoverStop, p.HandoverDone) {
 		if _, ok := moved[name]; !ok {
 			changes = append(changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted, or a handover ended)
 		}
@@ -285,6 +290,8 @@ func (t *term) reconcile() (recheck time.Time) {
 				ops = append(ops, registry.PutHandover(t.keys, name, from))
 			} else if done[name] {
 				ops = append(ops, registry.DeleteMove(t.keys, name))
+			} else if from, ok := stopOld[name]; ok && cur.machine != from {
+				ops = append(ops, t.dropAssignment(from, name)...)
 			} else if from, ok := handedOver[name]; ok {
 				ops = append(ops, registry.DeleteMove(t.keys, name))
 				if cur.machine != from {
@@ -333,11 +340,13 @@ func (t *term) reconcile() (recheck time.Time) {
 			if from, ok := newMoves[name]; ok {
 				t.draining[name] = from
 			} else if from, ok := newHandovers[name]; ok {
-				t.handovers[name] = from
+				t.handovers[name] = handover{From: from}
 			} else if done[name] {
 				delete(t.draining, name)
+			} else if from, ok := stopOld[name]; ok {
+				t.stopOldCopy(name, from, false)
 			} else if from, ok := handedOver[name]; ok {
-				t.endHandover(name, from)
+				t.stopOldCopy(name, from, true)
 			}
 			rec, cur := mu.rec, t.units[name]
 			if rec == nil || cur == nil || cur.desired() != rec.desired() {
@@ -439,15 +448,21 @@ func (t *term) reconcile() (recheck time.Time) {
 	return p.Recheck
 }
 
-// endHandover ends unit name's handover off machine from: its copy there
-// is stopped, its new one being active. Callers hold mu for writing.
-func (t *term) endHandover(name, from string) {
-	delete(t.handovers, name)
-	if cur := t.units[name]; cur != nil && cur.machine != from {
+// stopOldCopy has machine from stop unit name's copy that a handover kept
+// there, and forgets the handover if done (that copy is gone). Callers
+// hold mu for writing.
+func (t *term) stopOldCopy(name, from string, done bool) {
+	h := t.handovers[name]
+	if done {
+		delete(t.handovers, name)
+	} else {
+		t.handovers[name] = handover{From: from, Stopping: true}
+	}
+	if cur := t.units[name]; !h.Stopping && cur != nil && cur.machine != from {
 		if m := t.machines[from]; m != nil {
 			m.push(name, nil)
 		}
-		t.history(name, "old copy stopped on "+from)
+		t.history(name, "stopping on "+from+", its new copy on "+cur.machine+" being active")
 	}
 }
 
@@ -744,8 +759,8 @@ func (t *term) sendFull() {
 		for name := range m.globals {
 			m.conn.pending[name] = t.units[name]
 		}
-		for name, from := range t.handovers {
-			if r := t.units[name]; from == m.info.ID && r != nil && r.machine != from {
+		for name, h := range t.handovers {
+			if r := t.units[name]; h.From == m.info.ID && !h.Stopping && r != nil && r.machine != h.From {
 				m.conn.pending[name] = r // its old copy runs here until the new one is active
 			}
 		}

@@ -57,7 +57,8 @@ import (
 //     they are, running (Queued);
 //   - a launched unit that is not Singleton= is handed over: placed on
 //     another machine while its old copy keeps running (Handover), the old
-//     copy stopped once the new one is active (HandoverDone), so a drain
+//     copy stopped once the new one is active (HandoverStop), and the
+//     handover forgotten once it has stopped (HandoverDone), so a drain
 //     never takes a service to zero. The handover is recorded under
 //     moves/<unit> too, the unit's record naming its new machine: a new
 //     leader keeps the old copy until the new one is active as well;
@@ -94,9 +95,9 @@ type planInput struct {
 	Fits func(name, machine string) (bool, string)
 	// Moves are the units moving off a machine (unit -> old machine).
 	Moves map[string]string
-	// Handovers are the units started on another machine while their old
-	// copy keeps running until the new one is active (unit -> old machine).
-	Handovers map[string]string
+	// Handovers are the units of draining machines started on another
+	// machine, whose old copy runs until the new one is active.
+	Handovers map[string]handover
 	// Elsewhere reports whether a unit of a draining machine could be
 	// placed on another machine now, and why not.
 	Elsewhere func(name string) (bool, string)
@@ -160,9 +161,10 @@ type reconcilePlan struct {
 	// Handover are units of draining machines to place elsewhere while
 	// their copy there keeps running; one that cannot be placed stays.
 	Handover []misfitUnit
-	// HandoverDone are handovers to end: the new copy is active (or the
-	// unit no longer wants one there), so the old copy is stopped now.
-	HandoverDone []string
+	// HandoverStop are handovers whose new copy is active (or whose unit
+	// no longer wants one there): their old copy is stopped now.
+	// HandoverDone are those whose old copy is gone: they are forgotten.
+	HandoverStop, HandoverDone []string
 	// Stay are units of draining machines that fit on no other machine:
 	// they keep running where they are (unit -> reason shown to users).
 	Stay map[string]string
@@ -189,6 +191,13 @@ type lostUnit struct {
 	Unheard time.Duration
 	// Left is set when the machine left the cluster, its units stopped.
 	Left bool
+}
+
+// handover is a unit of a draining machine started on another machine
+// while its copy on From runs on; Stopping once that copy is told to stop.
+type handover struct {
+	From     string
+	Stopping bool
 }
 
 type misfitUnit struct {
@@ -327,14 +336,20 @@ func planReconcile(in planInput) reconcilePlan {
 	for name := range p.Waiting {
 		delete(place, name)
 	}
-	// Handovers end once the new copy is active, or once there is no new
-	// copy to wait for (the unit stopped, destroyed or placed again) or no
-	// old copy to stop (its machine left).
+	// A handover's old copy stops once the new copy is active, or once
+	// there is no new copy to wait for (the unit stopped, destroyed or
+	// placed again); the handover is forgotten once that copy is gone.
 	for _, name := range slices.Sorted(maps.Keys(in.Handovers)) {
-		from, u := in.Handovers[name], in.Unit(name)
-		m, known := in.Machines[from]
-		if !u.Launched || u.Machine == "" || u.Machine == from || !known || m.Left || in.Active(name, u.Machine) {
+		h, u := in.Handovers[name], in.Unit(name)
+		m, known := in.Machines[h.From]
+		if !h.Stopping && u.Launched && u.Machine != "" && u.Machine != h.From && !m.Left && !in.Active(name, u.Machine) {
+			continue // a machine not heard this term may still reconnect with the old copy
+		}
+		switch {
+		case !known || !m.Reachable || m.Left || u.Machine == h.From || !in.Running(name, h.From):
 			p.HandoverDone = append(p.HandoverDone, name)
+		case !h.Stopping:
+			p.HandoverStop = append(p.HandoverStop, name)
 		}
 	}
 	// The backlog's units have no machine, so none is lost or waits to
@@ -355,18 +370,22 @@ func planReconcile(in planInput) reconcilePlan {
 type drainKey struct{ machine, template string }
 
 // drainsInFlight counts the instances of each template mid-move off each
-// draining machine: stopping there, or started elsewhere and not active
-// yet.
+// draining machine: stopping there, or started elsewhere and their copy
+// there not stopped yet.
 func (in *planInput) drainsInFlight() map[drainKey]int {
 	n := map[drainKey]int{}
-	for _, moves := range []map[string]string{in.Moves, in.Handovers} {
-		for name, from := range moves {
-			if m := in.Machines[from]; m.Draining {
-				if t := in.Unit(name).Template; t != "" {
-					n[drainKey{from, t}]++
-				}
+	count := func(name, from string) {
+		if m := in.Machines[from]; m.Draining {
+			if t := in.Unit(name).Template; t != "" {
+				n[drainKey{from, t}]++
 			}
 		}
+	}
+	for name, from := range in.Moves {
+		count(name, from)
+	}
+	for name, h := range in.Handovers {
+		count(name, h.From)
 	}
 	return n
 }

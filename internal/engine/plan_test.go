@@ -38,7 +38,7 @@ func TestPlanReconcile(t *testing.T) {
 		running  map[string]string // unit -> machine reporting it running
 		active   map[string]string // unit -> machine reporting it active
 		nowhere  map[string]string // unit -> why it fits on no other machine
-		handover map[string]string // unit -> machine its old copy runs on
+		handover map[string]handover
 		backlog  []string
 		// reconnect is the term's reconnect grace, in seconds.
 		reconnect float64
@@ -163,32 +163,52 @@ func TestPlanReconcile(t *testing.T) {
 		now:      1,
 		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, MaxParallel: 2, Units: []string{"web@2", "web@3", "web@4"}}, "m2": {Reachable: true}},
 		units:    map[string]planUnit{"web@1": webOn("m2"), "web@2": web, "web@3": web, "web@4": web},
-		handover: map[string]string{"web@1": "m1"},
+		handover: map[string]handover{"web@1": {From: "m1", Stopping: true}},
+		running:  map[string]string{"web@1": "m1"},
 		nowhere:  map[string]string{"web@2": "conflicts with web@1.service on m2"},
 		want:     "handover=[web@3@m1] stay=[web@2: machine m1 is draining, and the unit fits nowhere else: conflicts with web@1.service on m2] queued=[web@4: machine m1 is draining; waiting for its turn (2 of web@.service moving at a time)] place=[]",
 	}, {
-		name:     "a handover waits for the new copy to be active, not only running",
+		name:     "a handover keeps the old copy until the new one is active, not only running",
 		now:      1,
 		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
 		units:    map[string]planUnit{"web@1": webOn("m2")},
-		handover: map[string]string{"web@1": "m1"},
-		running:  map[string]string{"web@1": "m2"},
+		handover: map[string]handover{"web@1": {From: "m1"}},
+		running:  map[string]string{"web@1": "m1"},
 		want:     "place=[]",
 	}, {
-		name:     "and ends once it is: the old copy is stopped",
+		name:     "then the old copy is stopped",
 		now:      1,
 		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
 		units:    map[string]planUnit{"web@1": webOn("m2")},
-		handover: map[string]string{"web@1": "m1"},
+		handover: map[string]handover{"web@1": {From: "m1"}},
+		running:  map[string]string{"web@1": "m1"},
 		active:   map[string]string{"web@1": "m2"},
-		want:     "handoverDone=[web@1] place=[]",
+		want:     "handoverStop=[web@1] place=[]",
 	}, {
-		name:     "a handover ends when the unit is stopped or unplaced, or the old machine left",
+		name:     "and the handover forgotten once it has",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
+		units:    map[string]planUnit{"web@1": webOn("m2"), "web@2": webOn("m2")},
+		handover: map[string]handover{"web@1": {From: "m1", Stopping: true}, "web@2": {From: "m1", Stopping: true}},
+		running:  map[string]string{"web@1": "m1"},
+		active:   map[string]string{"web@1": "m2", "web@2": "m2"},
+		want:     "handoverDone=[web@2] place=[]",
+	}, {
+		name:     "a handover whose old machine is not heard this term waits for it, until the new copy is active",
+		now:      1,
+		machines: map[string]planMachine{"m2": {Reachable: true}},
+		units:    map[string]planUnit{"a": webOn("m2"), "b": webOn("m2")},
+		handover: map[string]handover{"a": {From: "m1"}, "b": {From: "m1"}},
+		active:   map[string]string{"b": "m2"},
+		want:     "handoverDone=[b] place=[]",
+	}, {
+		name:     "a handover's old copy stops when the unit is stopped or unplaced, at once if its machine left",
 		now:      1,
 		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m3": {Left: true, HeardAt: at(0.5)}},
 		units:    map[string]planUnit{"a": {Machine: "m2"}, "b": {Wanted: true, Launched: true}, "c": webOn("m2")},
-		handover: map[string]string{"a": "m1", "b": "m1", "c": "m3"},
-		want:     "handoverDone=[a b c] gone=[m3] place=[]",
+		handover: map[string]handover{"a": {From: "m1"}, "b": {From: "m1"}, "c": {From: "m3"}},
+		running:  map[string]string{"a": "m1", "b": "m1", "c": "m3"},
+		want:     "handoverStop=[a b] handoverDone=[c] gone=[m3] place=[]",
 	}, {
 		name:     "a draining machine's units are not checked against it",
 		now:      1,
@@ -311,6 +331,9 @@ func renderPlan(p reconcilePlan) string {
 			l = append(l, u.Name+"@"+u.Machine)
 		}
 		parts = append(parts, "handover=["+strings.Join(l, " ")+"]")
+	}
+	if len(p.HandoverStop) > 0 {
+		parts = append(parts, fmt.Sprintf("handoverStop=%v", p.HandoverStop))
 	}
 	if len(p.HandoverDone) > 0 {
 		parts = append(parts, fmt.Sprintf("handoverDone=%v", p.HandoverDone))

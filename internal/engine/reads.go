@@ -112,12 +112,11 @@ func (t *term) machineViews() []apiv1.Machine {
 	var moving map[string]int // draining machine -> its units mid-move
 	if len(t.drainMachines) > 0 {
 		moving = map[string]int{}
-		for _, moves := range []map[string]string{t.draining, t.handovers} {
-			for _, from := range moves {
-				if t.drainMachines[from] > 0 {
-					moving[from]++
-				}
-			}
+		for _, from := range t.draining {
+			moving[from]++
+		}
+		for _, h := range t.handovers {
+			moving[h.From]++
 		}
 	}
 	for id, m := range t.machines {
@@ -191,7 +190,7 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	if r.machine == "" {
 		u.MovingFrom = t.draining[r.name()]
 	} else {
-		u.MovingFrom = t.handovers[r.name()]
+		u.MovingFrom = t.handovers[r.name()].From
 		u.Staying = t.held[r.name()]
 	}
 	if r.file.Fleet.Global {

@@ -262,7 +262,7 @@ type term struct {
 	// handovers holds units of draining machines started elsewhere while
 	// their old copy keeps running there until the new one is active
 	// (unit -> old machine), recorded under moves/ too (see plan.go).
-	handovers map[string]string
+	handovers map[string]handover
 	// held are the units a drain keeps on their machine for now, with
 	// their reason: true for those that fit nowhere else, false for
 	// instances waiting for their turn.
@@ -370,7 +370,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		protos:        map[*unit.File]*unit.File{},
 		placeDirty:    true,
 		draining:      map[string]string{},
-		handovers:     map[string]string{},
+		handovers:     map[string]handover{},
 		held:          map[string]bool{},
 		drainMachines: map[string]int{},
 		hist:          map[string][]apiv1.HistoryEntry{},
@@ -487,12 +487,12 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		}
 	}
 	for name, move := range snap.Moves {
-		from, handover := registry.ParseMove(move)
+		from, handedOver := registry.ParseMove(move)
 		switch r := t.units[name]; {
 		case r == nil || r.file.Fleet.Global:
-		case handover && r.machine != "" && r.machine != from:
-			t.handovers[name] = from // the old copy runs until the new one is active
-		case !handover && r.machine == "":
+		case handedOver && r.machine != "" && r.machine != from:
+			t.handovers[name] = handover{From: from} // the old copy runs until the new one is active
+		case !handedOver && r.machine == "":
 			t.draining[name] = from
 			t.units[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" })
 		}
@@ -731,7 +731,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 			switch {
 			case rec == nil:
 				m.pushDestroyed(name)
-			case t.handovers[name] != old.machine: // a handover's old copy runs on
+			case t.handovers[name] != handover{From: old.machine}: // a handover's old copy runs on
 				m.push(name, nil)
 			}
 		}
@@ -763,9 +763,9 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		delete(t.unplaced, name)
 		delete(t.globals, name)
 		delete(t.draining, name)
-		if from, ok := t.handovers[name]; ok {
+		if h, ok := t.handovers[name]; ok {
 			delete(t.handovers, name)
-			if m := t.machines[from]; m != nil && from != old.machine {
+			if m := t.machines[h.From]; m != nil && h.From != old.machine {
 				m.pushDestroyed(name)
 			}
 		}
@@ -848,6 +848,9 @@ func (t *term) drained(machine, name string, running bool) {
 	if old, ok := t.draining[name]; ok && old == machine && !running {
 		t.placeDirty = true
 		t.poke()
+	}
+	if h, ok := t.handovers[name]; ok && h.From == machine && !running {
+		t.poke() // a handover's old copy is gone: it is forgotten
 	}
 }
 
