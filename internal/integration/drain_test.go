@@ -192,4 +192,3 @@ func jsonGet[T any](nd *node, path string) (T, error) {
 	}
 	return v, json.NewDecoder(resp.Body).Decode(&v)
 }
-
