@@ -35,9 +35,9 @@ type unitRow struct {
 	Active  string `json:"active"`
 	Sub     string `json:"sub"`
 	Hash    string `json:"hash"`
-	// Reason is why the unit is where it is, on its target machine's row
-	// (a drain keeps it there), or why it is not placed.
-	Reason    string `json:"reason"`
+	// Reason is why the unit is kept on its target machine, on that
+	// machine's row (a drained machine it fits nowhere else than on).
+	Reason    string `json:"reason,omitempty"`
 	machineIP string
 }
 
@@ -64,7 +64,7 @@ func unitRows(units []apiv1.Unit, states []apiv1.UnitState, machines []apiv1.Mac
 	reported := map[string]bool{}
 	reasons := map[[2]string]string{} // (unit, target machine) -> reason
 	for _, u := range units {
-		if u.Reason != "" {
+		if u.Reason != "" && u.Machine != "" {
 			reasons[[2]string{u.Name, u.Machine}] = u.Reason
 		}
 	}
@@ -79,7 +79,7 @@ func unitRows(units []apiv1.Unit, states []apiv1.UnitState, machines []apiv1.Mac
 		// fleetctl listed what machines report; a unit that is wanted but
 		// not reported yet (unplaced, or on its way) shows with "-".
 		if !reported[u.Name] && u.DesiredState != "inactive" {
-			rows = append(rows, unitRow{Unit: u.Name, Reason: u.Reason})
+			rows = append(rows, unitRow{Unit: u.Name})
 		}
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
@@ -145,7 +145,7 @@ of the cluster from now on instead, one JSON object per line (see GET
 			}
 			if !hasField(fields, "reason") {
 				for _, r := range rows {
-					if r.Reason != "" && r.Machine != "" {
+					if r.Reason != "" {
 						fmt.Fprintf(e.errOut, "Unit %s on %s: %s\n", r.Unit, r.Machine, r.Reason)
 					}
 				}
