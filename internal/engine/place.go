@@ -172,12 +172,6 @@ func (t *term) reconcile() (recheck time.Time) {
 			}
 		})
 	}
-	// The units placed that nothing else in the pass changed, in name
-	// order (pending's): a million at a start, kept in a slice rather than
-	// in moved, and those placed on a machine (most) with only the
-	// machine, their new records made a slice at a time below (at a
-	// million, a second copy of every record lived until the last slice
-	// was applied, and the decisions with it).
 	// displace moves the units a placement displaced (Replaces=), which
 	// Allocate unplaced: placed again once stopped where they ran.
 	displace := func(d scheduler.Decision) {
@@ -229,6 +223,12 @@ func (t *term) reconcile() (recheck time.Time) {
 		handedOver[name] = t.handovers[name].From
 		again = true // an instance waiting for its turn may move now
 	}
+	// The units placed that nothing else in the pass changed, in name
+	// order (pending's): a million at a start, kept in a slice rather than
+	// in moved, and those placed on a machine (most) with only the
+	// machine, their new records made a slice at a time below (at a
+	// million, a second copy of every record lived until the last slice
+	// was applied, and the decisions with it).
 	var placed []movedUnit
 	ds := t.sched.Allocate(pending)
 	for i := range ds {
