@@ -509,12 +509,8 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			if r == nil {
 				return planUnit{}
 			}
-			u := planUnit{Wanted: r.wanted(), Singleton: r.file.Fleet.Singleton, LostAfter: r.file.Fleet.LostAfter,
+			return planUnit{Wanted: r.wanted(), Singleton: r.file.Fleet.Singleton, LostAfter: r.file.Fleet.LostAfter,
 				Launched: r.want == wantLaunched, Machine: r.machine}
-			if unit.IsInstance(name) {
-				u.Template = unit.TemplateOf(name)
-			}
-			return u
 		},
 		Fits: func(name, machine string) (bool, string) {
 			return t.sched.Fits(t.units[name].su, machine)

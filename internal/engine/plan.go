@@ -139,9 +139,8 @@ type planUnit struct {
 	Singleton bool
 	// Launched is set for a unit wanted running (not only loaded).
 	Launched bool
-	// Machine is the machine it is scheduled to ("" none); Template is
-	// the template it is an instance of ("" none).
-	Machine, Template string
+	// Machine is the machine it is scheduled to ("" none).
+	Machine string
 	// LostAfter is [X-Fleet] LostAfter= (0: the agent TTL; unit.Infinity:
 	// never).
 	LostAfter time.Duration
@@ -376,7 +375,7 @@ func (in *planInput) drainsInFlight() map[drainKey]int {
 	n := map[drainKey]int{}
 	count := func(name, from string) {
 		if m := in.Machines[from]; m.Draining {
-			if t := in.Unit(name).Template; t != "" {
+			if t := templateOf(name); t != "" {
 				n[drainKey{from, t}]++
 			}
 		}
@@ -397,16 +396,17 @@ func (in *planInput) drainsInFlight() map[drainKey]int {
 func (in *planInput) drain(p *reconcilePlan, name string, u planUnit, id string, m planMachine, inFlight map[drainKey]int, moving map[string]string) {
 	draining := "machine " + id + " is draining"
 	if u.Wanted {
-		k := drainKey{id, u.Template}
-		if limit := max(m.MaxParallel, 1); u.Template != "" && inFlight[k] >= limit {
-			p.Queued[name] = fmt.Sprintf("%s; waiting for its turn (%d of %s moving at a time)", draining, limit, u.Template)
+		tmpl := templateOf(name)
+		k := drainKey{id, tmpl}
+		if limit := max(m.MaxParallel, 1); tmpl != "" && inFlight[k] >= limit {
+			p.Queued[name] = fmt.Sprintf("%s; waiting for its turn (%d of %s moving at a time)", draining, limit, tmpl)
 			return
 		}
 		if ok, why := in.Elsewhere(name); !ok {
 			p.Stay[name] = stayReason(id, why)
 			return
 		}
-		if u.Template != "" {
+		if tmpl != "" {
 			inFlight[k]++
 		}
 		if u.Launched && !u.Singleton {
@@ -416,6 +416,14 @@ func (in *planInput) drain(p *reconcilePlan, name string, u planUnit, id string,
 	}
 	p.Misfit = append(p.Misfit, misfitUnit{Name: name, Machine: id, Reason: draining})
 	moving[name] = id
+}
+
+// templateOf is the template unit name is an instance of ("" none).
+func templateOf(name string) string {
+	if unit.IsInstance(name) {
+		return unit.TemplateOf(name)
+	}
+	return ""
 }
 
 // stayReason is the reason shown for a unit that stays on draining machine

@@ -25,7 +25,7 @@ func TestPlanReconcile(t *testing.T) {
 	// instances of web@.service.
 	service := planUnit{Wanted: true, Launched: true}
 	lonely := planUnit{Wanted: true, Launched: true, Singleton: true}
-	web := planUnit{Wanted: true, Launched: true, Template: "web@.service"}
+	web := planUnit{Wanted: true, Launched: true}
 	webOn := func(machine string) planUnit { u := web; u.Machine = machine; return u }
 	tests := []struct {
 		name     string
@@ -155,44 +155,44 @@ func TestPlanReconcile(t *testing.T) {
 	}, {
 		name:     "one instance of a template moves off a draining machine at a time by default",
 		now:      1,
-		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"web@1", "web@2", "web@3", "x"}}},
-		units:    map[string]planUnit{"web@1": web, "web@2": web, "web@3": web, "x": service},
-		want:     "handover=[web@1@m1 x@m1] queued=[web@2: machine m1 is draining; waiting for its turn (1 of web@.service moving at a time) web@3: machine m1 is draining; waiting for its turn (1 of web@.service moving at a time)] place=[]",
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"web@1.service", "web@2.service", "web@3.service", "x"}}},
+		units:    map[string]planUnit{"web@1.service": web, "web@2.service": web, "web@3.service": web, "x": service},
+		want:     "handover=[web@1.service@m1 x@m1] queued=[web@2.service: machine m1 is draining; waiting for its turn (1 of web@.service moving at a time) web@3.service: machine m1 is draining; waiting for its turn (1 of web@.service moving at a time)] place=[]",
 	}, {
 		name:     "MaxParallel instances at a time, counting those mid-move; one that fits nowhere takes no turn",
 		now:      1,
-		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, MaxParallel: 2, Units: []string{"web@2", "web@3", "web@4"}}, "m2": {Reachable: true}},
-		units:    map[string]planUnit{"web@1": webOn("m2"), "web@2": web, "web@3": web, "web@4": web},
-		handover: map[string]handover{"web@1": {From: "m1", Stopping: true}},
-		running:  map[string]string{"web@1": "m1"},
-		nowhere:  map[string]string{"web@2": "conflicts with web@1.service on m2"},
-		want:     "handover=[web@3@m1] stay=[web@2: machine m1 is draining, and the unit fits nowhere else: conflicts with web@1.service on m2] queued=[web@4: machine m1 is draining; waiting for its turn (2 of web@.service moving at a time)] place=[]",
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, MaxParallel: 2, Units: []string{"web@2.service", "web@3.service", "web@4.service"}}, "m2": {Reachable: true}},
+		units:    map[string]planUnit{"web@1.service": webOn("m2"), "web@2.service": web, "web@3.service": web, "web@4.service": web},
+		handover: map[string]handover{"web@1.service": {From: "m1", Stopping: true}},
+		running:  map[string]string{"web@1.service": "m1"},
+		nowhere:  map[string]string{"web@2.service": "conflicts with web@1.service on m2"},
+		want:     "handover=[web@3.service@m1] stay=[web@2.service: machine m1 is draining, and the unit fits nowhere else: conflicts with web@1.service on m2] queued=[web@4.service: machine m1 is draining; waiting for its turn (2 of web@.service moving at a time)] place=[]",
 	}, {
 		name:     "a handover keeps the old copy until the new one is active, not only running",
 		now:      1,
 		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
-		units:    map[string]planUnit{"web@1": webOn("m2")},
-		handover: map[string]handover{"web@1": {From: "m1"}},
-		running:  map[string]string{"web@1": "m1"},
+		units:    map[string]planUnit{"web@1.service": webOn("m2")},
+		handover: map[string]handover{"web@1.service": {From: "m1"}},
+		running:  map[string]string{"web@1.service": "m1"},
 		want:     "place=[]",
 	}, {
 		name:     "then the old copy is stopped",
 		now:      1,
 		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
-		units:    map[string]planUnit{"web@1": webOn("m2")},
-		handover: map[string]handover{"web@1": {From: "m1"}},
-		running:  map[string]string{"web@1": "m1"},
-		active:   map[string]string{"web@1": "m2"},
-		want:     "handoverStop=[web@1] place=[]",
+		units:    map[string]planUnit{"web@1.service": webOn("m2")},
+		handover: map[string]handover{"web@1.service": {From: "m1"}},
+		running:  map[string]string{"web@1.service": "m1"},
+		active:   map[string]string{"web@1.service": "m2"},
+		want:     "handoverStop=[web@1.service] place=[]",
 	}, {
 		name:     "and the handover forgotten once it has",
 		now:      1,
 		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
-		units:    map[string]planUnit{"web@1": webOn("m2"), "web@2": webOn("m2")},
-		handover: map[string]handover{"web@1": {From: "m1", Stopping: true}, "web@2": {From: "m1", Stopping: true}},
-		running:  map[string]string{"web@1": "m1"},
-		active:   map[string]string{"web@1": "m2", "web@2": "m2"},
-		want:     "handoverDone=[web@2] place=[]",
+		units:    map[string]planUnit{"web@1.service": webOn("m2"), "web@2.service": webOn("m2")},
+		handover: map[string]handover{"web@1.service": {From: "m1", Stopping: true}, "web@2.service": {From: "m1", Stopping: true}},
+		running:  map[string]string{"web@1.service": "m1"},
+		active:   map[string]string{"web@1.service": "m2", "web@2.service": "m2"},
+		want:     "handoverDone=[web@2.service] place=[]",
 	}, {
 		name:     "a handover whose old machine is not heard this term waits for it, until the new copy is active",
 		now:      1,
