@@ -336,13 +336,16 @@ func planReconcile(in planInput) reconcilePlan {
 		delete(place, name)
 	}
 	// A handover's old copy stops once the new copy is active, or once
-	// there is no new copy to wait for (the unit stopped, destroyed or
-	// placed again); the handover is forgotten once that copy is gone.
+	// the unit no longer wants one running (stopped, destroyed, or placed
+	// back on that machine); the handover is forgotten once that copy is
+	// gone. A unit whose new machine was lost keeps its old copy until it
+	// is placed and active again; so does one whose old machine is not
+	// heard this term (it may reconnect with that copy).
 	for _, name := range slices.Sorted(maps.Keys(in.Handovers)) {
 		h, u := in.Handovers[name], in.Unit(name)
 		m, known := in.Machines[h.From]
-		if !h.Stopping && u.Launched && u.Machine != "" && u.Machine != h.From && !m.Left && !in.Active(name, u.Machine) {
-			continue // a machine not heard this term may still reconnect with the old copy
+		if !h.Stopping && u.Launched && u.Machine != h.From && !m.Left && (u.Machine == "" || !in.Active(name, u.Machine)) {
+			continue
 		}
 		switch {
 		case !known || !m.Reachable || m.Left || u.Machine == h.From || !in.Running(name, h.From):
