@@ -598,7 +598,14 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			}
 		}
 	}
-	if t.placeDirty || len(drifted) > 0 {
+	in.PlaceDirty = t.placeDirty || len(drifted) > 0
+	in.Stayed = map[string]string{}
+	for name, nowhere := range t.held {
+		if r := t.units[name]; nowhere && r != nil {
+			in.Stayed[name] = r.reason
+		}
+	}
+	if in.PlaceDirty {
 		// Something placement depends on changed: try the backlog again.
 		// Otherwise it would be decided the same way at a cost of up to
 		// every machine per unit.

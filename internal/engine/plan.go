@@ -99,8 +99,13 @@ type planInput struct {
 	// machine, whose old copy runs until the new one is active.
 	Handovers map[string]handover
 	// Elsewhere reports whether a unit of a draining machine could be
-	// placed on another machine now, and why not.
-	Elsewhere func(name string) (bool, string)
+	// placed on another machine now, and why not. Stayed are the units
+	// that stayed last pass, with their reason: unless PlaceDirty
+	// (something placement depends on changed since), they stay without
+	// asking again (a machine of thousands of them asked at every pass).
+	Elsewhere  func(name string) (bool, string)
+	Stayed     map[string]string
+	PlaceDirty bool
 	// Active reports whether a reachable machine reports the unit active
 	// (started, not only starting).
 	Active func(name, machine string) bool
@@ -403,6 +408,10 @@ func (in *planInput) drain(p *reconcilePlan, name string, u planUnit, id string,
 		k := drainKey{id, tmpl}
 		if limit := max(m.MaxParallel, 1); tmpl != "" && inFlight[k] >= limit {
 			p.Queued[name] = fmt.Sprintf("%s; waiting for its turn (%d of %s moving at a time)", draining, limit, tmpl)
+			return
+		}
+		if why, ok := in.Stayed[name]; ok && !in.PlaceDirty {
+			p.Stay[name] = why
 			return
 		}
 		if ok, why := in.Elsewhere(name); !ok {

@@ -39,6 +39,8 @@ func TestPlanReconcile(t *testing.T) {
 		active   map[string]string // unit -> machine reporting it active
 		nowhere  map[string]string // unit -> why it fits on no other machine
 		handover map[string]handover
+		stayed   map[string]string // unit -> the reason it stayed last pass
+		dirty    bool              // something placement depends on changed
 		backlog  []string
 		// reconnect is the term's reconnect grace, in seconds.
 		reconnect float64
@@ -152,6 +154,22 @@ func TestPlanReconcile(t *testing.T) {
 		running:  map[string]string{"a": "m1", "db": "m1"},
 		nowhere:  map[string]string{"a": "no machine has role=db", "db": "no machines available"},
 		want:     "stay=[a: machine m1 is draining, and the unit fits nowhere else: no machine has role=db db: machine m1 is draining, and the unit fits nowhere else: no machines available] place=[]",
+	}, {
+		name:     "a unit that stayed stays without asking where else it fits, until placement changes",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"a", "b"}}},
+		units:    map[string]planUnit{"a": service, "b": service},
+		stayed:   map[string]string{"a": "machine m1 is draining, and the unit fits nowhere else: no machines available"},
+		nowhere:  map[string]string{"b": "no machine has role=db"},
+		want:     "stay=[a: machine m1 is draining, and the unit fits nowhere else: no machines available b: machine m1 is draining, and the unit fits nowhere else: no machine has role=db] place=[]",
+	}, {
+		name:     "then it is asked again",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"a"}}},
+		units:    map[string]planUnit{"a": service},
+		stayed:   map[string]string{"a": "machine m1 is draining, and the unit fits nowhere else: no machines available"},
+		dirty:    true,
+		want:     "handover=[a@m1] place=[]",
 	}, {
 		name:     "one instance of a template moves off a draining machine at a time by default",
 		now:      1,
@@ -292,7 +310,7 @@ func TestPlanReconcile(t *testing.T) {
 					return tt.running[name] == machine || tt.active[name] == machine
 				},
 				Active:    func(name, machine string) bool { return tt.active[name] == machine },
-				Handovers: tt.handover,
+				Handovers: tt.handover, Stayed: tt.stayed, PlaceDirty: tt.dirty,
 				Elsewhere: func(name string) (bool, string) {
 					why, nowhere := tt.nowhere[name]
 					return !nowhere, why
