@@ -37,10 +37,16 @@ type Unit struct {
 	// unheard before the unit is started elsewhere ("infinity": never;
 	// empty: the cluster's agent TTL, shown in LostAfterDefault).
 	// MovingFrom names the machine a moving unit is stopping on: it is
-	// placed again once that copy has stopped (its reason says so too).
+	// placed again once that copy has stopped (its reason says so too);
+	// for a unit of a draining machine placed on Machine while its old
+	// copy keeps running, the machine that copy stops on once the new one
+	// is active.
 	MovingFrom string `json:"movingFrom,omitempty"`
 	Singleton  bool   `json:"singleton,omitempty"` // [X-Fleet] Singleton=true
 	LostAfter  string `json:"lostAfter,omitempty"` // [X-Fleet] LostAfter=, e.g. "30s"
+	// Staying is set for a unit that stays on its draining machine because
+	// it fits on no other (Reason says why).
+	Staying bool `json:"staying,omitempty"`
 	// History is the unit's recent notable events (lost with its machine,
 	// moved, placed again), oldest first, since this leader's term began.
 	History []HistoryEntry `json:"history,omitempty"`
@@ -82,12 +88,28 @@ type Machine struct {
 	// units leave of it (0 in a dimension: not limited).
 	Capacity Resources `json:"capacity"` // what it offers
 	Free     Resources `json:"free"`     // what placed units leave
-	// Draining is set while flotilla drain empties the machine.
-	Draining bool `json:"draining,omitempty"`
+	// Draining is set while flotilla drain empties the machine, and
+	// MaxParallel is then how many instances of one template move off it
+	// at once.
+	Draining    bool `json:"draining,omitempty"`
+	MaxParallel int  `json:"maxParallel,omitempty"`
+	// While the machine drains, Moving counts its units mid-move (stopping
+	// there before they start elsewhere, or started elsewhere while their
+	// copy there runs until the new one is active), and Staying are those
+	// that fit on no other machine: they stay there, running. Units less
+	// those staying, plus Moving, are the units the drain waits for.
+	Moving  int          `json:"moving,omitempty"`
+	Staying []UnitReason `json:"staying,omitempty"`
 	// Drivers are the drivers the machine runs units with ("exec",
 	// "systemd", "docker", "sim"); a unit is placed only where one of them
 	// can run it.
 	Drivers []string `json:"drivers"`
+}
+
+// UnitReason is a unit and why it is where it is.
+type UnitReason struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // MachinePatch is the body of PATCH /v1/machines/{id}: each metadata key is
@@ -97,10 +119,19 @@ type MachinePatch struct {
 	// Metadata maps each key to change to its new value, or to nil to remove it.
 	Metadata map[string]*string `json:"metadata"`
 	// Drain, when set, starts (true) or ends (false) draining the machine:
-	// a draining machine takes no units, and its units move elsewhere, each
-	// stopped there before it starts on another machine (flotilla drain).
+	// a draining machine takes no units, and its units move elsewhere
+	// (flotilla drain): a unit that fits nowhere else stays, a launched
+	// unit that is not Singleton= starts on its new machine before it
+	// stops there, a Singleton= unit stops there first.
 	Drain *bool `json:"drain,omitempty"`
+	// MaxParallel, with "drain": true, is how many instances of one
+	// template may be mid-move at once (1 to MaxDrainParallel; 0 or
+	// absent: 1).
+	MaxParallel int `json:"maxParallel,omitempty"`
 }
+
+// MaxDrainParallel bounds MachinePatch.MaxParallel.
+const MaxDrainParallel = 10000
 
 // Resources are CPU, in percent of one CPU (400 = four CPUs), and memory in bytes.
 type Resources struct {

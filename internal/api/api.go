@@ -566,7 +566,7 @@ func (s *server) patchMachine(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if p.Drain != nil {
-		if err := s.cfg.Engine.DrainMachine(ctx, id, *p.Drain); err != nil {
+		if err := s.cfg.Engine.DrainMachine(ctx, id, *p.Drain, p.MaxParallel); err != nil {
 			s.engineError(w, err)
 			return
 		}

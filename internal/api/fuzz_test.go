@@ -50,6 +50,9 @@ func requestSeeds() []requestSeed {
 		{kindBatch, "", `[`},
 		{kindPatchMachine, "m1", `{"metadata":{"disk":"ssd","region":null}}`},
 		{kindPatchMachine, "m1", `{"drain":true}`},
+		{kindPatchMachine, "m1", `{"drain":true,"maxParallel":3}`},
+		{kindPatchMachine, "m1", `{"drain":false,"maxParallel":3}`},
+		{kindPatchMachine, "m1", `{"drain":true,"maxParallel":10001}`},
 		{kindPatchMachine, "m1", `{"metadata":{"bad key":"x"}}`},
 		{kindPatchMachine, "m1", `{"metadata":{"k":"` + strings.Repeat("v", limits.MetadataValueBytes+1) + `"}}`},
 		{kindPatchMachine, "-m1", `{"drain":false}`},
@@ -186,6 +189,9 @@ func checkAccepted(kind uint8, accepted any) error {
 		}
 		if len(a.p.Metadata) == 0 && a.p.Drain == nil || len(a.p.Metadata) > limits.MetadataPairs {
 			return fmt.Errorf("%d metadata pairs", len(a.p.Metadata))
+		}
+		if a.p.MaxParallel != 0 && (a.p.Drain == nil || !*a.p.Drain || a.p.MaxParallel < 1 || a.p.MaxParallel > apiv1.MaxDrainParallel) {
+			return fmt.Errorf("maxParallel %d with drain %v", a.p.MaxParallel, a.p.Drain)
 		}
 		for k, v := range a.p.Metadata {
 			if len(k) > limits.MetadataKeyBytes || v != nil && len(*v) > limits.MetadataValueBytes {

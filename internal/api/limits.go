@@ -121,6 +121,12 @@ func checkMachinePatch(id string, p apiv1.MachinePatch) *limitError {
 	if len(p.Metadata) == 0 && p.Drain == nil {
 		return badRequest(`the patch changes nothing: give {"metadata": {"key": "value" or null}} or {"drain": true or false}`)
 	}
+	if p.MaxParallel != 0 && (p.Drain == nil || !*p.Drain) {
+		return badRequest(`machine %s: "maxParallel" goes with "drain": true`, id)
+	}
+	if p.MaxParallel < 0 || p.MaxParallel > apiv1.MaxDrainParallel {
+		return badRequest(`machine %s: "maxParallel" is %d: want 1 to %d`, id, p.MaxParallel, apiv1.MaxDrainParallel)
+	}
 	if err := machine.CheckMetadataCount(len(p.Metadata)); err != nil {
 		return tooLarge("machine %s: the patch has %v", id, err)
 	}

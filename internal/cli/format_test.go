@@ -168,6 +168,12 @@ func TestJSONRows(t *testing.T) {
 			want: `{"unit":"db.service","machine":"","load":"","active":"","sub":"","hash":""}`,
 		},
 		{
+			name: "unit row of a unit a drain keeps",
+			v: unitRows([]apiv1.Unit{{Name: "db.service", Machine: "m1", Reason: "machine m1 is draining, and the unit fits nowhere else: no machine has role=db"}},
+				[]apiv1.UnitState{{Name: "db.service", Machine: "m1", Active: "active"}}, nil)[0],
+			want: `{"unit":"db.service","machine":"m1","load":"","active":"active","sub":"","hash":"","reason":"machine m1 is draining, and the unit fits nowhere else: no machine has role=db"}`,
+		},
+		{
 			name: "unit file row",
 			v:    unitFileRows(units, machines)[0],
 			want: `{"unit":"db.service","hash":"fedcba9","dstate":"launched","state":"inactive","tmachine":"","desc":"","reason":"no machine matches MachineMetadata=role=db"}`,

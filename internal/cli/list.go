@@ -29,12 +29,15 @@ func (f *listFlags) register(cmd *cobra.Command, defaults, valid string) {
 
 // unitRow is one line of list-units: a unit as one machine reports it.
 type unitRow struct {
-	Unit      string `json:"unit"`
-	Machine   string `json:"machine"`
-	Load      string `json:"load"`
-	Active    string `json:"active"`
-	Sub       string `json:"sub"`
-	Hash      string `json:"hash"`
+	Unit    string `json:"unit"`
+	Machine string `json:"machine"`
+	Load    string `json:"load"`
+	Active  string `json:"active"`
+	Sub     string `json:"sub"`
+	Hash    string `json:"hash"`
+	// Reason is why the unit is kept on its target machine, on that
+	// machine's row (a drained machine it fits nowhere else than on).
+	Reason    string `json:"reason,omitempty"`
 	machineIP string
 }
 
@@ -46,6 +49,7 @@ func unitFields() []field[unitRow] {
 		{"active", func(r unitRow, _ bool) string { return dash(r.Active) }},
 		{"sub", func(r unitRow, _ bool) string { return dash(r.Sub) }},
 		{"hash", func(r unitRow, full bool) string { return shortHash(r.Hash, full) }},
+		{"reason", func(r unitRow, _ bool) string { return dash(r.Reason) }},
 	}
 }
 
@@ -58,11 +62,17 @@ func unitRows(units []apiv1.Unit, states []apiv1.UnitState, machines []apiv1.Mac
 	ips := machineIPs(machines)
 	rows := make([]unitRow, 0, len(states)+len(units))
 	reported := map[string]bool{}
+	reasons := map[[2]string]string{} // (unit, target machine) -> reason
+	for _, u := range units {
+		if u.Reason != "" && u.Machine != "" {
+			reasons[[2]string{u.Name, u.Machine}] = u.Reason
+		}
+	}
 	for _, s := range states {
 		reported[s.Name] = true
 		rows = append(rows, unitRow{
 			Unit: s.Name, Machine: s.Machine, machineIP: ips[s.Machine],
-			Load: s.Load, Active: s.Active, Sub: s.Sub, Hash: s.Hash,
+			Load: s.Load, Active: s.Active, Sub: s.Sub, Hash: s.Hash, Reason: reasons[[2]string{s.Name, s.Machine}],
 		})
 	}
 	for _, u := range units {
@@ -98,7 +108,9 @@ func newListUnitsCommand(g *Globals) *cobra.Command {
 		Long: `List the state of the units of the cluster as their machines report it, one
 line per unit and machine. A unit that is loaded or launched but that no
 machine reports yet shows "-"; units only submitted are not listed (see
-list-unit-files).
+list-unit-files). A unit kept where it runs for a reason (a drained machine
+it fits nowhere else than on) has it in the reason field; unless that field
+is printed, a line on standard error gives it.
 
 With --output json, print an array of objects with every field, full
 machine IDs and hashes, and "" for what is not known.
@@ -128,7 +140,17 @@ of the cluster from now on instead, one JSON object per line (see GET
 			if e.json {
 				return writeJSON(e.out, rows)
 			}
-			return writeTable(e.out, fields, rows, lf.full, lf.noLegend)
+			if err := writeTable(e.out, fields, rows, lf.full, lf.noLegend); err != nil {
+				return err
+			}
+			if !hasField(fields, "reason") {
+				for _, r := range rows {
+					if r.Reason != "" {
+						fmt.Fprintf(e.errOut, "Unit %s on %s: %s\n", r.Unit, r.Machine, r.Reason)
+					}
+				}
+			}
+			return nil
 		}),
 	}
 	lf.register(cmd, defaultUnitFields, fieldNames(unitFields()))

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -51,6 +52,8 @@ type applyReq struct {
 	machine string
 	patch   map[string]*string
 	drain   *bool
+	// parallel is the drain's instances of one template moving at once.
+	parallel int
 	// or a new placement policy
 	options *scheduler.Options
 	res     chan applyRes
@@ -86,11 +89,16 @@ func (e *Engine) PatchMachine(ctx context.Context, id string, patch map[string]*
 }
 
 // DrainMachine sets whether a machine drains, durably: a draining machine
-// takes no units, and its units move elsewhere, each stopped there before
-// it is started on another machine (as every move). Undraining lets it take
+// takes no units, and its units move elsewhere (plan.go): a unit that fits
+// nowhere else stays, a launched unit that is not Singleton= starts on its
+// new machine before it stops there, and at most maxParallel instances of
+// one template (0: one) are mid-move at once. Undraining lets it take
 // units again; nothing moves back by itself.
-func (e *Engine) DrainMachine(ctx context.Context, id string, drain bool) error {
-	return e.submit(ctx, &applyReq{machine: id, drain: &drain, res: make(chan applyRes, 1)})
+func (e *Engine) DrainMachine(ctx context.Context, id string, drain bool, maxParallel int) error {
+	if maxParallel < 0 || maxParallel > apiv1.MaxDrainParallel {
+		return fmt.Errorf("%w: machine %s: maxParallel %d: want 1 to %d (0: 1)", ErrInvalid, id, maxParallel, apiv1.MaxDrainParallel)
+	}
+	return e.submit(ctx, &applyReq{machine: id, drain: &drain, parallel: max(maxParallel, 1), res: make(chan applyRes, 1)})
 }
 
 func (e *Engine) submit(ctx context.Context, r *applyReq) error {
@@ -158,7 +166,7 @@ func (t *term) applyRound(round []*applyReq) {
 	}
 	roundRecs := map[string]*unitRec{} // nil value: destroyed
 	roundMachines := map[string]map[string]*string{}
-	roundDrain := map[string]bool{}
+	roundDrain := map[string]int{} // machine -> its drain's parallel (0: not draining)
 	var (
 		ops      []registry.Op
 		accepted []*applyReq
@@ -216,7 +224,10 @@ func (t *term) applyRound(round []*applyReq) {
 				roundDrain[req.machine] = t.drainMachines[req.machine]
 			}
 			if req.drain != nil {
-				roundDrain[req.machine] = *req.drain
+				roundDrain[req.machine] = 0
+				if *req.drain {
+					roundDrain[req.machine] = req.parallel
+				}
 			}
 			accepted = append(accepted, req)
 			continue
@@ -269,7 +280,7 @@ func (t *term) applyRound(round []*applyReq) {
 	// refuses a key twice in a transaction, and a unit may be changed by
 	// several requests of a round.
 	for id, ov := range roundMachines {
-		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov, Drain: roundDrain[id]}))
+		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov, Drain: roundDrain[id] > 0, MaxParallel: roundDrain[id]}))
 	}
 	if newOptions != nil {
 		ops = append(ops, putOptions(t.keys, *newOptions))
@@ -357,7 +368,7 @@ func (t *term) applyRound(round []*applyReq) {
 				continue
 			case next == nil:
 				ops = append(ops, t.deleteRecord(name)...)
-				if _, moving := t.draining[name]; moving {
+				if _, handover := t.handovers[name]; t.draining[name] != "" || handover {
 					ops = append(ops, registry.DeleteMove(t.keys, name))
 				}
 			case cur == nil || cur.desired() != next.desired() || cur.file.Hash != next.file.Hash || cur.machine != next.machine || cur.content != next.content:
@@ -409,8 +420,8 @@ func (t *term) applyRound(round []*applyReq) {
 	for id, ov := range roundMachines {
 		t.overrides[id] = ov
 		if roundDrain[id] != t.drainMachines[id] {
-			if roundDrain[id] {
-				t.drainMachines[id] = true
+			if roundDrain[id] > 0 {
+				t.drainMachines[id] = roundDrain[id]
 			} else {
 				delete(t.drainMachines, id)
 			}

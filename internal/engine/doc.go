@@ -73,7 +73,8 @@
 //
 // The reconcile pass is a pure plan (plan.go: planReconcile, of a planInput
 // and the time, to buckets lost, misfit, waiting, done moving, place and
-// gone) carried out by term.reconcile (place.go). A machine is reachable
+// gone, and a drain's handover, stay and queued) carried out by
+// term.reconcile (place.go). A machine is reachable
 // while its stream is open and its agent speaks. A unreachable machine's
 // units stay scheduled there until their [X-Fleet] LostAfter= (default the
 // agent TTL, "infinity" never) has passed since it was last heard, or since
@@ -84,8 +85,12 @@
 // the supervisor holding its deadline) has killed it. Global units are
 // never replaced. A machine that left (Leave, above) is gone at once: its
 // units are stopped already. A unit moving off a reachable machine (its constraints no
-// longer hold there, the machine drains, or Replaces=) is recorded under
-// moves/ in etcd with the machine, and placed again only once that copy is
-// gone: a new leader loads the moves, so a change of leader never lets it
-// run twice.
+// longer hold there, Replaces=, or a Singleton= unit of a draining
+// machine) is recorded under moves/ in etcd with the machine, and placed
+// again only once that copy is gone: a new leader loads the moves, so a
+// change of leader never lets it run twice. A draining machine's other
+// launched units are handed over: placed elsewhere while the machine's
+// copy keeps running (still in its full set), which is stopped once the
+// new copy is active; the handover is under moves/ too, so a new leader
+// keeps that copy as well. Its units that fit nowhere else stay.
 package engine

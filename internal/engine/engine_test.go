@@ -108,7 +108,7 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 	t.Helper()
 	md := map[string]string{}
 	var cpu, mem int64
-	var stopDelay time.Duration
+	var stopDelay, startDelay time.Duration
 	for _, kv := range metadata {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
@@ -118,6 +118,8 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 			mem, _ = unit.ParseSize(v)
 		case "stop": // the sim driver's stop delay
 			stopDelay, _ = time.ParseDuration(v)
+		case "start": // and its start delay
+			startDelay, _ = time.ParseDuration(v)
 		default:
 			md[k] = v
 		}
@@ -130,7 +132,7 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := sim.New(sim.Config{Machine: name, Notify: a.Notify, StopDelay: stopDelay})
+	d, err := sim.New(sim.Config{Machine: name, Notify: a.Notify, StopDelay: stopDelay, StartDelay: startDelay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -828,88 +830,6 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 		return nil
 	})
 	_ = e2
-}
-
-// TestEngineDrain: a drained machine's units move elsewhere, each stopped
-// before it starts on another machine, and it takes no new units until the
-// drain is cancelled.
-func TestEngineDrain(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
-	e := startEngine(t, cli, "grpc", "e1")
-	a1 := startAgent(t, cli, "grpc", "m1", "stop=300ms")
-	a2 := startAgent(t, cli, "grpc", "m2", "stop=300ms")
-	waitMachines(t, e.Engine, 2)
-	ctx := context.Background()
-	if err := e.Apply(ctx, launch(t, 4, "web")); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "4 units active", func() error { _, err := allActive(e.Engine, 4); return err })
-	copies := func() (most int, on1 int) {
-		n := map[string]int{}
-		for _, a := range []*testAgent{a1, a2} {
-			for _, s := range a.driver.States() {
-				if s.Running() {
-					n[s.Name]++
-					if a == a1 {
-						on1++
-					}
-				}
-			}
-		}
-		for _, c := range n {
-			most = max(most, c)
-		}
-		return most, on1
-	}
-	if err := e.DrainMachine(ctx, "m1", true); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		most, on1 := copies()
-		if most > 1 {
-			t.Fatal("a unit ran on both machines during the drain")
-		}
-		if on1 == 0 {
-			if placed, err := allActive(e.Engine, 4); err == nil && len(placed["m1"]) == 0 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("m1 still runs %d units 15s into its drain", on1)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	ms, _ := e.Machines()
-	for _, m := range ms {
-		if m.Draining != (m.ID == "m1") {
-			t.Errorf("machine %s draining = %v", m.ID, m.Draining)
-		}
-	}
-	if err := e.Apply(ctx, launch(t, 2, "more")); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "6 units active", func() error { _, err := allActive(e.Engine, 6); return err })
-	if placed, _ := allActive(e.Engine, 6); len(placed["m1"]) != 0 {
-		t.Fatalf("a draining machine was given units: %v", placed["m1"])
-	}
-	if err := e.DrainMachine(ctx, "m1", false); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Apply(ctx, launch(t, 1, "after")); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the new unit on m1, undrained", func() error {
-		placed, err := allActive(e.Engine, 7)
-		if err != nil {
-			return err
-		}
-		if len(placed["m1"]) != 1 {
-			return fmt.Errorf("m1 runs %v", placed["m1"])
-		}
-		return nil
-	})
 }
 
 // TestEngineAgentFindsLeaderWithoutEtcd: an agent that cannot learn of a

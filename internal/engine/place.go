@@ -131,6 +131,25 @@ func (t *term) reconcile() (recheck time.Time) {
 			moved[name] = rec.with(func(r *unitRec) { r.machine, r.reason = "", why })
 		}
 	}
+	// A drain keeps units where they run, saying why: those that fit
+	// nowhere else, and instances waiting for their turn.
+	held := map[string]bool{}
+	hold := func(name, why string, nowhere bool) {
+		held[name] = nowhere
+		rec := moved[name]
+		if rec == nil {
+			rec = t.units[name]
+		}
+		if rec.reason != why {
+			moved[name] = rec.with(func(r *unitRec) { r.reason = why })
+		}
+	}
+	for name, why := range p.Stay {
+		hold(name, why, true)
+	}
+	for name, why := range p.Queued {
+		hold(name, why, false)
+	}
 	var pending []*scheduler.Unit
 	for _, name := range p.Place {
 		rec := moved[name]
@@ -152,6 +171,57 @@ func (t *term) reconcile() (recheck time.Time) {
 				r.at, r.atPlaced = nanos(now), true
 			}
 		})
+	}
+	// displace moves the units a placement displaced (Replaces=), which
+	// Allocate unplaced: placed again once stopped where they ran.
+	displace := func(d scheduler.Decision) {
+		for _, x := range d.Displaced {
+			if _, ok := moved[x]; !ok && t.units[x] != nil && t.units[x].machine != "" {
+				from := t.units[x].machine
+				newMoves[x] = from
+				moved[x] = t.units[x].with(func(r *unitRec) { r.machine, r.reason = "", "replaced; stopping on "+from+" before it moves" })
+				again = true
+			}
+		}
+	}
+	// Handovers are placed first, their old copy kept until the new one
+	// is active; one that finds no room after all stays.
+	newHandovers := map[string]string{}
+	if len(p.Handover) > 0 {
+		us := make([]*scheduler.Unit, len(p.Handover))
+		for i, h := range p.Handover {
+			us[i] = t.units[h.Name].su
+		}
+		for i, d := range t.sched.Allocate(us) {
+			h := p.Handover[i]
+			if d.Machine == "" {
+				hold(h.Name, stayReason(h.Machine, d.Reason), true)
+				continue
+			}
+			moved[h.Name] = placedRec(t.units[h.Name], d.Machine, "")
+			newHandovers[h.Name] = h.Machine
+			t.e.log.Info("unit of a draining machine handed over: its new copy starts before the old one stops", "unit", h.Name, "machine", h.Machine, "to", d.Machine)
+			t.history(h.Name, fmt.Sprintf("starting on %s before it stops on %s: %s", d.Machine, h.Machine, h.Reason))
+			displace(d)
+		}
+	}
+	// A unit the drain no longer holds (the drain ended, or the unit left)
+	// loses the reason it gave.
+	for name := range t.held {
+		_, keep := held[name]
+		if rec := t.units[name]; !keep && moved[name] == nil && rec != nil && rec.machine != "" && rec.reason != "" {
+			moved[name] = rec.with(func(r *unitRec) { r.reason = "" })
+		}
+	}
+	// Handovers whose old copy stops now, and those forgotten: unit -> the
+	// machine of that copy.
+	stopOld, handedOver := map[string]string{}, map[string]string{}
+	for _, name := range p.HandoverStop {
+		stopOld[name] = t.handovers[name].From
+	}
+	for _, name := range p.HandoverDone {
+		handedOver[name] = t.handovers[name].From
+		again = true // an instance waiting for its turn may move now
 	}
 	// The units placed that nothing else in the pass changed, in name
 	// order (pending's): a million at a start, kept in a slice rather than
@@ -175,16 +245,7 @@ func (t *term) reconcile() (recheck time.Time) {
 		case d.Machine != rec.machine || d.Reason != rec.reason:
 			placed = append(placed, movedUnit{name: name, rec: placedRec(rec, d.Machine, d.Reason)})
 		}
-		// Replaces=: the units this one displaced were unplaced by Allocate;
-		// they move: placed again once stopped where they ran.
-		for _, x := range d.Displaced {
-			if _, ok := moved[x]; !ok && t.units[x] != nil && t.units[x].machine != "" {
-				from := t.units[x].machine
-				newMoves[x] = from
-				moved[x] = t.units[x].with(func(r *unitRec) { r.machine, r.reason = "", "replaced; stopping on "+from+" before it moves" })
-				again = true
-			}
-		}
+		displace(*d)
 	}
 	t.mu.RUnlock()
 	ph.done("plan")
@@ -201,9 +262,9 @@ func (t *term) reconcile() (recheck time.Time) {
 	// while the rest are written, and the lock is released in between. Only
 	// this goroutine changes t.units, so it reads them without the lock.
 	changes := mergeMoved(moved, placed)
-	for _, name := range p.MoveDone {
+	for _, name := range slices.Concat(p.MoveDone, p.HandoverStop, p.HandoverDone) {
 		if _, ok := moved[name]; !ok {
-			changes = append(changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted)
+			changes = append(changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted, or a handover ended)
 		}
 	}
 	slice := max(placeSlice, placesPerMachine*len(t.schedMachines))
@@ -225,8 +286,17 @@ func (t *term) reconcile() (recheck time.Time) {
 			}
 			if from, ok := newMoves[name]; ok {
 				ops = append(ops, registry.PutMove(t.keys, name, from))
+			} else if from, ok := newHandovers[name]; ok {
+				ops = append(ops, registry.PutHandover(t.keys, name, from))
 			} else if done[name] {
 				ops = append(ops, registry.DeleteMove(t.keys, name))
+			} else if from, ok := stopOld[name]; ok && cur.machine != from {
+				ops = append(ops, t.dropAssignment(from, name)...)
+			} else if from, ok := handedOver[name]; ok {
+				ops = append(ops, registry.DeleteMove(t.keys, name))
+				if cur.machine != from {
+					ops = append(ops, t.dropAssignment(from, name)...)
+				}
 			}
 			if nr == nil {
 				continue
@@ -236,7 +306,7 @@ func (t *term) reconcile() (recheck time.Time) {
 			if nr.machine != cur.machine {
 				ops = t.putRecord(ops, name, nr)
 			}
-			if cur.machine != "" && nr.machine != cur.machine {
+			if _, handover := newHandovers[name]; cur.machine != "" && nr.machine != cur.machine && !handover {
 				ops = append(ops, t.dropAssignment(cur.machine, name)...)
 			}
 		}
@@ -269,8 +339,14 @@ func (t *term) reconcile() (recheck time.Time) {
 			}
 			if from, ok := newMoves[name]; ok {
 				t.draining[name] = from
+			} else if from, ok := newHandovers[name]; ok {
+				t.handovers[name] = handover{From: from}
 			} else if done[name] {
 				delete(t.draining, name)
+			} else if from, ok := stopOld[name]; ok {
+				t.stopOldCopy(name, from, false)
+			} else if from, ok := handedOver[name]; ok {
+				t.stopOldCopy(name, from, true)
 			}
 			rec, cur := mu.rec, t.units[name]
 			if rec == nil || cur == nil || cur.desired() != rec.desired() {
@@ -364,11 +440,39 @@ func (t *term) reconcile() (recheck time.Time) {
 	}
 	t.shares = t.sched.Shares()
 	t.shrinkUnplaced()
+	t.held = held
 	t.mu.Unlock()
 	if again || t.recheck != nil || t.followersMoved {
 		t.poke()
 	}
 	return p.Recheck
+}
+
+// stopOldCopy has machine from stop unit name's copy that a handover kept
+// there, and forgets the handover if done (that copy is gone). Callers
+// hold mu for writing.
+func (t *term) stopOldCopy(name, from string, done bool) {
+	h := t.handovers[name]
+	if done {
+		delete(t.handovers, name)
+	} else {
+		t.handovers[name] = handover{From: from, Stopping: true}
+	}
+	if cur := t.units[name]; !h.Stopping && cur != nil && cur.machine != from {
+		if m := t.machines[from]; m != nil {
+			m.push(name, nil)
+		}
+		t.history(name, "stopping on "+from+", its new copy on "+cur.machine+" being active")
+	}
+}
+
+// statusOn is unit name's status as machine reports it, if it does.
+// Callers hold mu.
+func (t *term) statusOn(name, machine string) (agentStatus, bool) {
+	if m := t.machines[machine]; m != nil {
+		return t.statusOf(m, name)
+	}
+	return agentStatus{}, false
 }
 
 // shrinkUnplaced makes t.unplaced again once it holds under a quarter of
@@ -396,29 +500,40 @@ func (t *term) shrinkUnplaced() {
 func (t *term) planInput(now time.Time, drifted []string) planInput {
 	in := planInput{
 		Now: now, TermStart: t.start, Reconnect: t.reconnect, AgentTTL: t.e.cfg.AgentTTL, Grace: t.heartbeat(),
-		Machines: make(map[string]planMachine, len(t.machines)),
-		Check:    map[string]string{},
-		Moves:    t.draining,
+		Machines:  make(map[string]planMachine, len(t.machines)),
+		Check:     map[string]string{},
+		Moves:     t.draining,
+		Handovers: t.handovers,
 		Unit: func(name string) planUnit {
-			if r := t.units[name]; r != nil {
-				return planUnit{Wanted: r.wanted(), Singleton: r.file.Fleet.Singleton, LostAfter: r.file.Fleet.LostAfter}
+			r := t.units[name]
+			if r == nil {
+				return planUnit{}
 			}
-			return planUnit{}
+			return planUnit{Wanted: r.wanted(), Singleton: r.file.Fleet.Singleton, LostAfter: r.file.Fleet.LostAfter,
+				Launched: r.want == wantLaunched, Machine: r.machine}
 		},
 		Fits: func(name, machine string) (bool, string) {
 			return t.sched.Fits(t.units[name].su, machine)
 		},
+		Elsewhere: func(name string) (bool, string) {
+			// A draining machine is not among the scheduler's: Decide
+			// says where the unit would go if it moved now.
+			d := t.sched.Decide(t.units[name].su)
+			return d.Machine != "", d.Reason
+		},
 		Running: func(name, machine string) bool {
-			if m := t.machines[machine]; m != nil {
-				s, ok := t.statusOf(m, name)
-				return ok && s.Running()
-			}
-			return false
+			s, ok := t.statusOn(name, machine)
+			return ok && s.Running()
+		},
+		Active: func(name, machine string) bool {
+			s, ok := t.statusOn(name, machine)
+			return ok && s.Active == "active"
 		},
 	}
 	quiet := t.quietFor()
 	for id, m := range t.machines {
-		pm := planMachine{Reachable: t.reachable(m, now), Left: m.left, Draining: t.drainMachines[id], HeardAt: m.heardAt(), SentAt: m.sentAt()}
+		pm := planMachine{Reachable: t.reachable(m, now), Left: m.left, Draining: t.drainMachines[id] > 0, MaxParallel: t.drainMachines[id],
+			HeardAt: m.heardAt(), SentAt: m.sentAt()}
 		if !pm.Reachable && !pm.Draining && !pm.Left {
 			// None of its units can be lost before it has been silent for
 			// the shortest LostAfter=: while 10,000 machines reconnect to a
@@ -483,7 +598,14 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			}
 		}
 	}
-	if t.placeDirty || len(drifted) > 0 {
+	in.PlaceDirty = t.placeDirty || len(drifted) > 0
+	in.Stayed = map[string]string{}
+	for name, nowhere := range t.held {
+		if r := t.units[name]; nowhere && r != nil {
+			in.Stayed[name] = r.reason
+		}
+	}
+	if in.PlaceDirty {
 		// Something placement depends on changed: try the backlog again.
 		// Otherwise it would be decided the same way at a cost of up to
 		// every machine per unit.
@@ -499,7 +621,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 func (t *term) syncMachines(now time.Time) (drifted []string) {
 	for id, m := range t.machines {
 		sm, known := t.schedMachines[id]
-		if t.reachable(m, now) && !t.drainMachines[id] {
+		if t.reachable(m, now) && t.drainMachines[id] == 0 {
 			cur := schedMachine{metadata: t.metadata(m), capacity: scheduler.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}, drivers: m.info.Drivers}
 			if !known || !cur.same(sm) {
 				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: cur.metadata, Capacity: cur.capacity, Drivers: cur.drivers})
@@ -639,6 +761,11 @@ func (t *term) sendFull() {
 		}
 		for name := range m.globals {
 			m.conn.pending[name] = t.units[name]
+		}
+		for name, h := range t.handovers {
+			if r := t.units[name]; h.From == m.info.ID && !h.Stopping && r != nil && r.machine != h.From {
+				m.conn.pending[name] = r // its old copy runs here until the new one is active
+			}
 		}
 		// What the agent reported having that no longer exists was
 		// destroyed (while it was away, or before this leader).

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -46,6 +47,23 @@ import (
 // machine is unreachable for longer than the unit's cut-off policy allows.
 // A new leader loads the moves, so a change of leader never lets a moving
 // unit run twice.
+//
+// A draining machine (flotilla drain) empties itself differently:
+//
+//   - a unit that fits on no other machine stays where it is, running,
+//     with that reason (Stay);
+//   - of the instances of one template, at most the machine's
+//     MaxParallel are mid-move at once; the others wait their turn where
+//     they are, running (Queued);
+//   - a launched unit that is not Singleton= is handed over: placed on
+//     another machine while its old copy keeps running (Handover), the old
+//     copy stopped once the new one is active (HandoverStop), and the
+//     handover forgotten once it has stopped (HandoverDone), so a drain
+//     never takes a service to zero. The handover is recorded under
+//     moves/<unit> too, the unit's record naming its new machine: a new
+//     leader keeps the old copy until the new one is active as well;
+//   - a Singleton= unit (or one only loaded) moves as above, stopped
+//     first (Misfit).
 
 // singleMargin is what a singleton unit waits beyond LostAfter= after the
 // leader last spoke to its machine: the agent's error in timing that word
@@ -77,6 +95,20 @@ type planInput struct {
 	Fits func(name, machine string) (bool, string)
 	// Moves are the units moving off a machine (unit -> old machine).
 	Moves map[string]string
+	// Handovers are the units of draining machines started on another
+	// machine, whose old copy runs until the new one is active.
+	Handovers map[string]handover
+	// Elsewhere reports whether a unit of a draining machine could be
+	// placed on another machine now, and why not. Stayed are the units
+	// that stayed last pass, with their reason: unless PlaceDirty
+	// (something placement depends on changed since), they stay without
+	// asking again (a machine of thousands of them asked at every pass).
+	Elsewhere  func(name string) (bool, string)
+	Stayed     map[string]string
+	PlaceDirty bool
+	// Active reports whether a reachable machine reports the unit active
+	// (started, not only starting).
+	Active func(name, machine string) bool
 	// Unit describes a unit named in Machines' Units, Check or Moves. A
 	// function, not a map: at a million units started at once, a map
 	// describing the backlog was a million entries the plan never read.
@@ -95,8 +127,10 @@ type planMachine struct {
 	// stopping its units (it is not reachable).
 	Left bool
 	// Draining machines (flotilla drain) take no units and their units
-	// move off.
-	Draining bool
+	// move off, at most MaxParallel instances of one template at a time
+	// (0: one).
+	Draining    bool
+	MaxParallel int
 	// HeardAt is when its agent was last heard, SentAt when the leader
 	// last sent it anything (zero: not this term).
 	HeardAt, SentAt time.Time
@@ -108,6 +142,10 @@ type planMachine struct {
 type planUnit struct {
 	Wanted    bool
 	Singleton bool
+	// Launched is set for a unit wanted running (not only loaded).
+	Launched bool
+	// Machine is the machine it is scheduled to ("" none).
+	Machine string
 	// LostAfter is [X-Fleet] LostAfter= (0: the agent TTL; unit.Infinity:
 	// never).
 	LostAfter time.Duration
@@ -124,6 +162,19 @@ type reconcilePlan struct {
 	// Waiting are moving units whose old copy may still run (unit ->
 	// reason shown to users).
 	Waiting map[string]string
+	// Handover are units of draining machines to place elsewhere while
+	// their copy there keeps running; one that cannot be placed stays.
+	Handover []misfitUnit
+	// HandoverStop are handovers whose new copy is active (or whose unit
+	// no longer wants one there): their old copy is stopped now.
+	// HandoverDone are those whose old copy is gone: they are forgotten.
+	HandoverStop, HandoverDone []string
+	// Stay are units of draining machines that fit on no other machine:
+	// they keep running where they are (unit -> reason shown to users).
+	Stay map[string]string
+	// Queued are instances of draining machines that wait for others of
+	// their template to move first (unit -> reason shown to users).
+	Queued map[string]string
 	// MoveDone are moves whose old copy is gone: they are forgotten and
 	// the units placed.
 	MoveDone []string
@@ -144,6 +195,13 @@ type lostUnit struct {
 	Unheard time.Duration
 	// Left is set when the machine left the cluster, its units stopped.
 	Left bool
+}
+
+// handover is a unit of a draining machine started on another machine
+// while its copy on From runs on; Stopping once that copy is told to stop.
+type handover struct {
+	From     string
+	Stopping bool
 }
 
 type misfitUnit struct {
@@ -211,12 +269,13 @@ func latest(a, b time.Time) time.Time {
 // planReconcile decides a reconcile pass. It is pure: everything it reads
 // is in the input.
 func planReconcile(in planInput) reconcilePlan {
-	p := reconcilePlan{Waiting: map[string]string{}, Recheck: in.Wake}
+	p := reconcilePlan{Waiting: map[string]string{}, Stay: map[string]string{}, Queued: map[string]string{}, Recheck: in.Wake}
 	moving := maps.Clone(in.Moves)
 	if moving == nil {
 		moving = map[string]string{}
 	}
 	place := map[string]bool{}
+	inFlight := in.drainsInFlight()
 
 	// Units on machines that are unreachable, or draining.
 	for _, id := range slices.Sorted(maps.Keys(in.Machines)) {
@@ -225,8 +284,7 @@ func planReconcile(in planInput) reconcilePlan {
 			u := in.Unit(name)
 			switch {
 			case m.Draining && m.Reachable:
-				p.Misfit = append(p.Misfit, misfitUnit{Name: name, Machine: id, Reason: "machine " + id + " is draining"})
-				moving[name] = id
+				in.drain(&p, name, u, id, m, inFlight, moving)
 			case !m.Reachable:
 				if lost, unheard := in.isLost(u, m, &p); lost {
 					p.Lost = append(p.Lost, lostUnit{Name: name, Machine: id, Unheard: unheard, Left: m.Left})
@@ -246,8 +304,8 @@ func planReconcile(in planInput) reconcilePlan {
 		if _, ok := moving[name]; ok {
 			continue
 		}
-		if m, ok := in.Machines[id]; !ok || !m.Reachable {
-			continue
+		if m, ok := in.Machines[id]; !ok || !m.Reachable || m.Draining {
+			continue // a draining machine's units are the drain's
 		}
 		if ok, why := in.Fits(name, id); !ok {
 			p.Misfit = append(p.Misfit, misfitUnit{Name: name, Machine: id, Reason: why})
@@ -282,6 +340,25 @@ func planReconcile(in planInput) reconcilePlan {
 	for name := range p.Waiting {
 		delete(place, name)
 	}
+	// A handover's old copy stops once the new copy is active, or once
+	// the unit no longer wants one running (stopped, destroyed, or placed
+	// back on that machine); the handover is forgotten once that copy is
+	// gone. A unit whose new machine was lost keeps its old copy until it
+	// is placed and active again; so does one whose old machine is not
+	// heard this term (it may reconnect with that copy).
+	for _, name := range slices.Sorted(maps.Keys(in.Handovers)) {
+		h, u := in.Handovers[name], in.Unit(name)
+		m, known := in.Machines[h.From]
+		if !h.Stopping && u.Launched && u.Machine != h.From && !m.Left && (u.Machine == "" || !in.Active(name, u.Machine)) {
+			continue
+		}
+		switch {
+		case !known || !m.Reachable || m.Left || u.Machine == h.From || !in.Running(name, h.From):
+			p.HandoverDone = append(p.HandoverDone, name)
+		case !h.Stopping:
+			p.HandoverStop = append(p.HandoverStop, name)
+		}
+	}
 	// The backlog's units have no machine, so none is lost or waits to
 	// move, and place does not hold them: they join the list directly
 	// rather than through a map of a million entries.
@@ -294,4 +371,75 @@ func planReconcile(in planInput) reconcilePlan {
 	slices.Sort(p.Place)
 	p.Place = slices.Compact(p.Place)
 	return p
+}
+
+// drainKey is a template's instances moving off one draining machine.
+type drainKey struct{ machine, template string }
+
+// drainsInFlight counts the instances of each template mid-move off each
+// draining machine: stopping there, or started elsewhere and their copy
+// there not stopped yet.
+func (in *planInput) drainsInFlight() map[drainKey]int {
+	n := map[drainKey]int{}
+	count := func(name, from string) {
+		if m := in.Machines[from]; m.Draining {
+			if t := templateOf(name); t != "" {
+				n[drainKey{from, t}]++
+			}
+		}
+	}
+	for name, from := range in.Moves {
+		count(name, from)
+	}
+	for name, h := range in.Handovers {
+		count(name, h.From)
+	}
+	return n
+}
+
+// drain decides unit name, u, on reachable draining machine id, m: it
+// stays (it fits nowhere else), waits its turn (its template has
+// MaxParallel instances mid-move off m), is handed over (started
+// elsewhere before it stops here), or moves (stopped here first).
+func (in *planInput) drain(p *reconcilePlan, name string, u planUnit, id string, m planMachine, inFlight map[drainKey]int, moving map[string]string) {
+	draining := "machine " + id + " is draining"
+	if u.Wanted {
+		tmpl := templateOf(name)
+		k := drainKey{id, tmpl}
+		if limit := max(m.MaxParallel, 1); tmpl != "" && inFlight[k] >= limit {
+			p.Queued[name] = fmt.Sprintf("%s; waiting for its turn (%d of %s moving at a time)", draining, limit, tmpl)
+			return
+		}
+		if why, ok := in.Stayed[name]; ok && !in.PlaceDirty {
+			p.Stay[name] = why
+			return
+		}
+		if ok, why := in.Elsewhere(name); !ok {
+			p.Stay[name] = stayReason(id, why)
+			return
+		}
+		if tmpl != "" {
+			inFlight[k]++
+		}
+		if u.Launched && !u.Singleton {
+			p.Handover = append(p.Handover, misfitUnit{Name: name, Machine: id, Reason: draining})
+			return
+		}
+	}
+	p.Misfit = append(p.Misfit, misfitUnit{Name: name, Machine: id, Reason: draining})
+	moving[name] = id
+}
+
+// templateOf is the template unit name is an instance of ("" none).
+func templateOf(name string) string {
+	if unit.IsInstance(name) {
+		return unit.TemplateOf(name)
+	}
+	return ""
+}
+
+// stayReason is the reason shown for a unit that stays on draining machine
+// id because it fits on no other machine, why.
+func stayReason(id, why string) string {
+	return "machine " + id + " is draining, and the unit fits nowhere else: " + why
 }

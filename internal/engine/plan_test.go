@@ -21,6 +21,12 @@ func TestPlanReconcile(t *testing.T) {
 	single := planUnit{Wanted: true, Singleton: true}
 	never := planUnit{Wanted: true, LostAfter: unit.Infinity}
 	quick := planUnit{Wanted: true, LostAfter: 5 * time.Second}
+	// Launched units, as a drain sees them: a service, a singleton, and
+	// instances of web@.service.
+	service := planUnit{Wanted: true, Launched: true}
+	lonely := planUnit{Wanted: true, Launched: true, Singleton: true}
+	web := planUnit{Wanted: true, Launched: true}
+	webOn := func(machine string) planUnit { u := web; u.Machine = machine; return u }
 	tests := []struct {
 		name     string
 		now      float64
@@ -30,6 +36,11 @@ func TestPlanReconcile(t *testing.T) {
 		check    map[string]string
 		misfits  map[string]string // unit -> why it does not fit
 		running  map[string]string // unit -> machine reporting it running
+		active   map[string]string // unit -> machine reporting it active
+		nowhere  map[string]string // unit -> why it fits on no other machine
+		handover map[string]handover
+		stayed   map[string]string // unit -> the reason it stayed last pass
+		dirty    bool              // something placement depends on changed
 		backlog  []string
 		// reconnect is the term's reconnect grace, in seconds.
 		reconnect float64
@@ -122,6 +133,117 @@ func TestPlanReconcile(t *testing.T) {
 		running:  map[string]string{"a": "m1"},
 		want:     "misfit=[a@m1: machine m1 is draining b@m1: machine m1 is draining] waiting=[a: stopping on m1 before it moves] place=[b]",
 	}, {
+		name:     "a draining machine's service is handed over: started elsewhere before it stops there",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"a"}}},
+		units:    map[string]planUnit{"a": service},
+		running:  map[string]string{"a": "m1"},
+		want:     "handover=[a@m1] place=[]",
+	}, {
+		name:     "a singleton of a draining machine is stopped first, as every move",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"db"}}},
+		units:    map[string]planUnit{"db": lonely},
+		running:  map[string]string{"db": "m1"},
+		want:     "misfit=[db@m1: machine m1 is draining] waiting=[db: stopping on m1 before it moves] place=[]",
+	}, {
+		name:     "a unit that fits nowhere else stays where it runs, singleton or not, with its reason",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"a", "db"}}},
+		units:    map[string]planUnit{"a": service, "db": lonely},
+		running:  map[string]string{"a": "m1", "db": "m1"},
+		nowhere:  map[string]string{"a": "no machine has role=db", "db": "no machines available"},
+		want:     "stay=[a: machine m1 is draining, and the unit fits nowhere else: no machine has role=db db: machine m1 is draining, and the unit fits nowhere else: no machines available] place=[]",
+	}, {
+		name:     "a unit that stayed stays without asking where else it fits, until placement changes",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"a", "b"}}},
+		units:    map[string]planUnit{"a": service, "b": service},
+		stayed:   map[string]string{"a": "machine m1 is draining, and the unit fits nowhere else: no machines available"},
+		nowhere:  map[string]string{"b": "no machine has role=db"},
+		want:     "stay=[a: machine m1 is draining, and the unit fits nowhere else: no machines available b: machine m1 is draining, and the unit fits nowhere else: no machine has role=db] place=[]",
+	}, {
+		name:     "then it is asked again",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"a"}}},
+		units:    map[string]planUnit{"a": service},
+		stayed:   map[string]string{"a": "machine m1 is draining, and the unit fits nowhere else: no machines available"},
+		dirty:    true,
+		want:     "handover=[a@m1] place=[]",
+	}, {
+		name:     "one instance of a template moves off a draining machine at a time by default",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, Units: []string{"web@1.service", "web@2.service", "web@3.service", "x"}}},
+		units:    map[string]planUnit{"web@1.service": web, "web@2.service": web, "web@3.service": web, "x": service},
+		want:     "handover=[web@1.service@m1 x@m1] queued=[web@2.service: machine m1 is draining; waiting for its turn (1 of web@.service moving at a time) web@3.service: machine m1 is draining; waiting for its turn (1 of web@.service moving at a time)] place=[]",
+	}, {
+		name:     "MaxParallel instances at a time, counting those mid-move; one that fits nowhere takes no turn",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true, MaxParallel: 2, Units: []string{"web@2.service", "web@3.service", "web@4.service"}}, "m2": {Reachable: true}},
+		units:    map[string]planUnit{"web@1.service": webOn("m2"), "web@2.service": web, "web@3.service": web, "web@4.service": web},
+		handover: map[string]handover{"web@1.service": {From: "m1", Stopping: true}},
+		running:  map[string]string{"web@1.service": "m1"},
+		nowhere:  map[string]string{"web@2.service": "conflicts with web@1.service on m2"},
+		want:     "handover=[web@3.service@m1] stay=[web@2.service: machine m1 is draining, and the unit fits nowhere else: conflicts with web@1.service on m2] queued=[web@4.service: machine m1 is draining; waiting for its turn (2 of web@.service moving at a time)] place=[]",
+	}, {
+		name:     "a handover keeps the old copy until the new one is active, not only running",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
+		units:    map[string]planUnit{"web@1.service": webOn("m2")},
+		handover: map[string]handover{"web@1.service": {From: "m1"}},
+		running:  map[string]string{"web@1.service": "m1"},
+		want:     "place=[]",
+	}, {
+		name:     "then the old copy is stopped",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
+		units:    map[string]planUnit{"web@1.service": webOn("m2")},
+		handover: map[string]handover{"web@1.service": {From: "m1"}},
+		running:  map[string]string{"web@1.service": "m1"},
+		active:   map[string]string{"web@1.service": "m2"},
+		want:     "handoverStop=[web@1.service] place=[]",
+	}, {
+		name:     "and the handover forgotten once it has",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m2": {Reachable: true}},
+		units:    map[string]planUnit{"web@1.service": webOn("m2"), "web@2.service": webOn("m2")},
+		handover: map[string]handover{"web@1.service": {From: "m1", Stopping: true}, "web@2.service": {From: "m1", Stopping: true}},
+		running:  map[string]string{"web@1.service": "m1"},
+		active:   map[string]string{"web@1.service": "m2", "web@2.service": "m2"},
+		want:     "handoverDone=[web@2.service] place=[]",
+	}, {
+		name:     "a handover whose old machine is not heard this term waits for it, until the new copy is active",
+		now:      1,
+		machines: map[string]planMachine{"m2": {Reachable: true}},
+		units:    map[string]planUnit{"a": webOn("m2"), "b": webOn("m2")},
+		handover: map[string]handover{"a": {From: "m1"}, "b": {From: "m1"}},
+		active:   map[string]string{"b": "m2"},
+		want:     "handoverDone=[b] place=[]",
+	}, {
+		name:     "a handover's old copy stops when the unit is stopped or placed back, at once if its machine left",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}, "m3": {Left: true, HeardAt: at(0.5)}},
+		units:    map[string]planUnit{"a": {Machine: "m2"}, "b": {Wanted: true, Machine: "m2"}, "c": webOn("m2"), "d": webOn("m1")},
+		handover: map[string]handover{"a": {From: "m1"}, "b": {From: "m1"}, "c": {From: "m3"}, "d": {From: "m1"}},
+		running:  map[string]string{"a": "m1", "b": "m1", "c": "m3", "d": "m1"},
+		want:     "handoverStop=[a b] handoverDone=[c d] gone=[m3] place=[]",
+	}, {
+		name:     "a handover whose new copy's machine was lost keeps the old copy while the unit waits for a machine",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}},
+		units:    map[string]planUnit{"a": service},
+		handover: map[string]handover{"a": {From: "m1"}},
+		running:  map[string]string{"a": "m1"},
+		want:     "place=[]",
+	}, {
+		name:     "a draining machine's units are not checked against it",
+		now:      1,
+		machines: map[string]planMachine{"m1": {Reachable: true, Draining: true}},
+		units:    map[string]planUnit{"a": service},
+		check:    map[string]string{"a": "m1"},
+		misfits:  map[string]string{"a": "machine m1 is not available"},
+		want:     "place=[]",
+	}, {
 		name:     "the backlog is placed, but not a unit still moving",
 		now:      1,
 		machines: map[string]planMachine{"m1": {Reachable: true}},
@@ -184,7 +306,15 @@ func TestPlanReconcile(t *testing.T) {
 					why, misfit := tt.misfits[name]
 					return !misfit, why
 				},
-				Running: func(name, machine string) bool { return tt.running[name] == machine },
+				Running: func(name, machine string) bool {
+					return tt.running[name] == machine || tt.active[name] == machine
+				},
+				Active:    func(name, machine string) bool { return tt.active[name] == machine },
+				Handovers: tt.handover, Stayed: tt.stayed, PlaceDirty: tt.dirty,
+				Elsewhere: func(name string) (bool, string) {
+					why, nowhere := tt.nowhere[name]
+					return !nowhere, why
+				},
 			}
 			if got := renderPlan(planReconcile(in)); got != tt.want {
 				t.Errorf("planReconcile =\n  %s\nwant\n  %s", got, tt.want)
@@ -220,6 +350,31 @@ func renderPlan(p reconcilePlan) string {
 			l = append(l, name+": "+p.Waiting[name])
 		}
 		parts = append(parts, "waiting=["+strings.Join(l, " ")+"]")
+	}
+	if len(p.Handover) > 0 {
+		var l []string
+		for _, u := range p.Handover {
+			l = append(l, u.Name+"@"+u.Machine)
+		}
+		parts = append(parts, "handover=["+strings.Join(l, " ")+"]")
+	}
+	if len(p.HandoverStop) > 0 {
+		parts = append(parts, fmt.Sprintf("handoverStop=%v", p.HandoverStop))
+	}
+	if len(p.HandoverDone) > 0 {
+		parts = append(parts, fmt.Sprintf("handoverDone=%v", p.HandoverDone))
+	}
+	for _, b := range []struct {
+		name string
+		m    map[string]string
+	}{{"stay", p.Stay}, {"queued", p.Queued}} {
+		if len(b.m) > 0 {
+			var l []string
+			for _, name := range slices.Sorted(maps.Keys(b.m)) {
+				l = append(l, name+": "+b.m[name])
+			}
+			parts = append(parts, b.name+"=["+strings.Join(l, " ")+"]")
+		}
 	}
 	if len(p.MoveDone) > 0 {
 		parts = append(parts, fmt.Sprintf("done=%v", p.MoveDone))

@@ -109,6 +109,16 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 // machineViews renders the connected machines sorted by ID; callers hold mu.
 func (t *term) machineViews() []apiv1.Machine {
 	out := []apiv1.Machine{}
+	var moving map[string]int // draining machine -> its units mid-move
+	if len(t.drainMachines) > 0 {
+		moving = map[string]int{}
+		for _, from := range t.draining {
+			moving[from]++
+		}
+		for _, h := range t.handovers {
+			moving[h.From]++
+		}
+	}
 	for id, m := range t.machines {
 		if m.conn == nil {
 			continue
@@ -121,7 +131,16 @@ func (t *term) machineViews() []apiv1.Machine {
 			APIAddr: m.info.APIAddr, Version: m.info.Version, Units: len(m.units) + len(m.globals),
 			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes},
 			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)},
-			Draining: t.drainMachines[id], Drivers: drivers(m.info.Drivers)})
+			Draining: t.drainMachines[id] > 0, MaxParallel: t.drainMachines[id], Drivers: drivers(m.info.Drivers)})
+		if v := &out[len(out)-1]; v.Draining {
+			v.Moving = moving[id]
+			for _, e := range m.units {
+				if t.held[e.name] {
+					v.Staying = append(v.Staying, apiv1.UnitReason{Name: e.name, Reason: t.units[e.name].reason})
+				}
+			}
+			sort.Slice(v.Staying, func(i, j int) bool { return v.Staying[i].Name < v.Staying[j].Name })
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -170,6 +189,9 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	u.History = t.unitHistory(r.name())
 	if r.machine == "" {
 		u.MovingFrom = t.draining[r.name()]
+	} else {
+		u.MovingFrom = t.handovers[r.name()].From
+		u.Staying = t.held[r.name()]
 	}
 	if r.file.Fleet.Global {
 		// A global unit is where it fits: it has reached its desired state

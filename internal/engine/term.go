@@ -115,6 +115,9 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	}
 	t.putState(m, s)
 	t.drained(m.info.ID, s.Name, s.Running())
+	if _, ok := t.handovers[s.Name]; ok && s.Active == "active" {
+		t.poke() // a handover's new copy may be active: its old copy stops
+	}
 	if s.Active == "active" && (!ok || prev.Active != "active") {
 		if r := t.units[s.Name]; r != nil && r.at != 0 && r.atPlaced && r.machine == m.info.ID {
 			t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("active").Observe(now.Sub(unixNano(r.at)).Seconds())
@@ -256,9 +259,18 @@ type term struct {
 	// recorded under moves/ in etcd: they are placed again once that
 	// machine's copy is gone (see plan.go).
 	draining map[string]string
-	// drainMachines are the machines flotilla drain emptied: they take no
-	// units (stored in their MachineRecord).
-	drainMachines map[string]bool
+	// handovers holds units of draining machines started elsewhere while
+	// their old copy keeps running there until the new one is active
+	// (unit -> old machine), recorded under moves/ too (see plan.go).
+	handovers map[string]handover
+	// held are the units a drain keeps on their machine for now, with
+	// their reason: true for those that fit nowhere else, false for
+	// instances waiting for their turn.
+	held map[string]bool
+	// drainMachines are the machines flotilla drain emptied, with how many
+	// instances of one template may move off at once: they take no units
+	// (stored in their MachineRecord).
+	drainMachines map[string]int
 	// hist keeps each unit's recent notable events (lost, moved, placed
 	// again), shown with the unit.
 	histMu sync.Mutex
@@ -359,7 +371,9 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		protos:        map[*unit.File]*unit.File{},
 		placeDirty:    true,
 		draining:      map[string]string{},
-		drainMachines: map[string]bool{},
+		handovers:     map[string]handover{},
+		held:          map[string]bool{},
+		drainMachines: map[string]int{},
 		hist:          map[string][]apiv1.HistoryEntry{},
 		overrides:     map[string]map[string]*string{},
 		events:        newEventLog(el.Info.Rev),
@@ -419,7 +433,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	for id, m := range snap.Machines {
 		t.overrides[id] = m.Metadata
 		if m.Drain {
-			t.drainMachines[id] = true
+			t.drainMachines[id] = max(m.MaxParallel, 1)
 		}
 	}
 	t.legacy = snap.Legacy
@@ -473,8 +487,13 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 			t.unplaced[name] = struct{}{}
 		}
 	}
-	for name, from := range snap.Moves {
-		if r := t.units[name]; r != nil && r.machine == "" && !r.file.Fleet.Global {
+	for name, move := range snap.Moves {
+		from, handedOver := registry.ParseMove(move)
+		switch r := t.units[name]; {
+		case r == nil || r.file.Fleet.Global:
+		case handedOver && r.machine != "" && r.machine != from:
+			t.handovers[name] = handover{From: from} // the old copy runs until the new one is active
+		case !handedOver && r.machine == "":
 			t.draining[name] = from
 			t.units[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" })
 		}
@@ -710,9 +729,10 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		t.followersMoved = true
 		if m := t.machines[old.machine]; m != nil {
 			m.removeUnit(t.units, old)
-			if rec == nil {
+			switch {
+			case rec == nil:
 				m.pushDestroyed(name)
-			} else {
+			case t.handovers[name] != handover{From: old.machine}: // a handover's old copy runs on
 				m.push(name, nil)
 			}
 		}
@@ -744,6 +764,13 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		delete(t.unplaced, name)
 		delete(t.globals, name)
 		delete(t.draining, name)
+		if h, ok := t.handovers[name]; ok {
+			delete(t.handovers, name)
+			if m := t.machines[h.From]; m != nil && h.From != old.machine {
+				m.pushDestroyed(name)
+			}
+		}
+		delete(t.held, name)
 		t.namesStale.Store(true)
 		return
 	}
@@ -828,6 +855,9 @@ func (t *term) drained(machine, name string, running bool) {
 	if old, ok := t.draining[name]; ok && old == machine && !running {
 		t.placeDirty = true
 		t.poke()
+	}
+	if h, ok := t.handovers[name]; ok && h.From == machine && !running {
+		t.poke() // a handover's old copy is gone: it is forgotten
 	}
 }
 

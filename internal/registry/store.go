@@ -40,6 +40,9 @@ type MachineRecord struct {
 	// Drain is set by flotilla drain: the machine takes no units and its
 	// units move elsewhere (stopped there first).
 	Drain bool `json:"drain,omitempty"`
+	// MaxParallel is how many instances of one template move off the
+	// draining machine at once (0: one).
+	MaxParallel int `json:"maxParallel,omitempty"`
 }
 
 // Snapshot is the whole durable record at one revision.
@@ -59,7 +62,8 @@ type Snapshot struct {
 	// (by Rev), the order in which they apply (RangeRecord).
 	Ranges []RangeRecord
 	// Moves are the units moving off a machine: unit name -> the machine
-	// whose copy must stop before the unit is placed again.
+	// whose copy must stop before the unit is placed again, or a handover
+	// (see ParseMove).
 	Moves    map[string]string
 	Machines map[string]MachineRecord
 	// SchedulerConfig is the stored placement policy (JSON), nil if never set.
@@ -256,6 +260,27 @@ func PutMachine(keys Keys, id string, r MachineRecord) Op {
 // PutMove is the op that records a unit moving off machine: it is placed
 // again once that machine's copy is gone.
 func PutMove(keys Keys, name, machine string) Op { return Op{Key: keys.Move(name), Value: machine} }
+
+// handoverMark starts the value of a move that is a handover: the unit's
+// record names its new machine, and its old copy runs on the machine
+// named after the mark until the new one is active. A machine name has no
+// ':'.
+const handoverMark = "handover:"
+
+// PutHandover is the op that records a unit of a draining machine started
+// on another one while its copy on machine keeps running.
+func PutHandover(keys Keys, name, machine string) Op {
+	return Op{Key: keys.Move(name), Value: handoverMark + machine}
+}
+
+// ParseMove reads a value of Snapshot.Moves: the machine the unit moves
+// off, and whether the move is a handover (PutHandover).
+func ParseMove(v string) (machine string, handover bool) {
+	if m, ok := strings.CutPrefix(v, handoverMark); ok {
+		return m, true
+	}
+	return v, false
+}
 
 // DeleteMove is the op that forgets a move.
 func DeleteMove(keys Keys, name string) Op { return Op{Key: keys.Move(name), Delete: true} }
