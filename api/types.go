@@ -309,6 +309,9 @@ type Token struct {
 	Name    string `json:"name"`    // what the token is for, as given
 	Role    string `json:"role"`    // read, write or admin
 	Created string `json:"created"` // RFC 3339
+	// RunAs are the users the token's units may run as (User=), "*" for
+	// any user including root; an admin token may run units as anyone.
+	RunAs []string `json:"runAs,omitempty"`
 }
 
 // TokenList is the answer of GET /v1/acl/tokens.
@@ -320,6 +323,9 @@ type TokenList struct {
 type TokenRequest struct {
 	Name string `json:"name,omitempty"` // what the token is for
 	Role string `json:"role"`           // read, write or admin
+	// RunAs are the users the token's units may run as: names, numeric
+	// IDs, or "*" for any user including root (write and admin only).
+	RunAs []string `json:"runAs,omitempty"`
 }
 
 // NewToken is the answer of POST /v1/acl/tokens and POST /v1/acl/bootstrap:

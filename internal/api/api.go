@@ -293,7 +293,7 @@ func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 	changes, warnings, ok := s.readPutUnit(w, r)
-	if !ok || !replaceQuery(w, r, changes) {
+	if !ok || !mayRun(w, r, changes) || !replaceQuery(w, r, changes) {
 		return
 	}
 	name := changes[0].Name
@@ -325,7 +325,7 @@ func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) batch(w http.ResponseWriter, r *http.Request) {
 	changes, warnings, ok := s.readBatch(w, r)
-	if !ok || !replaceQuery(w, r, changes) {
+	if !ok || !mayRun(w, r, changes) || !replaceQuery(w, r, changes) {
 		return
 	}
 	if res, ok := s.apply(w, r, changes, warnings); ok {

@@ -50,30 +50,34 @@ func (s *server) guard(h http.Handler) http.Handler {
 				return
 			}
 		}
-		if s.cfg.ACL && !s.allowed(w, r) {
-			return
+		if s.cfg.ACL {
+			var ok bool
+			if r, ok = s.allowed(w, r); !ok {
+				return
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// allowed checks the request's token against the role it needs; on refusal
-// it has written the answer.
-func (s *server) allowed(w http.ResponseWriter, r *http.Request) bool {
+// allowed checks the request's token against the role it needs and
+// returns the request carrying the token (auth.FromContext); on refusal it
+// has written the answer.
+func (s *server) allowed(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	need := auth.Required(r.Method, r.URL.Path)
 	if need == auth.RoleNone || r.URL.Path == "/metrics" && s.cfg.MetricsPublic {
-		return true
+		return r, true
 	}
 	local := strings.HasPrefix(r.URL.Path, "/v1/local/") || r.URL.Path == "/metrics"
 	if local && need == auth.RoleRead && auth.PeerKind(r.TLS) == auth.KindServer {
-		return true
+		return r, true
 	}
 	if s.cfg.Tokens == nil {
 		if !local {
-			return true // forwarded to the leader, which checks the token
+			return r, true // forwarded to the leader, which checks the token
 		}
 		refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("machine %s only runs units and cannot check API tokens: %s %s is for the cluster's servers; ask a server's API (or run this daemon with --metrics-public for /metrics)", s.cfg.Machine, r.Method, r.URL.Path))
-		return false
+		return r, false
 	}
 	secret := bearer(r)
 	tok, err := s.cfg.Tokens.Lookup(r.Context(), secret)
@@ -81,25 +85,21 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) bool {
 	case errors.Is(err, auth.ErrNoToken):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla"`)
 		refuse(w, r, http.StatusUnauthorized, "unauthorized", fmt.Sprintf("%s %s needs an API token with role %s or more: give --token or $FLOTILLA_TOKEN (header Authorization: Bearer TOKEN)", r.Method, r.URL.Path, need))
-		return false
+		return r, false
 	case errors.Is(err, auth.ErrUnknownToken):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla", error="invalid_token"`)
 		refuse(w, r, http.StatusUnauthorized, "unauthorized", "the API token is unknown to this cluster (mistyped or revoked)")
-		return false
+		return r, false
 	case err != nil:
 		refuse(w, r, http.StatusServiceUnavailable, "unavailable", "checking the API token: "+err.Error())
-		return false
+		return r, false
 	}
 	role, err := auth.ParseRole(tok.Role)
 	if err != nil || role < need {
-		name := tok.ID
-		if tok.Name != "" {
-			name = tok.Name + " (" + tok.ID + ")"
-		}
-		refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("token %s has role %s, but %s %s needs role %s", name, tok.Role, r.Method, r.URL.Path, need))
-		return false
+		refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("token %s has role %s, but %s %s needs role %s", tok.Label(), tok.Role, r.Method, r.URL.Path, need))
+		return r, false
 	}
-	return true
+	return r.WithContext(auth.NewContext(r.Context(), tok)), true
 }
 
 // bearer returns the request's token: "Authorization: Bearer TOKEN", or for
@@ -197,7 +197,7 @@ func (s *server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	tok, secret, err := s.cfg.Tokens.Create(r.Context(), req.Name, role)
+	tok, secret, err := s.cfg.Tokens.Create(r.Context(), req.Name, role, req.RunAs)
 	if err != nil {
 		s.aclError(w, err)
 		return
@@ -247,7 +247,7 @@ func (s *server) aclError(w http.ResponseWriter, err error) {
 }
 
 func tokenJSON(t auth.Token) apiv1.Token {
-	return apiv1.Token{ID: t.ID, Name: t.Name, Role: t.Role, Created: t.Created.UTC().Format(time.RFC3339)}
+	return apiv1.Token{ID: t.ID, Name: t.Name, Role: t.Role, Created: t.Created.UTC().Format(time.RFC3339), RunAs: t.RunAs}
 }
 
 func newToken(t auth.Token, secret string) apiv1.NewToken {

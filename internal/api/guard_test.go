@@ -90,7 +90,11 @@ func TestTokens(t *testing.T) {
 	}
 	secrets := map[string]string{"admin": admin.Secret}
 	for _, role := range []string{"read", "write"} {
-		resp, b := c.do(t, "POST", "/v1/acl/tokens", `{"role":"`+role+`","name":"`+role+`er"}`, "Authorization", "Bearer "+admin.Secret)
+		req := `{"role":"` + role + `","name":"` + role + `er"}`
+		if role == "write" {
+			req = `{"role":"write","name":"writer","runAs":["nobody"]}`
+		}
+		resp, b := c.do(t, "POST", "/v1/acl/tokens", req, "Authorization", "Bearer "+admin.Secret)
 		var nt apiv1.NewToken
 		json.Unmarshal([]byte(b), &nt)
 		if resp.StatusCode != 200 || nt.Role != role {
@@ -98,7 +102,7 @@ func TestTokens(t *testing.T) {
 		}
 		secrets[role] = nt.Secret
 	}
-	unit := batch(apiv1.UnitChange{Name: "a.service", File: okUnit, DesiredState: "loaded"})
+	unit := batch(apiv1.UnitChange{Name: "a.service", File: okUnit + "User=nobody\n", DesiredState: "loaded"})
 	for _, tc := range []struct {
 		token, method, path, body string
 		code                      int

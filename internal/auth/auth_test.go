@@ -230,7 +230,7 @@ func TestTokens(t *testing.T) {
 	if got, err := b.Lookup(ctx, secret); err != nil || got.ID != admin.ID {
 		t.Errorf("other daemon Lookup(admin) = %+v, %v", got, err)
 	}
-	reader, rs, err := a.Create(ctx, "ci", auth.RoleRead)
+	reader, rs, err := a.Create(ctx, "ci", auth.RoleRead, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

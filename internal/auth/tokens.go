@@ -34,6 +34,12 @@ type Token struct {
 	Name    string    `json:"name"`
 	Role    string    `json:"role"`
 	Created time.Time `json:"created"`
+	// RunAs are the users the token's units may run as (User=): names or
+	// numeric IDs, or "*" for any user, root included. An admin token may
+	// run units as anyone whatever its list. A write token made before
+	// run-as existed has none: the units it submitted keep running, and
+	// it may submit none that runs as root, nor any other User=.
+	RunAs []string `json:"runAs,omitempty"`
 }
 
 // Tokens are the cluster's API tokens, stored in etcd under
@@ -155,7 +161,7 @@ func (s *Tokens) Lookup(ctx context.Context, secret string) (Token, error) {
 // Bootstrap makes the first admin token, once for the life of the cluster:
 // later calls fail with ErrBootstrapped. It returns the token and its secret.
 func (s *Tokens) Bootstrap(ctx context.Context) (Token, string, error) {
-	t, secret, rec, err := newToken("bootstrap", RoleAdmin)
+	t, secret, rec, err := newToken("bootstrap", RoleAdmin, Anyone)
 	if err != nil {
 		return Token{}, "", err
 	}
@@ -173,15 +179,19 @@ func (s *Tokens) Bootstrap(ctx context.Context) (Token, string, error) {
 	return t, secret, nil
 }
 
-// Create makes a token with role and a name (for people; "" is allowed).
-func (s *Tokens) Create(ctx context.Context, name string, role Role) (Token, string, error) {
+// Create makes a token with role, a name (for people; "" is allowed) and
+// the users its units may run as (see Token.RunAs; write and admin only).
+func (s *Tokens) Create(ctx context.Context, name string, role Role, runAs []string) (Token, string, error) {
 	if role < RoleRead || role > RoleAdmin {
 		return Token{}, "", fmt.Errorf("%w: role %v: want read, write or admin", ErrInvalidTokenArg, role)
 	}
 	if len(name) > 128 {
 		return Token{}, "", fmt.Errorf("%w: name is %d bytes, the most is 128", ErrInvalidTokenArg, len(name))
 	}
-	t, secret, rec, err := newToken(name, role)
+	if err := checkRunAs(role, runAs); err != nil {
+		return Token{}, "", err
+	}
+	t, secret, rec, err := newToken(name, role, runAs...)
 	if err != nil {
 		return Token{}, "", err
 	}
@@ -242,7 +252,7 @@ func (s *Tokens) Revoke(ctx context.Context, id string) (Token, error) {
 	return Token{}, fmt.Errorf("%w: %q", ErrTokenNotFound, id)
 }
 
-func newToken(name string, role Role) (t Token, secret, record string, err error) {
+func newToken(name string, role Role, runAs ...string) (t Token, secret, record string, err error) {
 	var id [8]byte
 	var sec [32]byte
 	if _, err := rand.Read(id[:]); err != nil {
@@ -251,7 +261,7 @@ func newToken(name string, role Role) (t Token, secret, record string, err error
 	if _, err := rand.Read(sec[:]); err != nil {
 		return Token{}, "", "", err
 	}
-	t = Token{ID: hex.EncodeToString(id[:]), Name: name, Role: role.String(), Created: time.Now().UTC().Truncate(time.Second)}
+	t = Token{ID: hex.EncodeToString(id[:]), Name: name, Role: role.String(), Created: time.Now().UTC().Truncate(time.Second), RunAs: runAs}
 	b, err := json.Marshal(t)
 	if err != nil {
 		return Token{}, "", "", err

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -37,12 +38,20 @@ The secret is printed on the last line (with --output json, in the key
 func newTokenCommand(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Make, list and revoke API tokens (role admin)"}
 	var req apiv1.TokenRequest
+	var runAs string
 	create := &cobra.Command{
-		Use:   "create --role read|write|admin [--name N]",
+		Use:   "create --role read|write|admin [--name N] [--run-as USER,...]",
 		Short: "Make a token; its secret is printed on the last line",
 		Long: `Make an API token. Roles: read (lists, status, cat, journal, state,
 events); write (also submit, load, start, stop, unload, destroy, restart,
 set-metadata, drain); admin (also the scheduler's settings and tokens).
+
+--run-as lists the users (User=) a write token's units may run as, or
+'*' for any user including root, which an admin token always may. A unit
+that would run as root (no User=, User=root) or get root's powers back
+("+" and "!" command prefixes, AmbientCapabilities=, [X-Container]
+Network=host or a host path in Volumes=) is refused with 403 from a token
+that may not run units as root (docs/security.md).
 
 The secret is printed on the last line (with --output json, in the key
 "token") and is not stored: keep it.`,
@@ -52,6 +61,7 @@ The secret is printed on the last line (with --output json, in the key
 			if _, err := auth.ParseRole(req.Role); err != nil {
 				return fmt.Errorf("--role: %w", err)
 			}
+			req.RunAs = auth.ParseRunAs(runAs)
 			t, err := e.c.CreateToken(ctx, req)
 			if err != nil {
 				return err
@@ -61,6 +71,7 @@ The secret is printed on the last line (with --output json, in the key
 	}
 	create.Flags().StringVar(&req.Role, "role", "", "read, write or admin (required)")
 	create.Flags().StringVar(&req.Name, "name", "", "what the token is for, shown by token list")
+	create.Flags().StringVar(&runAs, "run-as", "", "the users the token's units may run as: USER,... or '*' for any, root included (write, admin)")
 	create.MarkFlagRequired("role")
 	list := &cobra.Command{
 		Use:          "list",
@@ -76,9 +87,9 @@ The secret is printed on the last line (with --output json, in the key
 				return writeJSON(e.out, l.Tokens)
 			}
 			tw := tabwriter.NewWriter(e.out, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED")
+			fmt.Fprintln(tw, "ID\tNAME\tROLE\tRUN-AS\tCREATED")
 			for _, t := range l.Tokens {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, dash(t.Name), t.Role, t.Created)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, dash(t.Name), t.Role, dash(strings.Join(t.RunAs, ",")), t.Created)
 			}
 			return tw.Flush()
 		}),
@@ -111,7 +122,7 @@ func printNewToken(e *env, t *apiv1.NewToken) error {
 	if e.json {
 		return writeJSON(e.out, t)
 	}
-	fmt.Fprintf(e.out, "ID:      %s\nName:    %s\nRole:    %s\nCreated: %s\nSecret (shown once, not stored; send it as --token or $%s):\n%s\n",
-		t.ID, dash(t.Name), t.Role, t.Created, TokenEnv, t.Secret)
+	fmt.Fprintf(e.out, "ID:      %s\nName:    %s\nRole:    %s\nRun as:  %s\nCreated: %s\nSecret (shown once, not stored; send it as --token or $%s):\n%s\n",
+		t.ID, dash(t.Name), t.Role, dash(strings.Join(t.RunAs, ",")), t.Created, TokenEnv, t.Secret)
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -218,6 +219,10 @@ func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 		f, err := unit.Parse(in.Name, []byte(File(in.Options)))
 		if err != nil {
 			WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err := auth.CheckUnits(r.Context(), f); err != nil {
+			WriteError(w, http.StatusForbidden, err.Error())
 			return
 		}
 		if desired == "" {

@@ -142,7 +142,11 @@ func TestSecureCluster(t *testing.T) {
 	}
 	secrets := map[string]string{"admin": boot}
 	for _, role := range []string{"read", "write"} {
-		out, err := cli(nodes[0], boot, "token", "create", "--role", role, "--name", role+"er", "-o", "json")
+		args := []string{"token", "create", "--role", role, "--name", role + "er", "-o", "json"}
+		if role == "write" {
+			args = append(args, "--run-as", "*") // its units run as root
+		}
+		out, err := cli(nodes[0], boot, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
