@@ -443,8 +443,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
+	if err := privateDir(cfg.DataDir); err != nil {
+		return err
 	}
 	instance, err := machine.Instance(cfg.DataDir)
 	if err != nil {
@@ -829,6 +829,19 @@ func checkMetadata(flag string, md map[string]string) error {
 		if err := machine.CheckMetadataPair(k, v); err != nil {
 			return fmt.Errorf("%s: %w", flag, err)
 		}
+	}
+	return nil
+}
+
+// privateDir makes the data directory, or tightens one that exists, to
+// mode 0700: it holds the etcd member, the supervisor's socket and the
+// local token, none of which anyone but the daemon's user may read.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
 	}
 	return nil
 }

@@ -31,8 +31,8 @@ func Dev(ctx context.Context, dc DevConfig) error {
 	if cfg.DataDir == "" {
 		return errors.New("--data-dir is required")
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
+	if err := privateDir(cfg.DataDir); err != nil {
+		return err
 	}
 	path := filepath.Join(cfg.DataDir, "dev.json")
 	var st devState

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/flotilla/flotilla/internal/driver"
@@ -51,14 +52,14 @@ func newDriver(cfg Config, notify driver.Notify) (driver.Driver, error) {
 			// Units run in the machine's supervisor process, so that they
 			// outlive this one; it is started if none runs.
 			d, err = supervisor.New(supervisor.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: notify,
-				Logger: cfg.Logger, Binary: cfg.SupervisorBinary, Version: Version,
+				Logger: cfg.Logger, Binary: cfg.SupervisorBinary, Version: Version, Inaccessible: cfg.secretPaths(),
 				Logs: &execdriver.LogConfig{Limits: execdriver.LogLimits{MaxBytes: cfg.LogMaxSize, MaxFiles: cfg.LogMaxFiles}, Journald: cfg.LogJournald}})
 		case unit.DriverSystemd:
-			d, err = systemddriver.New(systemddriver.Config{Machine: cfg.Name, Notify: notify, Logger: cfg.Logger})
+			d, err = systemddriver.New(systemddriver.Config{Machine: cfg.Name, Notify: notify, Logger: cfg.Logger, Inaccessible: cfg.secretPaths()})
 		case unit.DriverDocker:
 			// Containers run in the machine's Docker engine, which keeps
 			// them when this process stops; the next daemon adopts them.
-			d, err = docker.New(docker.Config{Machine: cfg.Name, Dir: filepath.Join(cfg.DataDir, "docker"), Notify: notify,
+			d, err = docker.New(docker.Config{Machine: cfg.Name, Dir: filepath.Join(cfg.DataDir, "docker"), Notify: notify, Inaccessible: cfg.secretPaths(),
 				Logger: cfg.Logger, MaxLogBytes: cfg.LogMaxSize, MaxLogFiles: cmp.Or(cfg.LogMaxFiles, -1)})
 		default:
 			err = fmt.Errorf("not available in this build")
@@ -99,4 +100,23 @@ func closeAll(entries []mux.Entry) {
 			e.Driver.Close(context.Background())
 		}
 	}
+}
+
+// secretPaths are what no unit may see: the data directory (the etcd
+// member, the supervisor's socket, the local token) and the key files,
+// as absolute paths.
+func (c Config) secretPaths() []string {
+	var out []string
+	for _, p := range []string{c.DataDir, c.TLS.Key, c.EtcdTLS.Key} {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -69,6 +69,10 @@ type Config struct {
 	// StartTimeout bounds starting a supervisor until it serves (default
 	// DefaultStartTimeout).
 	StartTimeout time.Duration
+	// Inaccessible are paths hidden from every unit (the daemon's data
+	// directory and key files), given to a supervisor this client starts
+	// (--inaccessible); one that is already running keeps its own.
+	Inaccessible []string
 	// Logs, if set, are the machine's log settings, sent to the supervisor
 	// each time the client connects: a supervisor that outlived a daemon
 	// with other settings takes these. Nil leaves the supervisor's as they
@@ -293,8 +297,8 @@ func (c *Client) connect() (*grpc.ClientConn, *supervisorpb.HelloReply, error) {
 	}
 }
 
-// startSupervisor starts `Binary supervisor --dir Dir` in a session of its
-// own, its output going to Dir/supervisor.log.
+// startSupervisor starts `Binary supervisor --dir Dir [--inaccessible
+// PATH]...` in a session of its own, its output going to Dir/supervisor.log.
 func (c *Client) startSupervisor() (*child, error) {
 	logPath := filepath.Join(c.cfg.Dir, LogFile)
 	if fi, err := os.Stat(logPath); err == nil && fi.Size() > maxLogBytes {
@@ -305,7 +309,11 @@ func (c *Client) startSupervisor() (*child, error) {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	defer logf.Close() // the child holds its own descriptor
-	cmd := exec.Command(c.cfg.Binary, "supervisor", "--dir", c.cfg.Dir)
+	args := []string{"supervisor", "--dir", c.cfg.Dir}
+	for _, p := range c.cfg.Inaccessible {
+		args = append(args, "--inaccessible", p)
+	}
+	cmd := exec.Command(c.cfg.Binary, args...)
 	cmd.Env = append(os.Environ(), c.cfg.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = "/"

@@ -60,6 +60,11 @@ type ServeConfig struct {
 	// ShutdownTimeout bounds the graceful stop on SIGTERM (default
 	// DefaultShutdownTimeout); what still runs after it is SIGKILLed.
 	ShutdownTimeout time.Duration
+	// Inaccessible are paths hidden from every unit (--inaccessible: the
+	// daemon's data directory and key files), besides Dir itself, which
+	// holds the socket that commands the supervisor (see
+	// execdriver.Config.Inaccessible).
+	Inaccessible []string
 }
 
 // Serve runs the supervisor of cfg.Dir until it is asked to end (a
@@ -113,7 +118,8 @@ func Serve(cfg ServeConfig) error {
 	defer signal.Stop(chld)
 
 	h := newHub()
-	d, err := execdriver.New(execdriver.Config{Dir: dir, Notify: h.notify, Unloaded: h.unloaded, Logger: log})
+	d, err := execdriver.New(execdriver.Config{Dir: dir, Notify: h.notify, Unloaded: h.unloaded, Logger: log,
+		Inaccessible: append([]string{dir}, cfg.Inaccessible...)})
 	if errors.Is(err, execdriver.ErrInUse) {
 		pid, _ := readPIDFile(filepath.Join(dir, PIDFile))
 		return fmt.Errorf("%w: %s (pid %d)", ErrRunning, dir, pid)
@@ -396,20 +402,28 @@ func readPIDFile(path string) (int, error) {
 }
 
 // ServeArgs serves as the supervisor a client starts with the arguments it
-// gives it ("supervisor --dir DIR", see Client), and returns the process's
-// exit code. Test binaries that stand in for the flotilla binary call it.
+// gives it ("supervisor --dir DIR [--inaccessible PATH]...", see Client),
+// and returns the process's exit code. Test binaries that stand in for the
+// flotilla binary call it.
 func ServeArgs(args []string, version string, log *slog.Logger) int {
 	var dir string
+	var hidden []string
 	for i, a := range args {
-		if a == "--dir" && i+1 < len(args) {
+		if i+1 >= len(args) {
+			break
+		}
+		switch a {
+		case "--dir":
 			dir = args[i+1]
+		case "--inaccessible":
+			hidden = append(hidden, args[i+1])
 		}
 	}
 	if len(args) == 0 || args[0] != "supervisor" || dir == "" {
 		fmt.Fprintf(os.Stderr, "supervisor: want arguments supervisor --dir DIR, got %q\n", args)
 		return 2
 	}
-	if err := Serve(ServeConfig{Dir: dir, Version: version, Logger: log}); err != nil {
+	if err := Serve(ServeConfig{Dir: dir, Version: version, Logger: log, Inaccessible: hidden}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -87,6 +87,11 @@ type Config struct {
 	FenceCommand []string
 	// FenceEnv is added to the watchdog's environment.
 	FenceEnv []string
+	// Inaccessible are paths no container may mount (the daemon's data
+	// directory and key files): a unit whose [X-Container] Volumes= binds
+	// one of them, a path inside one, or a directory holding one (such as
+	// /) fails to start.
+	Inaccessible []string
 }
 
 func (c *Config) validate() error {

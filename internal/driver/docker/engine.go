@@ -23,6 +23,9 @@ func (d *Driver) startContainer(ctx context.Context, f *unit.File, old string) (
 	if err != nil {
 		return "", err
 	}
+	if err := checkVolumes(f.Container, d.cfg.Inaccessible); err != nil {
+		return "", err
+	}
 	sp, err := containerSpec(d.cfg.Machine, f, env, d.cfg.Labels)
 	if err != nil {
 		return "", err

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -202,4 +203,34 @@ func containerSpec(machine string, f *unit.File, env []string, labels map[string
 		host.PortBindings[port] = append(host.PortBindings[port], b)
 	}
 	return &spec{Config: cfg, Host: host}, nil
+}
+
+// checkVolumes refuses host paths of c's Volumes= that would show a
+// container one of hidden: the path itself, one inside it, or a directory
+// that holds it. Symbolic links in the source are followed.
+func checkVolumes(c *unit.Container, hidden []string) error {
+	if c == nil {
+		return nil
+	}
+	for _, v := range c.Volumes {
+		if !filepath.IsAbs(v.Source) {
+			continue // a named volume
+		}
+		src := filepath.Clean(v.Source)
+		if r, err := filepath.EvalSymlinks(src); err == nil {
+			src = r
+		}
+		for _, h := range hidden {
+			if within(src, h) || within(h, src) {
+				return fmt.Errorf("[X-Container] Volumes=%s:%s would show the container %s, which Flotilla keeps from every unit", v.Source, v.Target, h)
+			}
+		}
+	}
+	return nil
+}
+
+// within reports whether path is dir or inside it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

@@ -78,3 +78,29 @@ func TestContainerName(t *testing.T) {
 		t.Errorf("names %q %q", a, b)
 	}
 }
+
+// TestCheckVolumes: no container may mount the daemon's data directory or
+// key files, a path inside them, or a directory holding them.
+func TestCheckVolumes(t *testing.T) {
+	hidden := []string{"/var/lib/flotilla", "/etc/flotilla/n1-key.pem"}
+	for _, tc := range []struct {
+		vol string
+		ok  bool
+	}{
+		{"/srv/www:/www", true},
+		{"cache:/cache", true},
+		{"/var/lib/flotilla-other:/x", true},
+		{"/:/host", false},
+		{"/var:/v", false},
+		{"/var/lib/flotilla:/d", false},
+		{"/var/lib/flotilla/etcd:/d", false},
+		{"/etc/flotilla/n1-key.pem:/key:ro", false},
+		{"/etc:/etc-host:ro", false},
+	} {
+		f := parse(t, "[X-Container]\nImage=a\nVolumes="+tc.vol+"\n")
+		err := checkVolumes(f.Container, hidden)
+		if (err == nil) != tc.ok {
+			t.Errorf("Volumes=%s: %v, want ok=%v", tc.vol, err, tc.ok)
+		}
+	}
+}

@@ -91,6 +91,13 @@ type Config struct {
 	// means /flotilla.slice/exec-<hash of Dir>. Where cgroups cannot be
 	// used, such units run without limits and say so in Status.Message.
 	CgroupParent string
+	// Inaccessible are paths no unit may see: the daemon's data directory
+	// and key files. Run as root, the driver starts every process of every
+	// unit in a mount namespace of its own where they are covered, as
+	// systemd's InaccessiblePaths= does (see hide.go). Run as another
+	// user, units run as that user, whom file modes (0600, 0700) do not
+	// keep from the daemon's own files, and nothing is hidden.
+	Inaccessible []string
 }
 
 // validate checks c and fills in defaults.

@@ -192,6 +192,9 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*pro
 			Credential: s.env.cred,
 		},
 	}
+	if len(s.d.cfg.Inaccessible) > 0 && s.d.euid == 0 {
+		withHidden(cmd, s.d.cfg.Inaccessible)
+	}
 	s.d.kids.lock.RLock()
 	if cg != nil {
 		err = cg.start(cmd)

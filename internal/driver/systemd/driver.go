@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,6 +73,11 @@ type Config struct {
 	Systemctl, Journalctl string
 	// DialTimeout bounds connecting to systemd; default 10s.
 	DialTimeout time.Duration
+	// Inaccessible are paths no unit may see (the daemon's data directory
+	// and key files): every service and socket the driver writes gets
+	// them in InaccessiblePaths=, each "-" prefixed (a missing path is
+	// no error).
+	Inaccessible []string
 }
 
 func (c *Config) validate() error {
@@ -282,12 +288,25 @@ func readHeader(path string) (string, bool) {
 	return hash, ok
 }
 
-// content is the file Load writes for f.
-func content(f *unit.File) []byte {
+// content is the file Load writes for f: with InaccessiblePaths= of
+// hidden appended to a service or socket, in a section of its own (systemd
+// merges repeated sections, and adds to a list option set before).
+func content(f *unit.File, hidden []string) []byte {
 	var b bytes.Buffer
 	b.WriteString(headerLine + "\n" + hashKey + f.Hash + "\n")
 	b.WriteString(f.Raw)
 	if !strings.HasSuffix(f.Raw, "\n") {
+		b.WriteByte('\n')
+	}
+	section := map[string]string{"service": "Service", "socket": "Socket"}[unit.TypeOf(f.Name)]
+	if section != "" && len(hidden) > 0 {
+		b.WriteString("\n# Added by Flotilla: what units may not see.\n[" + section + "]\nInaccessiblePaths=")
+		for i, p := range hidden {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(strconv.Quote("-" + p))
+		}
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
@@ -319,7 +338,7 @@ func (d *Driver) Load(f *unit.File) error {
 	u.hash, u.removed = f.Hash, false
 	d.mu.Unlock()
 
-	want := content(f)
+	want := content(f, d.cfg.Inaccessible)
 	if have, err := os.ReadFile(d.path(f.Name)); err != nil || !bytes.Equal(have, want) {
 		if err := writeFile(d.path(f.Name), want); err != nil {
 			d.forget(f.Name)
