@@ -45,7 +45,8 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the configuration merged from flags, environment, file and defaults as YAML (with where each value came from), then exit")
 	fs.StringVar(&f.cfg.DataDir, "data-dir", "", "directory for the etcd member, unit logs and state")
 	fs.StringVar(&f.cfg.APIAddr, "api-addr", "127.0.0.1:7480", "address the HTTP API listens on")
-	fs.StringVar(&f.cfg.APISocket, "api-socket", "", "unix socket to serve the whole API on as well, mode 0660 (fleet's was /var/run/fleet.sock); sockets passed by systemd socket activation take the place of --api-addr and --api-socket")
+	fs.StringVar(&f.cfg.APISocket, "api-socket", "", "unix socket to serve the whole API on as well, mode 0600 (fleet's was /var/run/fleet.sock); sockets passed by systemd socket activation take the place of --api-addr and --api-socket")
+	fs.StringVar(&f.cfg.APISocketGroup, "api-socket-group", "", "group (name or ID) whose members may use --api-socket too: mode 0660")
 	fs.StringVar(&f.cfg.GRPCAddr, "grpc-addr", "127.0.0.1:0", "address the engine serves agents on (port 0: a free port)")
 	fs.StringVar(&f.cfg.Name, "name", "", "machine name, used as its ID (default: the host name; \"dev\" for flotilla dev)")
 	fs.Var(parsed(func(v string) (err error) {

@@ -55,11 +55,15 @@ type Config struct {
 	// APIAddr is where the HTTP API listens (default 127.0.0.1:7480).
 	APIAddr string
 	// APISocket, if set, is a unix socket the daemon also serves the whole
-	// API on (--api-socket; fleet's was /var/run/fleet.sock): mode 0660,
+	// API on (--api-socket; fleet's was /var/run/fleet.sock): mode 0600,
+	// or 0660 with APISocketGroup's group,
 	// plain HTTP, any Host accepted, removed on exit. Sockets passed by
 	// systemd (socket activation) take the place of APIAddr and APISocket
 	// (docs/cluster.md).
 	APISocket string
+	// APISocketGroup, if set, is the group (name or ID) that may use
+	// APISocket too (--api-socket-group): the socket gets it, mode 0660.
+	APISocketGroup string
 	// GRPCAddr is where the engine serves agents (default 127.0.0.1:0).
 	GRPCAddr string
 	// GRPCAdvertiseAddr, if set, is the address agents are told to dial for
@@ -512,6 +516,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return fmt.Errorf("--grpc-addr: %w", err)
 		}
+		if creds == nil {
+			// No certificates to tell machines apart: on loopback, agents
+			// of this daemon's own user (or root) alone.
+			grpcLn = ownerListener{Listener: grpcLn, o: currentOwner()}
+		}
 		addrs.GRPC = advertise(grpcLn.Addr(), cfg.PublicIP)
 	}
 	for _, ln := range apiLns.unix {
@@ -664,6 +673,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		srv.TLSConfig = creds.ServerConfig()
 	}
 	srv.Handler = api.New(acfg)
+	if !cfg.ACL {
+		// No tokens to tell people apart: on loopback, this daemon's own
+		// user (and root) alone.
+		o := currentOwner()
+		srv.ConnContext = o.connContext
+		srv.Handler = o.handler(srv.Handler)
+	}
 	for _, ln := range apiLns.tcp {
 		if creds != nil {
 			go srv.ServeTLS(ln, "", "")

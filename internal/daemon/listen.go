@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/user"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -13,8 +15,8 @@ import (
 
 // apiListeners are where the HTTP API is served: tcp on --api-addr (TLS
 // when the cluster has credentials), and unix on --api-socket (plain HTTP:
-// the socket file's mode, 0660, is its guard; tokens still apply with
-// --acl). Sockets that systemd passes (socket activation: LISTEN_FDS)
+// the socket file's mode, 0600, or 0660 for --api-socket-group, is its
+// guard; tokens still apply with --acl). Sockets that systemd passes (socket activation: LISTEN_FDS)
 // take the place of --api-addr when one of them is TCP, and of
 // --api-socket when one is a unix socket; the daemon listens itself for
 // what systemd does not pass, as the cluster needs a TCP address to
@@ -67,7 +69,7 @@ func listenAPI(cfg *Config) (*apiListeners, error) {
 		l.tcp = append(l.tcp, ln)
 	}
 	if len(l.unix) == 0 && cfg.APISocket != "" {
-		ln, err := listenUnix(cfg.APISocket)
+		ln, err := listenUnix(cfg.APISocket, cfg.APISocketGroup)
 		if err != nil {
 			l.close()
 			return nil, fmt.Errorf("--api-socket: %w", err)
@@ -78,10 +80,24 @@ func listenAPI(cfg *Config) (*apiListeners, error) {
 	return l, nil
 }
 
-// listenUnix listens on a unix socket at path with mode 0660. A socket file
-// left by a daemon that died is replaced; one a live process listens on is
-// refused, as is any other kind of file.
-func listenUnix(path string) (net.Listener, error) {
+// listenUnix listens on a unix socket at path with mode 0600, only the
+// daemon's user may connect, or, given a group, 0660 with that group. A
+// socket file left by a daemon that died is replaced; one a live process
+// listens on is refused, as is any other kind of file.
+func listenUnix(path, group string) (net.Listener, error) {
+	gid := -1
+	if group != "" {
+		g, err := user.LookupGroup(group)
+		if err != nil {
+			if _, nerr := strconv.Atoi(group); nerr == nil {
+				g, err = user.LookupGroupId(group)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--api-socket-group %s: no such group", group)
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
 			return nil, fmt.Errorf("%s exists and is not a socket", path)
@@ -106,7 +122,15 @@ func listenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
+	mode := os.FileMode(0o600)
+	if gid >= 0 {
+		mode = 0o660
+		err = os.Chown(path, -1, gid)
+	}
+	if err == nil {
+		err = os.Chmod(path, mode)
+	}
+	if err != nil {
 		ln.Close()
 		return nil, err
 	}

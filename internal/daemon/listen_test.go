@@ -108,7 +108,7 @@ func shortTempDir(t *testing.T) string {
 
 // TestAPISocket: --api-socket serves the whole API to a real unix-socket
 // HTTP client under any Host, keeps the Origin and JSON rules, has mode
-// 0660, refuses a path in use, and is removed on exit.
+// 0600, refuses a path in use, and is removed on exit.
 func TestAPISocket(t *testing.T) {
 	sock := filepath.Join(shortTempDir(t), "fleet.sock")
 	t.Run("serve", func(t *testing.T) {
@@ -117,8 +117,8 @@ func TestAPISocket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o660 {
-			t.Errorf("%s has mode %v, want a socket with 0660", sock, fi.Mode())
+		if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want a socket with 0600", sock, fi.Mode())
 		}
 		c := unixClient(sock)
 		waitLeader(t, c)
@@ -142,7 +142,7 @@ func TestAPISocket(t *testing.T) {
 		if code, b := call(t, c, "GET", "http://fleet.sock/fleet/v1/units/a.service", ""); code != 200 || !strings.Contains(b, `"name":"a.service"`) {
 			t.Errorf("GET /fleet/v1/units/a.service over the socket = %d %s, want the unit", code, b)
 		}
-		if _, err := listenUnix(sock); err == nil || !strings.Contains(err.Error(), "in use") {
+		if _, err := listenUnix(sock, ""); err == nil || !strings.Contains(err.Error(), "in use") {
 			t.Errorf("listening on a live socket = %v, want it refused as in use", err)
 		}
 	})
@@ -162,14 +162,14 @@ func TestAPISocketStale(t *testing.T) {
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
-	ln, err = listenUnix(sock)
+	ln, err = listenUnix(sock, "")
 	if err != nil {
 		t.Fatalf("listening over a stale socket: %v", err)
 	}
 	ln.Close()
 	plain := filepath.Join(dir, "f")
 	os.WriteFile(plain, nil, 0o600)
-	if _, err := listenUnix(plain); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := listenUnix(plain, ""); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("listening on a regular file = %v, want it refused", err)
 	}
 }
