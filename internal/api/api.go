@@ -114,6 +114,32 @@ type server struct {
 
 // New returns the API handler.
 func New(cfg Config) http.Handler {
+	h, _ := build(cfg)
+	return h
+}
+
+// Routes returns the patterns the handler New(cfg) serves, as registered
+// with its http.ServeMux ("GET /v1/units/{name}", "/fleet/v1/"): the rows
+// the authorization matrix test must have.
+func Routes(cfg Config) []string {
+	_, r := build(cfg)
+	return r.patterns
+}
+
+// routes is a ServeMux that remembers its patterns.
+type routes struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (r *routes) Handle(pattern string, h http.Handler) {
+	r.ServeMux.Handle(pattern, h)
+	r.patterns = append(r.patterns, pattern)
+}
+
+func (r *routes) HandleFunc(pattern string, h http.HandlerFunc) { r.Handle(pattern, h) }
+
+func build(cfg Config) (http.Handler, *routes) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -144,7 +170,7 @@ func New(cfg Config) http.Handler {
 	if cfg.AgentOnly {
 		return s.agentOnly()
 	}
-	mux := http.NewServeMux()
+	mux := &routes{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("GET /v1/status", s.status)
 	mux.HandleFunc("GET /v1/units", s.leaderOnly(s.listUnits))
 	mux.HandleFunc("GET /v1/units/{name}", s.leaderOnly(s.getUnit))
@@ -179,13 +205,13 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return s.wrap(mux)
+	return s.wrap(mux.ServeMux), mux
 }
 
 // agentOnly is the handler of a machine that only runs units: its own
 // machine's reads and metrics here, everything else at the leader.
-func (s *server) agentOnly() http.Handler {
-	mux := http.NewServeMux()
+func (s *server) agentOnly() (http.Handler, *routes) {
+	mux := &routes{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(make(follows, limits.JournalFollows).limit(s.localJournal)))
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics.Handler())
@@ -196,7 +222,7 @@ func (s *server) agentOnly() http.Handler {
 	mux.Handle("/", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "machine "+s.cfg.Machine+" runs no engine")
 	}))
-	return s.wrap(mux)
+	return s.wrap(mux.ServeMux), mux
 }
 
 // wrap puts the guard and the per-request headers around a mux.
