@@ -137,3 +137,32 @@ func TestAPISocketGroup(t *testing.T) {
 		t.Errorf("an unknown group: %v, want it refused naming the flag", err)
 	}
 }
+
+// TestPeerUID: the user at the other end of a loopback connection, over
+// IPv4 and IPv6, is found in the kernel's table: this process's.
+func TestPeerUID(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Logf("%s: %v (skipped)", addr, err)
+			continue
+		}
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid, err := peerUID(s); err != nil || uid != os.Geteuid() {
+			t.Errorf("%s: peerUID = %d, %v; want %d", addr, uid, err, os.Geteuid())
+		}
+		if err := currentOwner().allows(s); err != nil {
+			t.Errorf("%s: the owner is refused: %v", addr, err)
+		}
+		c.Close()
+		s.Close()
+		ln.Close()
+	}
+}
