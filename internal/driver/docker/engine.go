@@ -19,7 +19,7 @@ import (
 // container from the unit's current definition and starts it. It returns
 // the new container's ID, also when starting it failed.
 func (d *Driver) startContainer(ctx context.Context, f *unit.File, old string) (string, error) {
-	env, err := execdriver.Environment(&f.Service)
+	env, err := execdriver.Environment(&f.Service, d.cfg.Inaccessible...)
 	if err != nil {
 		return "", err
 	}

@@ -221,16 +221,10 @@ func checkVolumes(c *unit.Container, hidden []string) error {
 			src = r
 		}
 		for _, h := range hidden {
-			if within(src, h) || within(h, src) {
+			if execdriver.Within(src, h) || execdriver.Within(h, src) {
 				return fmt.Errorf("[X-Container] Volumes=%s:%s would show the container %s, which Flotilla keeps from every unit", v.Source, v.Target, h)
 			}
 		}
 	}
 	return nil
-}
-
-// within reports whether path is dir or inside it.
-func within(path, dir string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

@@ -2,12 +2,14 @@ package execdriver
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -62,13 +64,15 @@ func (e *environ) list() []string {
 // unitEnviron builds a process's environment as systemd does: the base
 // (PATH, HOME, and USER/LOGNAME when User= is set), then Environment= in file
 // order, then each EnvironmentFile= in order; a later assignment wins. A
-// missing EnvironmentFile= is an error unless it was marked optional ("-").
-func unitEnviron(base []string, svc *unit.Service) (*environ, error) {
+// missing EnvironmentFile= is an error unless it was marked optional ("-"),
+// as is one inside hidden (Config.Inaccessible), which the driver, reading
+// it as itself, would otherwise hand to the unit.
+func unitEnviron(base []string, svc *unit.Service, hidden ...string) (*environ, error) {
 	env := newEnviron()
 	env.add(base)
 	env.add(svc.Environment)
 	for _, ef := range svc.EnvironmentFiles {
-		data, err := readEnvFile(ef.Path)
+		data, err := readEnvFile(ef.Path, hidden...)
 		if err != nil {
 			if ef.Optional && errors.Is(err, fs.ErrNotExist) {
 				continue
@@ -86,9 +90,10 @@ const maxEnvFileBytes = 1 << 20
 // readEnvFile reads an EnvironmentFile= without ever blocking or reading
 // without end: it is opened non-blocking (so a FIFO without a writer does not
 // wedge the unit), must be a regular file (not a FIFO, a device such as
-// /dev/zero, a socket or a directory) and at most maxEnvFileBytes long.
-// Every error names the path.
-func readEnvFile(path string) ([]byte, error) {
+// /dev/zero, a socket or a directory), at most maxEnvFileBytes long, and,
+// as opened (symbolic links followed), not inside any of hidden. Every
+// error names the path.
+func readEnvFile(path string, hidden ...string) ([]byte, error) {
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
@@ -101,6 +106,14 @@ func readEnvFile(path string) ([]byte, error) {
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		syscall.Close(fd)
 		return nil, fmt.Errorf("%s is %s, not a regular file", path, fileKind(st.Mode))
+	}
+	if len(hidden) > 0 {
+		// The file opened, not the name: a link swapped since is no way in.
+		real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if h := HiddenBy(real, hidden); err != nil || h != "" {
+			syscall.Close(fd)
+			return nil, fmt.Errorf("%s is inside %s, which Flotilla keeps from every unit", path, cmp.Or(h, "a hidden path"))
+		}
 	}
 	if st.Size > maxEnvFileBytes {
 		syscall.Close(fd)

@@ -1,6 +1,7 @@
 package execdriver
 
 import (
+	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -63,6 +64,22 @@ func TestInaccessible(t *testing.T) {
 	st := rec.waitEnded(t, "cwd.service", "failed")
 	if log := journal(t, d, "cwd.service"); strings.Contains(log, "SECRET") || st.Active != "failed" {
 		t.Errorf("a unit in a hidden working directory: %+v\n%s", st, log)
+	}
+	// Nor can it have the driver read one for it: EnvironmentFile= of a
+	// hidden file, named or through a link, fails the start.
+	os.WriteFile(filepath.Join(data, "env"), []byte("SECRET=flt_SECRET\n"), 0o600)
+	envLink := filepath.Join(t.TempDir(), "env-link")
+	os.Symlink(filepath.Join(data, "env"), envLink)
+	for i, p := range []string{filepath.Join(data, "env"), envLink} {
+		name := fmt.Sprintf("env%d.service", i)
+		f := newUnit(name, []string{"/bin/sh", "-c", "echo got=$SECRET"}, func(s *unit.Service) {
+			s.EnvironmentFiles = []unit.EnvFile{{Path: p}}
+		})
+		mustLoadStart(t, d, f)
+		st := rec.waitEnded(t, name, "failed")
+		if log := journal(t, d, name); strings.Contains(log, "SECRET") && !strings.Contains(st.Message, "keeps from every unit") || strings.Contains(log, "got=flt") {
+			t.Errorf("EnvironmentFile=%s: %+v\n%s", p, st, log)
+		}
 	}
 	// Outside the units, nothing changed.
 	if b, err := os.ReadFile(key); err != nil || !strings.Contains(string(b), "SECRET") {

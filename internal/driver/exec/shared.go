@@ -19,9 +19,10 @@ import (
 // Environment returns the environment a unit's processes get beyond the
 // driver's base: Environment= in file order, then each EnvironmentFile= in
 // order (read now, refused unless a regular file of at most 1 MiB; a missing
-// one is an error unless it has the "-" prefix), a later assignment winning.
-func Environment(svc *unit.Service) ([]string, error) {
-	env, err := unitEnviron(nil, svc)
+// one is an error unless it has the "-" prefix, as is one inside hidden), a
+// later assignment winning.
+func Environment(svc *unit.Service, hidden ...string) ([]string, error) {
+	env, err := unitEnviron(nil, svc, hidden...)
 	if err != nil {
 		return nil, err
 	}

@@ -164,7 +164,7 @@ func workingDir(wd, home string) (string, error) {
 // line, to the unit's log. It returns the process and its group.
 func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*proc, pgroup, error) {
 	svc := &s.cur.Service
-	env, err := unitEnviron(s.env.base, svc)
+	env, err := unitEnviron(s.env.base, svc, s.d.cfg.Inaccessible...)
 	if err != nil {
 		return nil, pgroup{}, err
 	}

@@ -21,6 +21,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/flotilla/flotilla/internal/driver"
+	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -324,6 +325,17 @@ func (d *Driver) Load(f *unit.File) error {
 	}
 	if err := unit.ValidateName(f.Name); err != nil || unit.IsTemplate(f.Name) || strings.ContainsRune(f.Name, '/') {
 		return fmt.Errorf("systemddriver: load: %q is not the name of a unit systemd can run", f.Name)
+	}
+	// systemd reads EnvironmentFile= as root, outside the unit's
+	// namespace: one inside a hidden path would hand it to the unit.
+	for _, ef := range f.Service.EnvironmentFiles {
+		p := ef.Path
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		if h := execdriver.HiddenBy(p, d.cfg.Inaccessible); h != "" {
+			return fmt.Errorf("systemddriver: load %s: EnvironmentFile=%s is inside %s, which Flotilla keeps from every unit", f.Name, ef.Path, h)
+		}
 	}
 	d.mu.Lock()
 	if d.closed {

@@ -40,3 +40,26 @@ func TestContentInaccessible(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadHiddenEnvironmentFile: systemd reads EnvironmentFile= as root,
+// outside the unit's namespace, so the driver refuses one inside a hidden
+// path, named or through a link, before writing anything.
+func TestLoadHiddenEnvironmentFile(t *testing.T) {
+	data := t.TempDir()
+	os.WriteFile(filepath.Join(data, "env"), []byte("A=1\n"), 0o600)
+	link := filepath.Join(t.TempDir(), "env")
+	os.Symlink(filepath.Join(data, "env"), link)
+	d := &Driver{cfg: Config{UnitDir: t.TempDir(), Inaccessible: []string{data}}}
+	for _, p := range []string{filepath.Join(data, "env"), link} {
+		f, err := unit.Parse("a.service", []byte("[Service]\nExecStart=/bin/true\nEnvironmentFile="+p+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Load(f); err == nil || !strings.Contains(err.Error(), "keeps from every unit") {
+			t.Errorf("Load with EnvironmentFile=%s: %v, want it refused", p, err)
+		}
+	}
+	if ents, _ := os.ReadDir(d.cfg.UnitDir); len(ents) != 0 {
+		t.Errorf("a refused unit was written: %v", ents)
+	}
+}
