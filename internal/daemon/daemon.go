@@ -677,6 +677,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// No tokens to tell people apart: on loopback, this daemon's own
 		// user (and root) alone.
 		o := currentOwner()
+		o.metricsPublic = cfg.MetricsPublic
 		srv.ConnContext = o.connContext
 		srv.Handler = o.handler(srv.Handler)
 	}

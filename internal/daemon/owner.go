@@ -26,8 +26,12 @@ import (
 // users of the host get nothing. A listener beyond loopback (--insecure)
 // stays open to all, as asked.
 
-// owner is who may use a daemon without --acl on loopback.
-type owner struct{ uid int }
+// owner is who may use a daemon without --acl on loopback. With
+// metricsPublic (--metrics-public), GET /metrics is for anyone.
+type owner struct {
+	uid           int
+	metricsPublic bool
+}
 
 func currentOwner() owner { return owner{uid: os.Geteuid()} }
 
@@ -61,7 +65,8 @@ func (o owner) connContext(ctx context.Context, c net.Conn) context.Context {
 // not allow.
 func (o owner) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err, _ := r.Context().Value(peerKey{}).(error); err != nil {
+		public := o.metricsPublic && r.Method == http.MethodGet && r.URL.Path == "/metrics"
+		if err, _ := r.Context().Value(peerKey{}).(error); err != nil && !public {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusForbidden)
 			json.NewEncoder(w).Encode(apiv1.Error{Error: err.Error(), Code: "forbidden"})

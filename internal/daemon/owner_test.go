@@ -77,7 +77,7 @@ func TestLocalUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("acting as another user needs root")
 	}
-	a := startDaemon(t, Config{APIAddr: "127.0.0.1:0"})
+	a := startDaemon(t, Config{APIAddr: "127.0.0.1:0", MetricsPublic: true})
 	base := "http://" + a.API
 	c := &http.Client{Timeout: 10 * time.Second}
 	deadline := time.Now().Add(20 * time.Second)
@@ -100,6 +100,10 @@ func TestLocalUser(t *testing.T) {
 		if !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "uid 65534") {
 			t.Errorf("%s %s as uid %d = %q, want 403 naming the user", req[0], req[1], otherUser, out)
 		}
+	}
+	// --metrics-public: a scraper of another user gets /metrics alone.
+	if out := asOtherUser(t, "GET", base+"/metrics", ""); !strings.HasPrefix(out, "200 ") {
+		t.Errorf("GET /metrics with --metrics-public as uid %d = %q, want 200", otherUser, out)
 	}
 	if code, b := call(t, c, "GET", base+"/v1/units/pwn.service", ""); code != 404 {
 		t.Errorf("after the refused writes, GET /v1/units/pwn.service = %d %s, want 404", code, b)
