@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/unithide"
 )
 
 // proc is a process the supervisor started.
@@ -193,7 +194,7 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*pro
 		},
 	}
 	if len(s.d.cfg.Inaccessible) > 0 && s.d.euid == 0 {
-		withHidden(cmd, s.d.cfg.Inaccessible)
+		unithide.Wrap(cmd, s.d.cfg.Inaccessible)
 	}
 	s.d.kids.lock.RLock()
 	if cg != nil {
