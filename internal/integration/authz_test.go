@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -34,19 +35,21 @@ const (
 	pWrite     = "write"    // write token without --run-as
 	pWriteAs   = "write-as" // write token with --run-as nobody
 	pAdmin     = "admin"    // the bootstrap admin token
-	pMachine   = "machine"  // a machine's certificate, no token
+	pMachine   = "machine"  // an agent's certificate (--agent), no token
+	pServer    = "server"   // another server's certificate, no token
 	pForeign   = "foreign"  // a machine certificate of another CA
 	runAsUser  = "nobody"   // the user of pWriteAs
 	refusedTLS = 0          // the status of a request TLS refused
 )
 
-var principals = []string{pNone, pRead, pWrite, pWriteAs, pAdmin, pMachine, pForeign}
+var principals = []string{pNone, pRead, pWrite, pWriteAs, pAdmin, pMachine, pServer, pForeign}
 
 // startSecureNode runs one daemon with TLS and --acl, bootstraps its ACL
 // and makes a token of each kind.
 func startSecureNode(t *testing.T) *secureNode {
 	t.Helper()
-	p := makePKI(t, "n1")
+	p := makePKI(t, "n1", "n2")
+	run(t, "tls", "cert", "create", "--ca-dir", filepath.Join(p.dir, "ca"), "--name", "w1", "--agent", "--ip", "127.0.0.1", "--out", filepath.Join(p.dir, "certs"))
 	other := makePKI(t, "n1")
 	nd := &node{name: "n1", dir: t.TempDir(), api: freeAddr(t), etcdClient: freeAddr(t), peer: freeAddr(t)}
 	nd.args = []string{"daemon", "--name", "n1", "--data-dir", nd.dir, "--api-addr", nd.api, "--grpc-addr", freeAddr(t),
@@ -75,7 +78,8 @@ func startSecureNode(t *testing.T) *secureNode {
 	for _, who := range []string{pNone, pRead, pWrite, pWriteAs, pAdmin} {
 		s.clients[who] = person
 	}
-	s.clients[pMachine] = client(auth.Files{CA: p.ca, Cert: p.cert("n1"), Key: p.key("n1")})
+	s.clients[pMachine] = client(auth.Files{CA: p.ca, Cert: p.cert("w1"), Key: p.key("w1")})
+	s.clients[pServer] = client(auth.Files{CA: p.ca, Cert: p.cert("n2"), Key: p.key("n2")})
 	s.clients[pForeign] = client(auth.Files{CA: p.ca, Cert: other.cert("n1"), Key: other.key("n1")})
 
 	eventually(t, 60*time.Second, "the ACL bootstrap", func() error {
@@ -153,7 +157,7 @@ func (r matrixRequest) expect(who string) int {
 	if code, ok := r.override[who]; ok {
 		return code
 	}
-	role := map[string]auth.Role{pNone: auth.RoleNone, pMachine: auth.RoleNone, pRead: auth.RoleRead,
+	role := map[string]auth.Role{pNone: auth.RoleNone, pMachine: auth.RoleNone, pServer: auth.RoleNone, pRead: auth.RoleRead,
 		pWrite: auth.RoleWrite, pWriteAs: auth.RoleWrite, pAdmin: auth.RoleAdmin}[who]
 	switch {
 	case who == pForeign:
@@ -168,11 +172,10 @@ func (r matrixRequest) expect(who string) int {
 
 // TestAuthorizationMatrix: every route of the API, generated from the
 // router's own patterns (a route without a row fails the test), times
-// every principal: no token, read, write, write with --run-as, admin, a
-// machine's certificate without a token, another CA's certificate. Run
-// against a real daemon with TLS and --acl. A server certificate is not
-// a principal of its own in this branch (every machine certificate is
-// one).
+// every principal: no token, read, write, write with --run-as, admin, an
+// agent's certificate and another server's without a token (a server reads
+// the machine-local routes it forwards to), another CA's certificate. Run
+// against a real daemon with TLS and --acl.
 func TestAuthorizationMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a daemon")
@@ -189,14 +192,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"POST /v1/batch":               {{method: "POST", path: "/v1/batch", body: rootBatch, need: auth.RoleWrite, ok: 200, override: map[string]int{pWrite: 403, pWriteAs: 403}}},
 		"GET /v1/unit-states":          {{method: "GET", path: "/v1/unit-states", need: auth.RoleRead, ok: 200}},
 		"GET /v1/state":                {{method: "GET", path: "/v1/state", need: auth.RoleRead, ok: 200}},
-		"GET /metrics":                 {{method: "GET", path: "/metrics", need: auth.RoleRead, ok: 200}},
+		"GET /metrics":                 {{method: "GET", path: "/metrics", need: auth.RoleRead, ok: 200, override: map[string]int{pServer: 200}}},
 		"GET /v1/events":               {{method: "GET", path: "/v1/events", need: auth.RoleRead, ok: 200}},
 		"GET /v1/machines":             {{method: "GET", path: "/v1/machines", need: auth.RoleRead, ok: 200}},
 		"GET /v1/scheduler":            {{method: "GET", path: "/v1/scheduler", need: auth.RoleRead, ok: 200}},
 		"PUT /v1/scheduler":            {{method: "PUT", path: "/v1/scheduler", body: `{"placement":"binpack"}`, need: auth.RoleAdmin, ok: 200}},
 		"PATCH /v1/machines/{id}":      {{method: "PATCH", path: "/v1/machines/n1", body: `{"metadata":{"by":"%s"}}`, need: auth.RoleWrite, ok: 200}},
 		"GET /v1/units/{name}/journal": {{method: "GET", path: "/v1/units/none-%s.service/journal", need: auth.RoleRead, ok: 404}},
-		"GET /v1/local/journal/{name}": {{method: "GET", path: "/v1/local/journal/none-%s.service", need: auth.RoleRead, ok: 404}},
+		"GET /v1/local/journal/{name}": {{method: "GET", path: "/v1/local/journal/none-%s.service", need: auth.RoleRead, ok: 404, override: map[string]int{pServer: 404}}},
 		"POST /v1/acl/bootstrap":       {{method: "POST", path: "/v1/acl/bootstrap", body: "{}", need: auth.RoleNone, ok: 409}},
 		"GET /v1/acl/tokens":           {{method: "GET", path: "/v1/acl/tokens", need: auth.RoleAdmin, ok: 200}},
 		"POST /v1/acl/tokens":          {{method: "POST", path: "/v1/acl/tokens", body: `{"role":"read","name":"by-%s"}`, need: auth.RoleAdmin, ok: 200}},
