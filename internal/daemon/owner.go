@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	apiv1 "github.com/flotilla/flotilla/api"
 )
 
@@ -97,14 +99,35 @@ func (l ownerListener) Accept() (net.Conn, error) {
 }
 
 // peerUID returns the user that owns the socket at the other end of c, a
-// TCP connection within this host, from /proc/net/tcp or tcp6.
+// TCP connection within this host: asked of the kernel by the connection's
+// addresses (diagUID), or, where sock_diag is not there, found in
+// /proc/net/tcp or tcp6.
 func peerUID(c net.Conn) (int, error) {
 	local, ok1 := c.LocalAddr().(*net.TCPAddr)
 	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {
 		return 0, errors.New("not a TCP connection")
 	}
-	// The peer's socket has our ends swapped.
+	// The peer's socket has our ends swapped. An IPv4 peer's socket is
+	// AF_INET, or AF_INET6 with v4-mapped addresses.
+	families := []int{unix.AF_INET6}
+	if remote.IP.To4() != nil && local.IP.To4() != nil {
+		families = []int{unix.AF_INET, unix.AF_INET6}
+	}
+	var diagErr error
+	for _, f := range families {
+		uid, err := diagUID(f, remote, local)
+		if err == nil {
+			return uid, nil
+		}
+		if !errors.Is(err, errNoSocket) {
+			diagErr = err
+			break
+		}
+	}
+	if diagErr == nil {
+		return 0, fmt.Errorf("no socket %s -> %s in the kernel's table", remote, local)
+	}
 	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		v6 := strings.HasSuffix(table, "6")
 		if !v6 && (remote.IP.To4() == nil || local.IP.To4() == nil) {
@@ -118,7 +141,7 @@ func peerUID(c net.Conn) (int, error) {
 			return uid, nil
 		}
 	}
-	return 0, fmt.Errorf("no socket %s -> %s in the kernel's table", remote, local)
+	return 0, fmt.Errorf("no socket %s -> %s in the kernel's table (sock_diag: %v)", remote, local, diagErr)
 }
 
 // findSocket returns the uid of the socket of table whose local and remote

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // otherUser is the user the tests below act as: nobody.
@@ -169,4 +172,77 @@ func TestPeerUID(t *testing.T) {
 		s.Close()
 		ln.Close()
 	}
+}
+
+// TestDiagUID: the kernel's sock_diag finds a loopback connection's peer
+// socket by its addresses, as /proc/net/tcp does, and says when there is
+// none.
+func TestDiagUID(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	local, remote := s.LocalAddr().(*net.TCPAddr), s.RemoteAddr().(*net.TCPAddr)
+	if uid, err := diagUID(unix.AF_INET, remote, local); err != nil || uid != os.Geteuid() {
+		t.Errorf("diagUID(the peer's socket) = %d, %v; want %d", uid, err, os.Geteuid())
+	}
+	gone := *remote
+	gone.Port = 1 // nothing dials from port 1
+	if _, err := diagUID(unix.AF_INET, &gone, local); !errors.Is(err, errNoSocket) {
+		t.Errorf("diagUID(no socket) = %v, want errNoSocket", err)
+	}
+}
+
+// BenchmarkPeerUID: finding a peer's user among n other loopback
+// connections, through sock_diag and through /proc/net/tcp.
+func BenchmarkPeerUID(b *testing.B) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 2000 {
+		c, err := net.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c, s)
+	}
+	s := conns[len(conns)-1]
+	local, remote := s.LocalAddr().(*net.TCPAddr), s.RemoteAddr().(*net.TCPAddr)
+	b.Run("sock_diag", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := diagUID(unix.AF_INET, remote, local); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("proc", func(b *testing.B) {
+		for b.Loop() {
+			if _, found, err := findSocket("/proc/net/tcp", procAddr(remote, false), procAddr(local, false)); err != nil || !found {
+				b.Fatal(err, found)
+			}
+		}
+	})
 }
