@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -306,21 +307,29 @@ func illegal(ops []*jop, init string, from, to time.Duration) bool {
 // is, so a window that is not shows a real violation. Cutting more only
 // removes constraints, so each search is a bisection.
 func smallestWindow(ops []*jop, init string) (from, to time.Duration) {
-	var calls []time.Duration
+	var calls, ends []time.Duration
 	for _, o := range ops {
 		calls = append(calls, o.call)
+		ends = append(ends, o.call)
+		if o.status == opOK {
+			ends = append(ends, o.ret)
+		}
 	}
 	sort.Slice(calls, func(i, j int) bool { return calls[i] < calls[j] })
-	// The earliest end: the first call time i with the prefix illegal.
-	i := sort.Search(len(calls), func(i int) bool { return illegal(ops, init, 0, calls[i]) })
-	if i == len(calls) {
-		// Illegal only with every operation: up to the last return.
-		to = math.MaxInt64
+	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	// The earliest end (a call or a return) with the history up to there
+	// illegal.
+	i := sort.Search(len(ends), func(i int) bool { return illegal(ops, init, 0, ends[i]) })
+	if i == len(ends) {
+		to = math.MaxInt64 // illegal only with every operation
 	} else {
-		to = calls[i]
+		to = ends[i]
 	}
-	// The latest start: the last of calls[:i+1] with the window illegal.
-	n := min(i+1, len(calls))
+	// The latest start (a call) with the window illegal.
+	n := len(calls)
+	if to < math.MaxInt64 {
+		n, _ = slices.BinarySearch(calls, to+1)
+	}
 	j := sort.Search(n, func(j int) bool { return illegal(ops, init, calls[n-1-j], to) })
 	if j == n {
 		return 0, to // only from the start, where the state is known

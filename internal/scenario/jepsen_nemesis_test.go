@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,9 +22,10 @@ type fault struct {
 	end      time.Duration
 	majority bool // a majority of daemons stays connected, running and resumed
 
-	// Measured from the history, by measure.
-	resumeStart, resumeEnd time.Duration // -1: no write acknowledged after it
-	tagged, info           int           // tagged reads and indeterminate answers from start to end+12s
+	// Measured from the history, by measure, up to the next fault's start.
+	resumeStart, resumeEnd time.Duration // to the first write acknowledged of those invoked after; -1: none
+	gap, gapAt             time.Duration // the longest time without a write acknowledged, and its start
+	tagged, info           int           // tagged answers and indeterminate ones
 	lastTagged             time.Duration // the last tagged answer after end, -1 if none
 }
 
@@ -31,8 +33,9 @@ func (f *fault) short() string {
 	return fmt.Sprintf("%s (%s) at %.2fs..%.2fs", f.kind, f.desc, f.start.Seconds(), f.end.Seconds())
 }
 
-// measure fills in what the history shows around f.
-func (f *fault) measure(h *history, ops []*jop) {
+// measure fills in what the history shows from f's start to until, the
+// next fault's start.
+func (f *fault) measure(h *history, ops []*jop, until time.Duration) {
 	f.resumeStart, f.resumeEnd, f.lastTagged = -1, -1, -1
 	if at, ok := h.firstWriteAfter(f.start); ok {
 		f.resumeStart = at - f.start
@@ -40,8 +43,12 @@ func (f *fault) measure(h *history, ops []*jop) {
 	if at, ok := h.firstWriteAfter(f.end); ok {
 		f.resumeEnd = at - f.end
 	}
+	acks := []time.Duration{f.start, until}
 	for _, o := range ops {
-		if o.call < f.start || o.call > f.end+jepsenResume {
+		if o.write && o.status == opOK && o.ret > f.start && o.ret < until {
+			acks = append(acks, o.ret)
+		}
+		if o.call < f.start || o.call > until {
 			continue
 		}
 		if o.tagged {
@@ -54,10 +61,17 @@ func (f *fault) measure(h *history, ops []*jop) {
 			f.info++
 		}
 	}
+	slices.Sort(acks)
+	for i := 1; i < len(acks); i++ {
+		if d := acks[i] - acks[i-1]; d > f.gap {
+			f.gap, f.gapAt = d, acks[i-1]
+		}
+	}
 }
 
 func (f *fault) resumed() bool {
-	return f.resumeStart >= 0 && f.resumeStart <= jepsenResume && f.resumeEnd >= 0 && f.resumeEnd <= jepsenResume
+	ok := func(d time.Duration) bool { return d >= 0 && d <= jepsenResume }
+	return ok(f.resumeStart) && ok(f.resumeEnd) && f.gap <= jepsenResume
 }
 
 func (f *fault) String() string {
@@ -71,8 +85,9 @@ func (f *fault) String() string {
 	if !f.majority {
 		maj = "no majority connected"
 	}
-	s := fmt.Sprintf("%-22s %-40s %6.2fs for %5.2fs (%s): first write acknowledged %s after the start, %s after the end; %d tagged, %d indeterminate",
-		f.kind, f.desc, f.start.Seconds(), (f.end - f.start).Seconds(), maj, d(f.resumeStart), d(f.resumeEnd), f.tagged, f.info)
+	s := fmt.Sprintf("%-22s %-42s at %6.2fs for %5.2fs (%s): a write acknowledged %s after the start, %s after the end, none for %s from %.2fs; %d tagged, %d indeterminate",
+		f.kind, f.desc, f.start.Seconds(), (f.end - f.start).Seconds(), maj, d(f.resumeStart), d(f.resumeEnd),
+		d(f.gap), f.gapAt.Seconds(), f.tagged, f.info)
 	if f.lastTagged >= 0 {
 		s += fmt.Sprintf("; tagged answers until %s after the end", d(f.lastTagged))
 	}
