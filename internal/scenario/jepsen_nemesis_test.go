@@ -175,9 +175,9 @@ func (n *nemesis) inject(f *fault) (undo func() error, err error) {
 	}
 	switch f.kind {
 	case "partition-leader", "partition-random", "partition-leader-etcd":
-		p, found := nodes[n.rng.Intn(len(nodes))], true
+		p, note := nodes[n.rng.Intn(len(nodes))], ""
 		if f.kind != "partition-random" {
-			p, found = n.leaderOrAny(p)
+			p, note = n.leaderOrAny(p)
 		}
 		others := without(nodes, p)
 		peerOnly := f.kind == "partition-leader-etcd"
@@ -185,9 +185,7 @@ func (n *nemesis) inject(f *fault) (undo func() error, err error) {
 		if peerOnly {
 			f.desc = fmt.Sprintf("%s's etcd peer traffic with %s cut", p.name, names(others))
 		}
-		if !found {
-			f.desc += " (no leader found)"
-		}
+		f.desc += note
 		return healAll, n.completeGrudge([]*proc{p}, others, peerOnly)
 	case "partition-ring":
 		// Jepsen's majorities ring: in a random ring, each node sees the
@@ -225,11 +223,10 @@ func (n *nemesis) inject(f *fault) (undo func() error, err error) {
 		f.desc = fmt.Sprintf("%s and %s cut, %s bridges", names(a), names(b), order[h].name)
 		return healAll, n.completeGrudge(a, b, false)
 	case "kill", "pause":
-		p := nodes[n.rng.Intn(len(nodes))]
-		who := "random"
+		p, who := nodes[n.rng.Intn(len(nodes))], "random"
 		if n.rng.Intn(2) == 0 {
-			if l := n.s.leader(); l != nil {
-				p, who = l, "leader"
+			if l, claim := n.leader(); l != nil {
+				p, who = l, "leader"+claim
 			}
 		}
 		if f.kind == "kill" {
@@ -298,13 +295,38 @@ func (n *nemesis) dropFrom(p *proc, srcs []*proc, peerOnly bool) error {
 	return nil
 }
 
-// leaderOrAny returns the leader and true, or other and false when no
-// daemon says it leads.
-func (n *nemesis) leaderOrAny(other *proc) (*proc, bool) {
-	if l := n.s.leader(); l != nil {
-		return l, true
+// leader returns the daemon leading the newest term: of those that say
+// they lead (a deposed one may still say so), the one with the highest
+// election revision; nil when none says so. claim describes more than one
+// claimant.
+func (n *nemesis) leader() (l *proc, claim string) {
+	var rev int64
+	var claims []string
+	for _, p := range n.s.live() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := p.client(2 * time.Second).Status(ctx)
+		cancel()
+		if err != nil || !st.IsLeader {
+			continue
+		}
+		claims = append(claims, fmt.Sprintf("%s at revision %d", p.name, st.ElectionRev))
+		if l == nil || st.ElectionRev > rev {
+			l, rev = p, st.ElectionRev
+		}
 	}
-	return other, false
+	if len(claims) > 1 {
+		claim = fmt.Sprintf(" (%s say they lead)", strings.Join(claims, " and "))
+	}
+	return l, claim
+}
+
+// leaderOrAny returns the leader, or other with a note when no daemon says
+// it leads.
+func (n *nemesis) leaderOrAny(other *proc) (*proc, string) {
+	if l, claim := n.leader(); l != nil {
+		return l, claim
+	}
+	return other, " (no leader found)"
 }
 
 func (n *nemesis) shuffled(ps []*proc) []*proc {
