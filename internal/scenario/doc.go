@@ -128,9 +128,9 @@
 //
 // TestJepsen (jepsen_test.go) is a Jepsen-style test of the API's reads and
 // writes of units' desired state, on the same harness: three daemons with
-// embedded etcd, each in its own namespace. Two clients per daemon, from the
-// root namespace, each send one request at a time (3 s timeout) to their
-// daemon: GET /v1/units/U or PUT /v1/units/U {"desiredState": S} of three
+// embedded etcd, each in its own namespace. Two clients per daemon (or
+// FLOTILLA_JEPSEN_CLIENTS), from the root namespace, each send one request
+// at a time (3 s timeout) to their daemon: GET /v1/units/U or PUT /v1/units/U {"desiredState": S} of three
 // units (jp-a, jp-b, jp-c) and a random S of inactive, loaded, launched. The
 // history records each call and return, what was read, and whether the
 // answer carried X-Flotilla-Etcd-Unreachable-Since.
@@ -181,6 +181,7 @@
 //	                                  faults, their targets and lengths, the clients' requests
 //	FLOTILLA_JEPSEN_DURATION=2m       faults for this long per seed (default: each once, ~80 s)
 //	FLOTILLA_JEPSEN_NEMESES=kill,...  only these faults (default all)
+//	FLOTILLA_JEPSEN_CLIENTS=4         clients per daemon (default 2)
 //
 // The default run takes about 2 minutes. Longer runs need a larger -timeout:
 //

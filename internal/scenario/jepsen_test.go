@@ -34,10 +34,9 @@ import (
 // guards them from then on (FLOTILLA_JEPSEN=0 still skips it).
 const jepsenByDefault = false
 
-// The run's shape. The clients send jepsenWorkers requests at a time to
+// The run's shape. The clients send 2 requests at a time (by default) to
 // each daemon, each with jepsenTimeout, over jepsenKeys units.
 const (
-	jepsenWorkers = 2
 	jepsenTimeout = 3 * time.Second
 	// jepsenResume bounds how long after the start and the end of a fault
 	// that leaves a majority connected a write must be acknowledged again.
@@ -58,12 +57,20 @@ var (
 type jepsenConfig struct {
 	seeds    []int64
 	duration time.Duration // per seed; 0: one round of every nemesis
+	clients  int           // per daemon
 	nemeses  []string
 	out      string // where to keep histories and visualizations, "" for a new temporary directory
 }
 
 func readJepsenConfig() (jepsenConfig, error) {
-	c := jepsenConfig{seeds: []int64{1}, nemeses: nemeses, out: os.Getenv("SCENARIO_FIGURES")}
+	c := jepsenConfig{seeds: []int64{1}, clients: 2, nemeses: nemeses, out: os.Getenv("SCENARIO_FIGURES")}
+	if v := os.Getenv("FLOTILLA_JEPSEN_CLIENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 50 {
+			return c, fmt.Errorf("FLOTILLA_JEPSEN_CLIENTS=%s: want the number of clients per daemon, 1 to 50", v)
+		}
+		c.clients = n
+	}
 	if v := os.Getenv("FLOTILLA_JEPSEN_SEEDS"); v != "" {
 		c.seeds = nil
 		for f := range strings.SplitSeq(v, ",") {
@@ -141,7 +148,7 @@ func runJepsen(t *testing.T, cfg jepsenConfig, seed int64) {
 		t.Fatalf("creating the units: %v", err)
 	}
 	h := &history{start: s.tl.start}
-	cl := startClients(h, s.nodes, seed)
+	cl := startClients(h, s.nodes, cfg.clients, seed)
 	t.Cleanup(cl.stop) // before the scenario's own cleanup, which runs later
 	nem := &nemesis{s: s, h: h, rng: rand.New(rand.NewSource(seed))}
 	nem.run(t, cfg)
@@ -229,8 +236,7 @@ func summarize(ops []*jop, faults []*fault) string {
 		len(faults), reads, writes, tagged, apiv1.EtcdUnreachableHeader, info, fail)
 }
 
-// clients are the workers sending reads and writes, jepsenWorkers to each
-// daemon.
+// clients are the workers sending reads and writes, a few to each daemon.
 type clients struct {
 	h        *history
 	stopOnce sync.Once
@@ -238,9 +244,9 @@ type clients struct {
 	wg       sync.WaitGroup
 }
 
-func startClients(h *history, nodes []*proc, seed int64) *clients {
+func startClients(h *history, nodes []*proc, perNode int, seed int64) *clients {
 	c := &clients{h: h, quit: make(chan struct{})}
-	n := len(nodes) * jepsenWorkers
+	n := len(nodes) * perNode
 	for w := range n {
 		p := nodes[w%len(nodes)]
 		c.wg.Add(1)
