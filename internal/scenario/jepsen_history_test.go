@@ -58,7 +58,10 @@ func (o *jop) String() string {
 	default:
 		res = o.status.String() + ": " + o.answer
 	}
-	if o.tagged {
+	switch {
+	case o.tagged && o.write:
+		res += " [tagged]"
+	case o.tagged:
 		res += " [tagged: set aside]"
 	}
 	return fmt.Sprintf("%8.3fs..%-9s p%-3d %-3s %-26s %s", o.call.Seconds(), retString(o.ret, o.status), o.process, o.node, what, res)
