@@ -171,6 +171,7 @@ func runJepsen(t *testing.T, cfg jepsenConfig, seed int64) {
 			t.Errorf("writes did not resume within %s of the start or the end of %s", jepsenResume, f.short())
 		}
 	}
+	dir := ""
 	for _, k := range jepsenKeys {
 		v := checkKey(ops, k, jepsenInit)
 		switch v.result {
@@ -180,13 +181,19 @@ func runJepsen(t *testing.T, cfg jepsenConfig, seed int64) {
 			t.Errorf("%s: the linearizability check did not finish within %s (%d operations)", k, checkTimeout, v.ops)
 		default:
 			msg := describeWindow(v, evs)
-			if dir, err := outDir(cfg, seed); err == nil {
-				if p, err := writeVisualization(dir, fmt.Sprintf("seed-%d-%s", seed, k), v, jepsenInit, evs); err == nil {
-					msg += "  porcupine's view of the window: " + p + "\n"
+			var err error
+			if dir == "" {
+				dir, err = outDir(cfg, seed)
+			}
+			if err == nil {
+				var vis, hist string
+				if vis, err = writeVisualization(dir, fmt.Sprintf("seed-%d-%s", seed, k), v, jepsenInit, evs); err == nil {
+					hist, err = writeHistory(dir, seed, ops, evs)
 				}
-				if p, err := writeHistory(dir, seed, ops, evs); err == nil {
-					msg += "  the whole history: " + p + "\n"
-				}
+				msg += fmt.Sprintf("  porcupine's view of the window: %s\n  the whole history: %s\n", vis, hist)
+			}
+			if err != nil {
+				msg += fmt.Sprintf("  (could not keep the files: %v)\n", err)
 			}
 			t.Errorf("seed %d: %s", seed, msg)
 		}
