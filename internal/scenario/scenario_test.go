@@ -74,12 +74,7 @@ func TestScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scenarios run whole clusters; skipped with -short")
 	}
-	if err := canMakeNamespaces(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("scenarios need network namespaces and iptables (root): %v", err)
-		}
-		t.Skipf("scenarios need network namespaces and iptables (root): %v", err)
-	}
+	needNamespaces(t)
 	caps := capabilities()
 	all := os.Getenv("FLOTILLA_SCENARIOS") == "all"
 	dir := "testdata"
