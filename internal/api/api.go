@@ -738,7 +738,7 @@ func (p *prettyWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
 // refuse writes an error in the format of the API the request is for:
 // fleet's under /fleet/v1, Flotilla's elsewhere.
 func refuse(w http.ResponseWriter, r *http.Request, code int, kind, msg string) {
-	if r.URL.Path == fleetapi.Prefix || strings.HasPrefix(r.URL.Path, fleetapi.Prefix+"/") {
+	if fleetapi.Owns(r.URL.Path) {
 		fleetapi.WriteError(w, code, msg)
 		return
 	}
