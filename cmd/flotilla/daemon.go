@@ -198,6 +198,17 @@ func (p *parsedValue) Set(v string) error {
 	return nil
 }
 
+// cannotRun is the error of a daemon that could not run, or stopped
+// running: exit code 1 whatever the cause (docs/cli.md). The network
+// errors inside (a listener in use) are not a cluster the CLI could not
+// reach (4).
+func cannotRun(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(err.Error())
+}
+
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
@@ -221,7 +232,7 @@ func devCommand(src *flagconfig.Sources) *cobra.Command {
 			if err := f.process(ctx); err != nil {
 				return err
 			}
-			return daemon.Dev(ctx, daemon.DevConfig{Config: f.cfg})
+			return cannotRun(daemon.Dev(ctx, daemon.DevConfig{Config: f.cfg}))
 		},
 	}
 	f.register(cmd, false)
@@ -264,7 +275,7 @@ it is ready (Type=notify) once its API serves.`,
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			f.cfg.Reload = hup
-			return daemon.Run(ctx, f.cfg)
+			return cannotRun(daemon.Run(ctx, f.cfg))
 		},
 	}
 	f.register(cmd, true)

@@ -157,6 +157,9 @@ type Config struct {
 	Reload <-chan os.Signal
 
 	Logger *slog.Logger
+	// lock is the data dir's lock when the caller (Dev) holds it already;
+	// Run takes it otherwise.
+	lock *os.File
 	// Ready, if set, is called once every listener is up with their addresses.
 	Ready func(Addrs)
 }
@@ -446,6 +449,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	if cfg.lock == nil {
+		lock, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		defer lock.Close() // last: once the supervisor is detached
+	}
 	instance, err := machine.Instance(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
@@ -510,7 +520,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		cleanups = append(cleanups, func() { electionCli.Close() })
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-			return fmt.Errorf("--grpc-addr: %w", err)
+			return listenError("--grpc-addr", cfg.GRPCAddr, err)
 		}
 		addrs.GRPC = advertise(grpcLn.Addr(), cfg.PublicIP)
 	}

@@ -34,6 +34,13 @@ func Dev(ctx context.Context, dc DevConfig) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	// Before dev.json is read or written, and before etcd's ports.
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	cfg.lock = lock
 	path := filepath.Join(cfg.DataDir, "dev.json")
 	var st devState
 	switch b, err := os.ReadFile(path); {

@@ -62,7 +62,7 @@ func listenAPI(cfg *Config) (*apiListeners, error) {
 		ln, err := net.Listen("tcp", cfg.APIAddr)
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("--api-addr: %w", err)
+			return nil, listenError("--api-addr", cfg.APIAddr, err)
 		}
 		l.tcp = append(l.tcp, ln)
 	}
@@ -70,7 +70,7 @@ func listenAPI(cfg *Config) (*apiListeners, error) {
 		ln, err := listenUnix(cfg.APISocket)
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("--api-socket: %w", err)
+			return nil, listenError("--api-socket", cfg.APISocket, err)
 		}
 		l.unix = append(l.unix, ln)
 		l.socket = cfg.APISocket
