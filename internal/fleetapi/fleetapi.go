@@ -61,8 +61,9 @@ type Config struct {
 }
 
 type server struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	trail trail
 }
 
 // New returns the handler of every path under /fleet/v1 but the discovery
@@ -79,7 +80,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &server{cfg: cfg, log: cfg.Logger.With("component", "fleetapi")}
+	s := &server{cfg: cfg, log: cfg.Logger.With("component", "fleetapi"), trail: trail{since: map[string]time.Time{}}}
 	mux := http.NewServeMux()
 	only := func(methods string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -163,6 +164,9 @@ func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.engineError(w, err)
 		return
+	}
+	if s.trail.take(fu.Name, fu.DesiredState, fu.CurrentState) {
+		fu.CurrentState = string(unit.Launched)
 	}
 	writeJSON(w, http.StatusOK, fu)
 }
@@ -251,6 +255,9 @@ func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.apply(w, r, engine.Change{Name: in.Name, DesiredState: desired}) {
 		return
+	}
+	if desired == unit.Loaded && cur.CurrentState == string(unit.Launched) {
+		s.trail.stopped(in.Name)
 	}
 	writeEmpty(w, http.StatusNoContent)
 }

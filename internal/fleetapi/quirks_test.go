@@ -1,15 +1,22 @@
 package fleetapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 	"github.com/flotilla/flotilla/internal/limits"
+	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 )
 
 // fleetMetadataOp is the op of fleet's functional tests
@@ -144,4 +151,141 @@ func manyPairs(machine string, n int) [][3]string {
 		ops = append(ops, [3]string{"add", fmt.Sprintf("/%s/metadata/k%d", machine, i), "v"})
 	}
 	return ops
+}
+
+func TestMain(m *testing.M) { supervisortest.Main(m) }
+
+// fleetUnit is what fleetctl reads of a unit: GET /fleet/v1/units/{name}.
+type fleetUnit struct {
+	DesiredState, CurrentState, MachineID string
+}
+
+// fleetctl sends its writes as fleet's generated client does, with
+// Content-Type: application/json.
+func fleetctlPut(t *testing.T, url, name, body string) {
+	t.Helper()
+	if code, out := do(t, url, "PUT", "/fleet/v1/units/"+name, body, true); code != 201 && code != 204 {
+		t.Fatalf("PUT %s %s = %d %s", name, body, code, out)
+	}
+}
+
+// fleetctlWait polls as fleetctl's assertUnitState does: GET the unit every
+// 250 ms until its currentState is want; it gives up after limit (fleetctl
+// polls for ever).
+func fleetctlWait(t *testing.T, url, name, want string, limit time.Duration) {
+	t.Helper()
+	var u fleetUnit
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		code, out := do(t, url, "GET", "/fleet/v1/units/"+name, "", false)
+		if err := json.Unmarshal([]byte(out), &u); code != 200 || err != nil {
+			t.Fatalf("GET %s = %d %s", name, code, out)
+		}
+		if u.CurrentState == want {
+			return
+		}
+	}
+	t.Fatalf("%s: currentState %q, not %q within %v: fleetctl would wait for ever", name, u.CurrentState, want, limit)
+}
+
+// pidOf is the unit's main process as /v1 shows it (0: none running).
+func pidOf(t *testing.T, url, name string) int {
+	t.Helper()
+	code, out := do(t, url, "GET", "/v1/units/"+name, "", false)
+	var u apiv1.Unit
+	if err := json.Unmarshal([]byte(out), &u); code != 200 || err != nil {
+		t.Fatalf("GET /v1/units/%s = %d %s", name, code, out)
+	}
+	if u.State == nil || u.State.Active != "active" {
+		return 0
+	}
+	return u.State.PID
+}
+
+// TestFleetctlRestartShape: fleetctl restart (fleet's TestUnitRestart) sets
+// the target loaded, waits for currentState launched, then sets launched and
+// waits for launched: it returns, and the unit runs a new process. stop and
+// start, run the same way, still wait for what they wait for.
+func TestFleetctlRestartShape(t *testing.T) {
+	c := daemontest.Start(t, daemontest.Machine{ID: "m1", Exec: true})
+	const name = "sleeper.service"
+	opts := `[{"section":"Service","name":"ExecStart","value":"/bin/sleep 1000"}]`
+	fleetctlPut(t, c.URL, name, `{"name":"`+name+`","desiredState":"launched","options":`+opts+`}`)
+	fleetctlWait(t, c.URL, name, "launched", 20*time.Second)
+	pid := pidOf(t, c.URL, name)
+
+	for i := range 3 {
+		fleetctlPut(t, c.URL, name, `{"name":"`+name+`","desiredState":"loaded"}`)
+		fleetctlWait(t, c.URL, name, "launched", 10*time.Second)
+		fleetctlPut(t, c.URL, name, `{"name":"`+name+`","desiredState":"launched"}`)
+		fleetctlWait(t, c.URL, name, "launched", 10*time.Second)
+		var now int
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if now = pidOf(t, c.URL, name); now != 0 && now != pid {
+				break
+			}
+		}
+		if now == 0 || now == pid {
+			t.Fatalf("restart %d: pid %d, was %d: want the unit running a new process", i+1, now, pid)
+		}
+		pid = now
+	}
+
+	// stop waits for loaded, and gets it with the unit stopped.
+	fleetctlPut(t, c.URL, name, `{"name":"`+name+`","desiredState":"loaded"}`)
+	fleetctlWait(t, c.URL, name, "loaded", 10*time.Second)
+	if p := pidOf(t, c.URL, name); p != 0 {
+		t.Fatalf("after stop: the unit runs pid %d", p)
+	}
+	// A later read shows it as it is.
+	fleetctlWait(t, c.URL, name, "loaded", time.Second)
+	// start waits for launched.
+	fleetctlPut(t, c.URL, name, `{"name":"`+name+`","desiredState":"launched"}`)
+	fleetctlWait(t, c.URL, name, "launched", 10*time.Second)
+	if p := pidOf(t, c.URL, name); p == 0 || p == pid {
+		t.Fatalf("after start: pid %d (before the stop: %d)", p, pid)
+	}
+}
+
+// TestFleetctlRestart runs the unmodified fleetctl (built from coreos/fleet
+// as docs/fleet.md says; its path in $FLOTILLA_TEST_FLEETCTL) through
+// start, restart (a new process), stop and start of a unit.
+func TestFleetctlRestart(t *testing.T) {
+	bin := os.Getenv("FLOTILLA_TEST_FLEETCTL")
+	if bin == "" {
+		t.Skip("$FLOTILLA_TEST_FLEETCTL does not name a fleetctl binary (docs/fleet.md says how to build one)")
+	}
+	c := daemontest.Start(t, daemontest.Machine{ID: "m1", Exec: true})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hello.service"), []byte("[Service]\nExecStart=/bin/sleep 1000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fleetctl := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--endpoint", "unix://" + c.Socket}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("fleetctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	fleetctl("start", "hello.service")
+	pid := pidOf(t, c.URL, "hello.service")
+	if out := fleetctl("restart", "hello.service"); !strings.Contains(out, "was restarted") {
+		t.Errorf("fleetctl restart said:\n%s", out)
+	}
+	if now := pidOf(t, c.URL, "hello.service"); now == 0 || now == pid {
+		t.Errorf("after fleetctl restart: pid %d, was %d", now, pid)
+	}
+	fleetctl("stop", "hello.service")
+	if p := pidOf(t, c.URL, "hello.service"); p != 0 {
+		t.Errorf("after fleetctl stop: pid %d runs", p)
+	}
+	fleetctl("start", "hello.service")
+	if p := pidOf(t, c.URL, "hello.service"); p == 0 {
+		t.Error("after fleetctl start: no process")
+	}
 }
