@@ -37,6 +37,7 @@ import (
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
+	"github.com/flotilla/flotilla/internal/supervisor"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -622,6 +623,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	var drv driver.Driver
+	var sup *supervisor.Client // the exec driver's, if it runs
 	if !cfg.NoAgent {
 		var dial []grpc.DialOption
 		if creds != nil {
@@ -638,7 +640,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if err != nil {
 			return err
 		}
-		drv, err = newDriver(cfg, ag.Notify)
+		drv, sup, err = newDriver(cfg, ag.Notify)
 		if err != nil {
 			return err
 		}
@@ -753,6 +755,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// before it ran any unit, ends the supervisor too.
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		if det, ok := drv.(driver.Detacher); ok && !leave && (refused == nil || len(drv.States()) > 0) {
+			sayLeftRunning(log, cfg.DataDir, drv, sup)
 			det.Detach(cctx)
 		} else {
 			drv.Close(cctx)
@@ -779,6 +782,37 @@ func machineTransport(creds *auth.Credentials) func(machine string) http.RoundTr
 		}
 		return t
 	}
+}
+
+// sayLeftRunning logs, as the daemon exits, what keeps running after it
+// and how to stop it.
+func sayLeftRunning(log *slog.Logger, dataDir string, drv driver.Driver, sup *supervisor.Client) {
+	running := func(sts []unit.Status) int {
+		n := 0
+		for _, st := range sts {
+			if st.Running() {
+				n++
+			}
+		}
+		return n
+	}
+	all := running(drv.States())
+	if sup == nil {
+		if all > 0 {
+			log.Info(fmt.Sprintf("%d units keep running after this daemon, in their driver; a daemon restarted on this data dir adopts them", all), "units", all)
+		}
+		return
+	}
+	n := running(sup.States())
+	stop := "flotilla supervisor stop --data-dir " + dataDir
+	msg := fmt.Sprintf("%d units keep running under the supervisor (pid %d); a daemon restarted on this data dir adopts them, and `%s` stops them and it", n, sup.PID(), stop)
+	if n == 0 {
+		msg = fmt.Sprintf("no unit runs; the supervisor (pid %d) ends by itself after %v without a daemon, or at once with `%s`", sup.PID(), supervisor.DefaultIdleExit, stop)
+	}
+	if others := all - n; others > 0 {
+		msg += fmt.Sprintf("; %d more keep running in their driver", others)
+	}
+	log.Info(msg, "units", n, "supervisor_pid", sup.PID(), "stop", stop)
 }
 
 func scheme(creds *auth.Credentials) string {
