@@ -47,6 +47,10 @@ import (
 // request is forwarded at most once.
 const forwardedHeader = "X-Flotilla-Forwarded"
 
+// ForwardedHeader is forwardedHeader, for the daemon's handlers around the
+// API's.
+const ForwardedHeader = forwardedHeader
+
 // DefaultMaxBodyBytes bounds a request body (a batch of units); other
 // requests are bounded by limits.RequestBytes.
 const DefaultMaxBodyBytes = limits.BatchBytes

@@ -624,6 +624,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	var drv driver.Driver
 	var sup *supervisor.Client // the exec driver's, if it runs
+	refused := &refusal{machine: cfg.Name, log: log}
 	if !cfg.NoAgent {
 		var dial []grpc.DialOption
 		if creds != nil {
@@ -635,7 +636,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version,
 				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes, Drivers: driverSet(cfg.Driver), Instance: instance},
 			Leaders: leaders, Servers: cfg.Servers, TTL: agentTTL(cfg), Logger: cfg.Logger,
-			Registry: cfg.Registry, Etcd: cli, Keys: keys,
+			Registry: cfg.Registry, Etcd: cli, Keys: keys, OnRefused: refused.set,
 		})
 		if err != nil {
 			return err
@@ -675,7 +676,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		acfg.ForwardMachine = machineTransport(creds)
 		srv.TLSConfig = creds.ServerConfig()
 	}
-	srv.Handler = api.New(acfg)
+	srv.Handler = refused.gate(api.New(acfg))
 	for _, ln := range apiLns.tcp {
 		if creds != nil {
 			go srv.ServeTLS(ln, "", "")
@@ -714,22 +715,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	notifySystemd(log, sddaemon.SdNotifyReady)
 
-	var refused error
 	select {
 	case <-ctx.Done():
 	case <-agentDone:
-		// The agent ends by itself only when its machine name is refused.
+		// The agent ends by itself only on an error it cannot retry (a
+		// refused machine name is retried: refusal).
 		if agentErr == nil {
 			<-ctx.Done()
 		}
-		refused = agentErr
 	}
 	log.Info("shutting down")
 	notifySystemd(log, sddaemon.SdNotifyStopping)
-	if refused != nil {
-		log.Error("this daemon cannot join the cluster", "err", refused)
-	}
-	leave := cfg.StopUnitsOnExit && ag != nil && refused == nil
+	// A daemon refused its machine name never speaks for that machine: it
+	// does not leave in its name.
+	joined := refused.current() == nil
+	leave := cfg.StopUnitsOnExit && ag != nil && joined
 	if leave {
 		// fleet's shutdown: the units stop here, then the leader places
 		// them elsewhere at once.
@@ -754,7 +754,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// A daemon that left (its units stopped), or that was refused
 		// before it ran any unit, ends the supervisor too.
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if det, ok := drv.(driver.Detacher); ok && !leave && (refused == nil || len(drv.States()) > 0) {
+		if det, ok := drv.(driver.Detacher); ok && !leave && (joined || len(drv.States()) > 0) {
 			sayLeftRunning(log, cfg.DataDir, drv, sup)
 			det.Detach(cctx)
 		} else {
@@ -762,7 +762,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		cancel()
 	}
-	return refused
+	return agentErr
 }
 
 // machineTransport returns the transport of reads forwarded to one

@@ -3,6 +3,7 @@ package fleetapi_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -247,14 +248,66 @@ func TestFleetctlRestartShape(t *testing.T) {
 	}
 }
 
-// TestFleetctlRestart runs the unmodified fleetctl (built from coreos/fleet
-// as docs/fleet.md says; its path in $FLOTILLA_TEST_FLEETCTL) through
-// start, restart (a new process), stop and start of a unit.
-func TestFleetctlRestart(t *testing.T) {
+// fleetctlBin is the unmodified fleetctl that $FLOTILLA_TEST_FLEETCTL
+// names; the test is skipped without one.
+func fleetctlBin(t *testing.T) string {
 	bin := os.Getenv("FLOTILLA_TEST_FLEETCTL")
 	if bin == "" {
 		t.Skip("$FLOTILLA_TEST_FLEETCTL does not name a fleetctl binary (docs/fleet.md says how to build one)")
 	}
+	return bin
+}
+
+// runFleetctl runs fleetctl against endpoint in dir.
+func runFleetctl(bin, endpoint, dir string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--endpoint", endpoint}, args...)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestFleetctlDetectMachineId is fleet's TestDetectMachineId with the
+// unmodified fleetctl: a daemon whose machine name is live elsewhere stays
+// up and fleetctl list-machines against it exits 1 with fleetd's words;
+// once the other is gone it joins, and list-machines works.
+func TestFleetctlDetectMachineId(t *testing.T) {
+	bin := fleetctlBin(t)
+	c := daemontest.Start(t, daemontest.Machine{ID: "e", NoAgent: true})
+	first := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.1"})
+	time.Sleep(time.Second) // the leader hears from the first a
+	second := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.2"})
+	var out string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if out, err = runFleetctl(bin, c.URLs[second], t.TempDir(), "list-machines", "--no-legend"); err != nil {
+			break
+		}
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(out, "fleet server unable to communicate with etcd") {
+		t.Fatalf("fleetctl list-machines against the second a: %v\n%s\nwant exit 1 and fleetd's message", err, out)
+	}
+	if err := c.Stop(t, first); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err = runFleetctl(bin, c.URLs[second], t.TempDir(), "list-machines", "--no-legend")
+		if err == nil && strings.Contains(out, "10.0.0.2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fleetctl list-machines once the first a is gone: %v\n%s", err, out)
+		}
+	}
+}
+
+// TestFleetctlRestart runs the unmodified fleetctl (built from coreos/fleet
+// as docs/fleet.md says; its path in $FLOTILLA_TEST_FLEETCTL) through
+// start, restart (a new process), stop and start of a unit.
+func TestFleetctlRestart(t *testing.T) {
+	bin := fleetctlBin(t)
 	c := daemontest.Start(t, daemontest.Machine{ID: "m1", Exec: true})
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "hello.service"), []byte("[Service]\nExecStart=/bin/sleep 1000\n"), 0o644); err != nil {
@@ -262,15 +315,11 @@ func TestFleetctlRestart(t *testing.T) {
 	}
 	fleetctl := func(args ...string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, append([]string{"--endpoint", "unix://" + c.Socket}, args...)...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
+		out, err := runFleetctl(bin, "unix://"+c.Socket, dir, args...)
 		if err != nil {
 			t.Fatalf("fleetctl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
-		return string(out)
+		return out
 	}
 	fleetctl("start", "hello.service")
 	pid := pidOf(t, c.URL, "hello.service")
