@@ -799,20 +799,27 @@ func sayLeftRunning(log *slog.Logger, dataDir string, drv driver.Driver, sup *su
 	all := running(drv.States())
 	if sup == nil {
 		if all > 0 {
-			log.Info(fmt.Sprintf("%d units keep running after this daemon, in their driver; a daemon restarted on this data dir adopts them", all), "units", all)
+			log.Info(keepRunning(all)+" after this daemon, in their driver; a daemon restarted on this data dir adopts them", "units", all)
 		}
 		return
 	}
 	n := running(sup.States())
 	stop := "flotilla supervisor stop --data-dir " + dataDir
-	msg := fmt.Sprintf("%d units keep running under the supervisor (pid %d); a daemon restarted on this data dir adopts them, and `%s` stops them and it", n, sup.PID(), stop)
+	msg := fmt.Sprintf("%s under the supervisor (pid %d); a daemon restarted on this data dir adopts them, and `%s` stops them and it", keepRunning(n), sup.PID(), stop)
 	if n == 0 {
 		msg = fmt.Sprintf("no unit runs; the supervisor (pid %d) ends by itself after %v without a daemon, or at once with `%s`", sup.PID(), supervisor.DefaultIdleExit, stop)
 	}
 	if others := all - n; others > 0 {
-		msg += fmt.Sprintf("; %d more keep running in their driver", others)
+		msg += fmt.Sprintf("; %d more in their driver", others)
 	}
 	log.Info(msg, "units", n, "supervisor_pid", sup.PID(), "stop", stop)
+}
+
+func keepRunning(n int) string {
+	if n == 1 {
+		return "1 unit keeps running"
+	}
+	return fmt.Sprintf("%d units keep running", n)
 }
 
 func scheme(creds *auth.Credentials) string {

@@ -117,7 +117,7 @@ func TestSupervisorStop(t *testing.T) {
 		t.Fatal("web.service died")
 	}
 	nd.stop(t)
-	want := fmt.Sprintf("1 units keep running under the supervisor (pid %d); a daemon restarted on this data dir adopts them, and `flotilla supervisor stop --data-dir %s` stops them and it", sup, nd.dir)
+	want := fmt.Sprintf("1 unit keeps running under the supervisor (pid %d); a daemon restarted on this data dir adopts them, and `flotilla supervisor stop --data-dir %s` stops them and it", sup, nd.dir)
 	if log := nd.log.String(); !strings.Contains(log, want) {
 		t.Errorf("dev's log at exit lacks %q:\n%s", want, tail(log, 20))
 	}
