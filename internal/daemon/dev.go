@@ -75,6 +75,14 @@ func Dev(ctx context.Context, dc DevConfig) error {
 	if cfg.EtcdClientAddr == "" || cfg.EtcdPeerAddr == "" {
 		return fmt.Errorf("%s lacks etcd addresses (remove the data dir to start afresh)", path)
 	}
+	// dev has no flags for these: say where they come from.
+	for what, addr := range map[string]string{"client": cfg.EtcdClientAddr, "peer": cfg.EtcdPeerAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("etcd's %s address %s, kept in %s, cannot be listened on (%v): stop what listens there, or remove the data dir to start afresh", what, addr, path, err)
+		}
+		ln.Close()
+	}
 	// One machine: a short election TTL makes restarts snappy.
 	if cfg.ElectionTTL == 0 {
 		cfg.ElectionTTL = 2 * time.Second
