@@ -70,7 +70,7 @@ func listenAPI(cfg *Config) (*apiListeners, error) {
 		ln, err := listenUnix(cfg.APISocket)
 		if err != nil {
 			l.close()
-			return nil, listenError("--api-socket", cfg.APISocket, err)
+			return nil, fmt.Errorf("--api-socket: %w", err) // names the path
 		}
 		l.unix = append(l.unix, ln)
 		l.socket = cfg.APISocket
