@@ -83,7 +83,7 @@ func DataDirInUse(dir string) (bool, int) {
 // not taken for an unreachable cluster (exit code 1, not 4; docs/cli.md).
 func listenError(flag, addr string, err error) error {
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("%s %s: the address is in use: another process (another flotilla daemon or dev?) listens there; stop it, or give another %s", flag, addr, flag)
+		return fmt.Errorf("%s %s: address already in use: another process (another flotilla daemon or dev?) listens there; stop it, or give another %s", flag, addr, flag)
 	}
 	return fmt.Errorf("%s %s: %v", flag, addr, err)
 }

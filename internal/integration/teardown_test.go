@@ -41,7 +41,7 @@ func TestDevInUse(t *testing.T) {
 		t.Errorf("a second dev on %s: exit %d:\n%s\nwant exit 1 and %q", nd.dir, code, out, want)
 	}
 	code, out = flotillaExit(t, nil, "dev", "--data-dir", t.TempDir(), "--api-addr", nd.api)
-	want = fmt.Sprintf("--api-addr %s: the address is in use", nd.api)
+	want = fmt.Sprintf("--api-addr %s: address already in use", nd.api)
 	if code != 1 || !strings.Contains(out, want) {
 		t.Errorf("dev on the API address of another: exit %d:\n%s\nwant exit 1 and %q", code, out, want)
 	}
