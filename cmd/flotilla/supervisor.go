@@ -43,6 +43,9 @@ supervisor once its daemon is stopped (docs/cluster.md).`,
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if idleExit == 0 {
+				idleExit = -1 // never
+			}
 			return supervisor.Serve(supervisor.ServeConfig{Dir: dir, Version: daemon.Version, Logger: log, IdleExit: idleExit})
 		},
 	}
