@@ -104,6 +104,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.BoolVar(&f.cfg.ACL, "acl", false, "require an API token with a role on every request (flotilla acl bootstrap makes the first)")
 	fs.BoolVar(&f.cfg.MetricsPublic, "metrics-public", false, "with --acl, serve /metrics without a token")
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "listen beyond loopback without TLS and --acl (warns at start and every hour)")
+	fs.BoolVar(&f.cfg.StopUnitsOnExit, "stop-units-on-exit", false, "fleet's shutdown: on SIGTERM or SIGINT (Ctrl-C), stop this machine's units (each within its stop timeout) and its supervisor, and leave the cluster, so the leader places them elsewhere at once (default: units outlive the daemon, which logs how to stop them)")
 	cmd.MarkFlagFilename("config", "yaml", "yml")
 	cmd.MarkFlagDirname("data-dir")
 	cmd.MarkFlagFilename("api-socket")
@@ -116,7 +117,6 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.cfg.Registry, "registry", "grpc", "how agents and the engine coordinate: grpc (a stream per agent to the leader) or etcd (through etcd, as fleet did)")
 	fs.StringVar(&f.cfg.GRPCAdvertiseAddr, "grpc-advertise-addr", "", "address agents dial for this engine, if not --grpc-addr (a proxy, a NAT address)")
 	fs.BoolVar(&f.cfg.NoAgent, "no-agent", false, "run no agent (no units) on this machine")
-	fs.BoolVar(&f.cfg.StopUnitsOnExit, "stop-units-on-exit", false, "fleet's shutdown: on SIGTERM or SIGINT, stop this machine's units (each within its stop timeout) and leave the cluster, so the leader places them elsewhere at once (default: units outlive the daemon)")
 	fs.StringVar(&f.endpoints, "etcd-endpoints", "", "client URLs of an external etcd cluster, URL,...")
 	fs.StringVar(&f.servers, "servers", "", "a machine that only runs units: the servers' gRPC addresses (their --grpc-addr), HOST:PORT,...; no etcd, no engine (needed with an agent certificate, tls cert create --agent)")
 	fs.BoolVar(&f.cfg.EtcdEmbed, "etcd-embed", false, "run an etcd member in this process")
@@ -199,6 +199,17 @@ func (p *parsedValue) Set(v string) error {
 	return nil
 }
 
+// cannotRun is the error of a daemon that could not run, or stopped
+// running: exit code 1 whatever the cause (docs/cli.md). The network
+// errors inside (a listener in use) are not a cluster the CLI could not
+// reach (4).
+func cannotRun(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(err.Error())
+}
+
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
@@ -222,7 +233,7 @@ func devCommand(src *flagconfig.Sources) *cobra.Command {
 			if err := f.process(ctx); err != nil {
 				return err
 			}
-			return daemon.Dev(ctx, daemon.DevConfig{Config: f.cfg})
+			return cannotRun(daemon.Dev(ctx, daemon.DevConfig{Config: f.cfg}))
 		},
 	}
 	f.register(cmd, false)
@@ -265,7 +276,7 @@ it is ready (Type=notify) once its API serves.`,
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			f.cfg.Reload = hup
-			return daemon.Run(ctx, f.cfg)
+			return cannotRun(daemon.Run(ctx, f.cfg))
 		},
 	}
 	f.register(cmd, true)

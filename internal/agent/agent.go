@@ -25,7 +25,9 @@
 //     of agents retrying a leader still loading cost it streams, not TCP
 //     connections and handshakes. A leader that refuses the Hello because another
 //     live daemon holds the machine's name (with another instance: another
-//     data dir) ends Run with ErrNameInUse.
+//     data dir) ends Run with ErrNameInUse, or, with Config.OnRefused (the
+//     daemon's), has the agent say Hello again every RefusedRetry until
+//     the name is free.
 //  5. The cut-off policy. Every message from the leader carries the
 //     leader's monotonic send time; the agent maps it onto the machine's
 //     monotonic clock (monotime) with the smallest offset seen on the
@@ -136,7 +138,17 @@ type Config struct {
 	// Mono is the machine's monotonic clock; nil means monotime.Now. Tests
 	// under testing/synctest substitute one that follows their fake time.
 	Mono func() monotime.Time
+	// OnRefused, if set, keeps Run going when the leader refuses the
+	// machine's ID because another live daemon holds it (ErrNameInUse):
+	// Run calls it with the refusal, tries again every RefusedRetry, and
+	// calls it with nil once it has joined, as fleetd kept retrying. Nil:
+	// Run returns the refusal.
+	OnRefused func(error)
 }
+
+// RefusedRetry is how often an agent whose machine ID is held by another
+// live daemon tries again (Config.OnRefused).
+const RefusedRetry = 2 * time.Second
 
 // Agent is one machine's agent. Make it with New; Notify must be wired to
 // the driver's notifications (see New).
@@ -166,6 +178,9 @@ type Agent struct {
 	// destroyed names loaded units the leader says were destroyed (not
 	// moved): their logs are removed once they are unloaded.
 	destroyed map[string]bool
+	// wasRefused: the leader refused the machine's ID since it last took
+	// it (Config.OnRefused).
+	wasRefused bool
 	// leaderTTL is the agent TTL the leader last told (0: not told); the
 	// default LostAfter= is the shorter of it and the agent's own.
 	leaderTTL time.Duration
@@ -374,7 +389,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		start := a.cfg.Now()
 		err := a.session(ctx, cur, lw)
 		if errors.Is(err, ErrNameInUse) {
-			return err
+			if !a.refused(ctx, err) {
+				return err
+			}
+			continue
 		}
 		if ctx.Err() != nil || a.hasLeft() {
 			break
@@ -403,6 +421,38 @@ func (a *Agent) Leader() (election.Info, bool) {
 	}
 	in := lw.current()
 	return in, in.Machine != ""
+}
+
+// refused reports a refusal of the machine's ID to Config.OnRefused and
+// waits RefusedRetry (or until ctx is done) before the next try; false
+// when there is no OnRefused, and Run is to return the refusal.
+func (a *Agent) refused(ctx context.Context, err error) bool {
+	if a.cfg.OnRefused == nil {
+		return false
+	}
+	a.mu.Lock()
+	a.wasRefused = true
+	a.mu.Unlock()
+	a.cfg.OnRefused(err)
+	t := time.NewTimer(RefusedRetry)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return true
+}
+
+// joined tells Config.OnRefused that the machine's ID was taken, after a
+// refusal.
+func (a *Agent) joined() {
+	a.mu.Lock()
+	was := a.wasRefused
+	a.wasRefused = false
+	a.mu.Unlock()
+	if was && a.cfg.OnRefused != nil {
+		a.cfg.OnRefused(nil)
+	}
 }
 
 // leaderWatch is who leads, as the agent knows it: from the leader source
@@ -493,7 +543,7 @@ func (a *Agent) session(ctx context.Context, leader election.Info, lw *leaderWat
 	}
 	go func() {
 		var clock sendClock
-		for {
+		for first := true; ; first = false {
 			msg, err := stream.Recv()
 			if err != nil {
 				if status.Code(err) == codes.AlreadyExists {
@@ -502,6 +552,9 @@ func (a *Agent) session(ctx context.Context, leader election.Info, lw *leaderWat
 				recvErr <- err
 				errc <- err
 				return
+			}
+			if first {
+				a.joined() // the leader took the Hello
 			}
 			a.received(msg, clock.sent(msg.SentMonoNano, a.cfg.Mono()))
 		}

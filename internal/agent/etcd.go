@@ -34,7 +34,10 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 		start := a.cfg.Now()
 		err := a.etcdSession(ctx)
 		if errors.Is(err, ErrNameInUse) {
-			return err
+			if !a.refused(ctx, err) {
+				return err
+			}
+			continue
 		}
 		if ctx.Err() != nil || a.hasLeft() {
 			return nil
@@ -92,6 +95,7 @@ func (a *Agent) etcdSession(ctx context.Context) error {
 	if !txn.Succeeded {
 		return errors.New("the machine's presence key changed while registering")
 	}
+	a.joined()
 	var ops []clientv3.Op
 	for _, s := range hello.Units {
 		b, _ := proto.Marshal(s)

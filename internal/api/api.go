@@ -47,6 +47,10 @@ import (
 // request is forwarded at most once.
 const forwardedHeader = "X-Flotilla-Forwarded"
 
+// ForwardedHeader is forwardedHeader, for the daemon's handlers around the
+// API's.
+const ForwardedHeader = forwardedHeader
+
 // DefaultMaxBodyBytes bounds a request body (a batch of units); other
 // requests are bounded by limits.RequestBytes.
 const DefaultMaxBodyBytes = limits.BatchBytes
@@ -764,7 +768,7 @@ func (p *prettyWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
 // refuse writes an error in the format of the API the request is for:
 // fleet's under /fleet/v1, Flotilla's elsewhere.
 func refuse(w http.ResponseWriter, r *http.Request, code int, kind, msg string) {
-	if r.URL.Path == fleetapi.Prefix || strings.HasPrefix(r.URL.Path, fleetapi.Prefix+"/") {
+	if fleetapi.Owns(r.URL.Path) {
 		fleetapi.WriteError(w, code, msg)
 		return
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
+	"github.com/flotilla/flotilla/internal/supervisor"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -161,6 +162,9 @@ type Config struct {
 	Reload <-chan os.Signal
 
 	Logger *slog.Logger
+	// lock is the data dir's lock when the caller (Dev) holds it already;
+	// Run takes it otherwise.
+	lock *os.File
 	// Ready, if set, is called once every listener is up with their addresses.
 	Ready func(Addrs)
 }
@@ -450,6 +454,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := privateDir(cfg.DataDir); err != nil {
 		return err
 	}
+	if cfg.lock == nil {
+		lock, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		defer lock.Close() // last: once the supervisor is detached
+	}
 	instance, err := machine.Instance(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
@@ -514,7 +525,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		cleanups = append(cleanups, func() { electionCli.Close() })
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-			return fmt.Errorf("--grpc-addr: %w", err)
+			return listenError("--grpc-addr", cfg.GRPCAddr, err)
 		}
 		if creds == nil {
 			// No certificates to tell machines apart: on loopback, agents
@@ -621,6 +632,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	var drv driver.Driver
+	var sup *supervisor.Client // the exec driver's, if it runs
+	refused := &refusal{machine: cfg.Name, log: log}
 	if !cfg.NoAgent {
 		var dial []grpc.DialOption
 		if creds != nil {
@@ -632,12 +645,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version,
 				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes, Drivers: driverSet(cfg.Driver), Instance: instance},
 			Leaders: leaders, Servers: cfg.Servers, TTL: agentTTL(cfg), Logger: cfg.Logger,
-			Registry: cfg.Registry, Etcd: cli, Keys: keys,
+			Registry: cfg.Registry, Etcd: cli, Keys: keys, OnRefused: refused.set,
 		})
 		if err != nil {
 			return err
 		}
-		drv, err = newDriver(cfg, ag.Notify)
+		drv, sup, err = newDriver(cfg, ag.Notify)
 		if err != nil {
 			return err
 		}
@@ -672,7 +685,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		acfg.ForwardMachine = machineTransport(creds)
 		srv.TLSConfig = creds.ServerConfig()
 	}
-	srv.Handler = api.New(acfg)
+	srv.Handler = refused.gate(api.New(acfg))
 	if !cfg.ACL {
 		// No tokens to tell people apart: on loopback, this daemon's own
 		// user (and root) alone.
@@ -719,22 +732,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	notifySystemd(log, sddaemon.SdNotifyReady)
 
-	var refused error
 	select {
 	case <-ctx.Done():
 	case <-agentDone:
-		// The agent ends by itself only when its machine name is refused.
+		// The agent ends by itself only on an error it cannot retry (a
+		// refused machine name is retried: refusal).
 		if agentErr == nil {
 			<-ctx.Done()
 		}
-		refused = agentErr
 	}
 	log.Info("shutting down")
 	notifySystemd(log, sddaemon.SdNotifyStopping)
-	if refused != nil {
-		log.Error("this daemon cannot join the cluster", "err", refused)
-	}
-	leave := cfg.StopUnitsOnExit && ag != nil && refused == nil
+	// A daemon refused its machine name never speaks for that machine: it
+	// does not leave in its name.
+	joined := refused.current() == nil
+	leave := cfg.StopUnitsOnExit && ag != nil && joined
 	if leave {
 		// fleet's shutdown: the units stop here, then the leader places
 		// them elsewhere at once.
@@ -759,14 +771,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// A daemon that left (its units stopped), or that was refused
 		// before it ran any unit, ends the supervisor too.
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if det, ok := drv.(driver.Detacher); ok && !leave && (refused == nil || len(drv.States()) > 0) {
+		if det, ok := drv.(driver.Detacher); ok && !leave && (joined || len(drv.States()) > 0) {
+			sayLeftRunning(log, cfg.DataDir, drv, sup)
 			det.Detach(cctx)
 		} else {
 			drv.Close(cctx)
 		}
 		cancel()
 	}
-	return refused
+	return agentErr
 }
 
 // machineTransport returns the transport of reads forwarded to one
@@ -786,6 +799,44 @@ func machineTransport(creds *auth.Credentials) func(machine string) http.RoundTr
 		}
 		return t
 	}
+}
+
+// sayLeftRunning logs, as the daemon exits, what keeps running after it
+// and how to stop it.
+func sayLeftRunning(log *slog.Logger, dataDir string, drv driver.Driver, sup *supervisor.Client) {
+	running := func(sts []unit.Status) int {
+		n := 0
+		for _, st := range sts {
+			if st.Running() {
+				n++
+			}
+		}
+		return n
+	}
+	all := running(drv.States())
+	if sup == nil {
+		if all > 0 {
+			log.Info(keepRunning(all)+" after this daemon, in their driver; a daemon restarted on this data dir adopts them", "units", all)
+		}
+		return
+	}
+	n := running(sup.States())
+	stop := "flotilla supervisor stop --data-dir " + dataDir
+	msg := fmt.Sprintf("%s under the supervisor (pid %d); a daemon restarted on this data dir adopts them, and `%s` stops them and it", keepRunning(n), sup.PID(), stop)
+	if n == 0 {
+		msg = fmt.Sprintf("no unit runs; the supervisor (pid %d) ends by itself after %v without a daemon, or at once with `%s`", sup.PID(), supervisor.DefaultIdleExit, stop)
+	}
+	if others := all - n; others > 0 {
+		msg += fmt.Sprintf("; %d more in their driver", others)
+	}
+	log.Info(msg, "units", n, "supervisor_pid", sup.PID(), "stop", stop)
+}
+
+func keepRunning(n int) string {
+	if n == 1 {
+		return "1 unit keeps running"
+	}
+	return fmt.Sprintf("%d units keep running", n)
 }
 
 func scheme(creds *auth.Credentials) string {

@@ -34,6 +34,13 @@ func Dev(ctx context.Context, dc DevConfig) error {
 	if err := privateDir(cfg.DataDir); err != nil {
 		return err
 	}
+	// Before dev.json is read or written, and before etcd's ports.
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	cfg.lock = lock
 	path := filepath.Join(cfg.DataDir, "dev.json")
 	var st devState
 	switch b, err := os.ReadFile(path); {
@@ -67,6 +74,14 @@ func Dev(ctx context.Context, dc DevConfig) error {
 	cfg.EtcdClientAddr, cfg.EtcdPeerAddr = st.EtcdClient, st.EtcdPeer
 	if cfg.EtcdClientAddr == "" || cfg.EtcdPeerAddr == "" {
 		return fmt.Errorf("%s lacks etcd addresses (remove the data dir to start afresh)", path)
+	}
+	// dev has no flags for these: say where they come from.
+	for what, addr := range map[string]string{"client": cfg.EtcdClientAddr, "peer": cfg.EtcdPeerAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("etcd's %s address %s, kept in %s, cannot be listened on (%v): stop what listens there, or remove the data dir to start afresh", what, addr, path, err)
+		}
+		ln.Close()
 	}
 	// One machine: a short election TTL makes restarts snappy.
 	if cfg.ElectionTTL == 0 {

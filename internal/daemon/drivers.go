@@ -38,22 +38,27 @@ func driverSet(s string) unit.DriverSet {
 }
 
 // newDriver makes the drivers --driver names, in its order, and a mux over
-// them when there are several. cfg.Driver was checked by Config.validate.
-func newDriver(cfg Config, notify driver.Notify) (driver.Driver, error) {
-	var err error
+// them when there are several; sup is the exec driver's supervisor client,
+// if there is one. cfg.Driver was checked by Config.validate.
+func newDriver(cfg Config, notify driver.Notify) (driver.Driver, *supervisor.Client, error) {
 	var entries []mux.Entry
+	var sup *supervisor.Client
 	for _, name := range splitDrivers(cfg.Driver) {
 		kind := unit.DriversFromNames([]string{name})
 		var d driver.Driver
+		var err error
 		switch kind {
 		case unit.DriverSim:
 			d, err = sim.New(sim.Config{Machine: cfg.Name, Notify: notify, StartDelay: cfg.SimStartDelay, FailureRate: cfg.SimFailureRate})
 		case unit.DriverExec:
 			// Units run in the machine's supervisor process, so that they
 			// outlive this one; it is started if none runs.
-			d, err = supervisor.New(supervisor.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: notify,
+			sup, err = supervisor.New(supervisor.Config{Dir: filepath.Join(cfg.DataDir, "units"), Machine: cfg.Name, Notify: notify,
 				Logger: cfg.Logger, Binary: cfg.SupervisorBinary, Version: Version, Inaccessible: cfg.secretPaths(),
 				Logs: &execdriver.LogConfig{Limits: execdriver.LogLimits{MaxBytes: cfg.LogMaxSize, MaxFiles: cfg.LogMaxFiles}, Journald: cfg.LogJournald}})
+			if err == nil {
+				d = sup
+			}
 		case unit.DriverSystemd:
 			d, err = systemddriver.New(systemddriver.Config{Machine: cfg.Name, Notify: notify, Logger: cfg.Logger, Inaccessible: cfg.secretPaths()})
 		case unit.DriverDocker:
@@ -66,19 +71,19 @@ func newDriver(cfg Config, notify driver.Notify) (driver.Driver, error) {
 		}
 		if err != nil {
 			closeAll(entries)
-			return nil, fmt.Errorf("%s driver: %w", name, err)
+			return nil, nil, fmt.Errorf("%s driver: %w", name, err)
 		}
 		entries = append(entries, mux.Entry{Kind: kind, Driver: d})
 	}
 	if len(entries) == 1 {
-		return entries[0].Driver, nil
+		return entries[0].Driver, sup, nil
 	}
 	m, err := mux.New(entries...)
 	if err != nil {
 		closeAll(entries)
-		return nil, fmt.Errorf("--driver %s: %w", cfg.Driver, err)
+		return nil, nil, fmt.Errorf("--driver %s: %w", cfg.Driver, err)
 	}
-	return m, nil
+	return m, sup, nil
 }
 
 // splitDrivers returns the driver names of a --driver list, in its order.

@@ -71,7 +71,7 @@ func startEtcd(m etcdMember, timeout time.Duration) (*embed.Etcd, error) {
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("start embedded etcd member %s: %w", m.Name, err)
+		return nil, fmt.Errorf("start embedded etcd member %s: %w", m.Name, etcdListenError(m, err))
 	}
 	select {
 	case <-e.Server.ReadyNotify():

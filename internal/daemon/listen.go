@@ -64,7 +64,7 @@ func listenAPI(cfg *Config) (*apiListeners, error) {
 		ln, err := net.Listen("tcp", cfg.APIAddr)
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("--api-addr: %w", err)
+			return nil, listenError("--api-addr", cfg.APIAddr, err)
 		}
 		l.tcp = append(l.tcp, ln)
 	}
@@ -72,7 +72,7 @@ func listenAPI(cfg *Config) (*apiListeners, error) {
 		ln, err := listenUnix(cfg.APISocket, cfg.APISocketGroup)
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("--api-socket: %w", err)
+			return nil, fmt.Errorf("--api-socket: %w", err) // names the path
 		}
 		l.unix = append(l.unix, ln)
 		l.socket = cfg.APISocket

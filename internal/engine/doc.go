@@ -49,7 +49,8 @@
 // in the daemon's data dir, so it is the same for a daemon restarted on its
 // machine (which takes its machine over at once, its old stream ended) and
 // differs for another machine given the same name. The refused agent's
-// daemon exits with the error. In the etcd registry mode the agent itself
+// daemon stays up, its API answering 503 with the error, and its agent
+// says Hello again every agent.RefusedRetry until the name is free. In the etcd registry mode the agent itself
 // refuses to overwrite a presence key that another instance holds (its
 // lease keeps it while that daemon lives), and writes its own only if the
 // key is still what it read.

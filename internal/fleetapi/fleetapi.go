@@ -15,16 +15,24 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/limits"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // Prefix is where the API is served.
 const Prefix = "/fleet/v1"
+
+// Owns reports whether a request's path is fleet's API's.
+func Owns(path string) bool {
+	return path == Prefix || strings.HasPrefix(path, Prefix+"/")
+}
 
 //go:embed discovery.json
 var discovery []byte
@@ -47,30 +55,33 @@ type Config struct {
 	Engine *engine.Engine
 	// PageSize is the number of entities in a page (default PageSize).
 	PageSize uint16
-	// MaxBodyBytes bounds request bodies.
+	// MaxBodyBytes bounds request bodies (default and at most
+	// limits.RequestBytes, as /v1 bounds every body but a batch's).
 	MaxBodyBytes int64
 	Logger       *slog.Logger
 }
 
 type server struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	trail trail
 }
 
 // New returns the handler of every path under /fleet/v1 but the discovery
 // document. Bodies of PUT and PATCH are expected to be JSON: the caller
-// checks their Content-Type (415 otherwise, with WriteError).
+// checks their Content-Type (415 otherwise, with WriteError; fleet's
+// clients may send none at all).
 func New(cfg Config) http.Handler {
 	if cfg.PageSize == 0 {
 		cfg.PageSize = PageSize
 	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = 1 << 20
+	if cfg.MaxBodyBytes <= 0 || cfg.MaxBodyBytes > limits.RequestBytes {
+		cfg.MaxBodyBytes = limits.RequestBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &server{cfg: cfg, log: cfg.Logger.With("component", "fleetapi")}
+	s := &server{cfg: cfg, log: cfg.Logger.With("component", "fleetapi"), trail: trail{since: map[string]time.Time{}}}
 	mux := http.NewServeMux()
 	only := func(methods string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -155,6 +166,9 @@ func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
 		s.engineError(w, err)
 		return
 	}
+	if s.trail.take(fu.Name, fu.DesiredState, fu.CurrentState) {
+		fu.CurrentState = string(unit.Launched)
+	}
 	writeJSON(w, http.StatusOK, fu)
 }
 
@@ -163,9 +177,7 @@ func (s *server) getUnit(w http.ResponseWriter, r *http.Request) {
 func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 	item := r.PathValue("name")
 	var in Unit
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err := dec.Decode(&in); err != nil {
-		WriteError(w, http.StatusBadRequest, fmt.Sprintf("unable to decode body: %v", err))
+	if !s.decode(w, r, &in) {
 		return
 	}
 	if in.Name == "" {
@@ -235,7 +247,7 @@ func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 		if !s.apply(w, r, engine.Change{Name: in.Name, File: f, DesiredState: desired, Replace: exists}) {
 			return
 		}
-		w.WriteHeader(http.StatusCreated)
+		writeEmpty(w, http.StatusCreated)
 		return
 	}
 	if desired == "" {
@@ -249,7 +261,10 @@ func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 	if !s.apply(w, r, engine.Change{Name: in.Name, DesiredState: desired}) {
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	if desired == unit.Loaded && cur.CurrentState == string(unit.Launched) {
+		s.trail.stopped(in.Name)
+	}
+	writeEmpty(w, http.StatusNoContent)
 }
 
 func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
@@ -265,7 +280,7 @@ func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
 	if !s.apply(w, r, engine.Change{Name: name, Destroy: true}) {
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeEmpty(w, http.StatusNoContent)
 }
 
 // apply commits one change; on failure it has written the answer.
@@ -431,9 +446,7 @@ func (op metadataOp) value() (string, error) {
 
 func (s *server) patchMachines(w http.ResponseWriter, r *http.Request) {
 	var ops []metadataOp
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err := dec.Decode(&ops); err != nil {
-		WriteError(w, http.StatusBadRequest, fmt.Sprintf("unable to decode body: %v", err))
+	if !s.decode(w, r, &ops) {
 		return
 	}
 	type patch struct {
@@ -479,6 +492,24 @@ func (s *server) patchMachines(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	// The limits of PATCH /v1/machines/{id}, answered as /v1 answers them:
+	// 413 for too many pairs, 400 for a key or value too long.
+	for _, p := range patches {
+		if err := machine.CheckMetadataCount(len(p.kv)); err != nil {
+			WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("machine %s: the patch has %v", p.id, err))
+			return
+		}
+		for k, v := range p.kv {
+			val := ""
+			if v != nil {
+				val = *v
+			}
+			if err := machine.CheckMetadataPair(k, val); err != nil {
+				WriteError(w, http.StatusBadRequest, fmt.Sprintf("machine %s: %v", p.id, err))
+				return
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
 	for _, p := range patches {
@@ -487,7 +518,22 @@ func (s *server) patchMachines(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeEmpty(w, http.StatusNoContent)
+}
+
+// decode reads a JSON body of at most MaxBodyBytes into v; on failure it
+// has written the answer: 413 for a body over the limit, 400 otherwise.
+func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)).Decode(v)
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body exceeds %d bytes, the limit of %s %s", s.cfg.MaxBodyBytes, r.Method, r.URL.Path))
+		return false
+	}
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, fmt.Sprintf("unable to decode body: %v", err))
+		return false
+	}
+	return true
 }
 
 func (s *server) engineError(w http.ResponseWriter, err error) {
@@ -522,6 +568,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	w.Write(b)
+}
+
+// writeEmpty answers a write that has no body, typed as fleet's answers
+// all were (fleet's functional tests check it).
+func writeEmpty(w http.ResponseWriter, code int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
 }
 
 // WriteError writes fleet's error body with HTTP status code.

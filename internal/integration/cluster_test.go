@@ -303,16 +303,7 @@ func TestDevRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts flotilla dev twice")
 	}
-	nd := &node{name: "dev", dir: t.TempDir(), api: freeAddr(t)}
-	nd.args = []string{"dev", "--data-dir", nd.dir, "--api-addr", nd.api, "--log-level", "debug"}
-	nd.start(t)
-	t.Cleanup(func() {
-		nd.shutdown(t)
-		if t.Failed() {
-			t.Logf("---- log of dev ----\n%s", tail(nd.log.String(), 80))
-		}
-	})
-	eventually(t, 30*time.Second, "dev serves", func() error { _, err := leaderOf(t, nd); return err })
+	nd := startDev(t)
 	dir := t.TempDir()
 	p := writeUnit(t, dir, "web.service", fmt.Sprintf(sleeper, "web", "web"))
 	q := writeUnit(t, dir, "idle.service", fmt.Sprintf(sleeper, "idle", "idle"))

@@ -69,16 +69,7 @@ func TestDashboard(t *testing.T) {
 	}
 	browser := findBrowser(t)
 
-	nd := &node{name: "dev", dir: t.TempDir(), api: freeAddr(t)}
-	nd.args = []string{"dev", "--data-dir", nd.dir, "--api-addr", nd.api, "--metadata", "region=eu-west,disk=ssd"}
-	nd.start(t)
-	t.Cleanup(func() {
-		nd.shutdown(t)
-		if t.Failed() {
-			t.Logf("---- log of dev ----\n%s", tail(nd.log.String(), 80))
-		}
-	})
-	eventually(t, 30*time.Second, "dev serves", func() error { _, err := leaderOf(t, nd); return err })
+	nd := startDev(t, "--metadata", "region=eu-west,disk=ssd")
 
 	dir := t.TempDir()
 	mustCLI(t, nd, "start", writeUnit(t, dir, "hello.service", dashboardHello))

@@ -704,13 +704,24 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	defer sess.conn.Close()
+	c.childMu.Lock()
+	ch := c.child
+	c.childMu.Unlock()
+	return shutdown(ctx, sess.rpc, int(sess.hello.GetPid()), ch, c.cfg.RPCTimeout)
+}
+
+// shutdown asks the supervisor pid behind rpc to stop every unit (each
+// gracefully until ctx's deadline, or DefaultShutdownTimeout; then
+// SIGKILLed) and end, and waits until the process has ended, so that its
+// directory is free. ch is the process, when this process started it.
+func shutdown(ctx context.Context, rpc supervisorpb.SupervisorClient, pid int, ch *child, rpcTimeout time.Duration) error {
 	grace := DefaultShutdownTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		grace = time.Until(dl)
 	}
 	for {
-		cctx, cancel := context.WithTimeout(context.Background(), waitPoll+c.cfg.RPCTimeout)
-		reply, err := sess.rpc.Shutdown(cctx, &supervisorpb.WaitRequest{WaitMs: waitPoll.Milliseconds(), DeadlineMs: max(grace.Milliseconds(), 1)})
+		cctx, cancel := context.WithTimeout(context.Background(), waitPoll+rpcTimeout)
+		reply, err := rpc.Shutdown(cctx, &supervisorpb.WaitRequest{WaitMs: waitPoll.Milliseconds(), DeadlineMs: max(grace.Milliseconds(), 1)})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("supervisor: shutdown: %w", fromStatus("shutdown", err))
@@ -724,11 +735,6 @@ func (c *Client) Close(ctx context.Context) error {
 			return fmt.Errorf("supervisor: shutdown: units still stopping 10s past the deadline: %w", ctx.Err())
 		}
 	}
-	// Wait for the process to end, so that its directory is free.
-	pid := int(sess.hello.GetPid())
-	c.childMu.Lock()
-	ch := c.child
-	c.childMu.Unlock()
 	deadline := time.After(10 * time.Second)
 	for {
 		if ch != nil && ch.pid == pid {

@@ -19,8 +19,14 @@
 // The driver's lock on DIR makes it one supervisor per directory: only the
 // process that takes it SIGKILLs the process groups listed in the pid files
 // (a dead supervisor's units), so a daemon that reconnects to a live
-// supervisor never kills anything. SIGTERM (or a Shutdown call) stops every
-// unit gracefully, as the exec driver's Close does, and ends the process.
+// supervisor never kills anything. SIGTERM (or a Shutdown call, which
+// `flotilla supervisor stop` makes through Stop) stops every unit
+// gracefully, as the exec driver's Close does, and ends the process. So
+// does the removal of DIR (or its replacement by another directory of the
+// same name), checked every 5 seconds: its units' data dir is gone. A
+// supervisor that has had no unit and no client (no daemon's Watch open,
+// no call) for ServeConfig.IdleExit (DefaultIdleExit, 10 minutes) ends
+// too.
 //
 // # The client
 //

@@ -40,6 +40,15 @@ const (
 // directory.
 var ErrRunning = errors.New("supervisor: another supervisor serves this directory")
 
+// DefaultIdleExit is how long a supervisor with no units waits for a daemon
+// to connect before it ends by itself (ServeConfig.IdleExit): a data dir
+// whose daemon is gone for good leaves nothing behind.
+const DefaultIdleExit = 10 * time.Minute
+
+// dirCheckEvery is how often the supervisor checks that its directory is
+// still there, and whether it has been idle for IdleExit.
+const dirCheckEvery = 5 * time.Second
+
 // DefaultShutdownTimeout bounds the graceful stop of every unit when the
 // supervisor is asked to end (SIGTERM) without a deadline of its own.
 const DefaultShutdownTimeout = 2 * time.Minute
@@ -65,6 +74,10 @@ type ServeConfig struct {
 	// holds the socket that commands the supervisor (see
 	// execdriver.Config.Inaccessible).
 	Inaccessible []string
+	// IdleExit ends the supervisor once it has had no unit and no client
+	// (no daemon connected, no call) for this long (0: DefaultIdleExit;
+	// negative: never).
+	IdleExit time.Duration
 }
 
 // Serve runs the supervisor of cfg.Dir until it is asked to end (a
@@ -90,11 +103,18 @@ func Serve(cfg ServeConfig) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.IdleExit == 0 {
+		cfg.IdleExit = DefaultIdleExit
+	}
 	sock := filepath.Join(dir, SocketFile)
 	if len(sock) > maxSocketPath {
 		return fmt.Errorf("supervisor: socket path %s is %d bytes, over the %d a unix socket allows: use a shorter --data-dir", sock, len(sock), maxSocketPath)
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	dirInfo, err := os.Stat(dir)
+	if err != nil {
 		return fmt.Errorf("supervisor: %w", err)
 	}
 
@@ -145,8 +165,9 @@ func Serve(cfg ServeConfig) error {
 	}
 
 	s := &server{d: d, hub: h, log: log, pid: os.Getpid(), instance: newInstance(), version: cfg.Version,
-		started: time.Now(), closed: make(chan struct{}), shutdown: make(chan time.Duration, 1)}
+		started: time.Now(), closed: make(chan struct{}), shutdown: make(chan time.Duration, 1), idle: newIdleClock()}
 	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.idle.unary), grpc.ChainStreamInterceptor(s.idle.stream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 	)
@@ -162,6 +183,8 @@ func Serve(cfg ServeConfig) error {
 
 	reapTick := time.NewTicker(30 * time.Second)
 	defer reapTick.Stop()
+	checkTick := time.NewTicker(dirCheckEvery)
+	defer checkTick.Stop()
 	var timeout time.Duration
 wait:
 	for {
@@ -170,6 +193,17 @@ wait:
 			d.ReapOrphans()
 		case <-reapTick.C:
 			d.ReapOrphans()
+		case <-checkTick.C:
+			if why := dirGone(dir, dirInfo); why != "" {
+				log.Warn("the state directory is gone; stopping every unit and exiting", "dir", dir, "why", why)
+				timeout = cfg.ShutdownTimeout
+				break wait
+			}
+			if idle := s.idle.since(); cfg.IdleExit > 0 && idle >= cfg.IdleExit && len(d.States()) == 0 {
+				log.Info("no units and no daemon connected; exiting", "idle", idle.Round(time.Second), "idle_exit", cfg.IdleExit)
+				timeout = cfg.ShutdownTimeout
+				break wait
+			}
 		case sig := <-stopSig:
 			log.Info("signalled; stopping every unit", "signal", sig.String(), "timeout", cfg.ShutdownTimeout)
 			timeout = cfg.ShutdownTimeout
@@ -233,6 +267,60 @@ type server struct {
 	once     sync.Once
 	shutdown chan time.Duration // the first Shutdown's deadline
 	closed   chan struct{}      // closed once every unit has stopped
+	idle     *idleClock
+}
+
+// idleClock tells how long the supervisor has had no client: no stream
+// open (a daemon keeps its Watch open while it is connected) and no call.
+type idleClock struct {
+	mu      sync.Mutex
+	streams int
+	last    time.Time // when the last call or stream ended
+}
+
+func newIdleClock() *idleClock { return &idleClock{last: time.Now()} }
+
+func (c *idleClock) busy(n int) {
+	c.mu.Lock()
+	c.streams += n
+	c.last = time.Now()
+	c.mu.Unlock()
+}
+
+// since is how long no client has been connected (0 while one is).
+func (c *idleClock) since() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.streams > 0 {
+		return 0
+	}
+	return time.Since(c.last)
+}
+
+func (c *idleClock) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	c.busy(0)
+	return h(ctx, req)
+}
+
+func (c *idleClock) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	c.busy(1)
+	defer c.busy(-1)
+	return h(srv, ss)
+}
+
+// dirGone says why the directory the supervisor serves is no longer there
+// (removed, or replaced by another of the same name), or "" if it is.
+func dirGone(dir string, was os.FileInfo) string {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "removed"
+	case err != nil:
+		return "" // cannot tell: keep running
+	case !os.SameFile(fi, was):
+		return "replaced by another directory"
+	}
+	return ""
 }
 
 func (s *server) Hello(context.Context, *supervisorpb.HelloRequest) (*supervisorpb.HelloReply, error) {
@@ -402,12 +490,13 @@ func readPIDFile(path string) (int, error) {
 }
 
 // ServeArgs serves as the supervisor a client starts with the arguments it
-// gives it ("supervisor --dir DIR [--inaccessible PATH]...", see Client),
-// and returns the process's exit code. Test binaries that stand in for the
-// flotilla binary call it.
+// gives it ("supervisor --dir DIR [--inaccessible PATH]... [--idle-exit
+// DURATION]", see Client), and returns the process's exit code. Test
+// binaries that stand in for the flotilla binary call it.
 func ServeArgs(args []string, version string, log *slog.Logger) int {
 	var dir string
 	var hidden []string
+	var idle time.Duration
 	for i, a := range args {
 		if i+1 >= len(args) {
 			break
@@ -417,13 +506,19 @@ func ServeArgs(args []string, version string, log *slog.Logger) int {
 			dir = args[i+1]
 		case "--inaccessible":
 			hidden = append(hidden, args[i+1])
+		case "--idle-exit":
+			var err error
+			if idle, err = time.ParseDuration(args[i+1]); err != nil {
+				fmt.Fprintf(os.Stderr, "supervisor: --idle-exit: %v\n", err)
+				return 2
+			}
 		}
 	}
 	if len(args) == 0 || args[0] != "supervisor" || dir == "" {
 		fmt.Fprintf(os.Stderr, "supervisor: want arguments supervisor --dir DIR, got %q\n", args)
 		return 2
 	}
-	if err := Serve(ServeConfig{Dir: dir, Version: version, Logger: log, Inaccessible: hidden}); err != nil {
+	if err := Serve(ServeConfig{Dir: dir, Version: version, Logger: log, Inaccessible: hidden, IdleExit: idle}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

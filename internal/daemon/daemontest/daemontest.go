@@ -44,6 +44,9 @@ type Machine struct {
 	Driver string
 	// StopUnitsOnExit is the daemon's --stop-units-on-exit.
 	StopUnitsOnExit bool
+	// Registry is the daemon's --registry (default grpc); every machine of
+	// a cluster must have the same.
+	Registry string
 }
 
 // Cluster is a running test cluster.
@@ -105,7 +108,7 @@ func (c *Cluster) Stop(t testing.TB, i int) error {
 func (c *Cluster) Add(t testing.TB, m Machine) int {
 	t.Helper()
 	cfg := daemon.Config{Name: m.ID, PublicIP: m.IP, Metadata: m.Metadata, Driver: "sim", SimStartDelay: m.StartDelay,
-		ElectionTTL: time.Second, AgentTTL: 5 * time.Second, NoAgent: m.NoAgent, StopUnitsOnExit: m.StopUnitsOnExit,
+		ElectionTTL: time.Second, AgentTTL: 5 * time.Second, NoAgent: m.NoAgent, StopUnitsOnExit: m.StopUnitsOnExit, Registry: m.Registry,
 		EtcdEndpoints: []string{c.etcd}, NoEngine: true}
 	if m.Exec {
 		cfg.Driver = "exec"
@@ -190,7 +193,7 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 	agents := 0
 	for i, m := range machines {
 		cfg := daemon.Config{Name: m.ID, PublicIP: m.IP, Metadata: m.Metadata, Driver: "sim", SimStartDelay: m.StartDelay,
-			ElectionTTL: time.Second, AgentTTL: 5 * time.Second, NoAgent: m.NoAgent, StopUnitsOnExit: m.StopUnitsOnExit}
+			ElectionTTL: time.Second, AgentTTL: 5 * time.Second, NoAgent: m.NoAgent, StopUnitsOnExit: m.StopUnitsOnExit, Registry: m.Registry}
 		if m.Exec {
 			cfg.Driver = "exec"
 		}

@@ -2,6 +2,8 @@ package daemontest_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -75,24 +77,77 @@ func TestStopUnitsOnExit(t *testing.T) {
 	}
 }
 
-// TestNameInUse: a daemon given the name of a live machine is refused with
-// an error naming that machine's IP and API address, and the cluster keeps
-// the first.
+// TestNameInUse: a daemon given the name of a live machine (fleet's
+// TestDetectMachineId) stays up, answers its API with 503 naming that
+// machine's IP and API address (on /fleet/v1 in fleetd's words), while the
+// cluster keeps the first; once the first is gone it joins by itself.
 func TestNameInUse(t *testing.T) {
-	c := daemontest.Start(t, daemontest.Machine{ID: "a", IP: "10.0.0.1"})
-	i := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.2"})
-	err, ended := c.Ended(t, i, 30*time.Second)
-	if !ended {
-		t.Fatal("a second daemon named a still runs after 30s")
+	for _, reg := range []string{"grpc", "etcd"} {
+		t.Run(reg, func(t *testing.T) { testNameInUse(t, reg) })
 	}
-	ml, merr := mustClient(t, c.URL).Machines(context.Background())
-	if merr != nil || len(ml.Machines) != 1 || ml.Machines[0].IP != "10.0.0.1" {
-		t.Fatalf("machines = %+v, %v; want a at 10.0.0.1", ml, merr)
+}
+
+func testNameInUse(t *testing.T, reg string) {
+	c := daemontest.Start(t, daemontest.Machine{ID: "e", NoAgent: true, Registry: reg})
+	first := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.1", Registry: reg})
+	cl := mustClient(t, c.URL)
+	ctx := context.Background()
+	machines := func() string {
+		ml, err := cl.Machines(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		var out []string
+		for _, m := range ml.Machines {
+			out = append(out, m.ID+"@"+m.IP)
+		}
+		return strings.Join(out, ",")
 	}
-	want := []string{`machine name "a" is already in use`, "10.0.0.1", ml.Machines[0].APIAddr}
-	for _, w := range want {
-		if err == nil || !strings.Contains(err.Error(), w) {
-			t.Fatalf("the second daemon returned %v; want an error containing %q", err, w)
+	waitFor(t, "a at 10.0.0.1", func() bool { return machines() == "a@10.0.0.1" })
+	firstAPI := strings.TrimPrefix(c.URLs[first], "http://")
+
+	second := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.2", Registry: reg})
+	get := func(path string) (int, string) {
+		resp, err := http.Get(c.URLs[second] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitFor(t, "the second a answers 503", func() bool { code, _ := get("/v1/machines"); return code == 503 })
+	if err, ended := c.Ended(t, second, 3*time.Second); ended {
+		t.Fatalf("the second daemon named a ended: %v; want it to stay up", err)
+	}
+	for path, want := range map[string][]string{
+		"/v1/machines":       {`has not joined the cluster as machine \"a\"`, `machine name \"a\" is already in use`, "10.0.0.1", firstAPI},
+		"/fleet/v1/machines": {"fleet server unable to communicate with etcd", `machine name \"a\" is already in use`},
+	} {
+		code, body := get(path)
+		for _, w := range want {
+			if code != 503 || !strings.Contains(body, w) {
+				t.Errorf("GET %s on the second a = %d %s; want 503 with %q", path, code, body, w)
+			}
+		}
+	}
+	if got := machines(); got != "a@10.0.0.1" {
+		t.Fatalf("machines = %s; want a at 10.0.0.1", got)
+	}
+
+	// The first goes away: the second joins by itself.
+	if err := c.Stop(t, first); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a held by the second daemon, at 10.0.0.2", func() bool { return machines() == "a@10.0.0.2" })
+	waitFor(t, "the second a's API answers", func() bool { code, _ := get("/v1/machines"); return code == 200 })
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
 		}
 	}
 }
