@@ -88,6 +88,11 @@ func prepare(w http.ResponseWriter, b apiv1.Batch) ([]engine.Change, []string, b
 			n, len(b.Units), len(b.Destroy), limits.BatchUnits))
 		return nil, nil, false
 	}
+	if n := batchInstances(b); n > limits.BatchInstances {
+		writeLimitError(w, tooLarge("the batch names %d units, counting each instance of its ranges; the limit is %d per request: send several batches",
+			n, limits.BatchInstances))
+		return nil, nil, false
+	}
 	changes, warnings, err := toChanges(b)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
@@ -98,6 +103,26 @@ func prepare(w http.ResponseWriter, b apiv1.Batch) ([]engine.Change, []string, b
 		return nil, nil, false
 	}
 	return changes, warnings, true
+}
+
+// batchInstances counts the units b names, each instance of a range
+// counted (a malformed range counts 1: toChanges refuses it).
+func batchInstances(b apiv1.Batch) int {
+	n := 0
+	count := func(name string) {
+		if _, r, ok, err := unit.ParseRange(name); ok && err == nil {
+			n += r.Len()
+		} else {
+			n++
+		}
+	}
+	for _, c := range b.Units {
+		count(c.Name)
+	}
+	for _, name := range b.Destroy {
+		count(name)
+	}
+	return n
 }
 
 // readMachinePatch reads PATCH /v1/machines/{id}.

@@ -67,6 +67,15 @@ const (
 	// sends larger runs as several batches.
 	BatchUnits = 100_000
 
+	// BatchInstances (1,000,000) bounds the units one batch names in all,
+	// each instance of its ranges counted (web@{1..1000}.service is
+	// 1,000). A range costs the leader a name and a record per instance
+	// while it is validated, so this bounds what a batch makes the leader
+	// hold whatever its body (a 1 KB body can name 20 ranges of a million).
+	// A range of a template that does not exist is refused before its
+	// names are made.
+	BatchInstances = 1_000_000
+
 	// BatchBytes (64 MiB) bounds the body of POST /v1/batch: 100,000
 	// small units take about 11 MiB; 64 MiB leaves room for larger files
 	// while bounding what one request makes the leader hold.
