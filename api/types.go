@@ -312,6 +312,8 @@ type Token struct {
 	// RunAs are the users the token's units may run as (User=), "*" for
 	// any user including root; an admin token may run units as anyone.
 	RunAs []string `json:"runAs,omitempty"`
+	// Expires is when the token stops being accepted (RFC 3339); absent: never.
+	Expires string `json:"expires,omitempty"`
 }
 
 // TokenList is the answer of GET /v1/acl/tokens.
@@ -326,6 +328,9 @@ type TokenRequest struct {
 	// RunAs are the users the token's units may run as: names, numeric
 	// IDs, or "*" for any user including root (write and admin only).
 	RunAs []string `json:"runAs,omitempty"`
+	// TTL is how long the token lasts, a Go duration such as "720h";
+	// absent: until revoked.
+	TTL string `json:"ttl,omitempty"`
 }
 
 // NewToken is the answer of POST /v1/acl/tokens and POST /v1/acl/bootstrap:

@@ -100,6 +100,14 @@ type Config struct {
 	// as there is no other identity to present.
 	ForwardMachine func(machine string) http.RoundTripper
 
+	// EventStreams and EventStreamsPerToken bound the GET /v1/events
+	// streams this daemon serves at once, in all and per API token
+	// (defaults limits.EventStreams, limits.EventStreamsPerToken);
+	// JournalFollows and JournalFollowsPerToken the journal follows
+	// (limits.JournalFollows, limits.JournalFollowsPerToken). Beyond, 429.
+	EventStreams, EventStreamsPerToken     int
+	JournalFollows, JournalFollowsPerToken int
+
 	// pace, when set (by tests), paces whole-state answers instead of a
 	// pacer of WholeStateShare on the real clock.
 	pace *pacer
@@ -155,6 +163,15 @@ func build(cfg Config) (http.Handler, *routes) {
 	if cfg.Leader == nil {
 		cfg.Leader = func() (election.Info, bool) { return election.Info{}, false }
 	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&cfg.EventStreams, limits.EventStreams}, {&cfg.EventStreamsPerToken, limits.EventStreamsPerToken},
+		{&cfg.JournalFollows, limits.JournalFollows}, {&cfg.JournalFollowsPerToken, limits.JournalFollowsPerToken}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 	if cfg.pace == nil {
 		cfg.pace = newPacer(WholeStateShare)
 	}
@@ -182,14 +199,15 @@ func build(cfg Config) (http.Handler, *routes) {
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics.Handler())
 	}
-	mux.HandleFunc("GET /v1/events", longLived(s.leaderOnly(s.events)))
+	events := newStreamSet("event streams", cfg.EventStreams, cfg.EventStreamsPerToken)
+	mux.HandleFunc("GET /v1/events", longLived(s.limit(events, isEvents, s.leaderOnly(s.events))))
 	mux.HandleFunc("GET /v1/machines", s.leaderOnly(s.machines))
 	mux.HandleFunc("GET /v1/scheduler", s.leaderOnly(s.getScheduler))
 	mux.HandleFunc("PUT /v1/scheduler", s.leaderOnly(s.putScheduler))
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
-	follows := make(follows, limits.JournalFollows)
-	mux.HandleFunc("GET /v1/units/{name}/journal", longLived(follows.limit(s.leaderOnly(s.journal))))
-	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(follows.limit(s.localJournal)))
+	follows := newStreamSet("journal follows", cfg.JournalFollows, cfg.JournalFollowsPerToken)
+	mux.HandleFunc("GET /v1/units/{name}/journal", longLived(s.limit(follows, isFollow, s.leaderOnly(s.journal))))
+	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(s.limit(follows, isFollow, s.localJournal)))
 	mux.HandleFunc("POST /v1/acl/bootstrap", s.aclBootstrap)
 	mux.HandleFunc("GET /v1/acl/tokens", s.listTokens)
 	mux.HandleFunc("POST /v1/acl/tokens", s.createToken)
@@ -212,7 +230,8 @@ func build(cfg Config) (http.Handler, *routes) {
 // machine's reads and metrics here, everything else at the leader.
 func (s *server) agentOnly() (http.Handler, *routes) {
 	mux := &routes{ServeMux: http.NewServeMux()}
-	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(make(follows, limits.JournalFollows).limit(s.localJournal)))
+	follows := newStreamSet("journal follows", s.cfg.JournalFollows, s.cfg.JournalFollowsPerToken)
+	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(s.limit(follows, isFollow, s.localJournal)))
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics.Handler())
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
@@ -208,35 +207,6 @@ func checkScheduler(sc apiv1.Scheduler) *limitError {
 		}
 	}
 	return nil
-}
-
-// follows bounds the journal follows this daemon serves at once
-// (limits.JournalFollows): h runs for a request without follow=true, or
-// with a free slot; otherwise the answer is 429 naming the limit.
-type follows chan struct{}
-
-func (f follows) limit(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !isFollow(r) {
-			h(w, r)
-			return
-		}
-		select {
-		case f <- struct{}{}:
-			defer func() { <-f }()
-		default:
-			w.Header().Set("Retry-After", "10")
-			writeError(w, http.StatusTooManyRequests, "too_many_requests",
-				fmt.Sprintf("this daemon already serves %d journal follows, its limit; retry later, or read the journal without follow", cap(f)))
-			return
-		}
-		h(w, r)
-	}
-}
-
-func isFollow(r *http.Request) bool {
-	follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
-	return follow
 }
 
 // longLived clears the server's read and write deadlines

@@ -94,6 +94,18 @@ const (
 	// stays. Beyond it a follow is answered 429.
 	JournalFollows = 64
 
+	// JournalFollowsPerToken (16) bounds the journal follows one API
+	// token holds on a daemon, so one token cannot take them all.
+	JournalFollowsPerToken = 16
+
+	// EventStreams (4096) bounds the GET /v1/events streams a daemon
+	// serves at once, and EventStreamsPerToken (1024) those of one API
+	// token. A stream costs a connection (a file descriptor), a goroutine
+	// and a wake-up per page of events; the events are encoded once for
+	// all of them, so the leader's passes do not slow with their number.
+	EventStreams         = 4096
+	EventStreamsPerToken = 1024
+
 	// HTTPReadHeaderTimeout (10 s) is how long a client may take to send
 	// a request's headers.
 	HTTPReadHeaderTimeout = 10 * time.Second
