@@ -585,7 +585,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return leader, leader.Machine != ""
 	}
 
+	conns := newConnLimit(log)
+	if grpcLn != nil {
+		grpcLn = conns.wrap(grpcLn, true, creds == nil)
+	}
 	gopts := []grpc.ServerOption{
+		grpc.ConnectionTimeout(limits.GRPCHandshakeTimeout),
 		grpc.MaxRecvMsgSize(limits.EngineRecvBytes),
 		grpc.MaxConcurrentStreams(limits.GRPCStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -601,7 +606,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	gopts = append(gopts, agentpb.ServerTransport()...)
 	var authorizeAgent func(ctx context.Context, machine, ip, apiAddr string) error
 	if creds != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(creds.ServerConfig())))
+		gopts = append(gopts, grpc.Creds(handshakeCreds{credentials.NewTLS(creds.ServerConfig())}))
 		authorizeAgent = auth.CheckAgent
 	}
 	gsrv := grpc.NewServer(gopts...)
@@ -681,7 +686,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		srv.ConnContext = o.connContext
 		srv.Handler = o.handler(srv.Handler)
 	}
-	for _, ln := range apiLns.tcp {
+	for i, ln := range apiLns.tcp {
+		ln = conns.wrap(ln, false, false)
+		apiLns.tcp[i] = ln
 		if creds != nil {
 			go srv.ServeTLS(ln, "", "")
 		} else {
@@ -692,7 +699,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	usrv := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: srv.ReadHeaderTimeout, ReadTimeout: srv.ReadTimeout,
 		WriteTimeout: srv.WriteTimeout, IdleTimeout: srv.IdleTimeout}
 	for _, ln := range apiLns.unix {
-		go usrv.Serve(ln)
+		go usrv.Serve(conns.wrap(ln, false, false))
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); reloadCerts(runCtx, log, creds, ms, cfg.Reload) }()

@@ -150,6 +150,25 @@ const (
 	// replacing stream open before the old one is torn down.
 	GRPCStreams = 4
 
+	// GRPCHandshakeTimeout (5 s) is how long a connection to the gRPC
+	// port may take to finish its handshake (TLS, then HTTP/2's preface)
+	// before it is closed: an agent on a busy network needs well under a
+	// second, and idle connections are not held (gRPC's default is 2 min).
+	GRPCHandshakeTimeout = 5 * time.Second
+
+	// GRPCPendingConns (128) bounds the connections to the gRPC port that
+	// have not finished their handshake: more are closed as they come.
+	// Agents reconnecting to a new leader all at once retry with backoff.
+	GRPCPendingConns = 128
+
+	// ReservedFDs (256) is how many file descriptors, at least, the daemon
+	// keeps from its listeners for the embedded etcd member (its WAL,
+	// snapshots, peers and clients) and the units' logs: the API and gRPC
+	// listeners hold at most the open-files limit less a quarter of it, or
+	// less ReservedFDs if that is more (but never less than half of it),
+	// and close connections beyond that as they come.
+	ReservedFDs = 256
+
 	// AgentUnits (500,000) bounds the unit statuses in one Hello or status
 	// update, and the removed names in one update: more than any machine
 	// runs (systemd itself slows past tens of thousands of units).
