@@ -16,6 +16,7 @@ import (
 	"github.com/flotilla/flotilla/internal/daemon"
 	"github.com/flotilla/flotilla/internal/flagconfig"
 	"github.com/flotilla/flotilla/internal/gctune"
+	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/profiling"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -103,6 +104,8 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.cfg.TLS.Key, "tls-key", "", "the key of --tls-cert")
 	fs.BoolVar(&f.cfg.ACL, "acl", false, "require an API token with a role on every request (flotilla acl bootstrap makes the first)")
 	fs.BoolVar(&f.cfg.MetricsPublic, "metrics-public", false, "with --acl, serve /metrics without a token")
+	fs.Float64Var(&f.cfg.TokenWriteRate, "token-write-rate", limits.TokenWriteRate, "with --acl, the writes a second each API token may make on this daemon (429 beyond; negative: no limit)")
+	fs.IntVar(&f.cfg.TokenWriteBurst, "token-write-burst", limits.TokenWriteBurst, "with --acl, the writes an API token may make at once before --token-write-rate applies")
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "listen beyond loopback without TLS and --acl (warns at start and every hour)")
 	cmd.MarkFlagFilename("config", "yaml", "yml")
 	cmd.MarkFlagDirname("data-dir")

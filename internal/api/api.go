@@ -108,6 +108,13 @@ type Config struct {
 	EventStreams, EventStreamsPerToken     int
 	JournalFollows, JournalFollowsPerToken int
 
+	// WriteRate is how many writes a second one API token may make on
+	// this daemon, in bursts of up to WriteBurst (defaults
+	// limits.TokenWriteRate, limits.TokenWriteBurst; a negative WriteRate
+	// sets no limit). Beyond, 429 with Retry-After.
+	WriteRate  float64
+	WriteBurst int
+
 	// pace, when set (by tests), paces whole-state answers instead of a
 	// pacer of WholeStateShare on the real clock.
 	pace *pacer
@@ -118,6 +125,8 @@ type server struct {
 	log   *slog.Logger
 	proxy *httputil.ReverseProxy
 	pace  *pacer // answers of /v1/state without limit= on the leader
+	// writes are the tokens' write buckets (nil: no limit).
+	writes *writeRates
 }
 
 // New returns the API handler.
@@ -175,7 +184,16 @@ func build(cfg Config) (http.Handler, *routes) {
 	if cfg.pace == nil {
 		cfg.pace = newPacer(WholeStateShare)
 	}
+	if cfg.WriteRate == 0 {
+		cfg.WriteRate = limits.TokenWriteRate
+	}
+	if cfg.WriteBurst <= 0 {
+		cfg.WriteBurst = limits.TokenWriteBurst
+	}
 	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api"), pace: cfg.pace}
+	if cfg.WriteRate > 0 {
+		s.writes = newWriteRates(cfg.WriteRate, cfg.WriteBurst)
+	}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       func(*httputil.ProxyRequest) {}, // set per request in forward
 		FlushInterval: -1,

@@ -55,6 +55,9 @@ func (s *server) guard(h http.Handler) http.Handler {
 			if r, ok = s.allowed(w, r); !ok {
 				return
 			}
+			if tok, ok := auth.FromContext(r.Context()); ok && s.rateLimited(w, r, tok.ID, tok.Label()) {
+				return
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -240,6 +243,9 @@ func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.aclError(w, err)
 		return
+	}
+	if s.writes != nil {
+		s.writes.forget(tok.ID)
 	}
 	writeJSON(w, http.StatusOK, tokenJSON(tok))
 }

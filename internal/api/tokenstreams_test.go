@@ -140,3 +140,31 @@ func TestStreamsPerToken(t *testing.T) {
 		t.Errorf("an expired token: GET /v1/units = %d %s, want 401 saying it expired", resp.StatusCode, body)
 	}
 }
+
+// TestWriteRate: a token's writes beyond its bucket are answered 429 with
+// Retry-After naming the limit; another token's writes and the token's
+// reads go on.
+func TestWriteRate(t *testing.T) {
+	c, _, mk := aclCluster(t, func(cfg *api.Config) { cfg.WriteRate, cfg.WriteBurst = 0.5, 3 })
+	a, b := mk(`{"role":"write","name":"a"}`), mk(`{"role":"write","name":"b"}`)
+	stop := `{"desiredState":"inactive"}`
+	unitBody := batch(apiv1.UnitChange{Name: "r.service", File: okUnit})
+	if resp, body := c.do(t, "POST", "/v1/batch", unitBody, "Authorization", "Bearer "+b.Secret); resp.StatusCode != 200 {
+		t.Fatalf("b's batch = %d %s", resp.StatusCode, body)
+	}
+	for i := range 3 {
+		if resp, body := c.do(t, "PUT", "/v1/units/r.service", stop, "Authorization", "Bearer "+a.Secret); resp.StatusCode != 200 {
+			t.Fatalf("a's write %d of a burst of 3 = %d %s", i+1, resp.StatusCode, body)
+		}
+	}
+	resp, body := c.do(t, "PUT", "/v1/units/r.service", stop, "Authorization", "Bearer "+a.Secret)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "2" || !strings.Contains(body, "limit of 0.5 writes a second (bursts of 3") {
+		t.Errorf("a's fourth write = %d Retry-After %q %s, want 429 after 2 s naming the limit", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if resp, body := c.do(t, "GET", "/v1/units", "", "Authorization", "Bearer "+a.Secret); resp.StatusCode != 200 {
+		t.Errorf("a's read over its write rate = %d %s, want 200", resp.StatusCode, body)
+	}
+	if resp, body := c.do(t, "PUT", "/v1/units/r.service", stop, "Authorization", "Bearer "+b.Secret); resp.StatusCode != 200 {
+		t.Errorf("b's write while a is over its rate = %d %s, want 200", resp.StatusCode, body)
+	}
+}

@@ -152,6 +152,12 @@ type Config struct {
 	ACL bool
 	// MetricsPublic serves /metrics without a token (--metrics-public).
 	MetricsPublic bool
+	// TokenWriteRate is the writes a second each API token may make
+	// (--token-write-rate; 0: limits.TokenWriteRate, negative: no limit),
+	// in bursts of TokenWriteBurst (--token-write-burst; 0:
+	// limits.TokenWriteBurst).
+	TokenWriteRate  float64
+	TokenWriteBurst int
 	// Insecure lets a daemon listen beyond loopback without TLS and ACL
 	// (--insecure); it then warns at start and every hour.
 	Insecure bool
@@ -651,7 +657,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Metrics: ms,
 		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name},
-		ACL: cfg.ACL, AgentOnly: agentOnly}
+		ACL: cfg.ACL, AgentOnly: agentOnly, WriteRate: cfg.TokenWriteRate, WriteBurst: cfg.TokenWriteBurst}
 	if !agentOnly {
 		acfg.Durable = func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
 	}

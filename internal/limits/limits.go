@@ -106,6 +106,15 @@ const (
 	EventStreams         = 4096
 	EventStreamsPerToken = 1024
 
+	// TokenWriteRate (50 a second) and TokenWriteBurst (200) are each API
+	// token's bucket of writes (every request but GET and HEAD) on a
+	// daemon: a person or a script rarely sends more than a few writes a
+	// second, and many changes go in one batch; one token cannot keep the
+	// leader committing for everyone else. Beyond, 429 with Retry-After.
+	// Flags --token-write-rate and --token-write-burst.
+	TokenWriteRate  = 50
+	TokenWriteBurst = 200
+
 	// HTTPReadHeaderTimeout (10 s) is how long a client may take to send
 	// a request's headers.
 	HTTPReadHeaderTimeout = 10 * time.Second
