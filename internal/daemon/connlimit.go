@@ -135,7 +135,9 @@ func (cc *countedConn) Close() error {
 
 // handshakeCreds are the gRPC server's TLS credentials, which mark a
 // connection authenticated once its handshake succeeded.
-type handshakeCreds struct{ credentials.TransportCredentials }
+type handshakeCreds struct {
+	credentials.TransportCredentials
+}
 
 func (h handshakeCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := h.TransportCredentials.ServerHandshake(raw)
