@@ -105,6 +105,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.BoolVar(&f.cfg.ACL, "acl", false, "require an API token with a role on every request (flotilla acl bootstrap makes the first)")
 	fs.BoolVar(&f.cfg.MetricsPublic, "metrics-public", false, "with --acl, serve /metrics without a token")
 	fs.Float64Var(&f.cfg.TokenWriteRate, "token-write-rate", limits.TokenWriteRate, "with --acl, the writes a second each API token may make on this daemon (429 beyond; negative: no limit)")
+	fs.StringVar(&f.cfg.AuditLog, "audit-log", "", "record every write and every refused API request in this file, as JSON lines (rotated at 64 MiB, 5 kept; read with flotilla audit)")
 	fs.IntVar(&f.cfg.TokenWriteBurst, "token-write-burst", limits.TokenWriteBurst, "with --acl, the writes an API token may make at once before --token-write-rate applies")
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "listen beyond loopback without TLS and --acl (warns at start and every hour)")
 	cmd.MarkFlagFilename("config", "yaml", "yml")

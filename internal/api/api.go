@@ -31,6 +31,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/audit"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
@@ -114,6 +115,10 @@ type Config struct {
 	// sets no limit). Beyond, 429 with Retry-After.
 	WriteRate  float64
 	WriteBurst int
+
+	// Audit, when set (--audit-log), records every write and every
+	// refused request.
+	Audit *audit.Log
 
 	// pace, when set (by tests), paces whole-state answers instead of a
 	// pacer of WholeStateShare on the real clock.
@@ -265,7 +270,7 @@ func (s *server) agentOnly() (http.Handler, *routes) {
 // wrap puts the guard and the per-request headers around a mux.
 func (s *server) wrap(mux http.Handler) http.Handler {
 	cfg := s.cfg
-	guarded := s.guard(mux)
+	guarded := s.audited(s.guard(mux))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Engine != nil {
 			if since, ok := cfg.Engine.EtcdUnreachableSince(); ok {
@@ -418,6 +423,7 @@ func replaceQuery(w http.ResponseWriter, r *http.Request, changes []engine.Chang
 // apply commits changes (read by prepare) through the engine and returns
 // the units they touched. On failure it has written the error answer.
 func (s *server) apply(w http.ResponseWriter, r *http.Request, changes []engine.Change, warnings []string) (apiv1.BatchResult, bool) {
+	noteUnits(r, changes)
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
 	if err := s.cfg.Engine.Apply(ctx, changes); err != nil {

@@ -94,6 +94,7 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) (*http.Request,
 		refuse(w, r, http.StatusUnauthorized, "unauthorized", "the API token is unknown to this cluster (mistyped or revoked)")
 		return r, false
 	case errors.Is(err, auth.ErrExpiredToken):
+		noteToken(r, tok)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla", error="invalid_token"`)
 		refuse(w, r, http.StatusUnauthorized, "unauthorized", "the API token "+strings.TrimPrefix(err.Error(), auth.ErrExpiredToken.Error()+": token ")+": ask an admin for a new one")
 		return r, false
@@ -101,6 +102,7 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) (*http.Request,
 		refuse(w, r, http.StatusServiceUnavailable, "unavailable", "checking the API token: "+err.Error())
 		return r, false
 	}
+	noteToken(r, tok)
 	role, err := auth.ParseRole(tok.Role)
 	if err != nil || role < need {
 		refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("token %s has role %s, but %s %s needs role %s", tok.Label(), tok.Role, r.Method, r.URL.Path, need))

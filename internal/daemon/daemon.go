@@ -27,6 +27,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/agent"
 	"github.com/flotilla/flotilla/internal/api"
+	"github.com/flotilla/flotilla/internal/audit"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
@@ -158,6 +159,11 @@ type Config struct {
 	// limits.TokenWriteBurst).
 	TokenWriteRate  float64
 	TokenWriteBurst int
+	// AuditLog is the file every write and every refused API request is
+	// recorded in, as JSON lines, rotated at 64 MiB with 5 files kept
+	// (--audit-log; "": none). The records also go to the log at
+	// audit.Level.
+	AuditLog string
 	// Insecure lets a daemon listen beyond loopback without TLS and ACL
 	// (--insecure); it then warns at start and every hour.
 	Insecure bool
@@ -663,6 +669,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if h, err := os.Hostname(); err == nil {
 		acfg.ServerNames = append(acfg.ServerNames, h)
+	}
+	if cfg.AuditLog != "" {
+		al, err := audit.Open(audit.Config{Path: cfg.AuditLog, Logger: log})
+		if err != nil {
+			return fmt.Errorf("--audit-log: %w", err)
+		}
+		cleanups = append(cleanups, func() { al.Close() })
+		acfg.Audit = al
 	}
 	if cfg.ACL && !agentOnly {
 		acfg.Tokens = auth.NewTokens(cli, cfg.Prefix, cfg.Logger)
