@@ -21,9 +21,10 @@ import (
 // 2,000 units starts, and no reconcile pass waits on the streams: the
 // engine appends to a log of its own and the streams read it without its
 // lock, so every pass stays under a bound far above the 500 ms aimed at
-// (the bound is generous for a loaded test machine; with the streams
-// under the engine's lock, passes took seconds), and GET /v1/machines
-// keeps answering.
+// (generous for a loaded test machine), and GET /v1/machines keeps
+// answering: with the streams formatting events under a lock the engine
+// took, it once waited 2 min 20 s here. TestEventAppendNeverWaitsForReaders
+// (internal/engine) checks the structure itself.
 func TestManyEventStreamsDoNotStallTheLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 3,000 streams")
@@ -104,8 +105,9 @@ func TestManyEventStreamsDoNotStallTheLeader(t *testing.T) {
 }
 
 // bound is the reconcile histogram's bucket the passes must stay under
-// (its buckets are 0.0001 s × 3^k; this is 1.97 s).
-const bound = "1.97"
+// (its buckets are 0.0001 s × 3^k; this is 5.9 s: generous, as the test
+// shares its two cores with the 2,000 readers and whatever else runs).
+const bound = "5.9"
 
 // reconcileBuckets reads the cumulative buckets of
 // flotilla_reconcile_duration_seconds from /metrics.
@@ -119,7 +121,7 @@ func reconcileBuckets(t *testing.T, c *cluster) map[string]float64 {
 			continue
 		}
 		le, v, _ := strings.Cut(rest, `"} `)
-		if strings.HasPrefix(le, "1.968") {
+		if strings.HasPrefix(le, "5.90") {
 			le = bound
 		}
 		out[le], _ = strconv.ParseFloat(v, 64)
