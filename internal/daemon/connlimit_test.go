@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,10 +11,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/limits"
 )
 
@@ -190,4 +193,57 @@ func fdChild(t *testing.T) {
 	b, _ := json.Marshal(a)
 	fmt.Printf("ADDRS %s\n", b)
 	io.Copy(io.Discard, os.Stdin)
+}
+
+// TestGRPCPendingWithTLS: with TLS, a connection stops counting against
+// limits.GRPCPendingConns once its handshake authenticated the peer.
+func TestGRPCPendingWithTLS(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := auth.CreateCA(filepath.Join(dir, "ca"), 0); err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := auth.CreateCert(auth.CertRequest{CADir: filepath.Join(dir, "ca"), Name: "n1", OutDir: filepath.Join(dir, "certs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := auth.Files{CA: filepath.Join(dir, "ca", "ca.pem"), Cert: cert, Key: key}
+	a := startDaemon(t, Config{APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", TLS: files})
+	tc, err := auth.ClientConfig(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.NextProtos = []string{"h2"} // gRPC refuses a handshake without it
+	authed, err := tls.Dial("tcp", a.GRPC, tc)
+	if err != nil {
+		t.Fatalf("a TLS handshake with the gRPC port: %v", err)
+	}
+	defer authed.Close()
+	authed.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := authed.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("the gRPC server after the handshake: %v, want its SETTINGS", err)
+	}
+	var idle []net.Conn
+	defer func() {
+		for _, cn := range idle {
+			cn.Close()
+		}
+	}()
+	for range limits.GRPCPendingConns {
+		cn, err := net.Dial("tcp", a.GRPC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, cn)
+	}
+	if closedWithin(idle[len(idle)-1], time.Second) {
+		t.Errorf("idle connection %d closed at once beside an authenticated one: the authenticated one still counts", limits.GRPCPendingConns)
+	}
+	extra, err := net.Dial("tcp", a.GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if !closedWithin(extra, 2*time.Second) {
+		t.Errorf("idle connection %d was not closed at once", limits.GRPCPendingConns+1)
+	}
 }
