@@ -20,6 +20,26 @@ import (
 	"github.com/flotilla/flotilla/internal/limits"
 )
 
+// dialIdle opens n connections to addr that send nothing, closed when the
+// test ends.
+func dialIdle(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, cn := range conns {
+			cn.Close()
+		}
+	})
+	for range n {
+		cn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, cn)
+	}
+	return conns
+}
+
 // closedWithin reports whether the daemon closes cn within d (reading
 // what it sends meanwhile: gRPC's server speaks first).
 func closedWithin(cn net.Conn, d time.Duration) bool {
@@ -35,19 +55,7 @@ func closedWithin(cn net.Conn, d time.Duration) bool {
 // them, new ones are closed at once.
 func TestIdleGRPCConnections(t *testing.T) {
 	a := startDaemon(t, Config{APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"})
-	var idle []net.Conn
-	defer func() {
-		for _, cn := range idle {
-			cn.Close()
-		}
-	}()
-	for range limits.GRPCPendingConns {
-		cn, err := net.Dial("tcp", a.GRPC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idle = append(idle, cn)
-	}
+	idle := dialIdle(t, a.GRPC, limits.GRPCPendingConns)
 	time.Sleep(200 * time.Millisecond) // accepted
 	extra, err := net.Dial("tcp", a.GRPC)
 	if err != nil {
@@ -222,19 +230,7 @@ func TestGRPCPendingWithTLS(t *testing.T) {
 	if _, err := authed.Read(make([]byte, 1)); err != nil {
 		t.Fatalf("the gRPC server after the handshake: %v, want its SETTINGS", err)
 	}
-	var idle []net.Conn
-	defer func() {
-		for _, cn := range idle {
-			cn.Close()
-		}
-	}()
-	for range limits.GRPCPendingConns {
-		cn, err := net.Dial("tcp", a.GRPC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idle = append(idle, cn)
-	}
+	idle := dialIdle(t, a.GRPC, limits.GRPCPendingConns)
 	if closedWithin(idle[len(idle)-1], time.Second) {
 		t.Errorf("idle connection %d closed at once beside an authenticated one: the authenticated one still counts", limits.GRPCPendingConns)
 	}
