@@ -79,15 +79,23 @@ func (s *server) limit(set *streamSet, isStream func(*http.Request) bool, h http
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		gone := s.cfg.Tokens.Gone(tok)
+		var expired <-chan time.Time
+		if !tok.Expires.IsZero() {
+			timer := time.NewTimer(time.Until(tok.Expires))
+			defer timer.Stop()
+			expired = timer.C
+		}
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() {
 			select {
 			case <-gone:
-				s.log.Info("ending a stream of a revoked or expired token", "token", tok.ID, "path", r.URL.Path)
-				cancel()
+			case <-expired:
 			case <-stop:
+				return
 			}
+			s.log.Info("ending a stream of a revoked or expired token", "token", tok.ID, "path", r.URL.Path)
+			cancel()
 		}()
 		h(w, r.WithContext(ctx))
 	}

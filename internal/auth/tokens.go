@@ -163,31 +163,18 @@ func (s *Tokens) closeGone() {
 }
 
 // Gone returns a channel closed when t is revoked (on this daemon, or on
-// another as soon as the watch tells this one) or expires. The streams a
-// token opened (events, journal follows) end on it.
+// another as soon as the watch tells this one). The streams a token
+// opened (events, journal follows) end on it, or at t.Expires.
 func (s *Tokens) Gone(t Token) <-chan struct{} {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	ch, ok := s.gone[t.ID]
 	if !ok {
 		ch = make(chan struct{})
 		s.gone[t.ID] = ch
 		s.closeGone() // revoked already
 	}
-	s.mu.Unlock()
-	if t.Expires.IsZero() {
-		return ch
-	}
-	out := make(chan struct{})
-	go func() {
-		defer close(out)
-		timer := time.NewTimer(time.Until(t.Expires))
-		defer timer.Stop()
-		select {
-		case <-ch:
-		case <-timer.C:
-		}
-	}()
-	return out
+	return ch
 }
 
 // Lookup returns the token whose secret is given: ErrNoToken for "",
