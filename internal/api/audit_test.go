@@ -22,7 +22,7 @@ func TestAuditLog(t *testing.T) {
 	}
 	defer al.Close()
 	c, _, mk := aclCluster(t, func(cfg *api.Config) { cfg.Audit = al })
-	w, r := mk(`{"role":"write","name":"deployer"}`), mk(`{"role":"read","name":"viewer"}`)
+	w, r := mk(`{"role":"write","name":"deployer","runAs":["*"]}`), mk(`{"role":"read","name":"viewer"}`)
 	auth := func(s string) []string { return []string{"Authorization", "Bearer " + s} }
 	tmpl := batch(apiv1.UnitChange{Name: "web@.service", File: okUnit}, apiv1.UnitChange{Name: "web@{1..3}.service", DesiredState: "loaded"},
 		apiv1.UnitChange{Name: "db.service", File: okUnit})

@@ -146,7 +146,7 @@ func TestStreamsPerToken(t *testing.T) {
 // reads go on.
 func TestWriteRate(t *testing.T) {
 	c, _, mk := aclCluster(t, func(cfg *api.Config) { cfg.WriteRate, cfg.WriteBurst = 0.5, 3 })
-	a, b := mk(`{"role":"write","name":"a"}`), mk(`{"role":"write","name":"b"}`)
+	a, b := mk(`{"role":"write","name":"a","runAs":["*"]}`), mk(`{"role":"write","name":"b","runAs":["*"]}`)
 	stop := `{"desiredState":"inactive"}`
 	unitBody := batch(apiv1.UnitChange{Name: "r.service", File: okUnit})
 	if resp, body := c.do(t, "POST", "/v1/batch", unitBody, "Authorization", "Bearer "+b.Secret); resp.StatusCode != 200 {
