@@ -295,10 +295,11 @@ type Error struct {
 	Error string `json:"error"` // what went wrong, in words
 	// Code is a stable machine-readable kind: bad_request, not_found,
 	// conflict, too_large, unavailable, etcd_unreachable, internal; and for
-	// refused requests unauthorized (401: no token, or an unknown one),
-	// forbidden (403: the token's role is too small, or a foreign Origin or
-	// Host), unsupported_media_type (415: a write that is not JSON),
-	// acl_disabled.
+	// refused requests unauthorized (401: no token, or an unknown or
+	// expired one), forbidden (403: the token's role is too small, or a
+	// foreign Origin or Host), unsupported_media_type (415: a write that is
+	// not JSON), too_many_requests (429: a token over its write rate, or
+	// too many streams), acl_disabled.
 	Code string `json:"code"`
 }
 
