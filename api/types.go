@@ -295,10 +295,11 @@ type Error struct {
 	Error string `json:"error"` // what went wrong, in words
 	// Code is a stable machine-readable kind: bad_request, not_found,
 	// conflict, too_large, unavailable, etcd_unreachable, internal; and for
-	// refused requests unauthorized (401: no token, or an unknown one),
-	// forbidden (403: the token's role is too small, or a foreign Origin or
-	// Host), unsupported_media_type (415: a write that is not JSON),
-	// acl_disabled.
+	// refused requests unauthorized (401: no token, or an unknown or
+	// expired one), forbidden (403: the token's role is too small, or a
+	// foreign Origin or Host), unsupported_media_type (415: a write that is
+	// not JSON), too_many_requests (429: a token over its write rate, or
+	// too many streams), acl_disabled.
 	Code string `json:"code"`
 }
 
@@ -312,6 +313,8 @@ type Token struct {
 	// RunAs are the users the token's units may run as (User=), "*" for
 	// any user including root; an admin token may run units as anyone.
 	RunAs []string `json:"runAs,omitempty"`
+	// Expires is when the token stops being accepted (RFC 3339); absent: never.
+	Expires string `json:"expires,omitempty"`
 }
 
 // TokenList is the answer of GET /v1/acl/tokens.
@@ -326,6 +329,9 @@ type TokenRequest struct {
 	// RunAs are the users the token's units may run as: names, numeric
 	// IDs, or "*" for any user including root (write and admin only).
 	RunAs []string `json:"runAs,omitempty"`
+	// TTL is how long the token lasts, a Go duration such as "720h";
+	// absent: until revoked.
+	TTL string `json:"ttl,omitempty"`
 }
 
 // NewToken is the answer of POST /v1/acl/tokens and POST /v1/acl/bootstrap:

@@ -16,6 +16,7 @@ import (
 	"github.com/flotilla/flotilla/internal/daemon"
 	"github.com/flotilla/flotilla/internal/flagconfig"
 	"github.com/flotilla/flotilla/internal/gctune"
+	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/profiling"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -103,6 +104,9 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.cfg.TLS.Key, "tls-key", "", "the key of --tls-cert")
 	fs.BoolVar(&f.cfg.ACL, "acl", false, "require an API token with a role on every request (flotilla acl bootstrap makes the first)")
 	fs.BoolVar(&f.cfg.MetricsPublic, "metrics-public", false, "with --acl, serve /metrics without a token")
+	fs.Float64Var(&f.cfg.TokenWriteRate, "token-write-rate", limits.TokenWriteRate, "with --acl, the writes a second each API token may make on this daemon (429 beyond; negative: no limit)")
+	fs.StringVar(&f.cfg.AuditLog, "audit-log", "", "record every write and every refused API request in this file, as JSON lines (rotated at 64 MiB, 5 kept; read with flotilla audit)")
+	fs.IntVar(&f.cfg.TokenWriteBurst, "token-write-burst", limits.TokenWriteBurst, "with --acl, the writes an API token may make at once before --token-write-rate applies")
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "listen beyond loopback without TLS and --acl (warns at start and every hour)")
 	fs.BoolVar(&f.cfg.StopUnitsOnExit, "stop-units-on-exit", false, "fleet's shutdown: on SIGTERM or SIGINT (Ctrl-C), stop this machine's units (each within its stop timeout) and its supervisor, and leave the cluster, so the leader places them elsewhere at once (default: units outlive the daemon, which logs how to stop them)")
 	cmd.MarkFlagFilename("config", "yaml", "yml")

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/audit"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
@@ -104,6 +105,25 @@ type Config struct {
 	// as there is no other identity to present.
 	ForwardMachine func(machine string) http.RoundTripper
 
+	// EventStreams and EventStreamsPerToken bound the GET /v1/events
+	// streams this daemon serves at once, in all and per API token
+	// (defaults limits.EventStreams, limits.EventStreamsPerToken);
+	// JournalFollows and JournalFollowsPerToken the journal follows
+	// (limits.JournalFollows, limits.JournalFollowsPerToken). Beyond, 429.
+	EventStreams, EventStreamsPerToken     int
+	JournalFollows, JournalFollowsPerToken int
+
+	// WriteRate is how many writes a second one API token may make on
+	// this daemon, in bursts of up to WriteBurst (defaults
+	// limits.TokenWriteRate, limits.TokenWriteBurst; a negative WriteRate
+	// sets no limit). Beyond, 429 with Retry-After.
+	WriteRate  float64
+	WriteBurst int
+
+	// Audit, when set (--audit-log), records every write and every
+	// refused request.
+	Audit *audit.Log
+
 	// pace, when set (by tests), paces whole-state answers instead of a
 	// pacer of WholeStateShare on the real clock.
 	pace *pacer
@@ -114,6 +134,8 @@ type server struct {
 	log   *slog.Logger
 	proxy *httputil.ReverseProxy
 	pace  *pacer // answers of /v1/state without limit= on the leader
+	// writes are the tokens' write buckets (nil: no limit).
+	writes *writeRates
 }
 
 // New returns the API handler.
@@ -159,10 +181,28 @@ func build(cfg Config) (http.Handler, *routes) {
 	if cfg.Leader == nil {
 		cfg.Leader = func() (election.Info, bool) { return election.Info{}, false }
 	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&cfg.EventStreams, limits.EventStreams}, {&cfg.EventStreamsPerToken, limits.EventStreamsPerToken},
+		{&cfg.JournalFollows, limits.JournalFollows}, {&cfg.JournalFollowsPerToken, limits.JournalFollowsPerToken}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 	if cfg.pace == nil {
 		cfg.pace = newPacer(WholeStateShare)
 	}
+	if cfg.WriteRate == 0 {
+		cfg.WriteRate = limits.TokenWriteRate
+	}
+	if cfg.WriteBurst <= 0 {
+		cfg.WriteBurst = limits.TokenWriteBurst
+	}
 	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api"), pace: cfg.pace}
+	if cfg.WriteRate > 0 {
+		s.writes = newWriteRates(cfg.WriteRate, cfg.WriteBurst)
+	}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       func(*httputil.ProxyRequest) {}, // set per request in forward
 		FlushInterval: -1,
@@ -186,14 +226,15 @@ func build(cfg Config) (http.Handler, *routes) {
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics.Handler())
 	}
-	mux.HandleFunc("GET /v1/events", longLived(s.leaderOnly(s.events)))
+	events := newStreamSet("event streams", cfg.EventStreams, cfg.EventStreamsPerToken)
+	mux.HandleFunc("GET /v1/events", longLived(s.limit(events, isEvents, s.leaderOnly(s.events))))
 	mux.HandleFunc("GET /v1/machines", s.leaderOnly(s.machines))
 	mux.HandleFunc("GET /v1/scheduler", s.leaderOnly(s.getScheduler))
 	mux.HandleFunc("PUT /v1/scheduler", s.leaderOnly(s.putScheduler))
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
-	follows := make(follows, limits.JournalFollows)
-	mux.HandleFunc("GET /v1/units/{name}/journal", longLived(follows.limit(s.leaderOnly(s.journal))))
-	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(follows.limit(s.localJournal)))
+	follows := newStreamSet("journal follows", cfg.JournalFollows, cfg.JournalFollowsPerToken)
+	mux.HandleFunc("GET /v1/units/{name}/journal", longLived(s.limit(follows, isFollow, s.leaderOnly(s.journal))))
+	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(s.limit(follows, isFollow, s.localJournal)))
 	mux.HandleFunc("POST /v1/acl/bootstrap", s.aclBootstrap)
 	mux.HandleFunc("GET /v1/acl/tokens", s.listTokens)
 	mux.HandleFunc("POST /v1/acl/tokens", s.createToken)
@@ -216,7 +257,8 @@ func build(cfg Config) (http.Handler, *routes) {
 // machine's reads and metrics here, everything else at the leader.
 func (s *server) agentOnly() (http.Handler, *routes) {
 	mux := &routes{ServeMux: http.NewServeMux()}
-	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(make(follows, limits.JournalFollows).limit(s.localJournal)))
+	follows := newStreamSet("journal follows", s.cfg.JournalFollows, s.cfg.JournalFollowsPerToken)
+	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(s.limit(follows, isFollow, s.localJournal)))
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics.Handler())
 	}
@@ -232,7 +274,7 @@ func (s *server) agentOnly() (http.Handler, *routes) {
 // wrap puts the guard and the per-request headers around a mux.
 func (s *server) wrap(mux http.Handler) http.Handler {
 	cfg := s.cfg
-	guarded := s.guard(mux)
+	guarded := s.audited(s.guard(mux))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Engine != nil {
 			if since, ok := cfg.Engine.EtcdUnreachableSince(); ok {
@@ -385,6 +427,7 @@ func replaceQuery(w http.ResponseWriter, r *http.Request, changes []engine.Chang
 // apply commits changes (read by prepare) through the engine and returns
 // the units they touched. On failure it has written the error answer.
 func (s *server) apply(w http.ResponseWriter, r *http.Request, changes []engine.Change, warnings []string) (apiv1.BatchResult, bool) {
+	noteUnits(r, changes)
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
 	if err := s.cfg.Engine.Apply(ctx, changes); err != nil {

@@ -152,6 +152,17 @@ func checkAccepted(kind uint8, accepted any) error {
 		if len(changes) == 0 || len(changes) > limits.BatchUnits {
 			return fmt.Errorf("%d changes", len(changes))
 		}
+		instances := 0
+		for _, c := range changes {
+			if c.Range != nil {
+				instances += c.Range.Len()
+			} else {
+				instances++
+			}
+		}
+		if instances > limits.BatchInstances {
+			return fmt.Errorf("%d units named, counting ranges' instances", instances)
+		}
 		seen := map[string]bool{}
 		for _, c := range changes {
 			if err := unit.ValidateName(c.Name); err != nil {

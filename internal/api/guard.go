@@ -63,6 +63,9 @@ func (s *server) guard(h http.Handler) http.Handler {
 			if r, ok = s.allowed(w, r); !ok {
 				return
 			}
+			if tok, ok := auth.FromContext(r.Context()); ok && s.rateLimited(w, r, tok.ID, tok.Label()) {
+				return
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -108,10 +111,16 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) (*http.Request,
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla", error="invalid_token"`)
 		refuse(w, r, http.StatusUnauthorized, "unauthorized", "the API token is unknown to this cluster (mistyped or revoked)")
 		return r, false
+	case errors.Is(err, auth.ErrExpiredToken):
+		noteToken(r, tok)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="flotilla", error="invalid_token"`)
+		refuse(w, r, http.StatusUnauthorized, "unauthorized", "the API token "+strings.TrimPrefix(err.Error(), auth.ErrExpiredToken.Error()+": token ")+": ask an admin for a new one")
+		return r, false
 	case err != nil:
 		refuse(w, r, http.StatusServiceUnavailable, "unavailable", "checking the API token: "+err.Error())
 		return r, false
 	}
+	noteToken(r, tok)
 	role, err := auth.ParseRole(tok.Role)
 	if err != nil || role < need {
 		refuse(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("token %s has role %s, but %s %s needs role %s", tok.Label(), tok.Role, r.Method, r.URL.Path, need))
@@ -215,7 +224,14 @@ func (s *server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	tok, secret, err := s.cfg.Tokens.Create(r.Context(), req.Name, role, req.RunAs)
+	var ttl time.Duration
+	if req.TTL != "" {
+		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("ttl %q is not a positive duration such as 720h", req.TTL))
+			return
+		}
+	}
+	tok, secret, err := s.cfg.Tokens.Create(r.Context(), req.Name, role, req.RunAs, auth.WithTTL(ttl))
 	if err != nil {
 		s.aclError(w, err)
 		return
@@ -248,6 +264,9 @@ func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) {
 		s.aclError(w, err)
 		return
 	}
+	if s.writes != nil {
+		s.writes.forget(tok.ID)
+	}
 	writeJSON(w, http.StatusOK, tokenJSON(tok))
 }
 
@@ -265,7 +284,11 @@ func (s *server) aclError(w http.ResponseWriter, err error) {
 }
 
 func tokenJSON(t auth.Token) apiv1.Token {
-	return apiv1.Token{ID: t.ID, Name: t.Name, Role: t.Role, Created: t.Created.UTC().Format(time.RFC3339), RunAs: t.RunAs}
+	out := apiv1.Token{ID: t.ID, Name: t.Name, Role: t.Role, Created: t.Created.UTC().Format(time.RFC3339), RunAs: t.RunAs}
+	if !t.Expires.IsZero() {
+		out.Expires = t.Expires.UTC().Format(time.RFC3339)
+	}
+	return out
 }
 
 func newToken(t auth.Token, secret string) apiv1.NewToken {

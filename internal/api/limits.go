@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
@@ -88,6 +87,11 @@ func prepare(w http.ResponseWriter, b apiv1.Batch) ([]engine.Change, []string, b
 			n, len(b.Units), len(b.Destroy), limits.BatchUnits))
 		return nil, nil, false
 	}
+	if n := batchInstances(b); n > limits.BatchInstances {
+		writeLimitError(w, tooLarge("the batch names %d units, counting each instance of its ranges; the limit is %d per request: send several batches",
+			n, limits.BatchInstances))
+		return nil, nil, false
+	}
 	changes, warnings, err := toChanges(b)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
@@ -98,6 +102,26 @@ func prepare(w http.ResponseWriter, b apiv1.Batch) ([]engine.Change, []string, b
 		return nil, nil, false
 	}
 	return changes, warnings, true
+}
+
+// batchInstances counts the units b names, each instance of a range
+// counted (a malformed range counts 1: toChanges refuses it).
+func batchInstances(b apiv1.Batch) int {
+	n := 0
+	count := func(name string) {
+		if _, r, ok, err := unit.ParseRange(name); ok && err == nil {
+			n += r.Len()
+		} else {
+			n++
+		}
+	}
+	for _, c := range b.Units {
+		count(c.Name)
+	}
+	for _, name := range b.Destroy {
+		count(name)
+	}
+	return n
 }
 
 // readMachinePatch reads PATCH /v1/machines/{id}.
@@ -183,35 +207,6 @@ func checkScheduler(sc apiv1.Scheduler) *limitError {
 		}
 	}
 	return nil
-}
-
-// follows bounds the journal follows this daemon serves at once
-// (limits.JournalFollows): h runs for a request without follow=true, or
-// with a free slot; otherwise the answer is 429 naming the limit.
-type follows chan struct{}
-
-func (f follows) limit(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !isFollow(r) {
-			h(w, r)
-			return
-		}
-		select {
-		case f <- struct{}{}:
-			defer func() { <-f }()
-		default:
-			w.Header().Set("Retry-After", "10")
-			writeError(w, http.StatusTooManyRequests, "too_many_requests",
-				fmt.Sprintf("this daemon already serves %d journal follows, its limit; retry later, or read the journal without follow", cap(f)))
-			return
-		}
-		h(w, r)
-	}
-}
-
-func isFollow(r *http.Request) bool {
-	follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
-	return follow
 }
 
 // longLived clears the server's read and write deadlines

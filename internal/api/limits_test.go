@@ -51,6 +51,14 @@ func TestLimits(t *testing.T) {
 		j, _ := json.Marshal(b)
 		return string(j)
 	}
+	ranges := func(n, size int) string { // n ranges of a template that does not exist
+		b := apiv1.Batch{}
+		for i := range n {
+			b.Units = append(b.Units, apiv1.UnitChange{Name: fmt.Sprintf("nope%d@{1..%d}.service", i, size), DesiredState: "launched"})
+		}
+		j, _ := json.Marshal(b)
+		return string(j)
+	}
 	limitNamed := func(n int) string { return fmt.Sprintf("the limit is %d", n) }
 	for _, tc := range []struct {
 		name, method, path, body string
@@ -70,6 +78,8 @@ func TestLimits(t *testing.T) {
 		{"CPU quota", "PUT", "/v1/scheduler", roles(1, apiv1.RolePolicy{Quota: apiv1.Resources{CPUPercent: limits.MaxCPUPercent + 1}}, 4), 400, "CPU quota"},
 		{"memory quota", "PUT", "/v1/scheduler", roles(1, apiv1.RolePolicy{Quota: apiv1.Resources{MemoryBytes: -1}}, 4), 400, "memory quota -1"},
 		{"batch units", "POST", "/v1/batch", destroy(limits.BatchUnits + 1), 413, limitNamed(limits.BatchUnits)},
+		{"batch instances", "POST", "/v1/batch", ranges(20, 1_000_000), 413, limitNamed(limits.BatchInstances)},
+		{"batch instances with destroy", "POST", "/v1/batch", ranges(1, 1_000_000)[:len(ranges(1, 1_000_000))-1] + `,"destroy":["x.service"]}`, 413, limitNamed(limits.BatchInstances)},
 		{"request body", "PUT", "/v1/units/a.service", `{"file":"` + strings.Repeat("x", limits.RequestBytes) + `"}`, 413, fmt.Sprintf("exceeds %d bytes", limits.RequestBytes)},
 		{"batch body", "POST", "/v1/batch", `{"destroy":["` + strings.Repeat("x", limits.BatchBytes) + `"]}`, 413, fmt.Sprintf("exceeds %d bytes", limits.BatchBytes)},
 	} {

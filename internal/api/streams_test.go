@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,7 +23,8 @@ func TestFollowLimit(t *testing.T) {
 	const n = 3
 	release := make(chan struct{})
 	entered := make(chan struct{}, n+1)
-	h := make(follows, n).limit(func(w http.ResponseWriter, r *http.Request) {
+	s := &server{log: slog.New(slog.DiscardHandler)}
+	h := s.limit(newStreamSet("journal follows", n, n), isFollow, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
 		if isFollow(r) {

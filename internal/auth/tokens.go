@@ -23,6 +23,7 @@ import (
 var (
 	ErrNoToken         = errors.New("auth: no API token")
 	ErrUnknownToken    = errors.New("auth: unknown API token")
+	ErrExpiredToken    = errors.New("auth: expired API token")
 	ErrTokenNotFound   = errors.New("auth: no such token")
 	ErrBootstrapped    = errors.New("auth: the ACL is already bootstrapped")
 	ErrInvalidTokenArg = errors.New("auth: invalid token request")
@@ -40,7 +41,15 @@ type Token struct {
 	// run-as existed has none: the units it submitted keep running, and
 	// it may submit none that runs as root, nor any other User=.
 	RunAs []string `json:"runAs,omitempty"`
+	// Expires is when the token stops being accepted (zero: never).
+	Expires time.Time `json:"expires,omitzero"`
 }
+
+// Expired reports whether t is past its expiry at now.
+func (t Token) Expired(now time.Time) bool { return !t.Expires.IsZero() && !now.Before(t.Expires) }
+
+// MaxTokenTTL bounds a token's lifetime when one is given (ten years).
+const MaxTokenTTL = 10 * 365 * 24 * time.Hour
 
 // Tokens are the cluster's API tokens, stored in etcd under
 // Prefix+"acl/tokens/<sha256 of the secret>" as JSON Token records; the
@@ -60,6 +69,7 @@ type Tokens struct {
 	mu     sync.RWMutex
 	byHash map[string]Token
 	loaded bool
+	gone   map[string]chan struct{} // by token ID: closed when it is revoked (Gone)
 }
 
 // NewTokens returns the token store of the cluster whose keys start with
@@ -71,7 +81,7 @@ func NewTokens(cli *clientv3.Client, prefix string, log *slog.Logger) *Tokens {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tokens{cli: cli, prefix: prefix, log: log, byHash: map[string]Token{}}
+	return &Tokens{cli: cli, prefix: prefix, log: log, byHash: map[string]Token{}, gone: map[string]chan struct{}{}}
 }
 
 func (s *Tokens) tokensKey() string    { return s.prefix + "acl/tokens/" }
@@ -110,6 +120,7 @@ func (s *Tokens) follow(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.byHash, s.loaded = m, true
+	s.closeGone()
 	s.mu.Unlock()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -127,14 +138,57 @@ func (s *Tokens) follow(ctx context.Context) error {
 			}
 			s.byHash[h] = t
 		}
+		s.closeGone()
 		s.mu.Unlock()
 	}
 	return ctx.Err()
 }
 
+// closeGone closes the Gone channels of the tokens no longer known.
+// Callers hold mu for writing.
+func (s *Tokens) closeGone() {
+	if len(s.gone) == 0 {
+		return
+	}
+	known := make(map[string]bool, len(s.byHash))
+	for _, t := range s.byHash {
+		known[t.ID] = true
+	}
+	for id, ch := range s.gone {
+		if !known[id] {
+			close(ch)
+			delete(s.gone, id)
+		}
+	}
+}
+
+// Gone returns a channel closed when t is revoked (on this daemon, or on
+// another as soon as the watch tells this one). The streams a token
+// opened (events, journal follows) end on it, or at t.Expires.
+func (s *Tokens) Gone(t Token) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.gone[t.ID]
+	if !ok {
+		ch = make(chan struct{})
+		s.gone[t.ID] = ch
+		s.closeGone() // revoked already
+	}
+	return ch
+}
+
 // Lookup returns the token whose secret is given: ErrNoToken for "",
-// ErrUnknownToken for a secret no token has.
+// ErrUnknownToken for a secret no token has, ErrExpiredToken for one past
+// its expiry.
 func (s *Tokens) Lookup(ctx context.Context, secret string) (Token, error) {
+	t, err := s.lookup(ctx, secret)
+	if err == nil && t.Expired(time.Now()) {
+		return t, fmt.Errorf("%w: token %s expired at %s", ErrExpiredToken, t.ID, t.Expires.UTC().Format(time.RFC3339))
+	}
+	return t, err
+}
+
+func (s *Tokens) lookup(ctx context.Context, secret string) (Token, error) {
 	if secret == "" {
 		return Token{}, ErrNoToken
 	}
@@ -155,13 +209,16 @@ func (s *Tokens) Lookup(ctx context.Context, secret string) (Token, error) {
 	if err := json.Unmarshal(resp.Kvs[0].Value, &t); err != nil {
 		return Token{}, fmt.Errorf("token record in etcd: %w", err)
 	}
+	s.mu.Lock()
+	s.byHash[h] = t // until the watch says otherwise: Gone knows it
+	s.mu.Unlock()
 	return t, nil
 }
 
 // Bootstrap makes the first admin token, once for the life of the cluster:
 // later calls fail with ErrBootstrapped. It returns the token and its secret.
 func (s *Tokens) Bootstrap(ctx context.Context) (Token, string, error) {
-	t, secret, rec, err := newToken("bootstrap", RoleAdmin, Anyone)
+	t, secret, rec, err := newToken("bootstrap", RoleAdmin, 0, Anyone)
 	if err != nil {
 		return Token{}, "", err
 	}
@@ -179,9 +236,25 @@ func (s *Tokens) Bootstrap(ctx context.Context) (Token, string, error) {
 	return t, secret, nil
 }
 
+// CreateOption is an option of Create.
+type CreateOption func(*createOptions)
+
+type createOptions struct{ ttl time.Duration }
+
+// WithTTL makes the token expire ttl after it is made (at most
+// MaxTokenTTL; 0: never).
+func WithTTL(ttl time.Duration) CreateOption { return func(o *createOptions) { o.ttl = ttl } }
+
 // Create makes a token with role, a name (for people; "" is allowed) and
 // the users its units may run as (see Token.RunAs; write and admin only).
-func (s *Tokens) Create(ctx context.Context, name string, role Role, runAs []string) (Token, string, error) {
+func (s *Tokens) Create(ctx context.Context, name string, role Role, runAs []string, opts ...CreateOption) (Token, string, error) {
+	var o createOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.ttl < 0 || o.ttl > MaxTokenTTL {
+		return Token{}, "", fmt.Errorf("%w: ttl %v: want a duration above 0 and at most %v (or none, for a token that does not expire)", ErrInvalidTokenArg, o.ttl, MaxTokenTTL)
+	}
 	if role < RoleRead || role > RoleAdmin {
 		return Token{}, "", fmt.Errorf("%w: role %v: want read, write or admin", ErrInvalidTokenArg, role)
 	}
@@ -191,7 +264,7 @@ func (s *Tokens) Create(ctx context.Context, name string, role Role, runAs []str
 	if err := checkRunAs(role, runAs); err != nil {
 		return Token{}, "", err
 	}
-	t, secret, rec, err := newToken(name, role, runAs...)
+	t, secret, rec, err := newToken(name, role, o.ttl, runAs...)
 	if err != nil {
 		return Token{}, "", err
 	}
@@ -246,13 +319,14 @@ func (s *Tokens) Revoke(ctx context.Context, id string) (Token, error) {
 		}
 		s.mu.Lock()
 		delete(s.byHash, strings.TrimPrefix(string(kv.Key), s.tokensKey()))
+		s.closeGone()
 		s.mu.Unlock()
 		return t, nil
 	}
 	return Token{}, fmt.Errorf("%w: %q", ErrTokenNotFound, id)
 }
 
-func newToken(name string, role Role, runAs ...string) (t Token, secret, record string, err error) {
+func newToken(name string, role Role, ttl time.Duration, runAs ...string) (t Token, secret, record string, err error) {
 	var id [8]byte
 	var sec [32]byte
 	if _, err := rand.Read(id[:]); err != nil {
@@ -262,6 +336,9 @@ func newToken(name string, role Role, runAs ...string) (t Token, secret, record 
 		return Token{}, "", "", err
 	}
 	t = Token{ID: hex.EncodeToString(id[:]), Name: name, Role: role.String(), Created: time.Now().UTC().Truncate(time.Second), RunAs: runAs}
+	if ttl > 0 {
+		t.Expires = t.Created.Add(ttl)
+	}
 	b, err := json.Marshal(t)
 	if err != nil {
 		return Token{}, "", "", err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -40,7 +41,7 @@ func newTokenCommand(g *Globals) *cobra.Command {
 	var req apiv1.TokenRequest
 	var runAs string
 	create := &cobra.Command{
-		Use:   "create --role read|write|admin [--name N] [--run-as USER,...]",
+		Use:   "create --role read|write|admin [--name N] [--run-as USER,...] [--ttl 720h]",
 		Short: "Make a token; its secret is printed on the last line",
 		Long: `Make an API token. Roles: read (lists, status, cat, journal, state,
 events); write (also submit, load, start, stop, unload, destroy, restart,
@@ -53,6 +54,9 @@ that would run as root (no User=, User=root) or get root's powers back
 Network=host or a host path in Volumes=) is refused with 403 from a token
 that may not run units as root (docs/security.md).
 
+With --ttl the token is refused (401) once that long has passed, and the
+streams it opened end.
+
 The secret is printed on the last line (with --output json, in the key
 "token") and is not stored: keep it.`,
 		Args:         cobra.NoArgs,
@@ -62,6 +66,11 @@ The secret is printed on the last line (with --output json, in the key
 				return fmt.Errorf("--role: %w", err)
 			}
 			req.RunAs = auth.ParseRunAs(runAs)
+			if req.TTL != "" {
+				if d, err := time.ParseDuration(req.TTL); err != nil || d <= 0 {
+					return fmt.Errorf("--ttl %q: want a positive duration such as 720h", req.TTL)
+				}
+			}
 			t, err := e.c.CreateToken(ctx, req)
 			if err != nil {
 				return err
@@ -72,6 +81,7 @@ The secret is printed on the last line (with --output json, in the key
 	create.Flags().StringVar(&req.Role, "role", "", "read, write or admin (required)")
 	create.Flags().StringVar(&req.Name, "name", "", "what the token is for, shown by token list")
 	create.Flags().StringVar(&runAs, "run-as", "", "the users the token's units may run as: USER,... or '*' for any, root included (write, admin)")
+	create.Flags().StringVar(&req.TTL, "ttl", "", "how long the token lasts, such as 720h (default: until revoked)")
 	create.MarkFlagRequired("role")
 	list := &cobra.Command{
 		Use:          "list",
@@ -87,9 +97,9 @@ The secret is printed on the last line (with --output json, in the key
 				return writeJSON(e.out, l.Tokens)
 			}
 			tw := tabwriter.NewWriter(e.out, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tROLE\tRUN-AS\tCREATED")
+			fmt.Fprintln(tw, "ID\tNAME\tROLE\tRUN-AS\tCREATED\tEXPIRES")
 			for _, t := range l.Tokens {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, dash(t.Name), t.Role, dash(strings.Join(t.RunAs, ",")), t.Created)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, dash(t.Name), t.Role, dash(strings.Join(t.RunAs, ",")), t.Created, dash(t.Expires))
 			}
 			return tw.Flush()
 		}),
@@ -122,7 +132,10 @@ func printNewToken(e *env, t *apiv1.NewToken) error {
 	if e.json {
 		return writeJSON(e.out, t)
 	}
-	fmt.Fprintf(e.out, "ID:      %s\nName:    %s\nRole:    %s\nRun as:  %s\nCreated: %s\nSecret (shown once, not stored; send it as --token or $%s):\n%s\n",
-		t.ID, dash(t.Name), t.Role, dash(strings.Join(t.RunAs, ",")), t.Created, TokenEnv, t.Secret)
+	fmt.Fprintf(e.out, "ID:      %s\nName:    %s\nRole:    %s\nRun as:  %s\nCreated: %s\n", t.ID, dash(t.Name), t.Role, dash(strings.Join(t.RunAs, ",")), t.Created)
+	if t.Expires != "" {
+		fmt.Fprintf(e.out, "Expires: %s\n", t.Expires)
+	}
+	fmt.Fprintf(e.out, "Secret (shown once, not stored; send it as --token or $%s):\n%s\n", TokenEnv, t.Secret)
 	return nil
 }

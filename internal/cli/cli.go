@@ -140,6 +140,7 @@ func Commands(g *Globals) []*cobra.Command {
 		newCatCommand(g),
 		newACLCommand(g),
 		newTokenCommand(g),
+		newAuditCommand(g),
 		newVersionCommand(g),
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/agent"
 	"github.com/flotilla/flotilla/internal/api"
+	"github.com/flotilla/flotilla/internal/audit"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
@@ -153,6 +154,17 @@ type Config struct {
 	ACL bool
 	// MetricsPublic serves /metrics without a token (--metrics-public).
 	MetricsPublic bool
+	// TokenWriteRate is the writes a second each API token may make
+	// (--token-write-rate; 0: limits.TokenWriteRate, negative: no limit),
+	// in bursts of TokenWriteBurst (--token-write-burst; 0:
+	// limits.TokenWriteBurst).
+	TokenWriteRate  float64
+	TokenWriteBurst int
+	// AuditLog is the file every write and every refused API request is
+	// recorded in, as JSON lines, rotated at 64 MiB with 5 files kept
+	// (--audit-log; "": none). The records also go to the log at
+	// audit.Level.
+	AuditLog string
 	// Insecure lets a daemon listen beyond loopback without TLS and ACL
 	// (--insecure); it then warns at start and every hour.
 	Insecure bool
@@ -596,7 +608,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return leader, leader.Machine != ""
 	}
 
+	conns := newConnLimit(log)
+	if grpcLn != nil {
+		grpcLn = conns.wrap(grpcLn, true, creds == nil)
+	}
 	gopts := []grpc.ServerOption{
+		grpc.ConnectionTimeout(limits.GRPCHandshakeTimeout),
 		grpc.MaxRecvMsgSize(limits.EngineRecvBytes),
 		grpc.MaxConcurrentStreams(limits.GRPCStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -612,7 +629,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	gopts = append(gopts, agentpb.ServerTransport()...)
 	var authorizeAgent func(ctx context.Context, machine, ip, apiAddr string) error
 	if creds != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(creds.ServerConfig())))
+		gopts = append(gopts, grpc.Creds(handshakeCreds{credentials.NewTLS(creds.ServerConfig())}))
 		authorizeAgent = auth.CheckAgent
 	}
 	gsrv := grpc.NewServer(gopts...)
@@ -659,12 +676,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Metrics: ms,
 		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name},
-		ACL: cfg.ACL, AgentOnly: agentOnly}
+		ACL: cfg.ACL, AgentOnly: agentOnly, WriteRate: cfg.TokenWriteRate, WriteBurst: cfg.TokenWriteBurst}
 	if !agentOnly {
 		acfg.Durable = func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
 	}
 	if h, err := os.Hostname(); err == nil {
 		acfg.ServerNames = append(acfg.ServerNames, h)
+	}
+	if cfg.AuditLog != "" {
+		al, err := audit.Open(audit.Config{Path: cfg.AuditLog, Logger: log})
+		if err != nil {
+			return fmt.Errorf("--audit-log: %w", err)
+		}
+		cleanups = append(cleanups, func() { al.Close() })
+		acfg.Audit = al
 	}
 	if cfg.ACL && !agentOnly {
 		acfg.Tokens = auth.NewTokens(cli, cfg.Prefix, cfg.Logger)
@@ -694,7 +719,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		srv.ConnContext = o.connContext
 		srv.Handler = o.handler(srv.Handler)
 	}
-	for _, ln := range apiLns.tcp {
+	for i, ln := range apiLns.tcp {
+		ln = conns.wrap(ln, false, false)
+		apiLns.tcp[i] = ln
 		if creds != nil {
 			go srv.ServeTLS(ln, "", "")
 		} else {
@@ -705,7 +732,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	usrv := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: srv.ReadHeaderTimeout, ReadTimeout: srv.ReadTimeout,
 		WriteTimeout: srv.WriteTimeout, IdleTimeout: srv.IdleTimeout}
 	for _, ln := range apiLns.unix {
-		go usrv.Serve(ln)
+		go usrv.Serve(conns.wrap(ln, false, false))
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); reloadCerts(runCtx, log, creds, ms, cfg.Reload) }()

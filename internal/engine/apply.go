@@ -186,7 +186,7 @@ func (t *term) applyRound(round []*applyReq) {
 	// validated into single, by index, not into the round's maps.
 	var single *rangeUnits
 	if len(round) == 1 && round[0].options == nil && round[0].machine == "" && len(round[0].changes) == 1 {
-		if c := round[0].changes[0]; c.Range != nil && !c.Destroy && c.File == nil {
+		if c := round[0].changes[0]; c.Range != nil && !c.Destroy && c.File == nil && lookup(nil, c.Name) != nil {
 			n := max(c.Range.Len(), 0)
 			single = &rangeUnits{curs: make([]*unitRec, n), nexts: make([]*unitRec, n)}
 		}
@@ -235,7 +235,12 @@ func (t *term) applyRound(round []*applyReq) {
 		size := 0
 		for _, c := range req.changes {
 			if c.Range != nil {
-				size += c.Range.Len()
+				// Only a range whose template exists (or comes in the same
+				// request) makes units: a range of a missing template is
+				// refused by validateRange before it allocates anything.
+				if c.Destroy || lookup(nil, c.Name) != nil || submits(req.changes, c.Name) {
+					size += c.Range.Len()
+				}
 			} else {
 				size++
 			}
@@ -582,18 +587,23 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 	if !c.Destroy && c.DesiredState == "" {
 		return nil, fmt.Errorf("%w: the range of %s sets no desired state", ErrInvalid, c.Name)
 	}
-	names := rangeNames(c.Name, *c.Range)
-	if len(names) == 0 {
-		return names, nil
+	if c.Range.Len() <= 0 {
+		return nil, nil
 	}
+	// The template is the same for every instance: only instances are
+	// changed below. Without it, a range that is not destroyed is refused
+	// before its names are made (a million names take some 40 MB).
+	tmpl := lookup(local, c.Name)
+	if tmpl == nil && !c.Destroy {
+		return nil, fmt.Errorf("%w: unit %s does not exist, nor does its template %s: submit the template first",
+			ErrNotFound, instanceName(c.Name, c.Range.Instance(0)), c.Name)
+	}
+	names := rangeNames(c.Name, *c.Range)
 	var (
 		mk  = recMaker{t: t}
 		now time.Time // when wanted: once for the range
 		f   *unit.File
 	)
-	// The template is the same for every instance: only instances are
-	// changed below.
-	tmpl := lookup(local, unit.TemplateOf(names[0]))
 	shared := tmpl != nil && unit.Shareable(tmpl.file)
 	if c.DesiredState != unit.Inactive {
 		now = t.e.cfg.Now()
@@ -653,6 +663,16 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 		}
 	}
 	return names, nil
+}
+
+// submits reports whether changes give the file of unit name.
+func submits(changes []Change, name string) bool {
+	for _, c := range changes {
+		if c.File != nil && c.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // validate checks one change against the state seen through lookup and

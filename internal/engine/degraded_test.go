@@ -136,7 +136,7 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 		}
 		return nil
 	})
-	if _, _, _, _, err := e1.Events("", 10); err != nil {
+	if _, _, err := e1.Subscribe(""); err != nil {
 		t.Errorf("Events during the outage: %v", err)
 	}
 

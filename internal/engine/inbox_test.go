@@ -27,7 +27,7 @@ func TestReportDoesNotWaitForTheLock(t *testing.T) {
 		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
 		machines:  map[string]*machineRec{},
 		draining:  map[string]string{},
-		events:    newEventLog(1),
+		events:    newEventLog(1, ctx.Done()),
 		kick:      make(chan struct{}, 1),
 		inbox:     newInboxes(),
 	}

@@ -33,7 +33,7 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), Registry: registry.ModeGRPC}},
 		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
 		deg:       newDegradation(),
-		events:    newEventLog(0),
+		events:    newEventLog(0, nil), // its goroutine outlives the test: the term never ends
 		units:     map[string]*unitRec{},
 		machines:  map[string]*machineRec{},
 		unplaced:  map[string]struct{}{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -495,5 +496,34 @@ func TestEngineRangeReadsAfterReply(t *testing.T) {
 				t.Fatalf("after the reply to %s: %s is %s", ds, u.Name, u.DesiredState)
 			}
 		}
+	}
+}
+
+// TestEngineRangesOfNoTemplateCostNothing: a request of 20 ranges of a
+// million instances of a template that does not exist (issue 23, finding
+// 5) is refused naming an instance, and the leader allocates next to
+// nothing for it: no map, no names sized by the ranges.
+func TestEngineRangesOfNoTemplateCostNothing(t *testing.T) {
+	srv := etcdtest.Start(t)
+	e := startEngine(t, srv.Client(t), "grpc", "e1")
+	waitLeader(t, e)
+	var changes []engine.Change
+	for i := range 20 {
+		changes = append(changes, rangeChange(t, fmt.Sprintf("nope%d@{1..1000000}.service", i), unit.Launched, false))
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := e.Apply(context.Background(), changes)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, engine.ErrNotFound) || !strings.Contains(err.Error(), "nope0@1.service") {
+		t.Errorf("20 ranges of no template: %v, want ErrNotFound naming nope0@1.service", err)
+	}
+	// The engine and etcd allocate a little meanwhile; before the fix the
+	// request alone allocated about 900 MB.
+	const bound = 32 << 20
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("the refused request allocated %d KB", got>>10)
+	if got > bound {
+		t.Errorf("the refused request allocated %d MB, want under %d MB", got>>20, bound>>20)
 	}
 }

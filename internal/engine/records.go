@@ -399,6 +399,13 @@ func (m *recMaker) rec(name string, f *unit.File, ds unit.DesiredState) *unitRec
 	return r
 }
 
+// instanceName is the name of template's instance inst: web@.service and
+// 7 make web@7.service.
+func instanceName(template, inst string) string {
+	dot := strings.LastIndexByte(template, '.')
+	return template[:dot] + inst + template[dot:]
+}
+
 // rangeNames returns the names of the instances of template in r, as
 // unit.RangeName, each name made once and slabSize names to a string.
 func rangeNames(template string, r unit.Range) []string {

@@ -376,7 +376,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		drainMachines: map[string]int{},
 		hist:          map[string][]apiv1.HistoryEntry{},
 		overrides:     map[string]map[string]*string{},
-		events:        newEventLog(el.Info.Rev),
+		events:        newEventLog(el.Info.Rev, ctx.Done()),
 		reqs:          make(chan *applyReq, 256),
 		kick:          make(chan struct{}, 1),
 		inbox:         newInboxes(),

@@ -67,6 +67,15 @@ const (
 	// sends larger runs as several batches.
 	BatchUnits = 100_000
 
+	// BatchInstances (1,000,000) bounds the units one batch names in all,
+	// each instance of its ranges counted (web@{1..1000}.service is
+	// 1,000). A range costs the leader a name and a record per instance
+	// while it is validated, so this bounds what a batch makes the leader
+	// hold whatever its body (a 1 KB body can name 20 ranges of a million).
+	// A range of a template that does not exist is refused before its
+	// names are made.
+	BatchInstances = 1_000_000
+
 	// BatchBytes (64 MiB) bounds the body of POST /v1/batch: 100,000
 	// small units take about 11 MiB; 64 MiB leaves room for larger files
 	// while bounding what one request makes the leader hold.
@@ -84,6 +93,27 @@ const (
 	// the unit's machine, an open log file for as long as the client
 	// stays. Beyond it a follow is answered 429.
 	JournalFollows = 64
+
+	// JournalFollowsPerToken (16) bounds the journal follows one API
+	// token holds on a daemon, so one token cannot take them all.
+	JournalFollowsPerToken = 16
+
+	// EventStreams (4096) bounds the GET /v1/events streams a daemon
+	// serves at once, and EventStreamsPerToken (1024) those of one API
+	// token. A stream costs a connection (a file descriptor), a goroutine
+	// and a wake-up per page of events; the events are encoded once for
+	// all of them, so the leader's passes do not slow with their number.
+	EventStreams         = 4096
+	EventStreamsPerToken = 1024
+
+	// TokenWriteRate (50 a second) and TokenWriteBurst (200) are each API
+	// token's bucket of writes (every request but GET and HEAD) on a
+	// daemon: a person or a script rarely sends more than a few writes a
+	// second, and many changes go in one batch; one token cannot keep the
+	// leader committing for everyone else. Beyond, 429 with Retry-After.
+	// Flags --token-write-rate and --token-write-burst.
+	TokenWriteRate  = 50
+	TokenWriteBurst = 200
 
 	// HTTPReadHeaderTimeout (10 s) is how long a client may take to send
 	// a request's headers.
@@ -128,6 +158,25 @@ const (
 	// the engine's gRPC server. An agent needs one; the others let a
 	// replacing stream open before the old one is torn down.
 	GRPCStreams = 4
+
+	// GRPCHandshakeTimeout (5 s) is how long a connection to the gRPC
+	// port may take to finish its handshake (TLS, then HTTP/2's preface)
+	// before it is closed: an agent on a busy network needs well under a
+	// second, and idle connections are not held (gRPC's default is 2 min).
+	GRPCHandshakeTimeout = 5 * time.Second
+
+	// GRPCPendingConns (128) bounds the connections to the gRPC port that
+	// have not finished their handshake: more are closed as they come.
+	// Agents reconnecting to a new leader all at once retry with backoff.
+	GRPCPendingConns = 128
+
+	// ReservedFDs (256) is how many file descriptors, at least, the daemon
+	// keeps from its listeners for the embedded etcd member (its WAL,
+	// snapshots, peers and clients) and the units' logs: the API and gRPC
+	// listeners hold at most the open-files limit less a quarter of it, or
+	// less ReservedFDs if that is more (but never less than half of it),
+	// and close connections beyond that as they come.
+	ReservedFDs = 256
 
 	// AgentUnits (500,000) bounds the unit statuses in one Hello or status
 	// update, and the removed names in one update: more than any machine
