@@ -145,9 +145,11 @@ func (t *term) etcdLost(cause error) bool {
 	return true
 }
 
-// confirmNoop confirms through etcd, with an empty fenced transaction,
-// that the term still leads, before a request that changes nothing is
-// acknowledged: memory alone cannot tell a deposed leader from a current one.
+// confirmNoop confirms through etcd's consensus (a fenced transaction that
+// reads the election key linearizably, registry.Committer.Confirm) that the
+// term still leads, before a request that changes nothing is acknowledged:
+// memory alone cannot tell a deposed leader from a current one, nor can an
+// etcd member cut off from its quorum.
 func (t *term) confirmNoop() error {
 	err := t.committer.Confirm(t.commitCtx)
 	switch {
