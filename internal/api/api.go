@@ -230,12 +230,11 @@ func (s *server) wrap(mux http.Handler) http.Handler {
 	cfg := s.cfg
 	guarded := s.guard(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Engine != nil {
-			if since, ok := cfg.Engine.EtcdUnreachableSince(); ok {
-				w.Header().Set(apiv1.EtcdUnreachableHeader, since.UTC().Format(time.RFC3339))
-			}
-		}
 		_, pretty := r.URL.Query()["pretty"]
+		if cfg.Engine != nil {
+			aw := &answerWriter{ResponseWriter: w, eng: cfg.Engine, r: r}
+			w, r = aw, r.WithContext(context.WithValue(r.Context(), answerKey{}, aw))
+		}
 		guarded.ServeHTTP(&prettyWriter{ResponseWriter: w, pretty: pretty}, r)
 	})
 }
@@ -243,11 +242,9 @@ func (s *server) wrap(mux http.Handler) http.Handler {
 // leaderOnly serves h on the leader and forwards the request elsewhere.
 func (s *server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Engine != nil {
-			if ok, _ := s.cfg.Engine.IsLeader(); ok {
-				h(w, r)
-				return
-			}
+		if s.readLocally(r) {
+			h(w, r)
+			return
 		}
 		if r.Header.Get(forwardedHeader) != "" {
 			refuse(w, r, http.StatusServiceUnavailable, "unavailable", "leadership is changing; retry")

@@ -26,18 +26,28 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("since"); v != "" {
 		pos = v
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	fl.Flush()
 	done := s.cfg.Engine.TermDone()
 	hb := time.NewTicker(sseHeartbeat)
 	defer hb.Stop()
-	for {
+	for first := true; ; first = false {
 		evs, next, reset, more, err := s.cfg.Engine.Events(pos, 1000)
+		if err != nil && first {
+			s.engineError(w, err)
+			return
+		}
 		if err != nil {
 			return // leadership ended: the client reconnects and is forwarded
+		}
+		if first {
+			// The status line goes after the first batch is read, so
+			// that what it says about etcd holds for that batch (answer.go).
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.Header().Set("X-Accel-Buffering", "no")
+			w.WriteHeader(http.StatusOK)
+			if answerRefused(r) {
+				return
+			}
 		}
 		if reset {
 			// The position is unknown (another leader's) or the client fell
