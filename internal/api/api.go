@@ -110,6 +110,7 @@ type server struct {
 	log   *slog.Logger
 	proxy *httputil.ReverseProxy
 	pace  *pacer // answers of /v1/state without limit= on the leader
+	reach *reach // which leaders could not be reached lately
 }
 
 // New returns the API handler.
@@ -158,12 +159,16 @@ func build(cfg Config) (http.Handler, *routes) {
 	if cfg.pace == nil {
 		cfg.pace = newPacer(WholeStateShare)
 	}
-	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api"), pace: cfg.pace}
+	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api"), pace: cfg.pace, reach: newReach()}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       func(*httputil.ProxyRequest) {}, // set per request in forward
 		FlushInterval: -1,
 		Transport:     cfg.Forward,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if lu, ok := context.Cause(r.Context()).(*leaderUnreachableError); ok {
+				refuse(w, r, http.StatusServiceUnavailable, lu.code(), lu.Error())
+				return
+			}
 			refuse(w, r, http.StatusBadGateway, "unavailable", fmt.Sprintf("forwarding to %s: %v", r.URL.Host, err))
 		},
 	}
@@ -255,7 +260,7 @@ func (s *server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 			refuse(w, r, http.StatusServiceUnavailable, "unavailable", "no engine leader is elected yet; retry shortly")
 			return
 		}
-		s.forward(w, r, in.APIAddr, r.URL.Path)
+		s.forwardToLeader(w, r, in)
 	}
 }
 

@@ -53,7 +53,7 @@ func (s *server) stateHandler(w http.ResponseWriter, r *http.Request) {
 	if ok && in.APIAddr != "" && r.Header.Get(forwardedHeader) == "" {
 		// Forward, but fall back to etcd if the leader does not answer.
 		rec := httptest.NewRecorder()
-		s.forward(rec, r, in.APIAddr, r.URL.Path)
+		s.forwardToLeader(rec, r, in)
 		if rec.Code != http.StatusBadGateway && rec.Code != http.StatusServiceUnavailable {
 			for k, v := range rec.Header() {
 				w.Header()[k] = v
