@@ -497,7 +497,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	addrs := Addrs{API: advertise(apiLns.tcp[0].Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
 	if !agentOnly {
 		etcdCfg := clientv3.Config{
-			Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: ms.EtcdDialOptions(),
+			Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: append(ms.EtcdDialOptions(), etcdReconnect),
 			DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 			Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
 			TLS: etcdTLS,

@@ -390,8 +390,10 @@ func (e *Engine) followDegraded(ctx context.Context, t *term) {
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, e.probeTimeout())
+		asked := time.Now()
 		in, _, ok, err := election.Current(pctx, e.cfg.ElectionClient, e.cfg.Keys.Election())
 		cancel()
+		e.log.Debug("degraded: asked etcd who leads", "leader", in.Machine, "err", err, "took_ms", time.Since(asked).Milliseconds())
 		if err == nil && ok && in.Rev != t.info.Rev && in.Machine != e.cfg.Machine {
 			e.log.Warn("etcd is back and another engine leads: dropping the degraded term's memory", "leader", in.Machine, "leader_rev", in.Rev)
 			e.drop(t)
