@@ -484,6 +484,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		cleanups = append(cleanups, func() { closeEtcd(e) })
+		go resetStalePeerStreams(e, cfg.Name, cfg.EtcdPeerAddr, cfg.EtcdInitialCluster, log)
 		etcdClientAddr = e.Clients[0].Addr().String()
 		endpoints = []string{scheme(creds) + "://" + etcdClientAddr}
 		log.Info("embedded etcd member ready", "client", etcdClientAddr, "peer", cfg.EtcdPeerAddr)

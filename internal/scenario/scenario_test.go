@@ -39,8 +39,8 @@ import (
 //	member-rejoin  an embedded etcd member cut off from the others rejoins
 //	               within seconds of the partition ending, however long it
 //	               lasted (etcd's peer streams outlive a partition on stale
-//	               TCP connections: see partition-heal-embedded.txt)
-var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain"}
+//	               TCP connections: internal/daemon/peerstreams.go)
+var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin"}
 
 var (
 	flotillaBin string
