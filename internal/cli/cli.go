@@ -89,7 +89,7 @@ func AddCommands(root *cobra.Command) {
 
 // AddFlags registers the global flags in fs, bound to g.
 func (g *Globals) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API (http://HOST:PORT, https://..., or a unix socket as unix:///PATH or /PATH); a comma-separated list is tried in order and the first that answers is used; $"+EndpointEnv+", else $"+FleetctlEndpointEnv+", sets the default")
+	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API (http://HOST:PORT, https://..., or a unix socket as unix:///PATH or /PATH); a comma-separated list is tried in order: the first that answers is used, and the next ones when it stops answering or cannot reach the leader; $"+EndpointEnv+", else $"+FleetctlEndpointEnv+", sets the default")
 	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
 	// The token's default is read in clientOptions, so that help output
