@@ -33,6 +33,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,18 +43,28 @@ import (
 // DefaultTimeout bounds one request when New is not given WithTimeout.
 const DefaultTimeout = 10 * time.Second
 
-// Client talks to one Flotilla endpoint. It is safe for concurrent use.
+// Client talks to a Flotilla endpoint, or to the first of several that
+// answers. It is safe for concurrent use.
 type Client struct {
-	base *url.URL
-	// socket is the unix socket of a unix:// endpoint, "" for http(s).
-	socket    string
-	endpoint  string
+	eps []*apiEndpoint
+	// cur is the index in eps of the endpoint in use: the last that
+	// answered.
+	cur       atomic.Int32
 	hc        *http.Client
 	timeout   time.Duration
 	userAgent string
 	token     string
 	etcdWarn  func(since string)
 	retry     time.Duration
+}
+
+// apiEndpoint is one daemon's API.
+type apiEndpoint struct {
+	base *url.URL
+	// socket is the unix socket of a unix:// endpoint, "" for http(s).
+	socket string
+	name   string // as Endpoint reports it
+	hc     *http.Client
 }
 
 // Option configures a Client.
@@ -150,31 +161,49 @@ func WithUserAgent(ua string) Option {
 // the bare path /var/run/fleet.sock, as fleetctl's --endpoint took it.
 // HOST:PORT without a scheme (127.0.0.1:7480) means http://HOST:PORT, as
 // etcdctl takes its endpoints.
+//
+// endpoint may be a comma-separated list of these, as fleetctl's and
+// etcdctl's --endpoints are: a request goes to the endpoint that answered
+// last (the first at the start), and to the next ones in turn when that
+// one cannot be connected to, answers that it cannot reach the leader
+// (503 leader_unreachable), or, for a read, fails in any way that another
+// daemon may not (no answer in time, a 502 or 503). A write that may have
+// reached the leader is not sent again.
 func New(endpoint string, opts ...Option) (*Client, error) {
-	base, socket, err := parseEndpoint(endpoint)
-	if err != nil {
-		return nil, err
-	}
 	c := &Client{
-		base:      base,
-		socket:    socket,
-		endpoint:  base.String(),
 		hc:        &http.Client{},
 		timeout:   DefaultTimeout,
 		userAgent: "flotilla-client",
 	}
-	if socket != "" {
-		c.endpoint = "unix://" + socket
+	for ep := range strings.SplitSeq(endpoint, ",") {
+		if ep = strings.TrimSpace(ep); ep == "" && strings.Contains(endpoint, ",") {
+			continue
+		}
+		base, socket, err := parseEndpoint(ep)
+		if err != nil {
+			return nil, err
+		}
+		e := &apiEndpoint{base: base, socket: socket, name: base.String()}
+		if socket != "" {
+			e.name = "unix://" + socket
+		}
+		c.eps = append(c.eps, e)
+	}
+	if len(c.eps) == 0 {
+		return nil, fmt.Errorf("invalid endpoint %q: it names no endpoint", endpoint)
 	}
 	for _, o := range opts {
 		o(c)
 	}
-	if socket != "" {
-		hc, err := overSocket(c.hc, socket)
-		if err != nil {
-			return nil, fmt.Errorf("endpoint %s: %w", c.endpoint, err)
+	for _, e := range c.eps {
+		e.hc = c.hc
+		if e.socket != "" {
+			hc, err := overSocket(c.hc, e.socket)
+			if err != nil {
+				return nil, fmt.Errorf("endpoint %s: %w", e.name, err)
+			}
+			e.hc = hc
 		}
-		c.hc = hc
 	}
 	return c, nil
 }
@@ -241,8 +270,51 @@ func parseEndpoint(endpoint string) (*url.URL, string, error) {
 }
 
 // Endpoint returns the endpoint the Client talks to (unix:///path for a
-// unix socket).
-func (c *Client) Endpoint() string { return c.endpoint }
+// unix socket): of several, the one that answered last.
+func (c *Client) Endpoint() string { return c.ep().name }
+
+// ep is the endpoint in use.
+func (c *Client) ep() *apiEndpoint { return c.eps[c.cur.Load()] }
+
+// each runs try on the endpoint in use and, while it fails in a way
+// another daemon may not (failover), on the next ones in turn; the
+// endpoint that answered stays in use. When every endpoint failed, the
+// error joins theirs.
+func (c *Client) each(ctx context.Context, method string, try func(*apiEndpoint) error) error {
+	n := len(c.eps)
+	first := int(c.cur.Load())
+	var errs []error
+	for i := range n {
+		idx := (first + i) % n
+		err := try(c.eps[idx])
+		if err == nil || n == 1 || ctx.Err() != nil || !failover(method, err) {
+			c.cur.Store(int32(idx))
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// failover reports whether a request that failed with err may go to
+// another endpoint: always when it was not sent (no connection could be
+// made, or the daemon could not reach the leader and forwarded nothing);
+// a read also when no answer came or the daemon answered 502 or 503.
+func failover(method string, err error) bool {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		if ae.Code == "leader_unreachable" {
+			return true
+		}
+		read := method == http.MethodGet || method == http.MethodHead
+		return read && (ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable) && ae.Code != "etcd_unreachable"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return true
+	}
+	return method == http.MethodGet || method == http.MethodHead
+}
 
 // Status returns who answered and who leads the cluster.
 func (c *Client) Status(ctx context.Context) (*api.Status, error) {
@@ -406,8 +478,17 @@ func (c *Client) Journal(ctx context.Context, name string, o JournalOptions) (io
 	if o.Follow {
 		q.Set("follow", "true")
 	}
-	u := c.url(q, "v1", "units", name, "journal")
+	rel := c.url(q, "v1", "units", name, "journal")
+	var body io.ReadCloser
+	err := c.each(ctx, http.MethodGet, func(e *apiEndpoint) (err error) {
+		body, err = c.journalAt(ctx, e, e.abs(rel))
+		return err
+	})
+	return body, err
+}
 
+// journalAt opens the journal at u of endpoint e.
+func (c *Client) journalAt(ctx context.Context, e *apiEndpoint, u *url.URL) (io.ReadCloser, error) {
 	// The timeout covers the wait for the headers only: a followed journal
 	// stays open as long as the caller reads it.
 	reqCtx, cancel := context.WithCancel(ctx)
@@ -421,24 +502,24 @@ func (c *Client) Journal(ctx context.Context, name string, o JournalOptions) (io
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/plain")
-	resp, err := c.hc.Do(req)
+	resp, err := e.hc.Do(req)
 	if timer != nil && !timer.Stop() && ctx.Err() == nil {
 		// The timer fired: whatever came back is cut off.
 		if err == nil {
 			resp.Body.Close()
 		}
 		cancel()
-		return nil, c.timeoutError(req)
+		return nil, c.timeoutError(e, req)
 	}
 	if err != nil {
 		cancel()
-		return nil, c.requestError(ctx, req, err)
+		return nil, c.requestError(ctx, e, req, err)
 	}
 	c.noteAnswer(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer cancel()
 		defer resp.Body.Close()
-		return nil, c.readAPIError(resp)
+		return nil, c.readAPIError(e, resp)
 	}
 	return &streamBody{ReadCloser: resp.Body, cancel: cancel}, nil
 }
@@ -455,22 +536,27 @@ func (b *streamBody) Close() error {
 	return err
 }
 
-// url returns the URL of the API path made of segs (each escaped) and query q.
+// url returns the API path made of segs (each escaped) and query q,
+// relative to an endpoint's base (apiEndpoint.abs).
 func (c *Client) url(q url.Values, segs ...string) *url.URL {
-	u := *c.base
-	var raw strings.Builder
-	raw.WriteString(c.base.EscapedPath())
-	var plain strings.Builder
-	plain.WriteString(c.base.Path)
+	var raw, plain strings.Builder
 	for _, s := range segs {
 		raw.WriteString("/" + url.PathEscape(s))
 		plain.WriteString("/" + s)
 	}
-	u.Path = plain.String()
-	u.RawPath = raw.String()
+	u := &url.URL{Path: plain.String(), RawPath: raw.String()}
 	if len(q) > 0 {
 		u.RawQuery = q.Encode()
 	}
+	return u
+}
+
+// abs returns the URL of the API path rel (Client.url) at e.
+func (e *apiEndpoint) abs(rel *url.URL) *url.URL {
+	u := *e.base
+	u.Path = e.base.Path + rel.Path
+	u.RawPath = e.base.EscapedPath() + rel.RawPath
+	u.RawQuery = rel.RawQuery
 	return &u
 }
 
@@ -500,14 +586,15 @@ func (c *Client) newRequest(ctx context.Context, method string, u *url.URL, body
 	return req, nil
 }
 
-// call sends a request and decodes a 2xx answer into out (when not nil),
-// sending it again while WithRetry allows.
-func (c *Client) call(ctx context.Context, method string, u *url.URL, body, out any) error {
+// call sends a request for the API path rel (Client.url) to the endpoints
+// in turn (each), and decodes a 2xx answer into out (when not nil), sending
+// it again while WithRetry allows.
+func (c *Client) call(ctx context.Context, method string, rel *url.URL, body, out any) error {
 	first := time.Now()
 	pause := retryPauseMin
 	for {
-		err := c.callOnce(ctx, method, u, body, out)
-		if err == nil || c.retry <= 0 || time.Since(first)+pause > c.retry || !retryable(method, u, err) {
+		err := c.each(ctx, method, func(e *apiEndpoint) error { return c.callAt(ctx, e, method, e.abs(rel), body, out) })
+		if err == nil || c.retry <= 0 || time.Since(first)+pause > c.retry || !retryable(method, rel, err) {
 			return err
 		}
 		select {
@@ -519,8 +606,9 @@ func (c *Client) call(ctx context.Context, method string, u *url.URL, body, out 
 	}
 }
 
-// callOnce sends one request and decodes a 2xx answer into out (when not nil).
-func (c *Client) callOnce(ctx context.Context, method string, u *url.URL, body, out any) error {
+// callAt sends one request to e and decodes a 2xx answer into out (when
+// not nil).
+func (c *Client) callAt(ctx context.Context, e *apiEndpoint, method string, u *url.URL, body, out any) error {
 	reqCtx := ctx
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
@@ -531,14 +619,14 @@ func (c *Client) callOnce(ctx context.Context, method string, u *url.URL, body, 
 	if err != nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := e.hc.Do(req)
 	if err != nil {
-		return c.requestError(ctx, req, err)
+		return c.requestError(ctx, e, req, err)
 	}
 	defer resp.Body.Close()
 	c.noteAnswer(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return c.readAPIError(resp)
+		return c.readAPIError(e, resp)
 	}
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -546,16 +634,16 @@ func (c *Client) callOnce(ctx context.Context, method string, u *url.URL, body, 
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		if reqCtx.Err() != nil {
-			return c.requestError(ctx, req, err)
+			return c.requestError(ctx, e, req, err)
 		}
-		return fmt.Errorf("%s %s: decode answer of %s: %w", req.Method, req.URL.Path, c.Endpoint(), err)
+		return fmt.Errorf("%s %s: decode answer of %s: %w", req.Method, req.URL.Path, e.name, err)
 	}
 	return nil
 }
 
 // requestError explains a failure to exchange req with the server; parent is
 // the caller's context, req's context may add the request timeout.
-func (c *Client) requestError(parent context.Context, req *http.Request, err error) error {
+func (c *Client) requestError(parent context.Context, e *apiEndpoint, req *http.Request, err error) error {
 	// *url.Error repeats method and URL; keep what went wrong.
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -565,16 +653,16 @@ func (c *Client) requestError(parent context.Context, req *http.Request, err err
 	case parent.Err() != nil:
 		return fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, parent.Err())
 	case errors.Is(req.Context().Err(), context.DeadlineExceeded):
-		return c.timeoutError(req)
-	case errors.Is(err, syscall.ECONNREFUSED), c.socket != "" && errors.Is(err, syscall.ENOENT):
+		return c.timeoutError(e, req)
+	case errors.Is(err, syscall.ECONNREFUSED), e.socket != "" && errors.Is(err, syscall.ENOENT):
 		// A unix socket that does not exist: no daemon made it.
-		return &UnreachableError{Endpoint: c.Endpoint(), Err: err}
+		return &UnreachableError{Endpoint: e.name, Err: err}
 	}
-	return fmt.Errorf("%s %s at %s: %w", req.Method, req.URL.Path, c.Endpoint(), err)
+	return fmt.Errorf("%s %s at %s: %w", req.Method, req.URL.Path, e.name, err)
 }
 
-func (c *Client) timeoutError(req *http.Request) error {
-	return fmt.Errorf("%s %s: no answer from %s within %s: %w", req.Method, req.URL.Path, c.Endpoint(), c.timeout, context.DeadlineExceeded)
+func (c *Client) timeoutError(e *apiEndpoint, req *http.Request) error {
+	return fmt.Errorf("%s %s: no answer from %s within %s: %w", req.Method, req.URL.Path, e.name, c.timeout, context.DeadlineExceeded)
 }
 
 // maxErrorBody bounds how much of a non-JSON error answer is quoted.
@@ -583,7 +671,7 @@ const maxErrorBody = 512
 // readAPIError turns a non-2xx answer into an *APIError. A 404 that is not
 // an API error body comes from a server that does not serve the API there
 // (another service's port, a wrong path prefix): the message says so.
-func (c *Client) readAPIError(resp *http.Response) error {
+func (c *Client) readAPIError(ep *apiEndpoint, resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &APIError{Status: resp.StatusCode}
 	var ae api.Error
@@ -601,7 +689,7 @@ func (c *Client) readAPIError(resp *http.Response) error {
 	}
 	if resp.StatusCode == http.StatusNotFound && resp.Request != nil {
 		e.Message = fmt.Sprintf("%s is not a Flotilla API: %s %s answered %s (%s); check the endpoint (a daemon's --api-addr, by default http://127.0.0.1:7480)",
-			c.Endpoint(), resp.Request.Method, resp.Request.URL.Path, resp.Status, msg)
+			ep.name, resp.Request.Method, resp.Request.URL.Path, resp.Status, msg)
 		return e
 	}
 	e.Message = fmt.Sprintf("server answered %s: %s", resp.Status, msg)

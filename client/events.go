@@ -225,7 +225,18 @@ func isTransient(err error) bool {
 
 // connect opens one connection, resuming after s.lastID.
 func (s *EventStream) connect() error {
-	u := s.c.url(nil, "v1", "events")
+	idx := s.c.cur.Load()
+	err := s.connectAt(s.c.eps[idx])
+	if err != nil && isTransient(err) {
+		// The next attempt goes to the next endpoint (of several).
+		s.c.cur.CompareAndSwap(idx, (idx+1)%int32(len(s.c.eps)))
+	}
+	return err
+}
+
+// connectAt opens one connection to endpoint e.
+func (s *EventStream) connectAt(e *apiEndpoint) error {
+	u := e.abs(s.c.url(nil, "v1", "events"))
 	ctx, cancel := context.WithCancel(s.ctx)
 	req, err := s.c.newRequest(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -243,28 +254,28 @@ func (s *EventStream) connect() error {
 	if s.c.timeout > 0 {
 		timer = time.AfterFunc(s.c.timeout, cancel)
 	}
-	resp, err := s.c.hc.Do(req)
+	resp, err := e.hc.Do(req)
 	if timer != nil && !timer.Stop() && s.ctx.Err() == nil {
 		if err == nil {
 			resp.Body.Close()
 		}
 		cancel()
-		return s.c.timeoutError(req)
+		return s.c.timeoutError(e, req)
 	}
 	if err != nil {
 		cancel()
-		return s.c.requestError(s.ctx, req, err)
+		return s.c.requestError(s.ctx, e, req, err)
 	}
 	s.c.noteAnswer(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer cancel()
 		defer resp.Body.Close()
-		return s.c.readAPIError(resp)
+		return s.c.readAPIError(e, resp)
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		resp.Body.Close()
 		cancel()
-		return fmt.Errorf("GET %s at %s: answered %q: %w", u.Path, s.c.Endpoint(), ct, errNotEventStream)
+		return fmt.Errorf("GET %s at %s: answered %q: %w", u.Path, e.name, ct, errNotEventStream)
 	}
 	ec := &eventConn{body: resp.Body, cancel: cancel, timer: time.AfterFunc(s.idle, cancel)}
 	ec.sse = newSSEReader(resp.Body, s.lastID, func() { ec.timer.Reset(s.idle) })

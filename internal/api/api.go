@@ -136,6 +136,7 @@ type server struct {
 	pace  *pacer // answers of /v1/state without limit= on the leader
 	// writes are the tokens' write buckets (nil: no limit).
 	writes *writeRates
+	reach  *reach // which leaders could not be reached lately
 }
 
 // New returns the API handler.
@@ -199,7 +200,7 @@ func build(cfg Config) (http.Handler, *routes) {
 	if cfg.WriteBurst <= 0 {
 		cfg.WriteBurst = limits.TokenWriteBurst
 	}
-	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api"), pace: cfg.pace}
+	s := &server{cfg: cfg, log: cfg.Logger.With("component", "api"), pace: cfg.pace, reach: newReach()}
 	if cfg.WriteRate > 0 {
 		s.writes = newWriteRates(cfg.WriteRate, cfg.WriteBurst)
 	}
@@ -208,6 +209,10 @@ func build(cfg Config) (http.Handler, *routes) {
 		FlushInterval: -1,
 		Transport:     cfg.Forward,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if lu, ok := context.Cause(r.Context()).(*leaderUnreachableError); ok {
+				refuse(w, r, http.StatusServiceUnavailable, lu.code(), lu.Error())
+				return
+			}
 			refuse(w, r, http.StatusBadGateway, "unavailable", fmt.Sprintf("forwarding to %s: %v", r.URL.Host, err))
 		},
 	}
@@ -276,12 +281,11 @@ func (s *server) wrap(mux http.Handler) http.Handler {
 	cfg := s.cfg
 	guarded := s.audited(s.guard(mux))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Engine != nil {
-			if since, ok := cfg.Engine.EtcdUnreachableSince(); ok {
-				w.Header().Set(apiv1.EtcdUnreachableHeader, since.UTC().Format(time.RFC3339))
-			}
-		}
 		_, pretty := r.URL.Query()["pretty"]
+		if cfg.Engine != nil {
+			aw := &answerWriter{ResponseWriter: w, eng: cfg.Engine, r: r}
+			w, r = aw, r.WithContext(context.WithValue(r.Context(), answerKey{}, aw))
+		}
 		guarded.ServeHTTP(&prettyWriter{ResponseWriter: w, pretty: pretty}, r)
 	})
 }
@@ -289,11 +293,9 @@ func (s *server) wrap(mux http.Handler) http.Handler {
 // leaderOnly serves h on the leader and forwards the request elsewhere.
 func (s *server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Engine != nil {
-			if ok, _ := s.cfg.Engine.IsLeader(); ok {
-				h(w, r)
-				return
-			}
+		if s.readLocally(r) {
+			h(w, r)
+			return
 		}
 		if r.Header.Get(forwardedHeader) != "" {
 			refuse(w, r, http.StatusServiceUnavailable, "unavailable", "leadership is changing; retry")
@@ -304,7 +306,7 @@ func (s *server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 			refuse(w, r, http.StatusServiceUnavailable, "unavailable", "no engine leader is elected yet; retry shortly")
 			return
 		}
-		s.forward(w, r, in.APIAddr, r.URL.Path)
+		s.forwardToLeader(w, r, in)
 	}
 }
 

@@ -2,9 +2,13 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,6 +113,90 @@ func TestEtcdUnreachable(t *testing.T) {
 		}
 	}
 	px.Restore()
+}
+
+// TestReadsTaggedWhenAnswered: whether a read carries the
+// X-Flotilla-Etcd-Unreachable-Since header is decided when it is answered,
+// not when it arrives (issue 24). Reads keep arriving at the leader from
+// the moment etcd is cut off: those that arrive while its lease is still
+// valid are answered current, those that arrive once it is unconfirmed
+// wait for the probe of etcd and are answered from memory once the term
+// degrades; every answer given after the term degraded must carry the
+// header, /v1/units, /v1/units/{name}, /v1/state, fleet's /fleet/v1/units
+// and the first batch of /v1/events alike.
+func TestReadsTaggedWhenAnswered(t *testing.T) {
+	srv := etcdtest.Start(t)
+	px := srv.Proxy(t)
+	c := startOn(t, px.Client(t))
+	if resp, body := c.do(t, "POST", "/v1/batch", batch(apiv1.UnitChange{Name: "web.service", File: okUnit, DesiredState: "launched"})); resp.StatusCode != 200 {
+		t.Fatalf("batch: %s %s", resp.Status, body)
+	}
+	type answer struct {
+		path   string
+		at     time.Time // when the status line came
+		code   int
+		header string
+	}
+	var (
+		mu      sync.Mutex
+		answers []answer
+		wg      sync.WaitGroup
+	)
+	paths := []string{"/v1/units", "/v1/units/web.service", "/v1/state", "/fleet/v1/units", "/v1/events"}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) {
+		defer wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", c.url+path, nil)
+		resp, err := hc.Do(req)
+		at := time.Now()
+		if err != nil {
+			return
+		}
+		if path != "/v1/events" {
+			io.Copy(io.Discard, resp.Body)
+		}
+		resp.Body.Close()
+		mu.Lock()
+		answers = append(answers, answer{path, at, resp.StatusCode, resp.Header.Get(apiv1.EtcdUnreachableHeader)})
+		mu.Unlock()
+	}
+	px.Cut()
+	defer px.Restore()
+	var since time.Time
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if s, ok := c.eng.EtcdUnreachableSince(); ok && since.IsZero() {
+			since = s
+			deadline = time.Now().Add(time.Second) // and a while after
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		for _, p := range paths {
+			wg.Add(1)
+			go get(p)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	wg.Wait()
+	if since.IsZero() {
+		t.Fatal("the leader did not degrade within 10s of etcd being cut off")
+	}
+	after := 0
+	for _, a := range answers {
+		if a.at.Before(since) {
+			continue
+		}
+		after++
+		if a.code == 200 && a.header == "" {
+			t.Errorf("GET %s answered 200 without %s %v after the term degraded (at %v)",
+				a.path, apiv1.EtcdUnreachableHeader, a.at.Sub(since), since.Format(time.RFC3339Nano))
+		}
+	}
+	if after == 0 {
+		t.Fatal("no read was answered after the term degraded")
+	}
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {

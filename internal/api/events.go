@@ -37,10 +37,20 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		s.engineError(w, err)
 		return
 	}
+	// The status line goes after the first events are read, so that what
+	// it says about etcd holds for them (answer.go).
+	first, err := cur.Read()
+	if err != nil && !errors.Is(err, engine.ErrSlowReader) {
+		s.engineError(w, err)
+		return
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	if answerRefused(r) {
+		return
+	}
 	rc := http.NewResponseController(w)
 	write := func(b []byte) bool {
 		rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
@@ -58,6 +68,9 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		fl.Flush()
+	}
+	if len(first) > 0 && !write(first) {
+		return
 	}
 	hb := time.NewTicker(sseHeartbeat)
 	defer hb.Stop()

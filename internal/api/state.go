@@ -40,22 +40,20 @@ func (s *server) stateHandler(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	if s.cfg.Engine != nil {
-		if ok, _ := s.cfg.Engine.IsLeader(); ok {
-			snap := s.cfg.Engine.State()
-			if snap == nil {
-				writeError(w, http.StatusServiceUnavailable, "unavailable", "the leader has not published its state yet; retry")
-				return
-			}
-			waited = s.serveLeader(w, r, snap, f)
+	if s.readLocally(r) {
+		snap := s.cfg.Engine.State()
+		if snap == nil {
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "the leader has not published its state yet; retry")
 			return
 		}
+		waited = s.serveLeader(w, r, snap, f)
+		return
 	}
 	in, ok := s.cfg.Leader()
 	if ok && in.APIAddr != "" && r.Header.Get(forwardedHeader) == "" {
 		// Forward, but fall back to etcd if the leader does not answer.
 		rec := httptest.NewRecorder()
-		s.forward(rec, r, in.APIAddr, r.URL.Path)
+		s.forwardToLeader(rec, r, in)
 		if rec.Code != http.StatusBadGateway && rec.Code != http.StatusServiceUnavailable {
 			for k, v := range rec.Header() {
 				w.Header()[k] = v

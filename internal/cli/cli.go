@@ -89,7 +89,7 @@ func AddCommands(root *cobra.Command) {
 
 // AddFlags registers the global flags in fs, bound to g.
 func (g *Globals) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API (http://HOST:PORT, https://..., or a unix socket as unix:///PATH or /PATH); a comma-separated list is tried in order and the first that answers is used; $"+EndpointEnv+", else $"+FleetctlEndpointEnv+", sets the default")
+	fs.StringVar(&g.Endpoint, "endpoint", DefaultEndpoint, "URL of the Flotilla API (http://HOST:PORT, https://..., or a unix socket as unix:///PATH or /PATH); a comma-separated list is tried in order: the first that answers is used, and the next ones when it stops answering or cannot reach the leader; $"+EndpointEnv+", else $"+FleetctlEndpointEnv+", sets the default")
 	fs.StringVarP(&g.Output, "output", "o", outputTable, "output format of list, set-metadata, status and cat commands: table or json")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", client.DefaultTimeout, "time allowed for a single API request (0 means no limit)")
 	// The token's default is read in clientOptions, so that help output
@@ -197,42 +197,37 @@ func (g *Globals) setup(cmd *cobra.Command) (e *env, ctx context.Context, stop c
 	}, ctx, stop, nil
 }
 
-// firstAnswering returns a client of the first endpoint of the
-// comma-separated list that answers, as fleetctl and etcdctl try theirs in
-// order. A single endpoint is returned unprobed: its first request says
-// whether it answers.
+// firstAnswering returns a client of the comma-separated list of
+// endpoints, using the first that answers, as fleetctl and etcdctl try
+// theirs in order; the client tries the next ones when the one in use
+// stops answering or cannot reach the leader (client.New). A single
+// endpoint is returned unprobed: its first request says whether it answers.
 func firstAnswering(ctx context.Context, list string, opts []client.Option) (*client.Client, error) {
-	var clients []*client.Client
-	for _, ep := range strings.Split(list, ",") {
-		ep = strings.TrimSpace(ep)
-		if ep == "" {
-			continue
+	n := 0
+	for ep := range strings.SplitSeq(list, ",") {
+		if strings.TrimSpace(ep) != "" {
+			n++
 		}
-		c, err := client.New(ep, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("--endpoint: %w", err)
-		}
-		clients = append(clients, c)
 	}
-	switch len(clients) {
-	case 0:
+	if n == 0 {
 		return nil, fmt.Errorf("--endpoint %q names no endpoint", list)
-	case 1:
-		return clients[0], nil
 	}
-	var errs []error
-	for _, c := range clients {
-		_, err := c.Status(ctx)
-		var ae *client.APIError
-		if err == nil || errors.As(err, &ae) {
-			return c, nil // it answered, even if with an error
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		errs = append(errs, err)
+	c, err := client.New(list, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--endpoint: %w", err)
 	}
-	return nil, fmt.Errorf("none of the %d endpoints of --endpoint answers:\n%w", len(clients), errors.Join(errs...))
+	if n == 1 {
+		return c, nil
+	}
+	_, err = c.Status(ctx)
+	var ae *client.APIError
+	switch {
+	case err == nil || errors.As(err, &ae):
+		return c, nil // it answered, even if with an error
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("none of the %d endpoints of --endpoint answers:\n%w", n, err)
 }
 
 // runE returns a cobra RunE that sets the command's environment up and

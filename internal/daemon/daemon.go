@@ -507,6 +507,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		cleanups = append(cleanups, func() { closeEtcd(e) })
+		go resetStalePeerStreams(e, cfg.Name, cfg.EtcdPeerAddr, cfg.EtcdInitialCluster, log)
 		etcdClientAddr = e.Clients[0].Addr().String()
 		endpoints = []string{scheme(creds) + "://" + etcdClientAddr}
 		log.Info("embedded etcd member ready", "client", etcdClientAddr, "peer", cfg.EtcdPeerAddr)
@@ -520,7 +521,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	addrs := Addrs{API: advertise(apiLns.tcp[0].Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
 	if !agentOnly {
 		etcdCfg := clientv3.Config{
-			Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: ms.EtcdDialOptions(),
+			Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: append(ms.EtcdDialOptions(), etcdReconnect),
 			DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 			Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 1 << 30,
 			TLS: etcdTLS,

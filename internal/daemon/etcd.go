@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/flotilla/flotilla/internal/auth"
 )
@@ -106,3 +108,14 @@ func parseInitialCluster(s, name string) error {
 	}
 	return nil
 }
+
+// etcdReconnect is how the daemon's etcd clients reconnect after losing
+// etcd: an attempt gives up after 2 s and the next comes within a second,
+// so that a daemon cut off from etcd talks to it again within a few
+// seconds of the partition ending (issue 24). gRPC's defaults (attempts of
+// up to 20 s, backoff growing to 2 minutes) kept a daemon whose partition
+// had ended on its degraded term for tens of seconds.
+var etcdReconnect = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 2 * time.Second,
+})

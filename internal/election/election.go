@@ -175,7 +175,31 @@ func (t *Term) Resign(ctx context.Context) error {
 
 // Campaign blocks until this candidate leads (or ctx ends). ttl is the
 // session lease TTL, rounded up to whole seconds (etcd's unit).
+//
+// A candidate's lease may expire while it waits (its etcd member was cut
+// off from the others, or this process froze): its key is then gone, and
+// waiting on would "win" with the expired lease once the leader goes, and
+// fail. So when the session hears its lease is gone, or the first renewal
+// after a win finds it gone, the candidate campaigns again at once with a
+// new lease (TestCampaignOutlivesExpiredLease).
 func Campaign(ctx context.Context, cli *clientv3.Client, prefix string, ttl time.Duration, me Info) (*Term, error) {
+	for {
+		t, err := campaignOnce(ctx, cli, prefix, ttl, me)
+		if !errors.Is(err, ErrLeaseExpired) || ctx.Err() != nil {
+			return t, err
+		}
+		sleep(ctx, retryExpired)
+	}
+}
+
+// retryExpired is the pause before a candidate whose lease expired
+// campaigns again: a new lease needs etcd's quorum, so the loop cannot spin
+// faster than etcd answers, and this keeps it from spinning at all.
+const retryExpired = 50 * time.Millisecond
+
+// campaignOnce campaigns with one session; ErrLeaseExpired when its lease
+// expired before it could lead.
+func campaignOnce(ctx context.Context, cli *clientv3.Client, prefix string, ttl time.Duration, me Info) (*Term, error) {
 	secs := int((ttl + time.Second - 1) / time.Second)
 	if secs < 1 {
 		secs = 1
@@ -186,8 +210,21 @@ func Campaign(ctx context.Context, cli *clientv3.Client, prefix string, ttl time
 	}
 	e := concurrency.NewElection(s, prefix)
 	val, _ := json.Marshal(me)
-	if err := e.Campaign(ctx, string(val)); err != nil {
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.Done(): // the lease is gone: stop waiting with it
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	err = e.Campaign(cctx, string(val))
+	cancel()
+	if err != nil {
 		s.Close()
+		if ctx.Err() == nil && isClosed(s.Done()) {
+			return nil, fmt.Errorf("election: campaign: %w (the session's lease expired while waiting)", ErrLeaseExpired)
+		}
 		return nil, fmt.Errorf("election: campaign: %w", err)
 	}
 	me.Key = e.Key()
@@ -215,6 +252,15 @@ func Campaign(ctx context.Context, cli *clientv3.Client, prefix string, ttl time
 	// lease is gone; the session's keep-alive runs beside it (see Done).
 	go t.renew(rctx, cli)
 	return t, nil
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // Current returns the current leader, or ok=false when there is none.

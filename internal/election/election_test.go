@@ -154,3 +154,68 @@ func TestObserveKeepsLeaderWhileEtcdUnreachable(t *testing.T) {
 	a.Resign(rctx)
 	rcancel()
 }
+
+// TestCampaignOutlivesExpiredLease: a candidate whose lease expires while
+// it waits (its etcd member was cut off from the others, or the process
+// froze) campaigns again at once with a new lease, instead of "winning"
+// with the expired one when the leader goes, failing its first renewal
+// and retrying a second later, while no one leads (issue 24).
+func TestCampaignOutlivesExpiredLease(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const prefix = "/t/election/"
+	a, err := election.Campaign(ctx, cli, prefix, time.Second, election.Info{Machine: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		term *election.Term
+		err  error
+	}
+	bDone := make(chan result, 1)
+	go func() {
+		b, err := election.Campaign(ctx, cli, prefix, time.Second, election.Info{Machine: "b"})
+		bDone <- result{b, err}
+	}()
+	var bLease clientv3.LeaseID
+	for bLease == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("b's candidacy never appeared")
+		}
+		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			if kv.CreateRevision != a.Info.Rev {
+				bLease = clientv3.LeaseID(kv.Lease)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := cli.Revoke(ctx, bLease); err != nil { // as etcd expires it
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // b's session hears its lease is gone
+	resigned := time.Now()
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-bDone:
+		if r.err != nil {
+			t.Fatalf("b's campaign after its lease expired and a resigned = %v, want a term", r.err)
+		}
+		if took := time.Since(resigned); took > time.Second {
+			t.Errorf("b led %v after a resigned, want within 1s", took)
+		}
+		if !r.term.Valid(time.Now()) {
+			t.Error("b's term is not valid")
+		}
+		r.term.Resign(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("b did not lead within 5s of a resigning")
+	}
+}

@@ -145,9 +145,11 @@ func (t *term) etcdLost(cause error) bool {
 	return true
 }
 
-// confirmNoop confirms through etcd, with an empty fenced transaction,
-// that the term still leads, before a request that changes nothing is
-// acknowledged: memory alone cannot tell a deposed leader from a current one.
+// confirmNoop confirms through etcd's consensus (a fenced transaction that
+// reads the election key linearizably, registry.Committer.Confirm) that the
+// term still leads, before a request that changes nothing is acknowledged:
+// memory alone cannot tell a deposed leader from a current one, nor can an
+// etcd member cut off from its quorum.
 func (t *term) confirmNoop() error {
 	err := t.committer.Confirm(t.commitCtx)
 	switch {
@@ -225,18 +227,34 @@ func (t *term) watchLease() {
 // unreachable). While the lease is unconfirmed and etcd is being probed
 // (watchLease), a read waits for the outcome, up to the probe's timeout:
 // a term that steps down, or stays unconfirmed, does not answer.
+//
+// That the term may answer when the read begins does not make the answer
+// current: the term may degrade, or another leader be elected, while the
+// read waits for the lock or is written out. An answer is vouched for when
+// it is given (Read, Vouch).
 func (e *Engine) reader() (*term, error) {
 	t := e.leader()
 	if t == nil {
 		return nil, ErrNotLeader
 	}
+	if err := e.settle(t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// settle returns once term t is degraded or its lease is known valid now,
+// waiting for the outcome of a late renewal or of watchLease's probe up to
+// the probe's timeout; ErrNotLeader (wrapped) when the term ended, etcd
+// said its lease is gone, or it stays unconfirmed.
+func (e *Engine) settle(t *term) error {
 	deadline := time.Now().Add(e.probeTimeout() + 100*time.Millisecond)
 	for {
 		if t.deg.since.Load() != 0 || t.el.Valid(time.Now()) {
-			return t, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: its election lease is not confirmed (etcd is slow to answer)", ErrNotLeader)
+			return fmt.Errorf("%w: its election lease is not confirmed (etcd is slow to answer)", ErrNotLeader)
 		}
 		timer := time.NewTimer(20 * time.Millisecond)
 		select {
@@ -247,9 +265,57 @@ func (e *Engine) reader() (*term, error) {
 		}
 		timer.Stop()
 		if t.ctx.Err() != nil || isClosed(t.deg.lost) {
-			return nil, ErrNotLeader
+			return ErrNotLeader
 		}
 	}
+}
+
+// Read is a request answered from a leader's memory, from the moment it
+// arrived (StartRead) to the moment it is answered (Vouch).
+type Read struct{ t *term }
+
+// StartRead begins a read as a request arrives: ok is false when this
+// engine does not lead (the request goes to the leader).
+func (e *Engine) StartRead() (rd Read, ok bool) {
+	t := e.leader()
+	return Read{t: t}, t != nil
+}
+
+// Vouch says, as the read rd is answered, what the answer is worth:
+//
+//   - current (zero since, nil error): the term that answered still leads
+//     and its lease is known valid now, after the request arrived and
+//     after its memory was read, so no other leader can have acknowledged
+//     a write the answer misses. (A term is installed once and never comes
+//     back, so the term that leads both when the request arrived and now
+//     answered every read of the request.)
+//   - stale since a time (ok set): the term is degraded, or was while the
+//     answer was made; the answer is its memory, and since is when it found
+//     etcd unreachable.
+//   - an error wrapping ErrNotLeader: the term ended, or its lease stays
+//     unconfirmed: nothing can be said for the answer, which must not be
+//     given.
+//
+// It waits, like a read, for a late renewal or for etcd's probe, at most
+// the probe's timeout.
+func (e *Engine) Vouch(rd Read) (since time.Time, stale bool, err error) {
+	t := rd.t
+	if t == nil {
+		return time.Time{}, false, ErrNotLeader
+	}
+	if since, ok := t.degradedSince(); ok {
+		return since, true, nil
+	}
+	if e.leader() != t {
+		return time.Time{}, false, fmt.Errorf("%w: its term ended while the request was answered", ErrNotLeader)
+	}
+	if err := e.settle(t); err != nil {
+		return time.Time{}, false, err
+	}
+	if since, ok := t.degradedSince(); ok {
+		return since, true, nil
+	}
+	return time.Time{}, false, nil
 }
 
 func isClosed(c <-chan struct{}) bool {
@@ -324,8 +390,10 @@ func (e *Engine) followDegraded(ctx context.Context, t *term) {
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, e.probeTimeout())
+		asked := time.Now()
 		in, _, ok, err := election.Current(pctx, e.cfg.ElectionClient, e.cfg.Keys.Election())
 		cancel()
+		e.log.Debug("degraded: asked etcd who leads", "leader", in.Machine, "err", err, "took_ms", time.Since(asked).Milliseconds())
 		if err == nil && ok && in.Rev != t.info.Rev && in.Machine != e.cfg.Machine {
 			e.log.Warn("etcd is back and another engine leads: dropping the degraded term's memory", "leader", in.Machine, "leader_rev", in.Rev)
 			e.drop(t)

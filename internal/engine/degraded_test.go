@@ -275,6 +275,35 @@ func TestEngineNoopWriteConfirmed(t *testing.T) {
 	}
 }
 
+// TestEngineNoopCutOffMember: a leader whose etcd member is cut off from
+// its quorum (the two other members of three are gone) does not
+// acknowledge a request that changes nothing, even while its lease is
+// still known valid: the member would confirm an empty transaction from
+// its own copy, while the others may already have elected another leader
+// that changed the unit (issue 24). It answers that etcd is unreachable.
+func TestEngineNoopCutOffMember(t *testing.T) {
+	members := etcdtest.StartCluster(t, 3)
+	cli := members[0].Client(t)
+	e1 := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e1)
+	ctx := context.Background()
+	f := parse(t, "db.service", simple)
+	if err := e1.Apply(ctx, []engine.Change{{Name: "db.service", File: f}}); err != nil {
+		t.Fatal(err)
+	}
+	members[1].Stop()
+	members[2].Stop()
+	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	err := e1.Apply(actx, []engine.Change{{Name: "db.service", File: f}})
+	if err == nil {
+		t.Fatal("a no-op write on a leader whose etcd member lost its quorum was acknowledged")
+	}
+	if _, ok := errors.AsType[*engine.EtcdUnreachableError](err); !ok {
+		t.Errorf("a no-op write on a leader whose etcd member lost its quorum = %v, want an *EtcdUnreachableError", err)
+	}
+}
+
 // TestEngineOversizedRecords: a request that would write a record too large
 // for etcd is refused as invalid, naming the record and both sizes, before
 // anything is written; the leader's term goes on.

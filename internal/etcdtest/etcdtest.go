@@ -3,8 +3,12 @@
 package etcdtest
 
 import (
+	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +21,11 @@ import (
 type Server struct {
 	Etcd     *embed.Etcd
 	Endpoint string
+	stop     sync.Once
 }
+
+// Stop stops the member (once; the test's end stops it too).
+func (s *Server) Stop() { s.stop.Do(s.Etcd.Close) }
 
 // Start starts an etcd member in t.TempDir() and stops it when the test ends.
 func Start(t testing.TB) *Server {
@@ -35,13 +43,14 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("etcdtest: start: %v", err)
 	}
-	t.Cleanup(e.Close)
+	s := &Server{Etcd: e, Endpoint: "http://" + e.Clients[0].Addr().String()}
+	t.Cleanup(s.Stop)
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
 		t.Fatal("etcdtest: etcd not ready within 30s")
 	}
-	return &Server{Etcd: e, Endpoint: "http://" + e.Clients[0].Addr().String()}
+	return s
 }
 
 // Client returns a client of s, closed when the test ends.
@@ -59,4 +68,68 @@ func client(t testing.TB, endpoint string) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// StartCluster starts n etcd members that form one cluster, each in
+// t.TempDir() and on its own loopback ports, and stops them when the test
+// ends. Closing some members (Etcd.Close) leaves the others cut off from
+// their quorum, as a partition would: a test sees what such a member still
+// answers on its own.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	cfgs := make([]*embed.Config, n)
+	var initial []string
+	for i := range cfgs {
+		cfg := embed.NewConfig()
+		cfg.Name = fmt.Sprintf("m%d", i+1)
+		cfg.Dir = filepath.Join(t.TempDir(), "etcd")
+		u, _ := url.Parse("http://127.0.0.1:0")
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*u}, []url.URL{*u}
+		p, _ := url.Parse("http://" + freeAddr(t))
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*p}, []url.URL{*p}
+		cfg.LogLevel = "error"
+		cfg.LogOutputs = []string{filepath.Join(t.TempDir(), "etcd.log")}
+		cfgs[i] = cfg
+		initial = append(initial, cfg.Name+"="+p.String())
+	}
+	out := make([]*Server, n)
+	errs := make(chan error, n)
+	for i, cfg := range cfgs {
+		cfg.InitialCluster = strings.Join(initial, ",")
+		go func() {
+			e, err := embed.StartEtcd(cfg)
+			if err != nil {
+				errs <- fmt.Errorf("etcdtest: start member %s: %w", cfg.Name, err)
+				return
+			}
+			s := &Server{Etcd: e, Endpoint: "http://" + e.Clients[0].Addr().String()}
+			t.Cleanup(s.Stop)
+			out[i] = s
+			errs <- nil
+		}()
+	}
+	for range cfgs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range out {
+		select {
+		case <-s.Etcd.Server.ReadyNotify():
+		case <-time.After(30 * time.Second):
+			t.Fatal("etcdtest: cluster not ready within 30s")
+		}
+	}
+	return out
+}
+
+// freeAddr returns a loopback address no one listens on now.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("etcdtest: free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

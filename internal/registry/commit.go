@@ -115,13 +115,19 @@ func (c *Committer) Commit(ctx context.Context, ops []Op) error {
 	}
 }
 
-// Confirm checks through etcd that the fence still holds, with an empty
-// fenced transaction bounded by the transaction timeout: nil when it does,
-// ErrFenced when another writer leads, etcd's error when etcd did not
-// answer. A leader acknowledges a request that changes nothing only after
-// Confirm, so a deposed leader cannot acknowledge it from memory.
+// Confirm checks through etcd's consensus that the fence still holds,
+// bounded by the transaction timeout: nil when it does, ErrFenced when
+// another writer leads, etcd's error when etcd did not answer. A leader
+// acknowledges a request that changes nothing only after Confirm, so a
+// deposed leader cannot acknowledge it from memory.
+//
+// The transaction reads the fenced key besides comparing it: a transaction
+// without a linearizable read or a write is answered by the etcd member
+// that receives it from its own copy, and a member cut off from its quorum
+// would confirm a fence the others have already deleted
+// (TestConfirmNeedsQuorum).
 func (c *Committer) Confirm(ctx context.Context) error {
-	return c.txn(ctx, nil)
+	return c.txn(ctx, []clientv3.Op{clientv3.OpGet(string(c.fence.KeyBytes()), clientv3.WithCountOnly())})
 }
 
 // Revision returns the etcd revision of the last transaction committed (0

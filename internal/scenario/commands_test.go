@@ -139,6 +139,8 @@ func (s *scenario) run(cmd string, a args) (string, error) {
 		return "etcd answers again", nil
 	case "partition":
 		return s.cmdPartition(a)
+	case "wait-not-leader":
+		return s.cmdWaitNotLeader(a)
 	case "heal":
 		p, err := s.oneNode(a)
 		if err != nil {
@@ -175,6 +177,16 @@ func (s *scenario) run(cmd string, a args) (string, error) {
 		return s.cmdCheck(a.pos[0], args{pos: a.pos[1:], kv: a.kv})
 	}
 	return "", fmt.Errorf("unknown command %q (see doc.go)", cmd)
+}
+
+// nodeWithin reads a directive's NODE and within= (def when not given).
+func (s *scenario) nodeWithin(a args, def time.Duration) (*proc, time.Duration, error) {
+	p, err := s.oneNode(a)
+	if err != nil {
+		return nil, 0, err
+	}
+	within, err := a.within(def)
+	return p, within, err
 }
 
 func (s *scenario) oneNode(a args) (*proc, error) {
@@ -624,6 +636,36 @@ func (s *scenario) cmdPartition(a args) (string, error) {
 	return fmt.Sprintf("%s cut off from %s", a.pos[0], what), nil
 }
 
+// cmdWaitNotLeader waits until NODE no longer answers as leader: its
+// /v1/status says another daemon leads. A degraded leader whose partition
+// ended must get there within a few seconds (issue 24).
+func (s *scenario) cmdWaitNotLeader(a args) (string, error) {
+	p, within, err := s.nodeWithin(a, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	start := time.Now()
+	err = poll(within, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		st, err := p.client(time.Second).Status(ctx)
+		switch {
+		case err != nil:
+			return err
+		case st.IsLeader:
+			return fmt.Errorf("%s still answers as leader (election revision %d)", p.name, st.ElectionRev)
+		case st.Leader == "" || st.Leader == p.name:
+			return fmt.Errorf("%s names no other leader (%q)", p.name, st.Leader)
+		}
+		return nil
+	})
+	if err != nil {
+		return "FAIL: " + err.Error(), nil
+	}
+	s.tl.add("%s stopped answering as leader %.2fs after wait-not-leader began", p.name, time.Since(start).Seconds())
+	return a.pos[0] + " no longer leads; it names another leader", nil
+}
+
 func (s *scenario) cmdSetMetadata(a args) (string, error) {
 	p, err := s.oneNode(a)
 	if err != nil {
@@ -865,6 +907,12 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 			return out, s.etcdStillDown()
 		}
 		return out, nil
+	case "fails-fast":
+		p, within, err := s.nodeWithin(a, 2*time.Second)
+		if err != nil {
+			return "", err
+		}
+		return s.checkFailsFast(p, a.pos[0], within), nil
 	case "writes-refused":
 		if len(a.pos) != 1 || a.pos[0] != "etcd" {
 			return "", errors.New("check writes-refused etcd")
@@ -981,6 +1029,37 @@ func (s *scenario) checkWritesRefused() string {
 		}
 		return fmt.Sprintf("%s: 503, naming etcd", p.name)
 	})
+}
+
+// checkFailsFast asks NODE, cut off from the leader, for what it would
+// forward (reads, then a write): each must be answered 503 naming the
+// leader within within, not left to wait for the client's timeout.
+func (s *scenario) checkFailsFast(p *proc, name string, within time.Duration) string {
+	c := p.client(within + 3*time.Second)
+	var worst time.Duration
+	for i := range 4 {
+		start := time.Now()
+		var err error
+		if i < 3 {
+			_, err = c.Units(context.Background())
+		} else {
+			_, err = c.PutUnit(context.Background(), apiv1.UnitChange{Name: "fails-fast.service", File: writerFile, DesiredState: "inactive"})
+		}
+		took := time.Since(start)
+		worst = max(worst, took)
+		s.tl.add("request %d through %s answered after %.2fs: %v", i+1, p.name, took.Seconds(), err)
+		var ae *client.APIError
+		switch {
+		case err == nil:
+			return fmt.Sprintf("FAIL: %s answered request %d: it reaches the leader", name, i+1)
+		case !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(ae.Message, "cannot reach the engine leader"):
+			return fmt.Sprintf("FAIL: request %d through %s after %.2fs: %v", i+1, name, took.Seconds(), err)
+		case took > within:
+			return fmt.Sprintf("FAIL: request %d through %s answered 503 after %.2fs, want within %v", i+1, name, took.Seconds(), within)
+		}
+	}
+	s.tl.add("the slowest request through %s took %.2fs", p.name, worst.Seconds())
+	return fmt.Sprintf("%s answers 3 reads and a write with 503 naming the leader, each within %v", name, within)
 }
 
 // units says "1 unit" or "N units".

@@ -100,6 +100,7 @@
 //	wait-active N [glob=G] [within=30s]   the API reports N launched units active
 //	wait-copies [glob=G] [within=10s]     each launched unit runs exactly one copy (/proc)
 //	wait-etcd [within=90s]               etcd thawed and healthy
+//	wait-not-leader NODE [within=5s]     NODE's /v1/status says another daemon leads
 //	record-pids [glob=G]                 remember each unit's one copy (PID and node)
 //	where UNIT as=ALIAS                  bind ALIAS to the node running UNIT's one copy
 //
@@ -116,6 +117,10 @@
 //	                              with every unit; with etcd-gone, both also say etcd is
 //	                              unreachable (CLI output, a response header)
 //	check writes-refused etcd     a write through every live daemon answers 503 naming etcd
+//	check fails-fast NODE [within=2s]
+//	                              NODE, cut off from the leader, answers three reads and a
+//	                              write it would forward with 503 naming the leader, each
+//	                              within the bound
 //
 // The two checks of an etcd outage (reads etcd-gone, writes-refused) fail
 // the test if etcd is no longer down when they end: put them between

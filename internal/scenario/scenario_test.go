@@ -36,7 +36,11 @@ import (
 //	record-limits  a request that would make too large an etcd record gets
 //	               400 and leaves the leader's term alone
 //	drain          flotilla drain MACHINE
-var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain"}
+//	member-rejoin  an embedded etcd member cut off from the others rejoins
+//	               within seconds of the partition ending, however long it
+//	               lasted (etcd's peer streams outlive a partition on stale
+//	               TCP connections: internal/daemon/peerstreams.go)
+var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin"}
 
 var (
 	flotillaBin string
@@ -120,7 +124,7 @@ func capabilities() map[string]bool {
 }
 
 // knownCaps are the names "requires" accepts.
-var knownCaps = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain"}
+var knownCaps = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin"}
 
 // requirements reads the capabilities a scenario file requires: its
 // "requires" directives before its first other directive.
