@@ -24,6 +24,10 @@
 //	<!-- docs: skip REASON -->    on the line before a block: do not run it,
 //	                              for the reason given (it needs real hosts,
 //	                              root's paths, a million processes…)
+//	<!-- docs: interrupt -->      on the line before a block, in a file of
+//	                              env dev: first stop that flotilla dev as
+//	                              the reader's Ctrl-C does (SIGINT), and
+//	                              wait until it has exited
 //
 // And two trailing comments on a command, which read well to a person too:
 //

@@ -41,6 +41,7 @@ docs_wait() {
 
 // devEnv is what "<!-- docs: env dev -->" starts: what `make run` runs.
 const devEnv = `flotilla dev --data-dir flotilla-dev >dev.log 2>&1 &
+DOCS_DEV=$!
 docs_wait flotilla list-machines
 `
 
@@ -102,7 +103,11 @@ func runFile(t *testing.T, path, name, bin string) {
 			script.WriteString(devEnv)
 		}
 		runs++
-		fmt.Fprintf(&script, "echo '@@docs %d'\n%s", b.Line, b.Script)
+		fmt.Fprintf(&script, "echo '@@docs %d'\n", b.Line)
+		if b.Interrupt {
+			script.WriteString("kill -INT \"$DOCS_DEV\"; wait \"$DOCS_DEV\" || true\n")
+		}
+		script.WriteString(b.Script)
 	}
 	if runs == 0 {
 		t.Skipf("%s has no block to run", name)

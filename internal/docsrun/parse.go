@@ -14,6 +14,9 @@ type Block struct {
 	Line   int    // 1-based line of the opening fence
 	Script string // the block's text, with the marks of its commands turned into checks
 	Skip   string // why it does not run; empty if it runs
+	// Interrupt: before the block, the env's flotilla dev gets SIGINT
+	// (the reader's Ctrl-C) and the block runs once it has exited.
+	Interrupt bool
 }
 
 // File is what a Markdown file asks of the runner.
@@ -37,6 +40,8 @@ func Parse(r io.Reader) (File, error) {
 		in      bool   // inside a fence
 		run     bool   // the fence is a shell block
 		skip    string // the mark before the next fence
+		intr    bool   // an interrupt mark before the next fence
+		intrP   bool
 		start   int
 		lines   []string
 		pending string
@@ -53,32 +58,38 @@ func Parse(r io.Reader) (File, error) {
 						return f, fmt.Errorf("line %d: unknown env %q (want dev)", n, m[2])
 					}
 					f.Env = m[2]
+				case "interrupt":
+					if f.Env != "dev" {
+						return f, fmt.Errorf("line %d: an interrupt mark needs the file's env dev first", n)
+					}
+					intrP = true
 				case "skip":
 					if m[2] == "" {
 						return f, fmt.Errorf("line %d: a skip mark needs a reason", n)
 					}
 					pending = m[2]
 				default:
-					return f, fmt.Errorf("line %d: unknown mark %q (want env or skip)", n, m[1])
+					return f, fmt.Errorf("line %d: unknown mark %q (want env, skip or interrupt)", n, m[1])
 				}
 				continue
 			}
 			if strings.HasPrefix(trimmed, "```") {
 				in, run, start, lines = true, strings.TrimSpace(trimmed[3:]) == "sh", n, nil
 				skip, pending = pending, ""
+				intr, intrP = intrP, false
 				continue
 			}
 			if trimmed != "" {
-				pending = "" // a mark belongs to the block right after it
+				pending, intrP = "", false // a mark belongs to the block right after it
 			}
 			continue
 		}
 		if trimmed == "```" {
 			in = false
 			if run {
-				f.Blocks = append(f.Blocks, Block{Line: start, Script: script(lines), Skip: skip})
-			} else if skip != "" {
-				return f, fmt.Errorf("line %d: a skip mark before a block that is not sh", start)
+				f.Blocks = append(f.Blocks, Block{Line: start, Script: script(lines), Skip: skip, Interrupt: intr})
+			} else if skip != "" || intr {
+				return f, fmt.Errorf("line %d: a mark before a block that is not sh", start)
 			}
 			continue
 		}

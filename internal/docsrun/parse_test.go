@@ -37,6 +37,7 @@ func TestParseErrors(t *testing.T) {
 		{"<!-- docs: run -->\n", "unknown mark"},
 		{"```sh\nx\n", "never closed"},
 		{"<!-- docs: skip why -->\n```yaml\nx\n```\n", "not sh"},
+		{"<!-- docs: interrupt -->\n```sh\nx\n```\n", "needs the file's env dev"},
 	} {
 		if _, err := Parse(strings.NewReader(c.md)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Parse(%q) = %v, want an error with %q", c.md, err, c.want)
