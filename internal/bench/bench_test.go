@@ -206,7 +206,8 @@ func TestBenchInterrupted(t *testing.T) {
 // TestBenchTLS runs a small benchmark with --tls in both registry modes:
 // every connection is then mutual TLS (the bench speaks https to the API
 // and etcd, the agents present their own certificates to the leader and
-// to etcd), so a unit becomes active only if all of them work.
+// to etcd) and the engines require a token (--acl: the bench bootstraps
+// one), so a unit becomes active only if all of them work.
 func TestBenchTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of processes twice")
@@ -218,8 +219,8 @@ func TestBenchTLS(t *testing.T) {
 		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
 			t.Fatalf("%s report: %v", reg, err)
 		}
-		if !r.TLS || r.Registry != reg || !r.AllActive || r.Active != 100 {
-			t.Errorf("%s report: tls %v, registry %s, all_active %v, active %d; want TLS and every unit active", reg, r.TLS, r.Registry, r.AllActive, r.Active)
+		if !r.TLS || !r.ACL || r.Registry != reg || !r.AllActive || r.Active != 100 {
+			t.Errorf("%s report: tls %v, acl %v, registry %s, all_active %v, active %d; want TLS, ACL and every unit active", reg, r.TLS, r.ACL, r.Registry, r.AllActive, r.Active)
 		}
 		if s := r.State; s == nil || s.Requests == 0 || s.Errors != 0 {
 			t.Errorf("%s: state %+v; want the poller's https requests answered", reg, s)

@@ -158,12 +158,30 @@ func (c *cluster) start(ctx context.Context) error {
 			"--etcd-endpoints", endpoints, "--api-addr", api,
 			"--grpc-addr", grpcAddr, "--grpc-advertise-addr", advertised,
 			"--agent-ttl", cfg.AgentTTL.String(),
-			"--data-dir", filepath.Join(c.dir, name)}, profile...), c.tls.daemonFlags(name)...), filepath.Join(c.dir, name+".log"), cfg.EngineEnv...)
+			"--data-dir", filepath.Join(c.dir, name)}, profile...), c.tls.engineFlags(name)...), filepath.Join(c.dir, name+".log"), cfg.EngineEnv...)
 		if err != nil {
 			return err
 		}
 		c.engines = append(c.engines, p)
 		c.engineAPI = append(c.engineAPI, api)
+	}
+	if c.tls != nil {
+		// The engines run with --acl: the bench's requests carry the
+		// admin token it bootstraps, as an operator's would.
+		if err := c.waitFor(ctx, 60*time.Second, "the ACL bootstrap", func() error {
+			cl, err := c.client(c.engineAPI[0], client.WithTimeout(5*time.Second))
+			if err != nil {
+				return err
+			}
+			t, err := cl.ACLBootstrap(ctx)
+			if err != nil {
+				return err
+			}
+			c.tls.token = t.Secret
+			return nil
+		}); err != nil {
+			return err
+		}
 	}
 	if err := c.waitFor(ctx, 60*time.Second, "an engine leader", func() error {
 		api, err := c.findLeader(ctx)
@@ -334,6 +352,9 @@ func (c *cluster) client(addr string, opts ...client.Option) (*client.Client, er
 	opts = append(opts, client.WithUserAgent("flotilla-bench"))
 	if c.tls != nil {
 		opts = append(opts, client.WithTLS(c.tls.client))
+		if c.tls.token != "" {
+			opts = append(opts, client.WithToken(c.tls.token))
+		}
 	}
 	return client.New(c.tls.scheme()+"://"+addr, opts...)
 }

@@ -37,12 +37,13 @@ type statePollers struct {
 }
 
 // startStatePollers starts n pollers of url; stop ends them.
-// tr carries the requests (its pool is sized for n here).
-func startStatePollers(ctx context.Context, n int, url string, conditional bool, tr *http.Transport) *statePollers {
+// They speak to the run's daemons with t (its pool sized for n here).
+func startStatePollers(ctx context.Context, n int, url string, conditional bool, t *runTLS) *statePollers {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &statePollers{n: n, url: url, cancel: cancel, conditional: conditional}
+	tr := t.pool()
 	tr.MaxIdleConnsPerHost, tr.DisableCompression = n, true
-	hc := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
+	hc := &http.Client{Transport: t.withToken(tr), Timeout: 5 * time.Minute}
 	for range n {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.poll(ctx, hc) }()

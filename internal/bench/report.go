@@ -21,6 +21,7 @@ type Report struct {
 	Units          int     `json:"units"`
 	LatencyMS      float64 `json:"latency_ms"` // one-way delay added by the proxies
 	TLS            bool    `json:"tls"`        // mutual TLS on every connection (--tls)
+	ACL            bool    `json:"acl"`        // engines with --acl, the bench using a token (with --tls)
 	// EngineEnv are the engines' own environment variables (--engine-env).
 	EngineEnv []string `json:"engine_env,omitempty"`
 
@@ -236,7 +237,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%s registry: %s units on %s agents (%d %s), %d %s, %s\n", r.Registry,
 		thousands(int64(r.Units)), thousands(int64(r.Agents)), r.AgentProcesses, plural(r.AgentProcesses, "process", "processes"),
-		r.Engines, plural(r.Engines, "engine", "engines"), lat+map[bool]string{true: ", mutual TLS", false: ""}[r.TLS])
+		r.Engines, plural(r.Engines, "engine", "engines"), lat+map[bool]string{true: ", mutual TLS and API tokens", false: ""}[r.TLS])
 	if r.AllActive {
 		fmt.Fprintf(w, "all %s units active %.3f s after the start request: %s units/s (the start request took %.3f s)\n",
 			thousands(int64(r.Units)), *r.SecondsToAllActive, thousands(int64(math.Round(r.UnitsPerSecond))), r.SubmitSeconds)

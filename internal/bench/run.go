@@ -64,7 +64,9 @@ type Config struct {
 	AgentTTL time.Duration
 	// TLS runs the cluster with mutual TLS on every connection: a CA and
 	// certificates made for the run (as `flotilla tls` makes them) for
-	// etcd, the engines, every agent and the bench's own requests.
+	// etcd, the engines, every agent and the bench's own requests; the
+	// engines run with --acl, and the bench's requests carry the admin
+	// token it bootstraps.
 	TLS bool
 	// ProfileDir, if set, keeps CPU and heap profiles of each engine over
 	// the measured window (the start request until every unit is active):
@@ -322,7 +324,7 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	}
 	var pollers *statePollers
 	if cfg.StatePollers > 0 {
-		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath, cfg.StateConditional, c.tls.transport())
+		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath, cfg.StateConditional, c.tls)
 		defer pollers.stop() // on an early return; stopping twice is harmless
 	}
 
@@ -373,7 +375,7 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 
 	r := &Report{
 		Registry: registry, Engines: cfg.Engines, Agents: cfg.Agents, AgentProcesses: len(c.agents),
-		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000, TLS: cfg.TLS, EngineEnv: cfg.EngineEnv,
+		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000, TLS: cfg.TLS, ACL: cfg.TLS, EngineEnv: cfg.EngineEnv,
 		SubmitSeconds:    round6(submitted.Seconds()),
 		EtcdRequests:     etcdAfter.Sub(etcdBefore),
 		EngineCPUSeconds: round3((statsAfter.engineCPU - statsBefore.engineCPU).Seconds()),

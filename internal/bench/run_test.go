@@ -85,7 +85,7 @@ func TestStatePollers(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	p := startStatePollers(t.Context(), 3, srv.URL+"/v1/state", false, (*runTLS)(nil).transport())
+	p := startStatePollers(t.Context(), 3, srv.URL+"/v1/state", false, nil)
 	time.Sleep(200 * time.Millisecond)
 	p.allActive()
 	time.Sleep(100 * time.Millisecond)
@@ -105,14 +105,14 @@ func TestStatePollers(t *testing.T) {
 	}
 
 	// Conditional pollers get the body once each, then 304s.
-	p = startStatePollers(t.Context(), 2, srv.URL+"/v1/state", true, (*runTLS)(nil).transport())
+	p = startStatePollers(t.Context(), 2, srv.URL+"/v1/state", true, nil)
 	time.Sleep(100 * time.Millisecond)
 	r = p.stop()
 	if !r.Conditional || r.NotModified != r.Requests-2 || r.Bytes != 1000 {
 		t.Errorf("conditional pollers: %+v; want all but the first answer of each 304, the body's size remembered", r)
 	}
 
-	p = startStatePollers(t.Context(), 1, srv.URL+"/v1/nothing", false, (*runTLS)(nil).transport())
+	p = startStatePollers(t.Context(), 1, srv.URL+"/v1/nothing", false, nil)
 	time.Sleep(150 * time.Millisecond)
 	r = p.stop()
 	if r.Requests != 0 || r.Errors == 0 || !strings.Contains(r.Error, "404 Not Found: the engine does not serve /v1/nothing") || r.After != nil {

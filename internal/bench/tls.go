@@ -18,6 +18,9 @@ import (
 type runTLS struct {
 	dir    string
 	client *tls.Config // the bench's: its client certificate, the run's CA
+	// token is the admin token the bench bootstraps (the engines run with
+	// --acl), sent on every request to them once set.
+	token string
 }
 
 // clientName is the name of the bench's own certificate.
@@ -53,6 +56,15 @@ func (t *runTLS) daemonFlags(machine string) []string {
 		"--tls-cert", filepath.Join(t.dir, machine+".pem"), "--tls-key", filepath.Join(t.dir, machine+"-key.pem")}
 }
 
+// engineFlags are an engine daemon's --tls-* flags, and --acl: with TLS
+// the run's engines require a token, as a secured cluster's do.
+func (t *runTLS) engineFlags(machine string) []string {
+	if t == nil {
+		return nil
+	}
+	return append(t.daemonFlags(machine), "--acl")
+}
+
 // scheme is the scheme of every URL of the run: https with TLS.
 func (t *runTLS) scheme() string {
 	if t == nil {
@@ -63,14 +75,38 @@ func (t *runTLS) scheme() string {
 
 // httpClient returns a client of the run's daemons and etcd.
 func (t *runTLS) httpClient(timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: t.transport()}
+	return &http.Client{Timeout: timeout, Transport: t.withToken(t.pool())}
 }
 
-// transport returns a transport to the run's daemons and etcd.
-func (t *runTLS) transport() *http.Transport {
+// pool returns a pool of connections to the run's daemons and etcd.
+func (t *runTLS) pool() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if t != nil {
 		tr.TLSClientConfig = t.client.Clone()
 	}
 	return tr
+}
+
+// withToken returns tr sending the run's token once there is one.
+func (t *runTLS) withToken(tr *http.Transport) http.RoundTripper {
+	if t == nil {
+		return tr
+	}
+	return tokenTransport{tr, t}
+}
+
+// tokenTransport adds the run's token to each request (as an API client
+// does with --token), read when the request is sent.
+type tokenTransport struct {
+	base *http.Transport
+	t    *runTLS
+}
+
+func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if tt.t.token == "" {
+		return tt.base.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+tt.t.token)
+	return tt.base.RoundTrip(r)
 }
