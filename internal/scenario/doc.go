@@ -179,8 +179,8 @@
 //     no 12 s pass without one until the next fault. The test log shows,
 //     per fault, these times and the tagged and indeterminate answers.
 //
-// Until issue 24's fixes land it runs only with FLOTILLA_JEPSEN=1
-// (jepsenByDefault); FLOTILLA_JEPSEN=0 skips it. Its environment:
+// It runs in every run of the suite (jepsenByDefault); FLOTILLA_JEPSEN=0
+// skips it. Its environment:
 //
 //	FLOTILLA_JEPSEN_SEEDS=1,2,3       seeds, one run each (default 1): the order of the
 //	                                  faults, their targets and lengths, the clients' requests
@@ -190,8 +190,8 @@
 //
 // The default run takes about 2 minutes. Longer runs need a larger -timeout:
 //
-//	FLOTILLA_JEPSEN=1 go test ./internal/scenario/ -run 'TestJepsen$' -v
-//	FLOTILLA_JEPSEN=1 FLOTILLA_JEPSEN_SEEDS=1,2,3,4,5,6,7,8,9,10 FLOTILLA_JEPSEN_DURATION=2m \
+//	go test ./internal/scenario/ -run 'TestJepsen$' -v
+//	FLOTILLA_JEPSEN_SEEDS=1,2,3,4,5,6,7,8,9,10 FLOTILLA_JEPSEN_DURATION=2m \
 //	    go test ./internal/scenario/ -run 'TestJepsen$' -v -timeout 60m
 //
 // TestJepsenCheck and TestJepsenWindow test the checker itself on small
