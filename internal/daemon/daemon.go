@@ -502,7 +502,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var etcdClientAddr string
 	if cfg.EtcdEmbed {
 		e, err := startEtcd(etcdMember{Name: cfg.Name, Dir: cfg.DataDir, ClientAddr: cfg.EtcdClientAddr,
-			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, TLS: creds, MaxTxnOps: uint(cfg.MaxTxnOps)}, 60*time.Second)
+			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, TLS: creds, MaxTxnOps: uint(cfg.MaxTxnOps),
+			AdmitAgents: cfg.Registry == registry.ModeEtcd}, 60*time.Second)
 		if err != nil {
 			return err
 		}
@@ -537,6 +538,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 		}
 		cleanups = append(cleanups, func() { electionCli.Close() })
+		if cfg.EtcdEmbed && creds != nil {
+			if err := startEtcdAuth(ctx, cli, cfg.Name, cfg.EtcdInitialCluster); err != nil {
+				return err
+			}
+			log.Info("etcd authentication on: certificates' names are its users")
+		}
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return listenError("--grpc-addr", cfg.GRPCAddr, err)
 		}
@@ -678,6 +685,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Metrics: ms,
 		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name},
 		ACL: cfg.ACL, AgentOnly: agentOnly, WriteRate: cfg.TokenWriteRate, WriteBurst: cfg.TokenWriteBurst}
+	if cfg.EtcdEmbed && creds != nil {
+		acfg.EnrolMachine = func(ctx context.Context, id string) error { return enrolMachine(ctx, cli, keys, id) }
+	}
 	if !agentOnly {
 		acfg.Durable = func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
 	}
