@@ -393,8 +393,9 @@ func (c *Config) credentials() (*auth.Credentials, error) {
 		if creds, err = auth.Load(c.TLS, "--tls", c.Name); err != nil {
 			return nil, err
 		}
-		if creds.Kind() == auth.KindAgent && len(c.Servers) == 0 {
-			return nil, fmt.Errorf("--tls-cert %s is an agent certificate: this machine only runs units, reaches no etcd and runs no engine; give --servers with the servers' gRPC addresses (or use a server certificate, made without --agent)", c.TLS.Cert)
+		etcdAgent := c.Registry == registry.ModeEtcd && len(c.EtcdEndpoints) > 0
+		if creds.Kind() == auth.KindAgent && len(c.Servers) == 0 && !etcdAgent {
+			return nil, fmt.Errorf("--tls-cert %s is an agent certificate: this machine only runs units and runs no engine nor etcd member; give --servers with the servers' gRPC addresses, or --registry etcd with --etcd-endpoints of the servers' etcd (see docs/security.md), or use a server certificate, made without --agent", c.TLS.Cert)
 		}
 	}
 	if len(c.Servers) > 0 && c.ACL && creds == nil {
@@ -515,8 +516,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	ms := metrics.New()
 	// A machine that only runs units (--servers) has no etcd client: its
-	// agent asks the servers who leads.
+	// agent asks the servers who leads. One with an agent certificate in
+	// the etcd registry mode (etcdAgent) has one, which etcd's
+	// authentication confines to its own keys once it is enrolled
+	// (etcdauth.go); it runs no engine, and its API forwards as the
+	// former's does (forwardsAll).
 	agentOnly := len(cfg.Servers) > 0
+	etcdAgent := creds != nil && creds.Kind() == auth.KindAgent && !agentOnly
+	forwardsAll := agentOnly || etcdAgent
+	if etcdAgent {
+		cfg.NoEngine = true
+	}
 	var cli, electionCli *clientv3.Client
 	var grpcLn net.Listener
 	addrs := Addrs{API: advertise(apiLns.tcp[0].Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
@@ -544,6 +554,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 			log.Info("etcd authentication on: certificates' names are its users")
 		}
+	}
+	if !forwardsAll {
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return listenError("--grpc-addr", cfg.GRPCAddr, err)
 		}
@@ -684,11 +696,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Metrics: ms,
 		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name},
-		ACL: cfg.ACL, AgentOnly: agentOnly, WriteRate: cfg.TokenWriteRate, WriteBurst: cfg.TokenWriteBurst}
+		ACL: cfg.ACL, AgentOnly: forwardsAll, WriteRate: cfg.TokenWriteRate, WriteBurst: cfg.TokenWriteBurst}
 	if cfg.EtcdEmbed && creds != nil {
 		acfg.EnrolMachine = func(ctx context.Context, id string) error { return enrolMachine(ctx, cli, keys, id) }
 	}
-	if !agentOnly {
+	if !forwardsAll {
 		acfg.Durable = func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
 	}
 	if h, err := os.Hostname(); err == nil {
@@ -702,7 +714,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cleanups = append(cleanups, func() { al.Close() })
 		acfg.Audit = al
 	}
-	if cfg.ACL && !agentOnly {
+	if cfg.ACL && !forwardsAll {
 		acfg.Tokens = auth.NewTokens(cli, cfg.Prefix, cfg.Logger)
 		wg.Add(1)
 		go func() { defer wg.Done(); acfg.Tokens.Run(runCtx) }()
