@@ -185,18 +185,21 @@ func TestEtcdAuth(t *testing.T) {
 	if code, b, err := admin.do("PUT", "https://"+s1.api+"/v1/units/on-w3.service", unit); err != nil || code != 200 {
 		t.Fatalf("PUT on-w3.service = %d %s %v", code, b, err)
 	}
-	eventually(t, 60*time.Second, "on-w3.service active on w3, read through w3's API", func() error {
-		var sl apiv1.UnitStateList
-		if err := admin.get("https://"+w3.api+"/v1/unit-states", &sl); err != nil {
-			return err
-		}
-		for _, st := range sl.States {
-			if st.Name == "on-w3.service" && st.Machine == "w3" && st.Active == "active" {
-				return nil
+	active := func(api string) func() error {
+		return func() error {
+			var sl apiv1.UnitStateList
+			if err := admin.get("https://"+api+"/v1/unit-states", &sl); err != nil {
+				return err
 			}
+			for _, st := range sl.States {
+				if st.Name == "on-w3.service" && st.Machine == "w3" && st.Active == "active" {
+					return nil
+				}
+			}
+			return errors.New("not yet")
 		}
-		return errors.New("not yet")
-	})
+	}
+	eventually(t, 60*time.Second, "on-w3.service active on w3, read through w3's API", active(w3.api))
 
 	// The server bootstraps again at its restart, and still works.
 	s1.stop(t)
@@ -204,18 +207,7 @@ func TestEtcdAuth(t *testing.T) {
 	serverWorks()
 	check("w1", own[:1], true)
 	check("w1", others[:1], false)
-	eventually(t, 60*time.Second, "w3 back, its unit active", func() error {
-		var sl apiv1.UnitStateList
-		if err := admin.get("https://"+s1.api+"/v1/unit-states", &sl); err != nil {
-			return err
-		}
-		for _, st := range sl.States {
-			if st.Name == "on-w3.service" && st.Machine == "w3" && st.Active == "active" {
-				return nil
-			}
-		}
-		return errors.New("not yet")
-	})
+	eventually(t, 60*time.Second, "w3 back, its unit active", active(s1.api))
 	ecli := etcd("s1")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
