@@ -86,9 +86,10 @@ type Config struct {
 	// check them against.
 	ACL bool
 	// EnrolMachine gives a machine of the etcd registry mode its etcd user
-	// and role (POST /v1/machines/{id}/enroll); nil where this daemon
-	// manages no etcd users (no embedded etcd member with TLS).
-	EnrolMachine func(ctx context.Context, id string) error
+	// and role (POST /v1/machines/{id}/enroll), etcd's root role for a
+	// server enrolling itself; nil where this daemon manages no etcd users
+	// (no embedded etcd member, no TLS, or the grpc registry).
+	EnrolMachine func(ctx context.Context, id string, server bool) error
 	// AgentOnly is a machine that only runs units (daemon --servers): no
 	// Engine, no Durable, no Tokens; see the package comment.
 	AgentOnly bool
@@ -797,12 +798,13 @@ func (s *server) engineError(w http.ResponseWriter, err error) {
 func (s *server) enrolMachine(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if s.cfg.EnrolMachine == nil {
-		writeError(w, http.StatusBadRequest, "etcd_auth_off", fmt.Sprintf("machine %s manages no etcd users (it has no embedded etcd member with --tls-*): enrol machine %s through a server's API", s.cfg.Machine, id))
+		writeError(w, http.StatusBadRequest, "etcd_auth_off", fmt.Sprintf("machine %s manages no etcd users (that takes an embedded etcd member, --tls-* and --registry etcd): enrol machine %s through such a server's API", s.cfg.Machine, id))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	if err := s.cfg.EnrolMachine(ctx, id); err != nil {
+	server := ownEnrolment(r) && auth.PeerKind(r.TLS) == auth.KindServer
+	if err := s.cfg.EnrolMachine(ctx, id, server); err != nil {
 		writeError(w, http.StatusInternalServerError, "internal", fmt.Sprintf("enrolling machine %s: %v", id, err))
 		return
 	}

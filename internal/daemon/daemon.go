@@ -501,10 +501,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	endpoints := cfg.EtcdEndpoints
 	var etcdClientAddr string
+	// In the etcd registry mode with TLS the embedded etcd admits agent
+	// certificates too, and its own authentication confines each machine
+	// to its keys (etcdauth.go). In the grpc registry only servers pass its
+	// TLS, and each would be etcd's root anyway.
+	etcdAuth := cfg.EtcdEmbed && creds != nil && cfg.Registry == registry.ModeEtcd
 	if cfg.EtcdEmbed {
 		e, err := startEtcd(etcdMember{Name: cfg.Name, Dir: cfg.DataDir, ClientAddr: cfg.EtcdClientAddr,
 			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, TLS: creds, MaxTxnOps: uint(cfg.MaxTxnOps),
-			AdmitAgents: cfg.Registry == registry.ModeEtcd}, 60*time.Second)
+			AdmitAgents: etcdAuth}, 60*time.Second)
 		if err != nil {
 			return err
 		}
@@ -548,7 +553,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 		}
 		cleanups = append(cleanups, func() { electionCli.Close() })
-		if cfg.EtcdEmbed && creds != nil {
+		if etcdAuth {
 			if err := startEtcdAuth(ctx, cli, cfg.Name, cfg.EtcdInitialCluster); err != nil {
 				return err
 			}
@@ -697,8 +702,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Metrics: ms,
 		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name},
 		ACL: cfg.ACL, AgentOnly: forwardsAll, WriteRate: cfg.TokenWriteRate, WriteBurst: cfg.TokenWriteBurst}
-	if cfg.EtcdEmbed && creds != nil {
-		acfg.EnrolMachine = func(ctx context.Context, id string) error { return enrolMachine(ctx, cli, keys, id) }
+	if etcdAuth {
+		acfg.EnrolMachine = func(ctx context.Context, id string, server bool) error {
+			return enrolMachine(ctx, cli, keys, id, server)
+		}
 	}
 	if !forwardsAll {
 		acfg.Durable = func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }

@@ -14,10 +14,11 @@ import (
 	"github.com/flotilla/flotilla/internal/registry"
 )
 
-// The embedded etcd's own authentication (issue 23). With --tls-*, etcd
-// takes a client certificate's common name as its user (client-cert-auth),
-// and once auth is on a certificate whose name has no user gets nothing.
-// The servers bootstrap it, each at every start and idempotently: the root
+// The embedded etcd's own authentication (issue 23), in the etcd registry
+// mode with --tls-*, where agents reach etcd: etcd takes a client
+// certificate's common name as its user (client-cert-auth), and once auth
+// is on a certificate whose name has no user gets nothing. The servers
+// bootstrap it, each at every start and idempotently: the root
 // user and role, a user with the root role for every server (the names of
 // --etcd-initial-cluster and of the cluster's members), then auth on. A
 // machine of the etcd registry mode is given a user and a role of its own
@@ -77,9 +78,11 @@ func machineRole(id string) string { return "flotilla-machine-" + id }
 // enrolMachine gives machine id an etcd user of its name and a role that
 // may read the engine election and its own assignments, and read and
 // write its own presence key and unit states: nothing else (not the
-// units, not the tokens, not another machine's keys). Idempotent; a
-// server's user (which has the root role) is left as it is.
-func enrolMachine(ctx context.Context, cli *clientv3.Client, keys registry.Keys, id string) error {
+// units, not the tokens, not another machine's keys). A server (one that
+// enrols itself with its server certificate: an engine that is no etcd
+// member) gets the root role instead. Idempotent; a server's user is
+// left as it is.
+func enrolMachine(ctx context.Context, cli *clientv3.Client, keys registry.Keys, id string, server bool) error {
 	if id == "" || id == rootName {
 		return fmt.Errorf("machine name %q cannot be enrolled: it is etcd's superuser", id)
 	}
@@ -89,6 +92,8 @@ func enrolMachine(ctx context.Context, cli *clientv3.Client, keys registry.Keys,
 		return nil // a server
 	case err != nil && !errors.Is(err, rpctypes.ErrUserNotFound):
 		return etcdAuthError(err, "look up user "+id)
+	case server:
+		return bootstrapEtcdAuth(ctx, cli, []string{id})
 	}
 	role := machineRole(id)
 	if err := ignoreExists(cli.RoleAdd(ctx, role)); err != nil {

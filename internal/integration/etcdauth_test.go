@@ -29,7 +29,7 @@ func TestEtcdAuth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a daemon")
 	}
-	p := makePKI(t, "s1")
+	p := makePKI(t, "s1", "s2")
 	p.agentCert(t, "w1")
 	p.agentCert(t, "w2")
 	s1 := &node{name: "s1", dir: t.TempDir(), api: freeAddr(t), etcdClient: freeAddr(t), peer: freeAddr(t)}
@@ -150,6 +150,15 @@ func TestEtcdAuth(t *testing.T) {
 	check("w1", own, true)
 	check("w1", others, false)
 	check("w2", append(own, others...), false) // w2's own keys are w2's, and it has no user
+
+	// A server certificate passes etcd's TLS, but s2 is no member: no user,
+	// nothing, until it enrols itself as a server (an engine on
+	// --etcd-endpoints would), which makes it etcd's root.
+	check("s2", append(own, others...), false)
+	if code, b, err := (apiClient{t: t, hc: https("s2")}).do("POST", "https://"+s1.api+"/v1/machines/s2/enroll", struct{}{}); err != nil || code != 200 {
+		t.Fatalf("s2 enrolling itself = %d %s %v", code, b, err)
+	}
+	check("s2", append(own, others...), true)
 
 	// A daemon with an agent certificate in the etcd registry mode: not
 	// enrolled, etcd refuses it and it says so; once it enrols itself with
