@@ -133,7 +133,7 @@ func ignoreExists[T any](_ T, err error) error {
 
 func etcdAuthError(err error, step string) error {
 	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
-		return fmt.Errorf("etcd authentication: %s: %w (this server's certificate names no etcd user with the root role: the servers make one for every member of --etcd-initial-cluster and of the etcd cluster at their start)", step, err)
+		return fmt.Errorf("etcd authentication: %s: %w (this server's certificate names no etcd user with the root role: the servers make one for every member of --etcd-initial-cluster and of the etcd cluster at their start; or enrol this server, POST /v1/machines/NAME/enroll on another server's API with this server's certificate, see docs/security.md)", step, err)
 	}
 	return fmt.Errorf("etcd authentication: %s: %w", step, err)
 }
