@@ -130,6 +130,15 @@ type MachinePatch struct {
 	MaxParallel int `json:"maxParallel,omitempty"`
 }
 
+// Enrolment answers POST /v1/machines/{id}/enroll: the machine now has an
+// etcd user of its name, whose role lets it read the engine election and
+// its assignments and write only its own presence key and unit states (the
+// etcd registry mode; a server's user, with etcd's root role, is kept).
+type Enrolment struct {
+	Machine  string `json:"machine"`
+	EtcdUser string `json:"etcdUser"`
+}
+
 // MaxDrainParallel bounds MachinePatch.MaxParallel.
 const MaxDrainParallel = 10000
 

@@ -122,7 +122,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	fs.StringVar(&f.cfg.GRPCAdvertiseAddr, "grpc-advertise-addr", "", "address agents dial for this engine, if not --grpc-addr (a proxy, a NAT address)")
 	fs.BoolVar(&f.cfg.NoAgent, "no-agent", false, "run no agent (no units) on this machine")
 	fs.StringVar(&f.endpoints, "etcd-endpoints", "", "client URLs of an external etcd cluster, URL,...")
-	fs.StringVar(&f.servers, "servers", "", "a machine that only runs units: the servers' gRPC addresses (their --grpc-addr), HOST:PORT,...; no etcd, no engine (needed with an agent certificate, tls cert create --agent)")
+	fs.StringVar(&f.servers, "servers", "", "a machine that only runs units: the servers' gRPC addresses (their --grpc-addr), HOST:PORT,...; no etcd, no engine (needed with an agent certificate, tls cert create --agent, but in the etcd registry: see docs/security.md)")
 	fs.BoolVar(&f.cfg.EtcdEmbed, "etcd-embed", false, "run an etcd member in this process")
 	fs.StringVar(&f.cfg.EtcdClientAddr, "etcd-client-addr", "127.0.0.1:2379", "embedded etcd member's client address")
 	fs.StringVar(&f.cfg.EtcdPeerAddr, "etcd-peer-addr", "127.0.0.1:2380", "embedded etcd member's peer address")

@@ -45,7 +45,14 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 		if a.cfg.Now().Sub(start) > 5*time.Second {
 			backoff = 50 * time.Millisecond
 		}
-		a.log.Warn("etcd session ended; starting another", "err", err, "backoff", backoff)
+		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+			// With etcd's authentication on, a machine reaches etcd once
+			// a server has made it a user (docs/security.md).
+			backoff = 2 * time.Second
+			a.log.Warn("etcd refused this machine: it is not enrolled (POST /v1/machines/"+a.cfg.Machine.ID+"/enroll on a server's API, with this machine's certificate or an admin token); trying again", "err", err, "backoff", backoff)
+		} else {
+			a.log.Warn("etcd session ended; starting another", "err", err, "backoff", backoff)
+		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():

@@ -85,6 +85,11 @@ type Config struct {
 	// nil: on a machine that only runs units (AgentOnly), which has none to
 	// check them against.
 	ACL bool
+	// EnrolMachine gives a machine of the etcd registry mode its etcd user
+	// and role (POST /v1/machines/{id}/enroll), etcd's root role for a
+	// server enrolling itself; nil where this daemon manages no etcd users
+	// (no embedded etcd member, no TLS, or the grpc registry).
+	EnrolMachine func(ctx context.Context, id string, server bool) error
 	// AgentOnly is a machine that only runs units (daemon --servers): no
 	// Engine, no Durable, no Tokens; see the package comment.
 	AgentOnly bool
@@ -237,6 +242,7 @@ func build(cfg Config) (http.Handler, *routes) {
 	mux.HandleFunc("GET /v1/scheduler", s.leaderOnly(s.getScheduler))
 	mux.HandleFunc("PUT /v1/scheduler", s.leaderOnly(s.putScheduler))
 	mux.HandleFunc("PATCH /v1/machines/{id}", s.leaderOnly(s.patchMachine))
+	mux.HandleFunc("POST /v1/machines/{id}/enroll", s.enrolMachine)
 	follows := newStreamSet("journal follows", cfg.JournalFollows, cfg.JournalFollowsPerToken)
 	mux.HandleFunc("GET /v1/units/{name}/journal", longLived(s.limit(follows, isFollow, s.leaderOnly(s.journal))))
 	mux.HandleFunc("GET /v1/local/journal/{name}", longLived(s.limit(follows, isFollow, s.localJournal)))
@@ -783,6 +789,26 @@ func (s *server) engineError(w http.ResponseWriter, err error) {
 		s.log.Error("internal error", "err", err)
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())
 	}
+}
+
+// enrolMachine gives machine {id} an etcd user and role of its own, which
+// it needs before it reaches etcd in the etcd registry mode; done by any
+// server, straight in etcd (guard lets a machine's own certificate
+// through, as well as an admin token).
+func (s *server) enrolMachine(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if s.cfg.EnrolMachine == nil {
+		writeError(w, http.StatusBadRequest, "etcd_auth_off", fmt.Sprintf("machine %s manages no etcd users (that takes an embedded etcd member, --tls-* and --registry etcd): enrol machine %s through such a server's API", s.cfg.Machine, id))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	server := ownEnrolment(r) && auth.PeerKind(r.TLS) == auth.KindServer
+	if err := s.cfg.EnrolMachine(ctx, id, server); err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", fmt.Sprintf("enrolling machine %s: %v", id, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.Enrolment{Machine: id, EtcdUser: id})
 }
 
 // writeJSON writes v compactly; add ?pretty to a request for indented JSON.

@@ -38,6 +38,8 @@ import (
 //     with its own identity, never their tokens. A machine that only runs
 //     units has no tokens to check: it lets through what it forwards to the
 //     leader, which checks them, and serves its own reads to servers only.
+//     A machine enrols itself (POST /v1/machines/{id}/enroll, else an
+//     admin's) with its own certificate alone: the certificate names it.
 func (s *server) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !overUnixSocket(r) && !s.ownHost(r.Host) {
@@ -89,6 +91,9 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) (*http.Request,
 	if need == auth.RoleNone || r.URL.Path == "/metrics" && s.cfg.MetricsPublic {
 		return r, true
 	}
+	if ownEnrolment(r) {
+		return r, true
+	}
 	local := strings.HasPrefix(r.URL.Path, "/v1/local/") || r.URL.Path == "/metrics"
 	if local && need == auth.RoleRead && auth.PeerKind(r.TLS) == auth.KindServer {
 		return r, true
@@ -127,6 +132,20 @@ func (s *server) allowed(w http.ResponseWriter, r *http.Request) (*http.Request,
 		return r, false
 	}
 	return r.WithContext(auth.NewContext(r.Context(), tok)), true
+}
+
+// ownEnrolment reports whether r is POST /v1/machines/{id}/enroll made
+// with machine id's own certificate (an agent's or a server's): a machine
+// may enrol itself, as its certificate already names it.
+func ownEnrolment(r *http.Request) bool {
+	id, ok := strings.CutPrefix(r.URL.Path, "/v1/machines/")
+	if id, ok = strings.CutSuffix(id, "/enroll"); !ok || r.Method != http.MethodPost || strings.Contains(id, "/") {
+		return false
+	}
+	if auth.PeerKind(r.TLS) < auth.KindAgent {
+		return false
+	}
+	return r.TLS.VerifiedChains[0][0].Subject.CommonName == id
 }
 
 // bearer returns the request's token: "Authorization: Bearer TOKEN", or for

@@ -393,8 +393,9 @@ func (c *Config) credentials() (*auth.Credentials, error) {
 		if creds, err = auth.Load(c.TLS, "--tls", c.Name); err != nil {
 			return nil, err
 		}
-		if creds.Kind() == auth.KindAgent && len(c.Servers) == 0 {
-			return nil, fmt.Errorf("--tls-cert %s is an agent certificate: this machine only runs units, reaches no etcd and runs no engine; give --servers with the servers' gRPC addresses (or use a server certificate, made without --agent)", c.TLS.Cert)
+		etcdAgent := c.Registry == registry.ModeEtcd && len(c.EtcdEndpoints) > 0
+		if creds.Kind() == auth.KindAgent && len(c.Servers) == 0 && !etcdAgent {
+			return nil, fmt.Errorf("--tls-cert %s is an agent certificate: this machine only runs units and runs no engine nor etcd member; give --servers with the servers' gRPC addresses, or --registry etcd with --etcd-endpoints of the servers' etcd (see docs/security.md), or use a server certificate, made without --agent", c.TLS.Cert)
 		}
 	}
 	if len(c.Servers) > 0 && c.ACL && creds == nil {
@@ -500,9 +501,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	endpoints := cfg.EtcdEndpoints
 	var etcdClientAddr string
+	// In the etcd registry mode with TLS the embedded etcd admits agent
+	// certificates too, and its own authentication confines each machine
+	// to its keys (etcdauth.go). In the grpc registry only servers pass its
+	// TLS, and each would be etcd's root anyway.
+	etcdAuth := cfg.EtcdEmbed && creds != nil && cfg.Registry == registry.ModeEtcd
 	if cfg.EtcdEmbed {
 		e, err := startEtcd(etcdMember{Name: cfg.Name, Dir: cfg.DataDir, ClientAddr: cfg.EtcdClientAddr,
-			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, TLS: creds, MaxTxnOps: uint(cfg.MaxTxnOps)}, 60*time.Second)
+			PeerAddr: cfg.EtcdPeerAddr, InitialCluster: cfg.EtcdInitialCluster, TLS: creds, MaxTxnOps: uint(cfg.MaxTxnOps),
+			AdmitAgents: etcdAuth}, 60*time.Second)
 		if err != nil {
 			return err
 		}
@@ -514,8 +521,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	ms := metrics.New()
 	// A machine that only runs units (--servers) has no etcd client: its
-	// agent asks the servers who leads.
+	// agent asks the servers who leads. One with an agent certificate in
+	// the etcd registry mode (etcdAgent) has one, which etcd's
+	// authentication confines to its own keys once it is enrolled
+	// (etcdauth.go); it runs no engine, and its API forwards as the
+	// former's does (forwardsAll).
 	agentOnly := len(cfg.Servers) > 0
+	etcdAgent := creds != nil && creds.Kind() == auth.KindAgent && !agentOnly
+	forwardsAll := agentOnly || etcdAgent
+	if etcdAgent {
+		cfg.NoEngine = true
+	}
 	var cli, electionCli *clientv3.Client
 	var grpcLn net.Listener
 	addrs := Addrs{API: advertise(apiLns.tcp[0].Addr(), cfg.PublicIP), EtcdClient: etcdClientAddr}
@@ -537,6 +553,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 		}
 		cleanups = append(cleanups, func() { electionCli.Close() })
+		if etcdAuth {
+			if err := startEtcdAuth(ctx, cli, cfg.Name, cfg.EtcdInitialCluster); err != nil {
+				return err
+			}
+			log.Info("etcd authentication on: certificates' names are its users")
+		}
+	}
+	if !forwardsAll {
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return listenError("--grpc-addr", cfg.GRPCAddr, err)
 		}
@@ -677,8 +701,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	acfg := api.Config{Machine: cfg.Name, Engine: eng, Leader: currentLeader, Driver: drv, Metrics: ms,
 		Version: Version, Registry: cfg.Registry, Logger: cfg.Logger, MetricsPublic: cfg.MetricsPublic, ServerNames: []string{cfg.Name},
-		ACL: cfg.ACL, AgentOnly: agentOnly, WriteRate: cfg.TokenWriteRate, WriteBurst: cfg.TokenWriteBurst}
-	if !agentOnly {
+		ACL: cfg.ACL, AgentOnly: forwardsAll, WriteRate: cfg.TokenWriteRate, WriteBurst: cfg.TokenWriteBurst}
+	if etcdAuth {
+		acfg.EnrolMachine = func(ctx context.Context, id string, server bool) error {
+			return enrolMachine(ctx, cli, keys, id, server)
+		}
+	}
+	if !forwardsAll {
 		acfg.Durable = func(ctx context.Context) (*state.Snapshot, error) { return engine.DurableState(ctx, cli, keys) }
 	}
 	if h, err := os.Hostname(); err == nil {
@@ -692,7 +721,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cleanups = append(cleanups, func() { al.Close() })
 		acfg.Audit = al
 	}
-	if cfg.ACL && !agentOnly {
+	if cfg.ACL && !forwardsAll {
 		acfg.Tokens = auth.NewTokens(cli, cfg.Prefix, cfg.Logger)
 		wg.Add(1)
 		go func() { defer wg.Done(); acfg.Tokens.Run(runCtx) }()

@@ -26,6 +26,10 @@ type etcdMember struct {
 	// TLS, when set, makes the client and peer URLs https, each requiring
 	// a server certificate of the cluster.
 	TLS *auth.Credentials
+	// AdmitAgents lets agent certificates through the client URL too (the
+	// etcd registry mode), where etcd's authentication confines each to
+	// its machine's keys (etcdauth.go).
+	AdmitAgents bool
 }
 
 // startEtcd starts an embedded etcd member and waits until it serves
@@ -46,6 +50,9 @@ func startEtcd(m etcdMember, timeout time.Duration) (*embed.Etcd, error) {
 			AllowedHostnames: []string{auth.ServerSAN},
 		}
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
+		if m.AdmitAgents {
+			cfg.ClientTLSInfo.AllowedHostnames = []string{auth.ServerSAN, auth.AgentSAN}
+		}
 	}
 	cu, err := url.Parse(sch + m.ClientAddr)
 	if err != nil {

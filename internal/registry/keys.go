@@ -33,6 +33,10 @@
 //	machines/<id>    JSON MachineRecord: metadata set through the API
 //	election/        the engine election (client/v3/concurrency)
 //
+// With TLS, etcd's own authentication confines each machine of that mode
+// to its keys: it reads election/ and assignments/<id>/ and writes only
+// presence/<id> and states/<id>/ (package daemon, etcdauth.go).
+//
 // Every write is made by the engine leader through a Committer, in a
 // transaction fenced on the leader's election key: a deposed leader's
 // writes fail with ErrFenced instead of landing.
