@@ -100,8 +100,9 @@ func TestManyEventStreamsDoNotStallTheLeader(t *testing.T) {
 	}
 	after := reconcileBuckets(t, c)
 	passes, over := after["+Inf"]-before["+Inf"], (after["+Inf"]-after[bound])-(before["+Inf"]-before[bound])
-	t.Logf("%d reconcile passes, %d over %ss; slowest GET /v1/machines %v; %d MB streamed to %d readers",
-		int(passes), int(over), bound, slowest, received.Load()>>20, streams-stalled)
+	overHalf := (after["+Inf"] - after[halfSecond]) - (before["+Inf"] - before[halfSecond])
+	t.Logf("%d reconcile passes, %d over %ss, %d over %ss (the bucket above the 500 ms aimed at); slowest GET /v1/machines %v; %d MB streamed to %d readers",
+		int(passes), int(over), bound, int(overHalf), halfSecond, slowest, received.Load()>>20, streams-stalled)
 	if passes == 0 || over > 0 {
 		t.Errorf("%d of %d reconcile passes took over %ss with %d event streams open", int(over), int(passes), bound, streams)
 	}
@@ -115,6 +116,10 @@ func TestManyEventStreamsDoNotStallTheLeader(t *testing.T) {
 // shares its two cores with the 2,000 readers and whatever else runs).
 const bound = "5.9"
 
+// halfSecond is the bucket just above the 500 ms the issue aims at; the
+// test logs how many passes exceeded it (a figure, not a check).
+const halfSecond = "0.656"
+
 // reconcileBuckets reads the cumulative buckets of
 // flotilla_reconcile_duration_seconds from /metrics.
 func reconcileBuckets(t *testing.T, c *cluster) map[string]float64 {
@@ -127,8 +132,11 @@ func reconcileBuckets(t *testing.T, c *cluster) map[string]float64 {
 			continue
 		}
 		le, v, _ := strings.Cut(rest, `"} `)
-		if strings.HasPrefix(le, "5.90") {
+		switch {
+		case strings.HasPrefix(le, "5.90"):
 			le = bound
+		case strings.HasPrefix(le, halfSecond):
+			le = halfSecond
 		}
 		out[le], _ = strconv.ParseFloat(v, 64)
 	}
