@@ -78,6 +78,10 @@ type Config struct {
 	// with other settings takes these. Nil leaves the supervisor's as they
 	// are (the exec driver's defaults for a new one).
 	Logs *execdriver.LogConfig
+
+	// beforeApply, if set, sees each event of the stream before the client
+	// applies it (tests slow the stream with it).
+	beforeApply func(*supervisorpb.Event)
 }
 
 // Client runs units through the machine's supervisor process: a
@@ -91,9 +95,10 @@ type Client struct {
 	mu      sync.Mutex
 	sess    *session
 	closed  bool
-	cache   map[string]unit.Status // from the event stream: States' fallback
-	files   map[string]*unit.File  // loaded through this client, for a replay
-	started map[string]bool        // started (and not stopped) through this client
+	cache   map[string]unit.Status     // from the event stream: States' fallback
+	files   map[string]*unit.File      // loaded through this client, for a replay
+	started map[string]bool            // started (and not stopped) through this client
+	gone    map[string][]chan struct{} // per unit, closed when the stream tells of its removal
 	fence   *supervisorpb.FenceRequest
 	watch   chan struct{} // closed when the watch loop has ended
 
@@ -166,6 +171,7 @@ func New(cfg Config) (*Client, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "supervisor-client", "machine", cfg.Machine),
 		sock:  filepath.Join(dir, SocketFile),
 		cache: map[string]unit.Status{}, files: map[string]*unit.File{}, started: map[string]bool{},
+		gone:  map[string][]chan struct{}{},
 		watch: make(chan struct{}),
 	}
 	if len(c.sock) > maxSocketPath {
@@ -355,10 +361,43 @@ func (c *Client) apply(ev *supervisorpb.Event) {
 	}
 	for _, name := range ev.GetRemoved() {
 		delete(c.cache, name)
+		c.removed(name)
+	}
+	if ev.GetSnapshot() {
+		for name := range c.gone {
+			if _, ok := c.cache[name]; !ok {
+				c.removed(name) // removed while the stream was down
+			}
+		}
 	}
 	c.mu.Unlock()
 	for _, st := range sts {
 		c.cfg.Notify(st)
+	}
+}
+
+// removed wakes the waiters for the removal of the unit; c.mu is held.
+func (c *Client) removed(name string) {
+	for _, ch := range c.gone[name] {
+		close(ch)
+	}
+	delete(c.gone, name)
+}
+
+// awaitRemoval returns a channel closed once the event stream tells of the
+// unit's removal, and a function to call when no longer waiting.
+func (c *Client) awaitRemoval(name string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.gone[name] = append(c.gone[name], ch)
+	c.mu.Unlock()
+	return ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.gone[name] = slices.DeleteFunc(c.gone[name], func(w chan struct{}) bool { return w == ch })
+		if len(c.gone[name]) == 0 {
+			delete(c.gone, name)
+		}
 	}
 }
 
@@ -373,6 +412,9 @@ func (c *Client) watchLoop(sess *session) {
 			var ev *supervisorpb.Event
 			if ev, err = sess.stream.Recv(); err != nil {
 				break
+			}
+			if c.cfg.beforeApply != nil {
+				c.cfg.beforeApply(ev)
 			}
 			c.apply(ev)
 		}
@@ -572,13 +614,32 @@ func (c *Client) Kill(ctx context.Context, name string) error {
 	})
 }
 
+// waitGone calls f until the supervisor says the unit is gone. The unit's
+// last statuses and its removal come on the event stream, which may lag
+// behind that reply (under load, by a lot): waitGone returns once the stream
+// has told of the removal too (or the RPC timeout passed), so that, as with
+// the exec driver, no status of the unit is notified after Unload or Kill
+// returns and Journal no longer counts the unit as loaded (which would make
+// a removed log read as empty rather than as an unknown unit).
 func (c *Client) waitGone(ctx context.Context, op, name string, f func(context.Context, supervisorpb.SupervisorClient, *supervisorpb.WaitRequest) (*supervisorpb.WaitReply, error)) error {
+	removal, stopWaiting := c.awaitRemoval(name)
+	defer stopWaiting()
 	forget := func() {
 		c.mu.Lock()
 		delete(c.files, name)
 		delete(c.started, name)
 		delete(c.cache, name)
 		c.mu.Unlock()
+	}
+	gone := func() {
+		select {
+		case <-removal:
+		case <-c.watch:
+		case <-ctx.Done():
+		case <-time.After(c.cfg.RPCTimeout):
+			c.log.Warn("the event stream did not tell of the unit's removal", "unit", name, "op", op)
+		}
+		forget()
 	}
 	for first := true; ; first = false {
 		wait := waitPoll
@@ -596,11 +657,11 @@ func (c *Client) waitGone(ctx context.Context, op, name string, f func(context.C
 		cancel()
 		switch {
 		case err == nil && reply.GetDone():
-			forget()
+			gone()
 			return nil
 		case err == nil:
 		case !first && status.Code(err) == codes.NotFound:
-			forget() // gone since the last call
+			gone() // since the last call
 			return nil
 		case ctx.Err() != nil:
 			return fmt.Errorf("%s %s: %w", op, name, ctx.Err())

@@ -3,13 +3,16 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/proto/supervisorpb"
 )
 
 // newClientLogs is newClient with the machine's log settings.
@@ -98,5 +101,57 @@ func TestBadLogConfig(t *testing.T) {
 	_, err := New(cfg)
 	if err == nil || !strings.Contains(err.Error(), "log max size 10 is below the minimum") {
 		t.Fatalf("New with MaxBytes 10 = %v, want the size named", err)
+	}
+}
+
+// TestUnloadIsFinal: once Unload returns, the client has forgotten the unit
+// for good, however late the supervisor's event stream tells of its stop:
+// no status of it is notified any more, and once its log is removed Journal
+// finds it unknown. The stream is slowed here as heavy load slows it.
+func TestUnloadIsFinal(t *testing.T) {
+	t.Parallel()
+	dir := newTestDir(t)
+	const name = "late.service"
+	rec := &recorder{}
+	cfg := clientConfig(dir, rec.notify)
+	cfg.beforeApply = func(ev *supervisorpb.Event) {
+		for _, u := range ev.GetUnits() {
+			if u.GetName() == name && u.GetActive() != "active" {
+				time.Sleep(200 * time.Millisecond)
+				return
+			}
+		}
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Detach(context.Background()) })
+	mustLoadStart(t, c, parseUnit(t, name, "[Service]\nExecStart=/bin/sh -c 'while :; do echo a line; sleep 0.002; done'\n"))
+	rec.activePID(t, name)
+	if err := c.Unload(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	heard := len(rec.seen)
+	rec.mu.Unlock()
+	if err := c.RemoveLog(name); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "logs", name+".log")
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(log); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("log after Unload and RemoveLog: %v, want it gone", err)
+		}
+		if err := c.Journal(context.Background(), name, -1, false, io.Discard); !errors.Is(err, driver.ErrUnknownUnit) {
+			t.Fatalf("Journal after Unload and RemoveLog = %v, want ErrUnknownUnit", err)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, st := range rec.seen[heard:] {
+		if st.Name == name {
+			t.Errorf("status %s/%s of %s notified after Unload returned", st.Active, st.Sub, name)
+		}
 	}
 }

@@ -133,7 +133,11 @@
 // the count limit removed), the log becomes <unit>.log.1 and a new file is
 // begun. The limits are Config.MaxLogBytes and Config.MaxLogFiles, changed
 // at run time by SetLogConfig, unless the unit's [X-Fleet] LogMaxSize= and
-// LogMaxFiles= set its own. Journal reads the last lines across every kept
+// LogMaxFiles= set its own. A process's exit is acted on only once all it
+// wrote is in the log, so the unit's end follows its last line, and Unload
+// and Kill return only once all the unit's processes wrote is in it, after
+// which nothing more is written (the output of processes still running
+// then, left by KillMode=process or escaped, is cut off). Journal reads the last lines across every kept
 // file and then follows the log by polling, across rotations. Logs outlive
 // their unit: Journal reads the log of a unit that was unloaded, so an
 // operator can see why it stopped; RemoveLog removes it (the agent calls it

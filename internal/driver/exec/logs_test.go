@@ -211,3 +211,39 @@ func TestJournald(t *testing.T) {
 		return strings.Contains(string(out), "hello journald")
 	}, "journalctl to show the unit's line")
 }
+
+// TestOutputLoggedBeforeEnd: all a process wrote is in the log before its
+// exit is acted on, however far behind the copier is (here: a full pipe of
+// lines, a rotation shifting a hundred files every few lines), so the
+// unit's end follows its last line; and all a unit wrote is in the log
+// before Unload returns, after which nothing is written.
+func TestOutputLoggedBeforeEnd(t *testing.T) {
+	t.Parallel()
+	d, rec := newTestDriver(t, func(c *Config) { c.MaxLogBytes = 1024; c.MaxLogFiles = 100 })
+	const n = 5000 // ~110 KiB: the pipe is full when the process exits
+	mustLoadStart(t, d, newUnit("flood.service", []string{"/bin/sh", "-c", fmt.Sprintf("seq -f 'line %%.0f of the flood' 0 %d", n-1)}, nil))
+	rec.waitEnded(t, "flood.service", "inactive")
+	all := journal(t, d, "flood.service")
+	last := fmt.Sprintf(": line %d of the flood\n", n-1)
+	if i := strings.Index(all, last); i < 0 || !strings.HasSuffix(all, "Deactivated successfully.\n") || strings.Count(all[i:], "\n") != 2 {
+		t.Fatalf("journal when the unit was reported inactive (has the last line: %v) ends:\n%s", strings.Contains(all, last), all[max(len(all)-300, 0):])
+	}
+
+	// Unload with a flood in the pipe: the log stands still once it returns.
+	mustLoadStart(t, d, newUnit("flood.service", []string{"/bin/sh", "-c", "while :; do seq -f 'more %.0f' 0 2000; done"}, nil))
+	rec.waitState(t, "flood.service", "active", "running")
+	if err := d.Unload(context.Background(), "flood.service"); err != nil {
+		t.Fatal(err)
+	}
+	all = journal(t, d, "flood.service")
+	if !strings.HasSuffix(all, "Stopped flood.service.\n") {
+		t.Errorf("journal after Unload ends:\n%s", all[max(len(all)-300, 0):])
+	}
+	if err := d.RemoveLog("flood.service"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := logFiles(t, d, "flood.service"); len(got) != 0 {
+		t.Fatalf("log files %q written after Unload and RemoveLog", got)
+	}
+}

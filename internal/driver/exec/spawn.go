@@ -24,6 +24,7 @@ type proc struct {
 	cmd    unit.Command // as written
 	argv   []string     // as executed
 	c      *exec.Cmd
+	out    *outPipe      // its output pipe, shared with its children
 	copied chan struct{} // closed once its output pipe is drained
 }
 
@@ -211,19 +212,20 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*pro
 		r.Close()
 		return nil, pgroup{}, err
 	}
-	p := &proc{pid: cmd.Process.Pid, label: c.label, cmd: c.cmd, argv: argv, c: cmd, copied: make(chan struct{})}
+	out := newOutPipe(r)
+	p := &proc{pid: cmd.Process.Pid, label: c.label, cmd: c.cmd, argv: argv, c: cmd, out: out, copied: make(chan struct{})}
 	g := pgroup{pgid: p.pid}
 	if st, err := readProcStat(p.pid); err == nil {
 		g.start = st.start
 	}
 	s.readers.Add(1)
-	s.trackPipe(r, true)
+	s.trackPipe(out, true)
 	go func() {
 		defer s.readers.Done()
 		defer close(p.copied)
-		s.log.copyLines(r, s.name, p.pid)
-		s.trackPipe(r, false)
-		r.Close()
+		s.log.copyLines(out, s.name, p.pid)
+		s.trackPipe(out, false)
+		out.Close()
 	}()
 	return p, g, nil
 }

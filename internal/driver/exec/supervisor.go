@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -68,10 +68,15 @@ func activeSub(p phase, result string) (active, sub string) {
 // whose exits it is not told of).
 const pollInterval = 25 * time.Millisecond
 
-// readerGrace is how long a process's exit waits for the rest of its output
-// to be logged, and how long a supervisor that is done waits for output
-// pipes still held open by processes that escaped it.
+// readerGrace is how long a supervisor that is done, its output logged,
+// waits for the end of output pipes still held open by processes that
+// escaped it (a last line without a newline is logged at the end).
 const readerGrace = 100 * time.Millisecond
+
+// drainLimit bounds how long a process's exit, or a supervisor that is done,
+// waits for the output in the pipes to be logged: only a log write that
+// hangs takes that long.
+const drainLimit = 10 * time.Second
 
 type reqKind int
 
@@ -118,7 +123,7 @@ type supervisor struct {
 
 	readers sync.WaitGroup // output copiers
 	pipesMu sync.Mutex
-	pipes   map[*os.File]bool // read ends still being copied
+	pipes   map[*outPipe]bool // read ends still being copied
 
 	// Owned by run.
 
@@ -165,7 +170,7 @@ func newSupervisor(d *Driver, f *unit.File) *supervisor {
 		reqs:  make(chan request),
 		exits: make(chan exited),
 		done:  make(chan struct{}),
-		pipes: make(map[*os.File]bool),
+		pipes: make(map[*outPipe]bool),
 		file:  f,
 		timer: time.NewTimer(time.Hour),
 	}
@@ -228,16 +233,27 @@ func (s *supervisor) run() {
 // finish releases what the unit holds once it is dead and forgotten.
 func (s *supervisor) finish() {
 	s.timer.Stop()
-	// Wait for output still in the pipes, then cut off pipes held open by
-	// processes that escaped the unit's process groups.
+	// Log the output still in the pipes (the unit's processes are gone, so
+	// that is all of theirs), wait a little for the pipes' end, then cut off
+	// pipes held open by processes that escaped the unit's process groups.
+	s.pipesMu.Lock()
+	pipes := slices.Collect(maps.Keys(s.pipes))
+	s.pipesMu.Unlock()
+	limit := time.After(drainLimit)
+	for _, p := range pipes {
+		select {
+		case <-p.drain():
+		case <-limit:
+		}
+	}
 	copied := make(chan struct{})
 	go func() { s.readers.Wait(); close(copied) }()
 	select {
 	case <-copied:
 	case <-time.After(readerGrace):
 		s.pipesMu.Lock()
-		for r := range s.pipes {
-			r.Close()
+		for p := range s.pipes {
+			p.Close()
 		}
 		s.pipesMu.Unlock()
 		<-copied
@@ -970,15 +986,16 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 	return nil
 }
 
-// wait reaps p and reports its exit to the supervisor, after its last output
-// was logged (for the order of the log) or readerGrace passed.
+// wait reaps p and reports its exit to the supervisor once all it wrote is
+// logged (for the order of the log: the unit's end follows its output).
 func (s *supervisor) wait(p *proc) {
 	awaitExit(p.pid)
 	p.c.Wait()
 	s.d.kids.remove(p.pid)
 	select {
 	case <-p.copied:
-	case <-time.After(readerGrace):
+	case <-p.out.drain():
+	case <-time.After(drainLimit):
 	}
 	ev := exited{p: p, status: exitStatusOf(p.c.ProcessState.Sys().(syscall.WaitStatus))}
 	select {
@@ -989,7 +1006,7 @@ func (s *supervisor) wait(p *proc) {
 
 // trackPipe registers (add) or forgets an output pipe, so that finish can cut
 // off pipes held open by escaped processes.
-func (s *supervisor) trackPipe(r *os.File, add bool) {
+func (s *supervisor) trackPipe(r *outPipe, add bool) {
 	s.pipesMu.Lock()
 	defer s.pipesMu.Unlock()
 	if add {
