@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,23 +61,26 @@ func TestCertReload(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	expiry := regexp.MustCompile(`(?m)^flotilla_cert_expiry_seconds\{cert="machine"\} (\S+)$`)
 	// published is the machine certificate's expiry in /metrics.
-	published := func() (string, error) {
+	// Prometheus writes the shortest form of the float (1.8273412e+09), so
+	// it is parsed, not compared as text.
+	published := func() (int64, error) {
 		resp, err := hc.Get("https://" + nd.api + "/metrics")
 		if err != nil {
-			return "", err
+			return 0, err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		m := expiry.FindSubmatch(b)
 		if m == nil {
-			return "", fmt.Errorf("no flotilla_cert_expiry_seconds{cert=\"machine\"} in /metrics")
+			return 0, fmt.Errorf("no flotilla_cert_expiry_seconds{cert=\"machine\"} in /metrics")
 		}
-		return string(m[1]), nil
+		f, err := strconv.ParseFloat(string(m[1]), 64)
+		return int64(f), err
 	}
 	var first *x509.Certificate
 	eventually(t, 60*time.Second, "the API serving TLS", func() (err error) { first, err = served(); return err })
-	if got, err := published(); err != nil || got != fmt.Sprintf("%.9e", float64(first.NotAfter.Unix())) {
-		t.Errorf("expiry in /metrics = %q, %v; want %d", got, err, first.NotAfter.Unix())
+	if got, err := published(); err != nil || got != first.NotAfter.Unix() {
+		t.Errorf("expiry in /metrics = %d, %v; want %d", got, err, first.NotAfter.Unix())
 	}
 
 	// Renewed, for ten days: SIGHUP, and new connections get it.
@@ -91,8 +95,8 @@ func TestCertReload(t *testing.T) {
 		}
 		return err
 	})
-	if got, err := published(); err != nil || got != fmt.Sprintf("%.9e", float64(renewed.NotAfter.Unix())) {
-		t.Errorf("expiry in /metrics after reload = %q, %v; want %d", got, err, renewed.NotAfter.Unix())
+	if got, err := published(); err != nil || got != renewed.NotAfter.Unix() {
+		t.Errorf("expiry in /metrics after reload = %d, %v; want %d", got, err, renewed.NotAfter.Unix())
 	}
 	if !strings.Contains(nd.log.String(), "expires soon") {
 		t.Error("no warning in the log for a certificate ten days from its end")
