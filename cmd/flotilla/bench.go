@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla/flotilla/internal/bench"
+	"github.com/flotilla/flotilla/internal/machine"
 )
 
 func benchCommand() *cobra.Command {
@@ -64,7 +65,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long a run waits for every unit to become active")
 	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 500, "most simulated agents in one helper process")
 	fs.DurationVar(&cfg.SimStartDelay, "sim-start-delay", 0, "how long a simulated unit takes to start")
-	fs.DurationVar(&cfg.AgentTTL, "agent-ttl", 20*time.Second, "agent TTL of the engines and agents")
+	fs.DurationVar(&cfg.AgentTTL, "agent-ttl", machine.DefaultTTL, "agent TTL of the engines and agents")
 	cmd.AddCommand(benchDriverCommand())
 	return cmd
 }

@@ -6,12 +6,12 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla/flotilla/internal/bench"
 	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/profiling"
 )
 
@@ -64,7 +64,7 @@ func benchAgentsCommand() *cobra.Command {
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "etcd client URLs, URL,...")
 	fs.DurationVar(&cfg.SimStartDelay, "sim-start-delay", 0, "how long a simulated unit takes to start")
 	fs.Float64Var(&cfg.SimFailureRate, "sim-failure-rate", 0, "share of starts that fail, 0 to 1")
-	fs.DurationVar(&cfg.TTL, "agent-ttl", 20*time.Second, "agent TTL; must match the engines' --agent-ttl")
+	fs.DurationVar(&cfg.TTL, "agent-ttl", machine.DefaultTTL, "agent TTL; must match the engines' --agent-ttl")
 	fs.StringVar(&cfg.TLSDir, "tls-dir", "", "directory with the CA (ca.pem) and each agent's certificate (NAME.pem, NAME-key.pem): mutual TLS to the leader and etcd")
 	fs.StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	fs.StringVar(&cfg.StartsFile, "starts-file", "", "keep this file holding how many units the simulated machines have started, ever (flotilla bench judges restarts by it)")

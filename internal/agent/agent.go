@@ -72,6 +72,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/limits"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -248,7 +249,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: etcd mode needs an etcd client")
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = 20 * time.Second
+		cfg.TTL = machine.DefaultTTL
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = min(cfg.TTL/10, time.Second)

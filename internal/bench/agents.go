@@ -23,6 +23,7 @@ import (
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/registry"
 )
 
@@ -102,7 +103,7 @@ func (c *AgentsConfig) validate() error {
 		return fmt.Errorf("--sim-start-delay %v: want 0 or more", c.SimStartDelay)
 	}
 	if c.TTL == 0 {
-		c.TTL = 20 * time.Second
+		c.TTL = machine.DefaultTTL
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -19,6 +19,7 @@ import (
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/limits"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -167,7 +168,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--sim-start-delay %v: want 0 or more", c.SimStartDelay)
 	}
 	if c.AgentTTL == 0 {
-		c.AgentTTL = 20 * time.Second
+		c.AgentTTL = machine.DefaultTTL
 	}
 	if c.AgentTTL <= 2*engineElectionTTL {
 		return fmt.Errorf("--agent-ttl %v: want more than %v, twice the engines' election TTL", c.AgentTTL, 2*engineElectionTTL)

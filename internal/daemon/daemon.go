@@ -241,7 +241,7 @@ func (c *Config) validate() error {
 		et = 5 * time.Second
 	}
 	if at == 0 {
-		at = 20 * time.Second
+		at = machine.DefaultTTL
 	}
 	if et < time.Second {
 		return fmt.Errorf("--election-ttl %v: etcd leases are whole seconds; use at least 1s", et)
@@ -923,7 +923,7 @@ func agentTTL(cfg Config) time.Duration {
 	if cfg.AgentTTL != 0 {
 		return cfg.AgentTTL
 	}
-	return 20 * time.Second
+	return machine.DefaultTTL
 }
 
 // advertise turns a listener address into one others can dial.

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -93,7 +94,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("engine: election TTL %v is below etcd's 1s lease granularity", c.ElectionTTL)
 	}
 	if c.AgentTTL == 0 {
-		c.AgentTTL = 20 * time.Second
+		c.AgentTTL = machine.DefaultTTL
 	}
 	if min := MinAgentTTL(c.ElectionTTL); c.AgentTTL < min {
 		return fmt.Errorf("engine: agent TTL %v is too short for election TTL %v: a leader failover can take up to %v, so use at least %v", c.AgentTTL, c.ElectionTTL, min-FailoverMargin, min)
