@@ -495,16 +495,6 @@ func (d *benchDaemon) shutdown(api *client.Client, names []string, prog *progres
 	}
 }
 
-// processAlive reports whether pid is a process that is not a zombie.
-func processAlive(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
-}
-
 // runBaseline times the plain loop of cfg.Baseline.
 func runBaseline(ctx context.Context, cfg *DriverConfig, prog *progress) (*BaselineReport, error) {
 	width := len(strconv.Itoa(cfg.Units))
