@@ -135,7 +135,10 @@ func (e *Engine) submit(ctx context.Context, r *applyReq) error {
 
 // applyRound validates and commits a round of requests in as few etcd
 // transactions as the ops allow. Each request stands or falls alone in
-// validation; an etcd failure fails the whole round.
+// validation; an etcd failure fails the whole round. Its steps:
+// validateRound decides what the round comes to, roundOps turns that into
+// etcd operations, commitRound writes them, and applyPlan makes memory
+// follow once they are durable.
 func (t *term) applyRound(round []*applyReq) {
 	var ph passPhases
 	ph.start(time.Now())
@@ -159,173 +162,237 @@ func (t *term) applyRound(round []*applyReq) {
 	}
 	ph.done("materialize")
 	if err != nil {
-		for _, req := range round {
-			req.res <- applyRes{err: err}
-		}
+		answerAll(round, err)
 		return
 	}
-	roundRecs := map[string]*unitRec{} // nil value: destroyed
-	roundMachines := map[string]map[string]*string{}
-	roundDrain := map[string]int{} // machine -> its drain's parallel (0: not draining)
-	var (
-		ops      []registry.Op
-		accepted []*applyReq
-	)
-	t.mu.RLock()
-	lookup := func(local map[string]*unitRec, name string) *unitRec {
+	p := t.validateRound(round)
+	ph.done("validate")
+	if len(p.accepted) == 0 {
+		return
+	}
+	t.roundOps(p)
+	ph.done("ops")
+	ph.note("ops", len(p.ops))
+	err = t.commitRound(p)
+	ph.done("commit")
+	if err != nil {
+		answerAll(p.accepted, err)
+		return
+	}
+	t.applyPlan(p)
+	ph.done("apply")
+	if err := t.dropFiles(); err != nil {
+		t.e.log.Warn("could not delete unit files no unit names", "err", err)
+	}
+}
+
+// roundPlan is what a round of requests comes to. validateRound fills the
+// first part, roundOps the second; nothing of it is in the term's memory
+// until applyPlan.
+type roundPlan struct {
+	accepted []*applyReq
+	recs     map[string]*unitRec           // the round's units after it; a nil value: destroyed
+	machines map[string]map[string]*string // machines' overrides after the round
+	drain    map[string]int                // machine -> its drain's parallel (0: not draining)
+	options  *scheduler.Options            // a new placement policy
+	// single holds the instances of a round of one request changing one
+	// range (not destroying it), as flotilla start
+	// 'web@{1..1000000}.service' is: validated by index, not into recs.
+	single *rangeUnits
+
+	ops       []registry.Op
+	entries   []roundEntry    // the round's units, read once, applied in this order
+	newRanges []*pendingRange // range records the round writes
+	// newUnits and newUnplaced size the maps they join.
+	newUnits, newUnplaced int
+}
+
+func answerAll(reqs []*applyReq, err error) {
+	for _, req := range reqs {
+		req.res <- applyRes{err: err}
+	}
+}
+
+// lookup finds a unit's record as the round has it so far: in the request's
+// own changes (local), the round's earlier requests, or memory.
+func (p *roundPlan) lookup(t *term) func(local map[string]*unitRec, name string) *unitRec {
+	return func(local map[string]*unitRec, name string) *unitRec {
 		if r, ok := local[name]; ok {
 			return r
 		}
-		if r, ok := roundRecs[name]; ok {
+		if r, ok := p.recs[name]; ok {
 			return r
 		}
 		return t.units[name]
 	}
-	// A round of one request changing one range (not destroying it), as
-	// flotilla start 'web@{1..1000000}.service' is: its instances are
-	// validated into single, by index, not into the round's maps.
-	var single *rangeUnits
+}
+
+// validateRound validates each request of the round against memory and the
+// round's earlier requests, answering those refused. It only reads the
+// term's state.
+func (t *term) validateRound(round []*applyReq) *roundPlan {
+	p := &roundPlan{
+		recs:     map[string]*unitRec{},
+		machines: map[string]map[string]*string{},
+		drain:    map[string]int{},
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if len(round) == 1 && round[0].options == nil && round[0].machine == "" && len(round[0].changes) == 1 {
-		if c := round[0].changes[0]; c.Range != nil && !c.Destroy && c.File == nil && lookup(nil, c.Name) != nil {
+		if c := round[0].changes[0]; c.Range != nil && !c.Destroy && c.File == nil && p.lookup(t)(nil, c.Name) != nil {
 			n := max(c.Range.Len(), 0)
-			single = &rangeUnits{curs: make([]*unitRec, n), nexts: make([]*unitRec, n)}
+			p.single = &rangeUnits{curs: make([]*unitRec, n), nexts: make([]*unitRec, n)}
 		}
 	}
-	var newOptions *scheduler.Options
 	for _, req := range round {
-		if req.options != nil {
-			newOptions = req.options // the last one of the round wins, as if applied in order
-			accepted = append(accepted, req)
-			continue
-		}
-		if req.machine != "" {
-			m := t.machines[req.machine]
-			if m == nil {
-				req.res <- applyRes{err: fmt.Errorf("%w: machine %s is not part of the cluster", ErrNotFound, req.machine)}
-				continue
-			}
-			ov, ok := roundMachines[req.machine]
-			if !ok {
-				ov = t.overrides[req.machine]
-			}
-			ov = maps.Clone(ov)
-			if ov == nil {
-				ov = map[string]*string{}
-			}
-			for k, v := range req.patch {
-				ov[k] = v
-			}
-			if err := t.checkMachineRecord(req.machine, req.patch, ov); err != nil {
-				req.res <- applyRes{err: err}
-				continue
-			}
-			roundMachines[req.machine] = ov
-			if _, ok := roundDrain[req.machine]; !ok {
-				roundDrain[req.machine] = t.drainMachines[req.machine]
-			}
-			if req.drain != nil {
-				roundDrain[req.machine] = 0
-				if *req.drain {
-					roundDrain[req.machine] = req.parallel
-				}
-			}
-			accepted = append(accepted, req)
-			continue
-		}
-		size := 0
-		for _, c := range req.changes {
-			if c.Range != nil {
-				// Only a range whose template exists (or comes in the same
-				// request) makes units: a range of a missing template is
-				// refused by validateRange before it allocates anything.
-				if c.Destroy || lookup(nil, c.Name) != nil || submits(req.changes, c.Name) {
-					size += c.Range.Len()
-				}
-			} else {
-				size++
-			}
-		}
-		if single != nil {
-			size = 0 // the range's units go to single
-		}
-		local := make(map[string]*unitRec, size) // a range of a million: grown once
 		var err error
-		for i, c := range req.changes {
-			if c.Range != nil {
-				if req.rangeNames == nil {
-					req.rangeNames = make([][]string, len(req.changes))
-				}
-				req.rangeNames[i], err = t.validateRange(local, lookup, c, single)
-			} else {
-				err = t.validate(local, lookup, c)
-			}
-			if err != nil {
-				break
-			}
+		switch {
+		case req.options != nil:
+			p.options = req.options // the last one of the round wins, as if applied in order
+		case req.machine != "":
+			err = t.validateMachineReq(p, req)
+		default:
+			err = t.validateUnitReq(p, req)
 		}
 		if err != nil {
 			req.res <- applyRes{err: err}
 			continue
 		}
-		if len(roundRecs) == 0 {
-			roundRecs = local // the round's first request: no copy
+		p.accepted = append(p.accepted, req)
+	}
+	return p
+}
+
+// validateMachineReq validates a change of a machine's metadata or drain.
+func (t *term) validateMachineReq(p *roundPlan, req *applyReq) error {
+	if t.machines[req.machine] == nil {
+		return fmt.Errorf("%w: machine %s is not part of the cluster", ErrNotFound, req.machine)
+	}
+	ov, ok := p.machines[req.machine]
+	if !ok {
+		ov = t.overrides[req.machine]
+	}
+	ov = maps.Clone(ov)
+	if ov == nil {
+		ov = map[string]*string{}
+	}
+	for k, v := range req.patch {
+		ov[k] = v
+	}
+	if err := t.checkMachineRecord(req.machine, req.patch, ov); err != nil {
+		return err
+	}
+	p.machines[req.machine] = ov
+	if _, ok := p.drain[req.machine]; !ok {
+		p.drain[req.machine] = t.drainMachines[req.machine]
+	}
+	if req.drain != nil {
+		p.drain[req.machine] = 0
+		if *req.drain {
+			p.drain[req.machine] = req.parallel
+		}
+	}
+	return nil
+}
+
+// validateUnitReq validates a request's changes of units, all or none.
+func (t *term) validateUnitReq(p *roundPlan, req *applyReq) error {
+	lookup := p.lookup(t)
+	size := 0
+	for _, c := range req.changes {
+		if c.Range != nil {
+			// Only a range whose template exists (or comes in the same
+			// request) makes units: a range of a missing template is
+			// refused by validateRange before it allocates anything.
+			if c.Destroy || lookup(nil, c.Name) != nil || submits(req.changes, c.Name) {
+				size += c.Range.Len()
+			}
 		} else {
-			for k, v := range local {
-				roundRecs[k] = v
-			}
+			size++
 		}
-		accepted = append(accepted, req)
 	}
-	t.mu.RUnlock()
-	ph.done("validate")
-	if len(accepted) == 0 {
-		return
+	if p.single != nil {
+		size = 0 // the range's units go to single
 	}
-	// The ops are derived from the round's outcome, one per key: etcd
-	// refuses a key twice in a transaction, and a unit may be changed by
-	// several requests of a round.
-	for id, ov := range roundMachines {
-		ops = append(ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov, Drain: roundDrain[id] > 0, MaxParallel: roundDrain[id]}))
+	local := make(map[string]*unitRec, size) // a range of a million: grown once
+	for i, c := range req.changes {
+		var err error
+		if c.Range != nil {
+			if req.rangeNames == nil {
+				req.rangeNames = make([][]string, len(req.changes))
+			}
+			req.rangeNames[i], err = t.validateRange(local, lookup, c, p.single)
+		} else {
+			err = t.validate(local, lookup, c)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if newOptions != nil {
-		ops = append(ops, putOptions(t.keys, *newOptions))
+	if len(p.recs) == 0 {
+		p.recs = local // the round's first request: no copy
+	} else {
+		for k, v := range local {
+			p.recs[k] = v
+		}
 	}
-	// A range of instances is one key when every instance ends the round
-	// as the range set it; otherwise (another request of the round
-	// destroyed or changed one) its instances are written one by one.
+	return nil
+}
+
+// roundOps derives the round's etcd operations from its outcome, one per
+// key: etcd refuses a key twice in a transaction, and a unit may be changed
+// by several requests of a round.
+func (t *term) roundOps(p *roundPlan) {
+	for id, ov := range p.machines {
+		p.ops = append(p.ops, registry.PutMachine(t.keys, id, registry.MachineRecord{Metadata: ov, Drain: p.drain[id] > 0, MaxParallel: p.drain[id]}))
+	}
+	if p.options != nil {
+		p.ops = append(p.ops, putOptions(t.keys, *p.options))
+	}
+	if p.single != nil {
+		t.singleRangeEntries(p)
+	} else {
+		t.rangeEntries(p)
+	}
+	for _, en := range p.entries {
+		t.entryOps(p, en)
+	}
+}
+
+// singleRangeEntries reads the entries of a round of one range change: one
+// range record when the range's instances all end it as it set them.
+func (t *term) singleRangeEntries(p *roundPlan) {
+	c, names := p.accepted[0].changes[0], p.accepted[0].rangeNames[0]
+	var pr *pendingRange
+	if content, ok := p.single.covers(c); ok {
+		rr := rangeRecord(c, content)
+		pr = newPendingRange(t.keys.Range(rr), c.Name, *c.Range)
+		p.newRanges = append(p.newRanges, pr)
+		p.ops = append(p.ops, registry.PutRange(t.keys, rr))
+	}
+	n := 0
+	for _, r := range p.single.nexts {
+		if r != nil {
+			n++
+		}
+	}
+	p.entries = make([]roundEntry, 0, n)
+	for i, next := range p.single.nexts {
+		if next != nil {
+			p.entries = append(p.entries, roundEntry{name: names[i], cur: p.single.curs[i], next: next, pr: pr})
+		}
+	}
+	p.single = nil
+}
+
+// rangeEntries reads the round's entries from recs. A range of instances is
+// one key when every instance ends the round as the range set it;
+// otherwise (another request of the round destroyed or changed one) its
+// instances are written one by one.
+func (t *term) rangeEntries(p *roundPlan) {
 	var covered map[string]*pendingRange // nil: no range in the round
-	var newRanges []*pendingRange
-	var changed []bool // by a range's instance: whether the round changes it
-	// The round's units, with their records before and after and the range
-	// standing for them (nil: none), read once: applied below in this order.
-	var entries []roundEntry
-	if single != nil {
-		c, names := round[0].changes[0], round[0].rangeNames[0]
-		var pr *pendingRange
-		if content, ok := single.covers(c); ok {
-			rr := rangeRecord(c, content)
-			pr = newPendingRange(t.keys.Range(rr), c.Name, *c.Range)
-			newRanges = append(newRanges, pr)
-			ops = append(ops, registry.PutRange(t.keys, rr))
-		}
-		n := 0
-		for _, r := range single.nexts {
-			if r != nil {
-				n++
-			}
-		}
-		entries = make([]roundEntry, 0, n)
-		for i, next := range single.nexts {
-			if next != nil {
-				entries = append(entries, roundEntry{name: names[i], cur: single.curs[i], next: next, pr: pr})
-			}
-		}
-		single = nil
-	}
-	for _, req := range accepted {
-		if entries != nil {
-			break // the single range's
-		}
+	var changed []bool                   // by a range's instance: whether the round changes it
+	for _, req := range p.accepted {
 		for i, c := range req.changes {
 			if c.Range == nil || c.Destroy {
 				continue
@@ -334,16 +401,16 @@ func (t *term) applyRound(round []*applyReq) {
 			if len(changed) < len(names) {
 				changed = make([]bool, len(names))
 			}
-			content, ok := t.rangeCovers(c, names, roundRecs, changed)
+			content, ok := t.rangeCovers(c, names, p.recs, changed)
 			if !ok {
 				continue
 			}
 			rr := rangeRecord(c, content)
 			pr := newPendingRange(t.keys.Range(rr), c.Name, *c.Range)
-			newRanges = append(newRanges, pr)
-			ops = append(ops, registry.PutRange(t.keys, rr))
+			p.newRanges = append(p.newRanges, pr)
+			p.ops = append(p.ops, registry.PutRange(t.keys, rr))
 			if covered == nil {
-				covered = make(map[string]*pendingRange, len(roundRecs))
+				covered = make(map[string]*pendingRange, len(p.recs))
 			}
 			for j, name := range names {
 				if changed[j] {
@@ -352,65 +419,62 @@ func (t *term) applyRound(round []*applyReq) {
 			}
 		}
 	}
-	if entries == nil {
-		entries = make([]roundEntry, 0, len(roundRecs))
-		for name, next := range roundRecs {
-			entries = append(entries, roundEntry{name: name, cur: t.units[name], next: next, pr: covered[name]})
+	p.entries = make([]roundEntry, 0, len(p.recs))
+	for name, next := range p.recs {
+		p.entries = append(p.entries, roundEntry{name: name, cur: t.units[name], next: next, pr: covered[name]})
+	}
+}
+
+// entryOps adds the operations one unit of the round needs.
+func (t *term) entryOps(p *roundPlan, en roundEntry) {
+	name, cur, next := en.name, en.cur, en.next
+	if cur == nil && next != nil {
+		p.newUnits++
+	}
+	if next != nil && next.wanted() && next.machine == "" && !next.file.Fleet.Global {
+		p.newUnplaced++
+	}
+	if en.pr == nil {
+		switch {
+		case next == nil && cur == nil:
+			return
+		case next == nil:
+			p.ops = append(p.ops, t.deleteRecord(name)...)
+			if _, handover := t.handovers[name]; t.draining[name] != "" || handover {
+				p.ops = append(p.ops, registry.DeleteMove(t.keys, name))
+			}
+		case cur == nil || cur.desired() != next.desired() || cur.file.Hash != next.file.Hash || cur.machine != next.machine || cur.content != next.content:
+			p.ops = t.putRecord(p.ops, name, next)
 		}
 	}
-	var newUnits, newUnplaced int // to size the maps they join
-	for _, en := range entries {
-		name, cur, next, pr := en.name, en.cur, en.next, en.pr
-		if cur == nil && next != nil {
-			newUnits++
+	if cur != nil && cur.machine != "" && (next == nil || next.machine == "") {
+		p.ops = append(p.ops, t.dropAssignment(cur.machine, name)...)
+	}
+	if cur != nil && cur.file.Fleet.Global && (next == nil || !next.wanted()) {
+		for id := range t.machines {
+			p.ops = append(p.ops, t.dropAssignment(id, name)...)
 		}
-		if next != nil && next.wanted() && next.machine == "" && !next.file.Fleet.Global {
-			newUnplaced++
-		}
-		if pr == nil {
-			switch {
-			case next == nil && cur == nil:
-				continue
-			case next == nil:
-				ops = append(ops, t.deleteRecord(name)...)
-				if _, handover := t.handovers[name]; t.draining[name] != "" || handover {
-					ops = append(ops, registry.DeleteMove(t.keys, name))
-				}
-			case cur == nil || cur.desired() != next.desired() || cur.file.Hash != next.file.Hash || cur.machine != next.machine || cur.content != next.content:
-				ops = t.putRecord(ops, name, next)
+	}
+}
+
+// commitRound writes the round's operations. A round with nothing to write
+// confirms through etcd that this term still leads before it is
+// acknowledged, as memory alone cannot tell.
+func (t *term) commitRound(p *roundPlan) error {
+	if len(p.ops) == 0 {
+		return t.confirmNoop()
+	}
+	return t.commitRecords(p.ops, func(yield func(*unitRec) bool) {
+		for _, en := range p.entries {
+			if !yield(en.next) {
+				return
 			}
 		}
-		if cur != nil && cur.machine != "" && (next == nil || next.machine == "") {
-			ops = append(ops, t.dropAssignment(cur.machine, name)...)
-		}
-		if cur != nil && cur.file.Fleet.Global && (next == nil || !next.wanted()) {
-			for id := range t.machines {
-				ops = append(ops, t.dropAssignment(id, name)...)
-			}
-		}
-	}
-	ph.done("ops")
-	ph.note("ops", len(ops))
-	if len(ops) == 0 {
-		// Nothing to write: confirm through etcd that this term still
-		// leads before acknowledging, as memory alone cannot tell.
-		err = t.confirmNoop()
-	} else {
-		err = t.commitRecords(ops, func(yield func(*unitRec) bool) {
-			for _, en := range entries {
-				if !yield(en.next) {
-					return
-				}
-			}
-		})
-	}
-	ph.done("commit")
-	if err != nil {
-		for _, req := range accepted {
-			req.res <- applyRes{err: err}
-		}
-		return
-	}
+	})
+}
+
+// applyPlan acknowledges a durable round and makes memory follow it.
+func (t *term) applyPlan(p *roundPlan) {
 	t.mu.Lock()
 	// The round is durable: acknowledge it now, while the write lock is
 	// held, rather than after the apply below. Every read of the leader's
@@ -419,14 +483,14 @@ func (t *term) applyRound(round []*applyReq) {
 	// index; and a stop of a million instances is answered once written,
 	// not a second or two of applying later.
 	t.acked.Add(1) // before the replies: a state read after one shows the round
-	for _, req := range accepted {
+	for _, req := range p.accepted {
 		req.res <- applyRes{}
 	}
-	for id, ov := range roundMachines {
+	for id, ov := range p.machines {
 		t.overrides[id] = ov
-		if roundDrain[id] != t.drainMachines[id] {
-			if roundDrain[id] > 0 {
-				t.drainMachines[id] = roundDrain[id]
+		if p.drain[id] != t.drainMachines[id] {
+			if p.drain[id] > 0 {
+				t.drainMachines[id] = p.drain[id]
 			} else {
 				delete(t.drainMachines, id)
 			}
@@ -435,16 +499,16 @@ func (t *term) applyRound(round []*applyReq) {
 			t.changed()
 		}
 	}
-	if newOptions != nil {
-		t.options = *newOptions
-		t.sched.SetOptions(*newOptions) // validated by SetScheduler
+	if p.options != nil {
+		t.options = *p.options
+		t.sched.SetOptions(*p.options) // validated by SetScheduler
 		t.placeDirty = true
 		t.changed()
 	}
-	t.units = grown(t.units, newUnits)
-	t.unplaced = grown(t.unplaced, newUnplaced)
+	t.units = grown(t.units, p.newUnits)
+	t.unplaced = grown(t.unplaced, p.newUnplaced)
 	t.hold.start() // a stop of a million units: a message an agent, not a unit
-	for _, en := range entries {
+	for _, en := range p.entries {
 		name, rec := en.name, en.next
 		if cur := en.cur; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
 			t.sched.Unplace(name)
@@ -456,6 +520,14 @@ func (t *term) applyRound(round []*applyReq) {
 			t.written(name)
 		}
 	}
+	t.standRanges(p.newRanges)
+	woken := t.hold.release()
+	t.mu.Unlock()
+	wakeAll(woken)
+}
+
+// standRanges makes the round's range records stand for their instances.
+func (t *term) standRanges(newRanges []*pendingRange) {
 	for _, pr := range newRanges {
 		// A range record of the same instances as one still standing for
 		// some (a range started, then stopped before every instance was
@@ -473,13 +545,6 @@ func (t *term) applyRound(round []*applyReq) {
 		}
 		t.ranges[pr.key] = pr
 		t.standing.add(pr)
-	}
-	woken := t.hold.release()
-	t.mu.Unlock()
-	wakeAll(woken)
-	ph.done("apply")
-	if err := t.dropFiles(); err != nil {
-		t.e.log.Warn("could not delete unit files no unit names", "err", err)
 	}
 }
 

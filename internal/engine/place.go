@@ -1,14 +1,11 @@
 package engine
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -49,11 +46,12 @@ func (a schedMachine) same(b schedMachine) bool {
 	return maps.Equal(a.metadata, b.metadata) && a.capacity == b.capacity && a.drivers == b.drivers
 }
 
-// reconcile runs one pass: it takes the plan's input under the lock,
-// decides with planReconcile (plan.go), allocates the units to place, and
-// commits and applies the outcome. It runs on the loop goroutine.
-// It returns when the next pass should run by time alone (zero: not
-// before the next tick).
+// reconcile runs one pass: it syncs machines and global units under the
+// lock, takes the plan's input under the read lock and decides with
+// planReconcile (plan.go), allocates the units to place (pass.decide), and
+// commits and applies the outcome (pass.write, pass.finish). It runs on the
+// loop goroutine. It returns when the next pass should run by time alone
+// (zero: not before the next tick).
 func (t *term) reconcile() (recheck time.Time) {
 	now := t.e.cfg.Now()
 	var ph passPhases
@@ -78,374 +76,20 @@ func (t *term) reconcile() (recheck time.Time) {
 
 	t.mu.RLock()
 	ph.done("lock")
-	in := t.planInput(now, drifted)
-	p := planReconcile(in)
+	ps := &pass{t: t, now: now, ph: &ph}
+	ps.p = planReconcile(t.planInput(now, drifted))
 	t.placeDirty = false
-
-	moved := map[string]*unitRec{}
-	newMoves := map[string]string{} // moves to record durably
-	unschedule := func(name, reason string) {
-		moved[name] = t.units[name].with(func(r *unitRec) { r.machine, r.reason = "", reason })
-		t.sched.Unplace(name)
-	}
-	// The first units lost in a pass are logged one by one, the rest
-	// counted by machine: a machine of thousands of units lost would
-	// otherwise log a line for each (each unit's history has it anyway).
-	logged, unlogged := 0, map[string]int{}
-	for _, l := range p.Lost {
-		unschedule(l.Name, "")
-		if l.Left {
-			t.history(l.Name, "stopped on "+l.Machine+", which left the cluster")
-		} else {
-			t.history(l.Name, fmt.Sprintf("lost on %s (unheard for %s)", l.Machine, l.Unheard.Round(time.Millisecond)))
-		}
-		if logged == maxLostLogged {
-			unlogged[l.Machine]++
-			continue
-		}
-		logged++
-		if l.Left {
-			t.e.log.Info("machine left the cluster, its units stopped; placing the unit elsewhere", "unit", l.Name, "machine", l.Machine)
-		} else {
-			t.e.log.Warn("machine unreachable beyond the unit's LostAfter=; placing the unit elsewhere", "unit", l.Name, "machine", l.Machine, "unheard", l.Unheard.Round(time.Millisecond))
-		}
-	}
-	for _, m := range slices.Sorted(maps.Keys(unlogged)) {
-		t.e.log.Warn("more units of a lost or departed machine placed elsewhere (not logged one by one)", "machine", m, "units", unlogged[m])
-	}
-	for _, mf := range p.Misfit {
-		t.e.log.Info("unit no longer fits its machine; moving it", "unit", mf.Name, "machine", mf.Machine, "reason", mf.Reason)
-		unschedule(mf.Name, "")
-		if _, waiting := p.Waiting[mf.Name]; waiting {
-			newMoves[mf.Name] = mf.Machine
-		}
-		t.history(mf.Name, fmt.Sprintf("moving off %s: %s", mf.Machine, mf.Reason))
-	}
-	for _, name := range slices.Sorted(maps.Keys(p.Waiting)) {
-		why := p.Waiting[name]
-		rec := moved[name]
-		if rec == nil {
-			rec = t.units[name]
-		}
-		if rec.reason != why || rec.machine != "" {
-			moved[name] = rec.with(func(r *unitRec) { r.machine, r.reason = "", why })
-		}
-	}
-	// A drain keeps units where they run, saying why: those that fit
-	// nowhere else, and instances waiting for their turn.
-	held := map[string]bool{}
-	hold := func(name, why string, nowhere bool) {
-		held[name] = nowhere
-		rec := moved[name]
-		if rec == nil {
-			rec = t.units[name]
-		}
-		if rec.reason != why {
-			moved[name] = rec.with(func(r *unitRec) { r.reason = why })
-		}
-	}
-	for name, why := range p.Stay {
-		hold(name, why, true)
-	}
-	for name, why := range p.Queued {
-		hold(name, why, false)
-	}
-	var pending []*scheduler.Unit
-	for _, name := range p.Place {
-		rec := moved[name]
-		if rec == nil {
-			rec = t.units[name]
-		}
-		if rec != nil && rec.wanted() && !rec.file.Fleet.Global {
-			pending = append(pending, rec.su)
-		}
-	}
-	p.Place = nil // p lives on through the pass; a million names need not
-	again := false
-	// placedRec is rec placed on machine, or not placed for reason.
-	placedRec := func(rec *unitRec, machine, reason string) *unitRec {
-		return rec.with(func(r *unitRec) {
-			r.machine, r.reason = machine, reason
-			if machine != "" && r.at != 0 && !r.atPlaced {
-				t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(now.Sub(unixNano(r.at)).Seconds())
-				r.at, r.atPlaced = nanos(now), true
-			}
-		})
-	}
-	// displace moves the units a placement displaced (Replaces=), which
-	// Allocate unplaced: placed again once stopped where they ran.
-	displace := func(d scheduler.Decision) {
-		for _, x := range d.Displaced {
-			if _, ok := moved[x]; !ok && t.units[x] != nil && t.units[x].machine != "" {
-				from := t.units[x].machine
-				newMoves[x] = from
-				moved[x] = t.units[x].with(func(r *unitRec) { r.machine, r.reason = "", "replaced; stopping on "+from+" before it moves" })
-				again = true
-			}
-		}
-	}
-	// Handovers are placed first, their old copy kept until the new one
-	// is active; one that finds no room after all stays.
-	newHandovers := map[string]string{}
-	if len(p.Handover) > 0 {
-		us := make([]*scheduler.Unit, len(p.Handover))
-		for i, h := range p.Handover {
-			us[i] = t.units[h.Name].su
-		}
-		for i, d := range t.sched.Allocate(us) {
-			h := p.Handover[i]
-			if d.Machine == "" {
-				hold(h.Name, stayReason(h.Machine, d.Reason), true)
-				continue
-			}
-			moved[h.Name] = placedRec(t.units[h.Name], d.Machine, "")
-			newHandovers[h.Name] = h.Machine
-			t.e.log.Info("unit of a draining machine handed over: its new copy starts before the old one stops", "unit", h.Name, "machine", h.Machine, "to", d.Machine)
-			t.history(h.Name, fmt.Sprintf("starting on %s before it stops on %s: %s", d.Machine, h.Machine, h.Reason))
-			displace(d)
-		}
-	}
-	// A unit the drain no longer holds (the drain ended, or the unit left)
-	// loses the reason it gave.
-	for name := range t.held {
-		_, keep := held[name]
-		if rec := t.units[name]; !keep && moved[name] == nil && rec != nil && rec.machine != "" && rec.reason != "" {
-			moved[name] = rec.with(func(r *unitRec) { r.reason = "" })
-		}
-	}
-	// Handovers whose old copy stops now, and those forgotten: unit -> the
-	// machine of that copy.
-	stopOld, handedOver := map[string]string{}, map[string]string{}
-	for _, name := range p.HandoverStop {
-		stopOld[name] = t.handovers[name].From
-	}
-	for _, name := range p.HandoverDone {
-		handedOver[name] = t.handovers[name].From
-		again = true // an instance waiting for its turn may move now
-	}
-	// The units placed that nothing else in the pass changed, in name
-	// order (pending's): a million at a start, kept in a slice rather than
-	// in moved, and those placed on a machine (most) with only the
-	// machine, their new records made a slice at a time below (at a
-	// million, a second copy of every record lived until the last slice
-	// was applied, and the decisions with it).
-	var placed []movedUnit
-	ds := t.sched.Allocate(pending)
-	for i := range ds {
-		d, name := &ds[i], pending[i].Name
-		rec, inMoved := moved[name]
-		if !inMoved {
-			rec = t.units[name]
-		}
-		switch {
-		case inMoved:
-			moved[name] = placedRec(rec, d.Machine, d.Reason)
-		case d.Machine != "" && d.Reason == "" && d.Machine != rec.machine:
-			placed = append(placed, movedUnit{name: name, machine: d.Machine})
-		case d.Machine != rec.machine || d.Reason != rec.reason:
-			placed = append(placed, movedUnit{name: name, rec: placedRec(rec, d.Machine, d.Reason)})
-		}
-		displace(*d)
-	}
+	ps.decide()
 	t.mu.RUnlock()
 	ph.done("plan")
-	ph.note("placed", len(moved)+len(placed))
-	done := map[string]bool{}
-	for _, name := range p.MoveDone {
-		done[name] = true
-	}
-	lostFrom := map[string]string{}
-	for _, l := range p.Lost {
-		lostFrom[l.Name] = l.Machine
-	}
-	// Commit and apply in slices, so that agents start on the first units
-	// while the rest are written, and the lock is released in between. Only
-	// this goroutine changes t.units, so it reads them without the lock.
-	changes := mergeMoved(moved, placed)
-	for _, name := range slices.Concat(p.MoveDone, p.HandoverStop, p.HandoverDone) {
-		if _, ok := moved[name]; !ok {
-			changes = append(changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted, or a handover ended)
-		}
-	}
-	slice := max(placeSlice, placesPerMachine*len(t.schedMachines))
-	// prepare makes a slice's records and the ops that write them.
-	prepare := func(part []movedUnit) []registry.Op {
-		for i, mu := range part {
-			if mu.rec == nil && mu.machine != "" {
-				part[i].rec = placedRec(t.units[mu.name], mu.machine, "")
-			}
-		}
-		// One op per key, from the outcome: a unit moved off a machine and
-		// placed again in the same pass is one put (etcd refuses a key twice
-		// in a transaction).
-		ops := make([]registry.Op, 0, len(part)) // about one a unit
-		for _, mu := range part {
-			name, nr, cur := mu.name, mu.rec, t.units[mu.name]
-			if cur == nil {
-				continue
-			}
-			if from, ok := newMoves[name]; ok {
-				ops = append(ops, registry.PutMove(t.keys, name, from))
-			} else if from, ok := newHandovers[name]; ok {
-				ops = append(ops, registry.PutHandover(t.keys, name, from))
-			} else if done[name] {
-				ops = append(ops, registry.DeleteMove(t.keys, name))
-			} else if from, ok := stopOld[name]; ok && cur.machine != from {
-				ops = append(ops, t.dropAssignment(from, name)...)
-			} else if from, ok := handedOver[name]; ok {
-				ops = append(ops, registry.DeleteMove(t.keys, name))
-				if cur.machine != from {
-					ops = append(ops, t.dropAssignment(from, name)...)
-				}
-			}
-			if nr == nil {
-				continue
-			}
-			// The record holds the machine: a unit placed for the first
-			// time is written once, its record then (records.go).
-			if nr.machine != cur.machine {
-				ops = t.putRecord(ops, name, nr)
-			}
-			if _, handover := newHandovers[name]; cur.machine != "" && nr.machine != cur.machine && !handover {
-				ops = append(ops, t.dropAssignment(cur.machine, name)...)
-			}
-		}
-		return ops
-	}
-	// commit writes a prepared slice, in the background.
-	commit := func(part []movedUnit, ops []registry.Op) <-chan error {
-		done := make(chan error, 1)
-		go func() {
-			done <- t.commitRecords(ops, func(yield func(*unitRec) bool) {
-				for _, mu := range part {
-					if mu.rec != nil && !yield(mu.rec) {
-						return
-					}
-				}
-			})
-		}()
-		return done
-	}
-	// apply applies a written part; the agents concerned are told once a
-	// whole slice is applied (wake).
-	apply := func(part []movedUnit, wake bool) {
-		t.mu.Lock()
-		ph.done("lock")
-		t.hold.start()
-		for _, mu := range part {
-			name := mu.name
-			if nr, cur := mu.rec, t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {
-				t.written(name)
-			}
-			if from, ok := newMoves[name]; ok {
-				t.draining[name] = from
-			} else if from, ok := newHandovers[name]; ok {
-				t.handovers[name] = handover{From: from}
-			} else if done[name] {
-				delete(t.draining, name)
-			} else if from, ok := stopOld[name]; ok {
-				t.stopOldCopy(name, from, false)
-			} else if from, ok := handedOver[name]; ok {
-				t.stopOldCopy(name, from, true)
-			}
-			rec, cur := mu.rec, t.units[name]
-			if rec == nil || cur == nil || cur.desired() != rec.desired() {
-				continue
-			}
-			switch {
-			case rec.machine == "" || rec.machine == cur.machine:
-			case lostFrom[name] != "":
-				t.history(name, "replaced on "+rec.machine+" (its machine "+lostFrom[name]+" was lost)")
-			case done[name] || strings.HasPrefix(cur.reason, "stopping on "):
-				t.history(name, "placed on "+rec.machine+" once its old copy stopped")
-			}
-			t.setUnit(name, rec)
-		}
-		t.shrinkUnplaced()
-		var woken map[*agentConn]struct{}
-		if wake {
-			woken = t.hold.release()
-		}
-		t.mu.Unlock()
-		wakeAll(woken)
-		ph.done("apply")
-	}
-	// A part is prepared while the one before it is written: at a
-	// million units the pass spent a third of its time making records
-	// and ops and another third waiting for etcd, one after the other.
-	// Parts hold other units (a unit whose move ended and that is placed
-	// again is in two, its move's key deleted by each, as before), and a
-	// part is written only once the one before it is applied, so that its
-	// stored files are known. A part is half a slice, the agents told once
-	// both halves are applied: with whole slices, the ops of two (320,000
-	// at a million units, about 75 MB) were alive at once.
-	var (
-		written     <-chan error
-		writtenPart []movedUnit
-		writtenOps  int
-		applied     int
-		room        = len(changes) // the list changes is in (nextChanges)
-	)
-	for len(changes) > 0 || written != nil {
-		var part []movedUnit
-		var ops []registry.Op
-		if len(changes) > 0 {
-			part = changes[:min(len(changes), max(slice/2, 1))]
-			changes, room = nextChanges(changes, len(part), room)
-			ops = prepare(part)
-			ph.done("ops")
-		}
-		if written != nil {
-			err := <-written
-			ph.done("commit")
-			if err != nil {
-				// commit has ended the term (the next one reloads from etcd),
-				// so the tentative placements left in t.sched do not matter.
-				t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", writtenOps)
-				t.mu.Lock()
-				woken := t.hold.release() // the agents of a half applied
-				t.mu.Unlock()
-				wakeAll(woken)
-				return time.Time{}
-			}
-			applied++
-			apply(writtenPart, applied%2 == 0 || part == nil)
-			written = nil
-		}
-		if part != nil {
-			written, writtenPart, writtenOps = commit(part, ops), part, len(ops)
-		}
-	}
-	// Delete the range records that stand for no unit any more (their
-	// units placed by this pass, or changed since); the others stay, one
-	// key for however many units (records.go).
-	ph.note("unwritten", t.standing.count())
-	defer ph.done("finish")
-	if err := t.dropRanges(); err != nil {
-		t.e.log.Warn("reconcile: could not delete finished range records", "err", err)
+	ph.note("placed", len(ps.moved)+len(ps.placed))
+	if !ps.write() || !ps.finish() {
 		return time.Time{}
 	}
-	ph.done("ranges")
-	t.mu.Lock()
-	ph.done("lock")
-	for _, id := range p.Gone {
-		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
-			delete(t.machines, id)
-		}
-	}
-	for id := range t.schedMachines {
-		if m := t.machines[id]; m != nil {
-			m.used = t.sched.Used(id)
-		}
-	}
-	t.shares = t.sched.Shares()
-	t.shrinkUnplaced()
-	t.held = held
-	t.mu.Unlock()
-	if again || t.recheck != nil || t.followersMoved {
+	if ps.again || t.recheck != nil || t.followersMoved {
 		t.poke()
 	}
-	return p.Recheck
+	return ps.p.Recheck
 }
 
 // stopOldCopy has machine from stop unit name's copy that a handover kept
@@ -530,6 +174,27 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			return ok && s.Active == "active"
 		},
 	}
+	t.planMachines(&in, now)
+	t.planChecks(&in, drifted, now)
+	in.PlaceDirty = t.placeDirty || len(drifted) > 0
+	in.Stayed = map[string]string{}
+	for name, nowhere := range t.held {
+		if r := t.units[name]; nowhere && r != nil {
+			in.Stayed[name] = r.reason
+		}
+	}
+	if in.PlaceDirty {
+		// Something placement depends on changed: try the backlog again.
+		// Otherwise it would be decided the same way at a cost of up to
+		// every machine per unit.
+		in.Backlog = slices.AppendSeq(make([]string, 0, len(t.unplaced)), maps.Keys(t.unplaced))
+	}
+	return in
+}
+
+// planMachines describes the machines to the plan: every machine, with its
+// units where the plan needs them (unreachable or draining).
+func (t *term) planMachines(in *planInput, now time.Time) {
 	quiet := t.quietFor()
 	for id, m := range t.machines {
 		pm := planMachine{Reachable: t.reachable(m, now), Left: m.left, Draining: t.drainMachines[id] > 0, MaxParallel: t.drainMachines[id],
@@ -552,11 +217,15 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		}
 		in.Machines[id] = pm
 	}
-	// Units whose constraints may no longer hold where they are: on
-	// machines whose metadata or capacity changed, followers (MachineOf=)
-	// of units that moved, and, once per term after every live machine has
-	// had the agent TTL to reconnect, every placed unit (a change a former
-	// term committed but did not act on is acted on now).
+}
+
+// planChecks names the units to check against the machine they run on:
+// units whose constraints may no longer hold where they are, on machines
+// whose metadata or capacity changed, followers (MachineOf=) of units that
+// moved, and, once per term after every live machine has had the agent
+// TTL to reconnect, every placed unit (a change a former term committed
+// but did not act on is acted on now).
+func (t *term) planChecks(in *planInput, drifted []string, now time.Time) {
 	for _, id := range drifted {
 		for _, e := range t.machines[id].units {
 			in.Check[e.name] = id
@@ -598,20 +267,6 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			}
 		}
 	}
-	in.PlaceDirty = t.placeDirty || len(drifted) > 0
-	in.Stayed = map[string]string{}
-	for name, nowhere := range t.held {
-		if r := t.units[name]; nowhere && r != nil {
-			in.Stayed[name] = r.reason
-		}
-	}
-	if in.PlaceDirty {
-		// Something placement depends on changed: try the backlog again.
-		// Otherwise it would be decided the same way at a cost of up to
-		// every machine per unit.
-		in.Backlog = slices.AppendSeq(make([]string, 0, len(t.unplaced)), maps.Keys(t.unplaced))
-	}
-	return in
 }
 
 // syncMachines makes the scheduler's machines the reachable ones that do

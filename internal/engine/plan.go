@@ -340,12 +340,29 @@ func planReconcile(in planInput) reconcilePlan {
 	for name := range p.Waiting {
 		delete(place, name)
 	}
-	// A handover's old copy stops once the new copy is active, or once
-	// the unit no longer wants one running (stopped, destroyed, or placed
-	// back on that machine); the handover is forgotten once that copy is
-	// gone. A unit whose new machine was lost keeps its old copy until it
-	// is placed and active again; so does one whose old machine is not
-	// heard this term (it may reconnect with that copy).
+	in.handoverSteps(&p)
+	// The backlog's units have no machine, so none is lost or waits to
+	// move, and place does not hold them: they join the list directly
+	// rather than through a map of a million entries.
+	p.Place = slices.AppendSeq(make([]string, 0, len(place)+len(in.Backlog)), maps.Keys(place))
+	for _, name := range in.Backlog {
+		if _, ok := moving[name]; !ok {
+			p.Place = append(p.Place, name)
+		}
+	}
+	slices.Sort(p.Place)
+	p.Place = slices.Compact(p.Place)
+	return p
+}
+
+// handoverSteps says which handovers stop their old copy, and which are
+// done. A handover's old copy stops once the new copy is active, or once
+// the unit no longer wants one running (stopped, destroyed, or placed back
+// on that machine); the handover is forgotten once that copy is gone. A
+// unit whose new machine was lost keeps its old copy until it is placed
+// and active again; so does one whose old machine is not heard this term
+// (it may reconnect with that copy).
+func (in *planInput) handoverSteps(p *reconcilePlan) {
 	for _, name := range slices.Sorted(maps.Keys(in.Handovers)) {
 		h, u := in.Handovers[name], in.Unit(name)
 		m, known := in.Machines[h.From]
@@ -359,18 +376,6 @@ func planReconcile(in planInput) reconcilePlan {
 			p.HandoverStop = append(p.HandoverStop, name)
 		}
 	}
-	// The backlog's units have no machine, so none is lost or waits to
-	// move, and place does not hold them: they join the list directly
-	// rather than through a map of a million entries.
-	p.Place = slices.AppendSeq(make([]string, 0, len(place)+len(in.Backlog)), maps.Keys(place))
-	for _, name := range in.Backlog {
-		if _, ok := moving[name]; !ok {
-			p.Place = append(p.Place, name)
-		}
-	}
-	slices.Sort(p.Place)
-	p.Place = slices.Compact(p.Place)
-	return p
 }
 
 // drainKey is a template's instances moving off one draining machine.

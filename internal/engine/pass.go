@@ -1,0 +1,444 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/scheduler"
+)
+
+// pass is one reconcile pass carried out: what planReconcile decided (p),
+// turned into new records by allocation (decide), then written and applied
+// a slice at a time (write), then finished (finish). Only the loop
+// goroutine touches it.
+type pass struct {
+	t   *term
+	now time.Time
+	ph  *passPhases
+	p   reconcilePlan
+
+	// moved holds the units the pass changed in any way but a plain
+	// placement: their new records.
+	moved map[string]*unitRec
+	// placed holds the units placed that nothing else in the pass changed,
+	// in name order: a million at a start, kept in a slice rather than in
+	// moved, and those placed on a machine (most) with only the machine,
+	// their new records made a slice at a time (at a million, a second copy
+	// of every record lived until the last slice was applied, and the
+	// decisions with it).
+	placed []movedUnit
+	// newMoves and newHandovers are moves to record durably: unit -> the
+	// machine it leaves.
+	newMoves, newHandovers map[string]string
+	// stopOld holds the handovers whose old copy stops now, handedOver those
+	// forgotten: unit -> the machine of that copy.
+	stopOld, handedOver map[string]string
+	// held holds the units a drain keeps where they run (true: they fit
+	// nowhere else; false: waiting for their turn).
+	held map[string]bool
+	// done holds the moves that ended; lostFrom the machine a lost unit was
+	// lost on.
+	done     map[string]bool
+	lostFrom map[string]string
+	// again asks for another pass at once (a displaced unit, a handover
+	// ended).
+	again bool
+}
+
+// decide turns the plan into new records: it unschedules what was lost or
+// misfits, keeps what a drain holds, places handovers, then allocates the
+// units to place. It runs under the read lock.
+func (ps *pass) decide() {
+	t, p := ps.t, &ps.p
+	ps.moved = map[string]*unitRec{}
+	ps.newMoves = map[string]string{}
+	ps.held = map[string]bool{}
+	ps.unscheduleLost()
+	for _, mf := range p.Misfit {
+		t.e.log.Info("unit no longer fits its machine; moving it", "unit", mf.Name, "machine", mf.Machine, "reason", mf.Reason)
+		ps.unschedule(mf.Name, "")
+		if _, waiting := p.Waiting[mf.Name]; waiting {
+			ps.newMoves[mf.Name] = mf.Machine
+		}
+		t.history(mf.Name, fmt.Sprintf("moving off %s: %s", mf.Machine, mf.Reason))
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Waiting)) {
+		why := p.Waiting[name]
+		rec := ps.current(name)
+		if rec.reason != why || rec.machine != "" {
+			ps.moved[name] = rec.with(func(r *unitRec) { r.machine, r.reason = "", why })
+		}
+	}
+	// A drain keeps units where they run, saying why: those that fit
+	// nowhere else, and instances waiting for their turn.
+	for name, why := range p.Stay {
+		ps.hold(name, why, true)
+	}
+	for name, why := range p.Queued {
+		ps.hold(name, why, false)
+	}
+	var pending []*scheduler.Unit
+	for _, name := range p.Place {
+		if rec := ps.current(name); rec != nil && rec.wanted() && !rec.file.Fleet.Global {
+			pending = append(pending, rec.su)
+		}
+	}
+	p.Place = nil // p lives on through the pass; a million names need not
+	ps.placeHandovers()
+	// A unit the drain no longer holds (the drain ended, or the unit left)
+	// loses the reason it gave.
+	for name := range t.held {
+		_, keep := ps.held[name]
+		if rec := t.units[name]; !keep && ps.moved[name] == nil && rec != nil && rec.machine != "" && rec.reason != "" {
+			ps.moved[name] = rec.with(func(r *unitRec) { r.reason = "" })
+		}
+	}
+	ps.stopOld, ps.handedOver = map[string]string{}, map[string]string{}
+	for _, name := range p.HandoverStop {
+		ps.stopOld[name] = t.handovers[name].From
+	}
+	for _, name := range p.HandoverDone {
+		ps.handedOver[name] = t.handovers[name].From
+		ps.again = true // an instance waiting for its turn may move now
+	}
+	ps.allocate(pending)
+}
+
+// current is a unit's record as the pass has it so far.
+func (ps *pass) current(name string) *unitRec {
+	if rec := ps.moved[name]; rec != nil {
+		return rec
+	}
+	return ps.t.units[name]
+}
+
+func (ps *pass) unschedule(name, reason string) {
+	ps.moved[name] = ps.t.units[name].with(func(r *unitRec) { r.machine, r.reason = "", reason })
+	ps.t.sched.Unplace(name)
+}
+
+// unscheduleLost unschedules the units of lost machines. The first units
+// lost in a pass are logged one by one, the rest counted by machine: a
+// machine of thousands of units lost would otherwise log a line for each
+// (each unit's history has it anyway).
+func (ps *pass) unscheduleLost() {
+	t := ps.t
+	logged, unlogged := 0, map[string]int{}
+	for _, l := range ps.p.Lost {
+		ps.unschedule(l.Name, "")
+		if l.Left {
+			t.history(l.Name, "stopped on "+l.Machine+", which left the cluster")
+		} else {
+			t.history(l.Name, fmt.Sprintf("lost on %s (unheard for %s)", l.Machine, l.Unheard.Round(time.Millisecond)))
+		}
+		if logged == maxLostLogged {
+			unlogged[l.Machine]++
+			continue
+		}
+		logged++
+		if l.Left {
+			t.e.log.Info("machine left the cluster, its units stopped; placing the unit elsewhere", "unit", l.Name, "machine", l.Machine)
+		} else {
+			t.e.log.Warn("machine unreachable beyond the unit's LostAfter=; placing the unit elsewhere", "unit", l.Name, "machine", l.Machine, "unheard", l.Unheard.Round(time.Millisecond))
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(unlogged)) {
+		t.e.log.Warn("more units of a lost or departed machine placed elsewhere (not logged one by one)", "machine", m, "units", unlogged[m])
+	}
+}
+
+// hold keeps a unit where it runs for a drain, saying why.
+func (ps *pass) hold(name, why string, nowhere bool) {
+	ps.held[name] = nowhere
+	if rec := ps.current(name); rec.reason != why {
+		ps.moved[name] = rec.with(func(r *unitRec) { r.reason = why })
+	}
+}
+
+// placedRec is rec placed on machine, or not placed for reason.
+func (ps *pass) placedRec(rec *unitRec, machine, reason string) *unitRec {
+	return rec.with(func(r *unitRec) {
+		r.machine, r.reason = machine, reason
+		if machine != "" && r.at != 0 && !r.atPlaced {
+			ps.t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("placed").Observe(ps.now.Sub(unixNano(r.at)).Seconds())
+			r.at, r.atPlaced = nanos(ps.now), true
+		}
+	})
+}
+
+// displace moves the units a placement displaced (Replaces=), which
+// Allocate unplaced: placed again once stopped where they ran.
+func (ps *pass) displace(d scheduler.Decision) {
+	t := ps.t
+	for _, x := range d.Displaced {
+		if _, ok := ps.moved[x]; !ok && t.units[x] != nil && t.units[x].machine != "" {
+			from := t.units[x].machine
+			ps.newMoves[x] = from
+			ps.moved[x] = t.units[x].with(func(r *unitRec) { r.machine, r.reason = "", "replaced; stopping on "+from+" before it moves" })
+			ps.again = true
+		}
+	}
+}
+
+// placeHandovers places the handovers first, their old copy kept until the
+// new one is active; one that finds no room after all stays.
+func (ps *pass) placeHandovers() {
+	t, hs := ps.t, ps.p.Handover
+	ps.newHandovers = map[string]string{}
+	if len(hs) == 0 {
+		return
+	}
+	us := make([]*scheduler.Unit, len(hs))
+	for i, h := range hs {
+		us[i] = t.units[h.Name].su
+	}
+	for i, d := range t.sched.Allocate(us) {
+		h := hs[i]
+		if d.Machine == "" {
+			ps.hold(h.Name, stayReason(h.Machine, d.Reason), true)
+			continue
+		}
+		ps.moved[h.Name] = ps.placedRec(t.units[h.Name], d.Machine, "")
+		ps.newHandovers[h.Name] = h.Machine
+		t.e.log.Info("unit of a draining machine handed over: its new copy starts before the old one stops", "unit", h.Name, "machine", h.Machine, "to", d.Machine)
+		t.history(h.Name, fmt.Sprintf("starting on %s before it stops on %s: %s", d.Machine, h.Machine, h.Reason))
+		ps.displace(d)
+	}
+}
+
+// allocate places the pending units (in name order).
+func (ps *pass) allocate(pending []*scheduler.Unit) {
+	t := ps.t
+	ds := t.sched.Allocate(pending)
+	for i := range ds {
+		d, name := &ds[i], pending[i].Name
+		rec, inMoved := ps.moved[name]
+		if !inMoved {
+			rec = t.units[name]
+		}
+		switch {
+		case inMoved:
+			ps.moved[name] = ps.placedRec(rec, d.Machine, d.Reason)
+		case d.Machine != "" && d.Reason == "" && d.Machine != rec.machine:
+			ps.placed = append(ps.placed, movedUnit{name: name, machine: d.Machine})
+		case d.Machine != rec.machine || d.Reason != rec.reason:
+			ps.placed = append(ps.placed, movedUnit{name: name, rec: ps.placedRec(rec, d.Machine, d.Reason)})
+		}
+		ps.displace(*d)
+	}
+}
+
+// write commits and applies the pass's changes in slices, so that agents
+// start on the first units while the rest are written, and the lock is
+// released in between. Only this goroutine changes t.units, so it reads
+// them without the lock. It reports whether every slice was written.
+//
+// A part is prepared while the one before it is written: at a million
+// units the pass spent a third of its time making records and ops and
+// another third waiting for etcd, one after the other. Parts hold other
+// units (a unit whose move ended and that is placed again is in two, its
+// move's key deleted by each), and a part is written only once the one
+// before it is applied, so that its stored files are known. A part is half
+// a slice, the agents told once both halves are applied: with whole
+// slices, the ops of two (320,000 at a million units, about 75 MB) were
+// alive at once.
+func (ps *pass) write() bool {
+	t, p := ps.t, &ps.p
+	ps.done = map[string]bool{}
+	for _, name := range p.MoveDone {
+		ps.done[name] = true
+	}
+	ps.lostFrom = map[string]string{}
+	for _, l := range p.Lost {
+		ps.lostFrom[l.Name] = l.Machine
+	}
+	changes := mergeMoved(ps.moved, ps.placed)
+	for _, name := range slices.Concat(p.MoveDone, p.HandoverStop, p.HandoverDone) {
+		if _, ok := ps.moved[name]; !ok {
+			changes = append(changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted, or a handover ended)
+		}
+	}
+	slice := max(placeSlice, placesPerMachine*len(t.schedMachines))
+	var (
+		written     <-chan error
+		writtenPart []movedUnit
+		writtenOps  int
+		applied     int
+		room        = len(changes) // the list changes is in (nextChanges)
+	)
+	for len(changes) > 0 || written != nil {
+		var part []movedUnit
+		var ops []registry.Op
+		if len(changes) > 0 {
+			part = changes[:min(len(changes), max(slice/2, 1))]
+			changes, room = nextChanges(changes, len(part), room)
+			ops = ps.prepare(part)
+			ps.ph.done("ops")
+		}
+		if written != nil {
+			err := <-written
+			ps.ph.done("commit")
+			if err != nil {
+				// commit has ended the term (the next one reloads from etcd),
+				// so the tentative placements left in t.sched do not matter.
+				t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", writtenOps)
+				t.mu.Lock()
+				woken := t.hold.release() // the agents of a half applied
+				t.mu.Unlock()
+				wakeAll(woken)
+				return false
+			}
+			applied++
+			ps.apply(writtenPart, applied%2 == 0 || part == nil)
+			written = nil
+		}
+		if part != nil {
+			written, writtenPart, writtenOps = ps.commit(part, ops), part, len(ops)
+		}
+	}
+	return true
+}
+
+// prepare makes a slice's records and the ops that write them.
+func (ps *pass) prepare(part []movedUnit) []registry.Op {
+	t := ps.t
+	for i, mu := range part {
+		if mu.rec == nil && mu.machine != "" {
+			part[i].rec = ps.placedRec(t.units[mu.name], mu.machine, "")
+		}
+	}
+	// One op per key, from the outcome: a unit moved off a machine and
+	// placed again in the same pass is one put (etcd refuses a key twice
+	// in a transaction).
+	ops := make([]registry.Op, 0, len(part)) // about one a unit
+	for _, mu := range part {
+		name, nr, cur := mu.name, mu.rec, t.units[mu.name]
+		if cur == nil {
+			continue
+		}
+		if from, ok := ps.newMoves[name]; ok {
+			ops = append(ops, registry.PutMove(t.keys, name, from))
+		} else if from, ok := ps.newHandovers[name]; ok {
+			ops = append(ops, registry.PutHandover(t.keys, name, from))
+		} else if ps.done[name] {
+			ops = append(ops, registry.DeleteMove(t.keys, name))
+		} else if from, ok := ps.stopOld[name]; ok && cur.machine != from {
+			ops = append(ops, t.dropAssignment(from, name)...)
+		} else if from, ok := ps.handedOver[name]; ok {
+			ops = append(ops, registry.DeleteMove(t.keys, name))
+			if cur.machine != from {
+				ops = append(ops, t.dropAssignment(from, name)...)
+			}
+		}
+		if nr == nil {
+			continue
+		}
+		// The record holds the machine: a unit placed for the first
+		// time is written once, its record then (records.go).
+		if nr.machine != cur.machine {
+			ops = t.putRecord(ops, name, nr)
+		}
+		if _, handover := ps.newHandovers[name]; cur.machine != "" && nr.machine != cur.machine && !handover {
+			ops = append(ops, t.dropAssignment(cur.machine, name)...)
+		}
+	}
+	return ops
+}
+
+// commit writes a prepared slice, in the background.
+func (ps *pass) commit(part []movedUnit, ops []registry.Op) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		done <- ps.t.commitRecords(ops, func(yield func(*unitRec) bool) {
+			for _, mu := range part {
+				if mu.rec != nil && !yield(mu.rec) {
+					return
+				}
+			}
+		})
+	}()
+	return done
+}
+
+// apply applies a written part; the agents concerned are told once a whole
+// slice is applied (wake).
+func (ps *pass) apply(part []movedUnit, wake bool) {
+	t := ps.t
+	t.mu.Lock()
+	ps.ph.done("lock")
+	t.hold.start()
+	for _, mu := range part {
+		name := mu.name
+		if nr, cur := mu.rec, t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {
+			t.written(name)
+		}
+		if from, ok := ps.newMoves[name]; ok {
+			t.draining[name] = from
+		} else if from, ok := ps.newHandovers[name]; ok {
+			t.handovers[name] = handover{From: from}
+		} else if ps.done[name] {
+			delete(t.draining, name)
+		} else if from, ok := ps.stopOld[name]; ok {
+			t.stopOldCopy(name, from, false)
+		} else if from, ok := ps.handedOver[name]; ok {
+			t.stopOldCopy(name, from, true)
+		}
+		rec, cur := mu.rec, t.units[name]
+		if rec == nil || cur == nil || cur.desired() != rec.desired() {
+			continue
+		}
+		switch {
+		case rec.machine == "" || rec.machine == cur.machine:
+		case ps.lostFrom[name] != "":
+			t.history(name, "replaced on "+rec.machine+" (its machine "+ps.lostFrom[name]+" was lost)")
+		case ps.done[name] || strings.HasPrefix(cur.reason, "stopping on "):
+			t.history(name, "placed on "+rec.machine+" once its old copy stopped")
+		}
+		t.setUnit(name, rec)
+	}
+	t.shrinkUnplaced()
+	var woken map[*agentConn]struct{}
+	if wake {
+		woken = t.hold.release()
+	}
+	t.mu.Unlock()
+	wakeAll(woken)
+	ps.ph.done("apply")
+}
+
+// finish deletes the range records that stand for no unit any more (their
+// units placed by this pass, or changed since; the others stay, one key for
+// however many units, records.go), forgets machines gone, and publishes
+// what the scheduler now counts. It reports whether the ranges were
+// deleted.
+func (ps *pass) finish() bool {
+	t, ph := ps.t, ps.ph
+	ph.note("unwritten", t.standing.count())
+	defer ph.done("finish")
+	if err := t.dropRanges(); err != nil {
+		t.e.log.Warn("reconcile: could not delete finished range records", "err", err)
+		return false
+	}
+	ph.done("ranges")
+	t.mu.Lock()
+	ph.done("lock")
+	for _, id := range ps.p.Gone {
+		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
+			delete(t.machines, id)
+		}
+	}
+	for id := range t.schedMachines {
+		if m := t.machines[id]; m != nil {
+			m.used = t.sched.Used(id)
+		}
+	}
+	t.shares = t.sched.Shares()
+	t.shrinkUnplaced()
+	t.held = ps.held
+	t.mu.Unlock()
+	return true
+}
