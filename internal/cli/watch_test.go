@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // watchServer serves what list-units --watch reads: the listings, from
@@ -139,18 +140,6 @@ func startWatch(t *testing.T, srv *watchServer, args ...string) (out, errOut *sy
 	return out, errOut, stop
 }
 
-// waitFor waits until cond holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 const watchM3 = "3d0d0d0daa44b8f9d0e1a2b3c4d5e6f8"
 
 func TestListUnitsWatch(t *testing.T) {
@@ -168,7 +157,7 @@ func TestListUnitsWatch(t *testing.T) {
 	table := "UNIT\t\tMACHINE\t\t\t\tACTIVE\tSUB\n" +
 		"db.service\t-\t\t\t\t-\t-\n" +
 		"web.service\t113f16a7.../172.17.8.101\tactive\trunning\n"
-	waitFor(t, "the table", func() bool { return out.String() == table })
+	waitfor.True(t, 10*time.Second, "the table", func() bool { return out.String() == table })
 
 	// What the cluster looks like once the events below happened, plus a
 	// unit that appeared while the stream was down: the reset reads it.
@@ -212,7 +201,7 @@ func TestListUnitsWatch(t *testing.T) {
 		"web.service\t3d0d0d0d.../172.17.8.103\tactivating\tstart\n" +
 		"web.service\t3d0d0d0d.../172.17.8.103\tactive\trunning\n" +
 		"api.service\t113f16a7.../172.17.8.101\tactive\trunning\n"
-	waitFor(t, "the changes", func() bool { return strings.Count(out.String(), "\n") >= strings.Count(table+changes, "\n") })
+	waitfor.True(t, 10*time.Second, "the changes", func() bool { return strings.Count(out.String(), "\n") >= strings.Count(table+changes, "\n") })
 	time.Sleep(50 * time.Millisecond) // nothing more comes
 	if got := out.String(); got != table+changes {
 		t.Errorf("list-units --watch printed:\n%s\nwant:\n%s", got, table+changes)
@@ -260,11 +249,11 @@ func TestListUnitsWatchJSON(t *testing.T) {
 	}
 	// The stream must be open before events are sent, or they would be
 	// the events of no connection.
-	waitFor(t, "the stream", func() bool { srv.mu.Lock(); defer srv.mu.Unlock(); return srv.conns == 1 })
+	waitfor.True(t, 10*time.Second, "the stream", func() bool { srv.mu.Lock(); defer srv.mu.Unlock(); return srv.conns == 1 })
 	for _, ev := range want {
 		srv.events <- ev
 	}
-	waitFor(t, "three lines", func() bool { return strings.Count(out.String(), "\n") == 3 })
+	waitfor.True(t, 10*time.Second, "three lines", func() bool { return strings.Count(out.String(), "\n") == 3 })
 	if err := stop(); err != nil {
 		t.Errorf("interrupted: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -111,7 +112,7 @@ func TestAgentMessageLimits(t *testing.T) {
 		t.Errorf("after refused streams IsLeader() = %v, %d; want the same term %d", ok, rev, rev0)
 	}
 	startAgent(t, cli, "grpc", "m3", "disk=ssd")
-	eventually(t, 10*time.Second, "m3 served", func() error {
+	waitfor.Until(t, 10*time.Second, "m3 served", func() error {
 		ms, _ := e.Machines()
 		for _, m := range ms {
 			if m.ID == "m3" && m.Metadata["disk"] == "ssd" {

@@ -15,6 +15,7 @@ import (
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // unitsSince returns, per unit, when the agents' drivers last changed its
@@ -46,7 +47,7 @@ func placement(t *testing.T, e *engine.Engine) map[string]string {
 func waitDegraded(t *testing.T, e *testEngine) time.Time {
 	t.Helper()
 	var since time.Time
-	eventually(t, 10*time.Second, e.name+" degraded", func() error {
+	waitfor.Until(t, 10*time.Second, e.name+" degraded", func() error {
 		var ok bool
 		if since, ok = e.EtcdUnreachableSince(); !ok {
 			return errors.New("not degraded")
@@ -75,7 +76,7 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 	if err := e1.Apply(ctx, launch(t, 6, "web")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "6 units active", func() error { _, err := allActive(e1.Engine, 6); return err })
+	waitfor.Until(t, 10*time.Second, "6 units active", func() error { _, err := allActive(e1.Engine, 6); return err })
 	before := placement(t, e1.Engine)
 	since0 := unitsSince(agents...)
 	_, rev0 := e1.IsLeader()
@@ -130,7 +131,7 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 		t.Errorf("Scheduler during the outage: %v", err)
 	}
 	// A read may get the state as it was before and start a fresh one.
-	eventually(t, 5*time.Second, "State during the outage", func() error {
+	waitfor.Until(t, 5*time.Second, "State during the outage", func() error {
 		if st := e1.State(); st == nil || st.EtcdUnreachableSince != since.UTC().Format(time.RFC3339) || len(st.Units) != 6 {
 			return fmt.Errorf("state = %+v, want 6 units and etcdUnreachableSince %s", st, since.UTC().Format(time.RFC3339))
 		}
@@ -165,14 +166,14 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 	// etcd is back: a new term loads from etcd and leads with the same units.
 	px.Restore()
 	restoredAt := time.Now()
-	eventually(t, 20*time.Second, "a new term leads", func() error {
+	waitfor.Until(t, 20*time.Second, "a new term leads", func() error {
 		if ok, rev := e1.IsLeader(); !ok || rev == rev0 {
 			return fmt.Errorf("IsLeader() = %v, %d", ok, rev)
 		}
 		return nil
 	})
 	t.Logf("a new term led %v after etcd was back", time.Since(restoredAt).Round(time.Millisecond))
-	eventually(t, 20*time.Second, "a new term with every unit active", func() error {
+	waitfor.Until(t, 20*time.Second, "a new term with every unit active", func() error {
 		ok, rev := e1.IsLeader()
 		if !ok || rev == rev0 {
 			return fmt.Errorf("IsLeader() = %v, %d", ok, rev)
@@ -216,13 +217,13 @@ func TestEngineDegradedDeposed(t *testing.T) {
 	if err := e1.Apply(ctx, launch(t, 2, "web")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "2 units active", func() error { _, err := allActive(e1.Engine, 2); return err })
+	waitfor.Until(t, 10*time.Second, "2 units active", func() error { _, err := allActive(e1.Engine, 2); return err })
 	since0 := unitsSince(a)
 
 	px.Cut()
 	waitDegraded(t, e1)
 	waitLeader(t, e2)
-	eventually(t, 10*time.Second, "m1 reports to e2", func() error { _, err := allActive(e2.Engine, 2); return err })
+	waitfor.Until(t, 10*time.Second, "m1 reports to e2", func() error { _, err := allActive(e2.Engine, 2); return err })
 	if _, err := e1.Units(nil); err != nil {
 		t.Errorf("Units on the degraded, deposed leader: %v", err)
 	}
@@ -232,7 +233,7 @@ func TestEngineDegradedDeposed(t *testing.T) {
 	}
 
 	px.Restore()
-	eventually(t, 10*time.Second, "e1 drops its degraded term", func() error {
+	waitfor.Until(t, 10*time.Second, "e1 drops its degraded term", func() error {
 		if ok, _ := e1.IsLeader(); ok {
 			return errors.New("e1 still leads")
 		}

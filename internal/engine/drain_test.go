@@ -12,6 +12,7 @@ import (
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // copiesOf counts, per unit, the agents that run it (any running state)
@@ -53,7 +54,7 @@ func startOnM1(t *testing.T, e *engine.Engine, changes []engine.Change) {
 	if err := e.Apply(ctx, changes); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the units active on m1", func() error {
+	waitfor.Until(t, 10*time.Second, "the units active on m1", func() error {
 		placed, err := allActive(e, len(changes))
 		if err == nil && len(placed["m1"]) != len(changes)-1 {
 			err = fmt.Errorf("placed %v", placed)
@@ -124,7 +125,7 @@ func TestEngineDrain(t *testing.T) {
 	if want := "machine m1 is draining, and the unit fits nowhere else: "; u.Machine != "m1" || !u.Staying || !strings.HasPrefix(u.Reason, want) {
 		t.Errorf("pinned.service: machine %q, staying %v, reason %q; want m1, true, %q...", u.Machine, u.Staying, u.Reason, want)
 	}
-	eventually(t, 5*time.Second, "m1's view to show the drain done", func() error {
+	waitfor.Until(t, 5*time.Second, "m1's view to show the drain done", func() error {
 		if m1 := machineView(t, e.Engine, "m1"); !m1.Draining || m1.Units != 1 || m1.Moving != 0 || len(m1.Staying) != 1 || m1.Staying[0].Name != "pinned.service" {
 			return fmt.Errorf("m1 drained: %+v; want draining, 1 unit, none moving, pinned.service staying", m1)
 		}
@@ -133,14 +134,14 @@ func TestEngineDrain(t *testing.T) {
 	if err := e.Apply(ctx, launch(t, 2, "more")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "10 units active", func() error { _, err := allActive(e.Engine, 10); return err })
+	waitfor.Until(t, 10*time.Second, "10 units active", func() error { _, err := allActive(e.Engine, 10); return err })
 	if placed, _ := allActive(e.Engine, 10); len(placed["m1"]) != 1 {
 		t.Fatalf("a draining machine was given units: %v", placed["m1"])
 	}
 	if err := e.DrainMachine(ctx, "m1", false, 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "pinned.service's reason gone with the drain", func() error {
+	waitfor.Until(t, 10*time.Second, "pinned.service's reason gone with the drain", func() error {
 		if u, _ := e.Unit("pinned.service"); u.Reason != "" || u.Staying || u.Machine != "m1" {
 			return fmt.Errorf("machine %q, staying %v, reason %q", u.Machine, u.Staying, u.Reason)
 		}
@@ -149,7 +150,7 @@ func TestEngineDrain(t *testing.T) {
 	if err := e.Apply(ctx, launch(t, 1, "after")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the new unit on m1, undrained", func() error {
+	waitfor.Until(t, 10*time.Second, "the new unit on m1, undrained", func() error {
 		placed, err := allActive(e.Engine, 11)
 		if err != nil {
 			return err
@@ -194,7 +195,7 @@ func TestEngineDrainParallel(t *testing.T) {
 		t.Errorf("m1's maxParallel = %d, want 3", m.MaxParallel)
 	}
 	most := 0
-	eventually(t, 20*time.Second, "m1 drained", func() error {
+	waitfor.Until(t, 20*time.Second, "m1 drained", func() error {
 		running, _ := copiesOf(a1, a2)
 		n := 0
 		for name, c := range running {
@@ -245,7 +246,7 @@ func testEngineHandoverSurvivesLeaderChange(t *testing.T, reg string) {
 	if err := e1.Apply(ctx, []engine.Change{{Name: "api.service", File: parse(t, "api.service", simple+"[X-Fleet]\nMachineMetadata=disk=ssd\n"), DesiredState: unit.Launched}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "api.service active on m1", func() error {
+	waitfor.Until(t, 10*time.Second, "api.service active on m1", func() error {
 		if _, active := copiesOf(a1); active["api.service"] != 1 {
 			return errors.New("not active")
 		}
@@ -259,7 +260,7 @@ func testEngineHandoverSurvivesLeaderChange(t *testing.T, reg string) {
 	if err := e1.DrainMachine(ctx, "m1", true, 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the handover to start", func() error {
+	waitfor.Until(t, 5*time.Second, "the handover to start", func() error {
 		if running, _ := copiesOf(a2); running["api.service"] != 1 {
 			return errors.New("not starting on m2")
 		}
@@ -284,7 +285,7 @@ func testEngineHandoverSurvivesLeaderChange(t *testing.T, reg string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	eventually(t, 5*time.Second, "the old copy stopped", func() error {
+	waitfor.Until(t, 5*time.Second, "the old copy stopped", func() error {
 		if running, _ := copiesOf(a1); running["api.service"] != 0 {
 			return errors.New("still running on m1")
 		}

@@ -24,8 +24,11 @@ import (
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/metrics"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -33,9 +36,28 @@ const agentTTL = 5 * time.Second
 
 type testEngine struct {
 	*engine.Engine
-	name   string
-	cancel context.CancelFunc
-	done   chan struct{}
+	name    string
+	cancel  context.CancelFunc
+	done    chan struct{}
+	metrics *metrics.Set
+}
+
+// passes is how many reconcile passes te's engine has finished.
+func (te *testEngine) passes() uint64 {
+	var m dto.Metric
+	if err := te.metrics.ReconcileDuration.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// waitPasses waits until te's engine, which leads, has finished two more
+// reconcile passes: the second began after the call, so it saw what was
+// true then. A pass runs at least every heartbeat interval.
+func (te *testEngine) waitPasses(t testing.TB) {
+	t.Helper()
+	n := te.passes()
+	waitfor.True(t, 10*time.Second, te.name+" reconciling twice more", func() bool { return te.passes() >= n+2 })
 }
 
 // startEngine runs an engine with a gRPC server on loopback.
@@ -70,6 +92,9 @@ func startEngine(t testing.TB, cli *clientv3.Client, reg, name string, options .
 	for _, o := range options {
 		o(&cfg)
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
 	e, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +103,7 @@ func startEngine(t testing.TB, cli *clientv3.Client, reg, name string, options .
 	agentpb.RegisterEngineServer(srv, e)
 	go srv.Serve(ln)
 	ctx, cancel := context.WithCancel(context.Background())
-	te := &testEngine{Engine: e, name: name, cancel: cancel, done: make(chan struct{})}
+	te := &testEngine{Engine: e, name: name, cancel: cancel, done: make(chan struct{}), metrics: cfg.Metrics}
 	go func() { e.Run(ctx); close(te.done) }()
 	t.Cleanup(func() { te.stop(); srv.Stop() })
 	return te
@@ -149,19 +174,6 @@ func (ta *testAgent) stop() {
 	<-ta.done
 }
 
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v: %v", what, timeout, err)
-}
-
 func parse(t testing.TB, name, text string) *unit.File {
 	t.Helper()
 	f, err := unit.Parse(name, []byte(text))
@@ -208,7 +220,7 @@ func allActive(e *engine.Engine, want int) (map[string][]string, error) {
 // waitLeader waits until e leads.
 func waitLeader(t testing.TB, e *testEngine) {
 	t.Helper()
-	eventually(t, 10*time.Second, e.name+" leads", func() error {
+	waitfor.Until(t, 10*time.Second, e.name+" leads", func() error {
 		if leaderOf(e) == nil {
 			return errors.New("it does not lead")
 		}
@@ -219,7 +231,7 @@ func waitLeader(t testing.TB, e *testEngine) {
 // waitMachines waits until the leader e hears from n machines.
 func waitMachines(t *testing.T, e *engine.Engine, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("%d machines", n), func() error {
+	waitfor.Until(t, 10*time.Second, fmt.Sprintf("%d machines", n), func() error {
 		if ms, err := e.Machines(); len(ms) != n {
 			return fmt.Errorf("machines %v, %v", ms, err)
 		}
@@ -261,7 +273,7 @@ func testEngineLifecycle(t *testing.T, reg string) {
 		t.Fatal(err)
 	}
 	var per map[string][]string
-	eventually(t, 10*time.Second, "30 units active", func() (err error) { per, err = allActive(e1.Engine, 30); return err })
+	waitfor.Until(t, 10*time.Second, "30 units active", func() (err error) { per, err = allActive(e1.Engine, 30); return err })
 	for m, us := range per {
 		if len(us) != 10 {
 			t.Errorf("machine %s runs %d units, want 10", m, len(us))
@@ -322,7 +334,7 @@ func testEngineLifecycle(t *testing.T, reg string) {
 	if err := e1.Apply(ctx, []engine.Change{{Name: "t@1.service", DesiredState: unit.Launched}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "t@1 active", func() error { _, err := allActive(e1.Engine, 32); return err })
+	waitfor.Until(t, 10*time.Second, "t@1 active", func() error { _, err := allActive(e1.Engine, 32); return err })
 
 	// Leader change: e1 stops (resigning), e2 leads; no unit restarts.
 	since := map[string]time.Time{}
@@ -332,13 +344,13 @@ func testEngineLifecycle(t *testing.T, reg string) {
 		}
 	}
 	e1.stop()
-	eventually(t, 10*time.Second, "e2 leads", func() error {
+	waitfor.Until(t, 10*time.Second, "e2 leads", func() error {
 		if leaderOf(e2) == nil {
 			return errors.New("e2 does not lead")
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, "agents report to e2", func() error { _, err := allActive(e2.Engine, 32); return err })
+	waitfor.Until(t, 10*time.Second, "agents report to e2", func() error { _, err := allActive(e2.Engine, 32); return err })
 	for _, a := range agents {
 		for _, s := range a.driver.States() {
 			if !s.Since.Equal(since[s.Name]) {
@@ -350,7 +362,7 @@ func testEngineLifecycle(t *testing.T, reg string) {
 	// Lost machine: m3's agent stops; after the agent TTL its units run on m1 and m2.
 	lostAt := time.Now()
 	agents[2].stop()
-	eventually(t, agentTTL+10*time.Second, "m3's units moved", func() error {
+	waitfor.Until(t, agentTTL+10*time.Second, "m3's units moved", func() error {
 		per, err := allActive(e2.Engine, 32)
 		if err != nil {
 			return err
@@ -384,7 +396,7 @@ func testEngineLifecycle(t *testing.T, reg string) {
 	if err := e2.Apply(ctx, destroy); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "agents empty", func() error {
+	waitfor.Until(t, 10*time.Second, "agents empty", func() error {
 		for _, a := range agents[:2] {
 			if n := names(a.driver); len(n) > 0 {
 				return fmt.Errorf("%s still has %v", a.name, n)
@@ -422,7 +434,7 @@ func TestEngineReservedMetadata(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 10*time.Second, "db placed by the machines' claims", func() error {
+	waitfor.Until(t, 10*time.Second, "db placed by the machines' claims", func() error {
 		if on("m1")() != nil && on("m2")() != nil {
 			return errors.New("db.service not active on m1 or m2")
 		}
@@ -434,12 +446,12 @@ func TestEngineReservedMetadata(t *testing.T) {
 	if err := e.SetScheduler(ctx, apiv1.Scheduler{ReservedMetadata: []string{"disk"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "db unplaced: no machine's own disk=ssd counts", on(""))
+	waitfor.Until(t, 10*time.Second, "db unplaced: no machine's own disk=ssd counts", on(""))
 	ssd := "ssd"
 	if err := e.PatchMachine(ctx, "m2", map[string]*string{"disk": &ssd}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "db on m2, where an admin set disk=ssd", on("m2"))
+	waitfor.Until(t, 10*time.Second, "db on m2, where an admin set disk=ssd", on("m2"))
 	if s, err := e.Scheduler(); err != nil || !slices.Equal(s.ReservedMetadata, []string{"disk"}) {
 		t.Errorf("Scheduler() = %+v, %v; want reservedMetadata [disk]", s, err)
 	}
@@ -492,7 +504,7 @@ func testEngineMetadataPatch(t *testing.T, reg string) {
 		}
 		return u.Machine, nil
 	}
-	eventually(t, 10*time.Second, "db on m1", func() error {
+	waitfor.Until(t, 10*time.Second, "db on m1", func() error {
 		if m, err := where(); err != nil || m != "m1" {
 			return fmt.Errorf("on %q: %v", m, err)
 		}
@@ -505,7 +517,7 @@ func testEngineMetadataPatch(t *testing.T, reg string) {
 	if err := e.PatchMachine(ctx, "m2", map[string]*string{"disk": &ssd}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "db moved to m2", func() error {
+	waitfor.Until(t, 10*time.Second, "db moved to m2", func() error {
 		if m, err := where(); err != nil || m != "m2" {
 			return fmt.Errorf("on %q: %v", m, err)
 		}
@@ -561,7 +573,7 @@ func testEngineGlobalUnits(t *testing.T, reg string) {
 	where := func() string {
 		return fmt.Sprint(runs(a1), runs(a2), runs(a3))
 	}
-	eventually(t, 10*time.Second, "mon on the web machines", func() error {
+	waitfor.Until(t, 10*time.Second, "mon on the web machines", func() error {
 		if got := where(); got != "true true false" {
 			return fmt.Errorf("mon runs on m1 m2 m3: %s", got)
 		}
@@ -575,7 +587,7 @@ func testEngineGlobalUnits(t *testing.T, reg string) {
 	if err := e1.PatchMachine(ctx, "m3", map[string]*string{"role": &web}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "mon on m3 too", func() error {
+	waitfor.Until(t, 10*time.Second, "mon on m3 too", func() error {
 		if got := where(); got != "true true true" {
 			return fmt.Errorf("mon runs on m1 m2 m3: %s", got)
 		}
@@ -583,7 +595,7 @@ func testEngineGlobalUnits(t *testing.T, reg string) {
 	})
 	since := a1.driver.States()[0].Since
 	e1.stop()
-	eventually(t, 10*time.Second, "e2 leads with mon everywhere", func() error {
+	waitfor.Until(t, 10*time.Second, "e2 leads with mon everywhere", func() error {
 		if leaderOf(e2) == nil {
 			return errors.New("e2 does not lead")
 		}
@@ -593,14 +605,14 @@ func testEngineGlobalUnits(t *testing.T, reg string) {
 		}
 		return nil
 	})
-	time.Sleep(200 * time.Millisecond)
+	e2.waitPasses(t) // had the new leader anything to change, it has
 	if s := a1.driver.States(); len(s) != 1 || !s[0].Since.Equal(since) {
 		t.Errorf("mon on m1 after the leader change: %+v, want unchanged since %v", s, since)
 	}
 	if err := e2.Apply(ctx, []engine.Change{{Name: "mon.service", Destroy: true}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "mon gone", func() error {
+	waitfor.Until(t, 10*time.Second, "mon gone", func() error {
 		if got := where(); got != "false false false" {
 			return fmt.Errorf("mon runs on m1 m2 m3: %s", got)
 		}
@@ -645,7 +657,7 @@ func TestEnginePolicy(t *testing.T) {
 	if err := e.Apply(ctx, withNeeds("big", 1, "MemoryMax=2G\n")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "four cpu units placed, the rest unplaced with reasons", func() error {
+	waitfor.Until(t, 10*time.Second, "four cpu units placed, the rest unplaced with reasons", func() error {
 		p := placed()
 		n := 0
 		for i := range 5 {
@@ -685,7 +697,7 @@ func TestEnginePolicy(t *testing.T) {
 	if err := e.Apply(ctx, withNeeds("small", 2, "CPUQuota=50%\n")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "both small units on one machine", func() error {
+	waitfor.Until(t, 10*time.Second, "both small units on one machine", func() error {
 		p := placed()
 		if p["small0.service"] == "" || p["small0.service"] != p["small1.service"] || strings.HasPrefix(p["small0.service"], "reason") {
 			return fmt.Errorf("placement %v", p)
@@ -701,7 +713,7 @@ func TestEnginePolicy(t *testing.T) {
 	if err := e.Apply(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "roles share", func() error {
+	waitfor.Until(t, 10*time.Second, "roles share", func() error {
 		p := placed()
 		na, nb := 0, 0
 		for name, m := range p {
@@ -800,7 +812,7 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 	if err := e1.PatchMachine(ctx, "m1", map[string]*string{"disk": &hdd}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the move to be decided", func() error {
+	waitfor.Until(t, 5*time.Second, "the move to be decided", func() error {
 		if u, _ := e1.Unit("db.service"); !strings.Contains(u.Reason, "stopping on m1") {
 			return fmt.Errorf("reason %q", u.Reason)
 		}
@@ -822,7 +834,7 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 		t.Fatal("db.service did not move to m2 under the new leader")
 	}
 	// The move is forgotten once done.
-	eventually(t, 5*time.Second, "the move's key to go", func() error {
+	waitfor.Until(t, 5*time.Second, "the move's key to go", func() error {
 		resp, err := cli.Get(ctx, registry.Keys{}.Moves(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil || resp.Count != 0 {
 			return fmt.Errorf("%d moves in etcd, %v", resp.Count, err)
@@ -867,9 +879,9 @@ func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 	if err := e1.Apply(context.Background(), launch(t, 2, "web")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "2 units active", func() error { _, err := allActive(e1.Engine, 2); return err })
+	waitfor.Until(t, 10*time.Second, "2 units active", func() error { _, err := allActive(e1.Engine, 2); return err })
 	// Let the leader tell the agent where the engines are (both campaign).
-	eventually(t, 10*time.Second, "e2 campaigning", func() error {
+	waitfor.Until(t, 10*time.Second, "e2 campaigning", func() error {
 		cs, _, err := election.Candidates(context.Background(), cli, registry.Keys{}.Election())
 		if err != nil || len(cs) != 2 {
 			return fmt.Errorf("candidates %v, %v", cs, err)
@@ -883,7 +895,7 @@ func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 	}
 	e1.stop() // resigns; e2 leads; the agent's etcd view still says e1
 	waitLeader(t, e2)
-	eventually(t, 15*time.Second, "the agent at e2", func() error {
+	waitfor.Until(t, 15*time.Second, "the agent at e2", func() error {
 		_, err := allActive(e2.Engine, 2)
 		return err
 	})
@@ -911,7 +923,7 @@ func startSSDUnit(t *testing.T, e *engine.Engine, a *testAgent) func(*testAgent)
 		}
 		return false
 	}
-	eventually(t, 10*time.Second, "db on "+a.name, func() error {
+	waitfor.Until(t, 10*time.Second, "db on "+a.name, func() error {
 		if !running(a) {
 			return errors.New("not running on " + a.name)
 		}
@@ -937,9 +949,9 @@ func TestEngineMachineBackChanged(t *testing.T) {
 	waitMachines(t, e.Engine, 2)
 	a1.stop() // its daemon restarts, with other metadata
 	waitMachines(t, e.Engine, 1)
-	time.Sleep(300 * time.Millisecond) // a pass drops m1 from the scheduler
+	e.waitPasses(t) // a pass drops m1 from the scheduler
 	a1 = startAgent(t, cli, "grpc", "m1", "disk=hdd")
-	eventually(t, agentTTL/2, "db.service to move to m2", func() error {
+	waitfor.Until(t, agentTTL/2, "db.service to move to m2", func() error {
 		if running(a1) || !running(a2) {
 			return fmt.Errorf("db runs on m1: %v, on m2: %v", running(a1), running(a2))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // memberAgent is an agent whose Run error the test reads.
@@ -93,7 +94,7 @@ func TestEngineNameInUse(t *testing.T) {
 			// first is gone.
 			again := runMember(t, cli, reg, "m1", "10.0.0.3", instA)
 			first.cancel()
-			eventually(t, 10*time.Second, "m1 held by the restarted daemon", func() error {
+			waitfor.Until(t, 10*time.Second, "m1 held by the restarted daemon", func() error {
 				if ms, _ := e.Machines(); len(ms) != 1 || ms[0].IP != "10.0.0.3" {
 					return fmt.Errorf("machines %+v", ms)
 				}
@@ -132,7 +133,7 @@ func TestEngineLeave(t *testing.T) {
 			if err := e.Apply(ctx, cs); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, "units active on m1", func() error {
+			waitfor.Until(t, 10*time.Second, "units active on m1", func() error {
 				per, err := allActive(e.Engine, 3)
 				if err == nil && len(per["m1"]) != 3 {
 					err = fmt.Errorf("per machine %v", per)
@@ -162,7 +163,7 @@ func TestEngineLeave(t *testing.T) {
 			// Leave returned once the records in etcd no longer name m1;
 			// the leader's memory follows when its commit returns, a
 			// moment after the agent may have read them.
-			eventually(t, 5*time.Second, "no unit on m1 after Leave", func() error {
+			waitfor.Until(t, 5*time.Second, "no unit on m1 after Leave", func() error {
 				us, err := e.Units(nil)
 				if err != nil {
 					return err
@@ -174,7 +175,7 @@ func TestEngineLeave(t *testing.T) {
 				}
 				return nil
 			})
-			eventually(t, 10*time.Second, "units active on m2, m1 gone", func() error {
+			waitfor.Until(t, 10*time.Second, "units active on m2, m1 gone", func() error {
 				per, err := allActive(e.Engine, 3)
 				if err == nil && len(per["m2"]) != 3 {
 					err = fmt.Errorf("per machine %v", per)

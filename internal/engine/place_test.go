@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/flotilla/flotilla/internal/scheduler"
-	"github.com/flotilla/flotilla/internal/unit"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // TestShrinkUnplaced: the unplaced set is made again, smaller, once it

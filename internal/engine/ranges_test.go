@@ -15,6 +15,7 @@ import (
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 const rangeTemplate = "[Unit]\nDescription=web\n\n[Service]\nExecStart=/bin/sleep infinity\n"
@@ -67,7 +68,7 @@ func testEngineRange(t *testing.T, reg string) {
 	if err := e.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..200}.service", unit.Launched, false)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "200 instances and the template", func() error {
+	waitfor.Until(t, 20*time.Second, "200 instances and the template", func() error {
 		per, err := allActive(e.Engine, 201)
 		if err != nil {
 			return err
@@ -110,7 +111,7 @@ func testEngineRange(t *testing.T, reg string) {
 	if err := e.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..200}.service", unit.Loaded, false)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "200 instances stopped", func() error {
+	waitfor.Until(t, 20*time.Second, "200 instances stopped", func() error {
 		us, err := e.Units([]string{"web@*.service"})
 		if err != nil {
 			return err
@@ -128,7 +129,7 @@ func testEngineRange(t *testing.T, reg string) {
 	if err := e.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..200}.service", "", true), {Name: "web@.service", Destroy: true}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "everything destroyed", func() error {
+	waitfor.Until(t, 20*time.Second, "everything destroyed", func() error {
 		if us, err := e.Units(nil); len(us) != 0 || err != nil {
 			return fmt.Errorf("%d units left, %v", len(us), err)
 		}
@@ -169,7 +170,7 @@ func TestEngineRangeLoaded(t *testing.T) {
 	startAgent(t, cli, "grpc", "m1")
 	startAgent(t, cli, "grpc", "m2")
 	waitMachines(t, e.Engine, 2)
-	eventually(t, 20*time.Second, "50 instances active", func() error {
+	waitfor.Until(t, 20*time.Second, "50 instances active", func() error {
 		_, err := allActive(e.Engine, 52)
 		return err
 	})
@@ -187,7 +188,7 @@ func TestEngineRangeLoaded(t *testing.T) {
 	if err := e.Apply(ctx, []engine.Change{{Name: "web@7.service", DesiredState: unit.Loaded}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the range deleted", func() error {
+	waitfor.Until(t, 20*time.Second, "the range deleted", func() error {
 		if n := countKeys(t, cli, keys.Ranges()); n != 0 {
 			return fmt.Errorf("%d range keys left", n)
 		}
@@ -235,7 +236,7 @@ func TestEngineRangeFailover(t *testing.T) {
 	e1.stop()
 	t.Logf("when the leader stopped: %d range keys, %d unit records", countKeys(t, cli, registry.Keys{}.Ranges()), countKeys(t, cli, registry.Keys{}.Units()))
 	waitLeader(t, e2)
-	eventually(t, 30*time.Second, "3000 instances active on the new leader", func() error {
+	waitfor.Until(t, 30*time.Second, "3000 instances active on the new leader", func() error {
 		if _, err := allActive(e2.Engine, 3001); err != nil {
 			return err
 		}
@@ -333,7 +334,7 @@ func TestEngineRangeStopOneKey(t *testing.T) {
 	if err := e1.Apply(ctx, []engine.Change{rangeChange(t, "web@{1..100}.service", unit.Launched, false)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "100 instances active, their range gone", func() error {
+	waitfor.Until(t, 20*time.Second, "100 instances active, their range gone", func() error {
 		if _, err := allActive(e1.Engine, 101); err != nil {
 			return err
 		}
@@ -360,14 +361,14 @@ func TestEngineRangeStopOneKey(t *testing.T) {
 		}
 		return n, names
 	}
-	eventually(t, 20*time.Second, "every instance stopped", func() error {
+	waitfor.Until(t, 20*time.Second, "every instance stopped", func() error {
 		if n, _ := running(); n != 0 {
 			return fmt.Errorf("%d still active", n)
 		}
 		return nil
 	})
-	// A pass or two later: still one range key, and not one record written.
-	time.Sleep(2 * time.Second)
+	// Two passes later: still one range key, and not one record written.
+	e1.waitPasses(t)
 	after, err := cli.Get(ctx, keys.Units(), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
@@ -390,7 +391,7 @@ func TestEngineRangeStopOneKey(t *testing.T) {
 	}
 	e1.stop()
 	waitLeader(t, e2)
-	eventually(t, 30*time.Second, "only web@5.service active under the next leader", func() error {
+	waitfor.Until(t, 30*time.Second, "only web@5.service active under the next leader", func() error {
 		if n, names := running(); n != 1 || names[0] != "web@5.service" {
 			return fmt.Errorf("active: %v", names)
 		}
@@ -438,7 +439,7 @@ func TestEngineRangeSameKey(t *testing.T) {
 	apply(engine.Change{Name: "web@5.service", DesiredState: unit.Launched})
 	apply(rangeChange(t, "web@{1..10}.service", unit.Loaded, false)) // changes web@5 only, at the same key
 	apply(engine.Change{Name: "web@5.service", DesiredState: unit.Launched})
-	time.Sleep(time.Second) // a pass, which deletes the ranges standing for nothing
+	e1.waitPasses(t) // a pass deletes the ranges standing for nothing
 	if n := countKeys(t, cli, registry.Keys{}.Ranges()); n != 1 {
 		t.Errorf("%d range keys, want 1 (standing for 9 instances)", n)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // Timings of every scenario: the shortest the daemon accepts
@@ -307,7 +308,7 @@ func (s *scenario) startEtcd() error {
 func (s *scenario) waitEtcd(within time.Duration) error {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	url := fmt.Sprintf("http://%s:%d/health", s.etcd.ip, etcdPort)
-	return poll(within, func() error {
+	return waitfor.Poll(within, func() error {
 		if !s.etcd.running() {
 			return errors.New("etcd exited")
 		}
@@ -362,7 +363,7 @@ func (s *scenario) startDaemons(n int, registry string, embedded bool, metadata 
 		if err := ps[0].start(); err != nil {
 			return err
 		}
-		if err := poll(60*time.Second, func() error { return isLeader(ps[0]) }); err != nil {
+		if err := waitfor.Poll(60*time.Second, func() error { return isLeader(ps[0]) }); err != nil {
 			return fmt.Errorf("n1 did not lead: %w", err)
 		}
 		ps = ps[1:]
@@ -372,7 +373,7 @@ func (s *scenario) startDaemons(n int, registry string, embedded bool, metadata 
 			return err
 		}
 	}
-	return poll(90*time.Second, func() error {
+	return waitfor.Poll(90*time.Second, func() error {
 		for _, p := range s.nodes {
 			if !p.running() {
 				return fmt.Errorf("%s exited", p.name)
@@ -574,21 +575,6 @@ func (s *scenario) heal(p *proc) error {
 	}
 	s.tl.add("%s healed", p.name)
 	return nil
-}
-
-// poll calls cond every 100 ms until it returns nil or within passes.
-func poll(within time.Duration, cond func() error) error {
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %v: %w", within, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // launched returns the launched units matching glob.

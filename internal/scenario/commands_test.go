@@ -22,6 +22,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // args are a directive's arguments: words without "=" in order, and
@@ -125,7 +126,7 @@ func (s *scenario) run(cmd string, a args) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if err := poll(w, func() error {
+		if err := waitfor.Poll(w, func() error {
 			if s.isFrozen(s.etcd) {
 				return errors.New("etcd is still frozen")
 			}
@@ -337,7 +338,7 @@ func (s *scenario) cmdWaitActive(a args) (string, error) {
 	names := s.launched(a.kv["glob"])
 	var notActive []string
 	start := time.Now()
-	err = poll(within, func() error {
+	err = waitfor.Poll(within, func() error {
 		var units []apiv1.Unit
 		if err := s.ask(func(c *client.Client) error {
 			l, err := c.Units(context.Background(), names...)
@@ -393,7 +394,7 @@ func (s *scenario) cmdWaitCopies(a args) (string, error) {
 	names := s.launched(a.kv["glob"])
 	var bad []string
 	start := time.Now()
-	err = poll(within, func() error {
+	err = waitfor.Poll(within, func() error {
 		bad = copyProblems(names, s.smp.now())
 		if len(bad) > 0 {
 			return fmt.Errorf("%d units", len(bad))
@@ -410,7 +411,7 @@ func (s *scenario) cmdWaitCopies(a args) (string, error) {
 func (s *scenario) cmdRecordPIDs(a args) (string, error) {
 	names := s.launched(a.kv["glob"])
 	var copies map[string][]unitCopy
-	err := poll(15*time.Second, func() error {
+	err := waitfor.Poll(15*time.Second, func() error {
 		copies = s.smp.now()
 		if bad := copyProblems(names, copies); len(bad) > 0 {
 			return fmt.Errorf("%s", strings.Join(bad, ", "))
@@ -434,7 +435,7 @@ func (s *scenario) cmdWhere(a args) (string, error) {
 	}
 	unit := a.pos[0]
 	var cs []unitCopy
-	err := poll(10*time.Second, func() error {
+	err := waitfor.Poll(10*time.Second, func() error {
 		cs = s.smp.now()[unit]
 		if len(cs) != 1 {
 			return fmt.Errorf("%d copies of %s", len(cs), unit)
@@ -471,7 +472,7 @@ func (s *scenario) cmdWaitLeader(a args) (string, error) {
 	}
 	var l *proc
 	start := time.Now()
-	if err := poll(within, func() error {
+	if err := waitfor.Poll(within, func() error {
 		if l = s.leaderExcept(not); l == nil {
 			return errors.New("no daemon leads")
 		}
@@ -542,7 +543,7 @@ func (s *scenario) cmdProcess(cmd string, a args) (string, error) {
 		if err := p.start(); err != nil {
 			return "", err
 		}
-		if err := poll(60*time.Second, func() error {
+		if err := waitfor.Poll(60*time.Second, func() error {
 			if !p.running() {
 				return errors.New("exited")
 			}
@@ -645,7 +646,7 @@ func (s *scenario) cmdWaitNotLeader(a args) (string, error) {
 		return "", err
 	}
 	start := time.Now()
-	err = poll(within, func() error {
+	err = waitfor.Poll(within, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		st, err := p.client(time.Second).Status(ctx)
@@ -771,7 +772,7 @@ func (s *scenario) cmdOversized(a args) (string, error) {
 	// A term that ended shows within a few election TTLs.
 	time.Sleep(3 * time.Second)
 	var after *apiv1.Status
-	err = poll(30*time.Second, func() error {
+	err = waitfor.Poll(30*time.Second, func() error {
 		nl := s.leader()
 		if nl == nil {
 			return errors.New("no leader")

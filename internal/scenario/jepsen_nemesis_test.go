@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // fault is one of the nemesis's faults, from its start to its end (the
@@ -252,7 +254,7 @@ func restart(p *proc) error {
 	if err := p.start(); err != nil {
 		return err
 	}
-	return poll(60*time.Second, func() error {
+	return waitfor.Poll(60*time.Second, func() error {
 		if !p.running() {
 			return errors.New("exited")
 		}

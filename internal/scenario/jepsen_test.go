@@ -26,6 +26,7 @@ import (
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // jepsenByDefault says whether TestJepsen runs without FLOTILLA_JEPSEN=1:
@@ -352,7 +353,7 @@ func request(hc *http.Client, p *proc, o *jop) (st opStatus, value string, tagge
 func finalReads(s *scenario, h *history) error {
 	hc := &http.Client{}
 	defer hc.CloseIdleConnections()
-	return poll(60*time.Second, func() error {
+	return waitfor.Poll(60*time.Second, func() error {
 		var round []*jop
 		var errs []string
 		read := func(k, node string, f func(o *jop) (opStatus, string, bool, string)) {

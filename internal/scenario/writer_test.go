@@ -10,6 +10,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // writerUnit is the unit whose desired state the writer toggles.
@@ -138,7 +139,7 @@ func (w *writer) summary() string {
 func (w *writer) check() string {
 	w.close()
 	var units []apiv1.Unit
-	err := poll(60*time.Second, func() error {
+	err := waitfor.Poll(60*time.Second, func() error {
 		return w.s.ask(func(c *client.Client) error {
 			l, err := c.Units(context.Background(), "lw-*")
 			if err == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestStopUnitsOnExit: a daemon run with --stop-units-on-exit and stopped
@@ -103,7 +104,7 @@ func testNameInUse(t *testing.T, reg string) {
 		}
 		return strings.Join(out, ",")
 	}
-	waitFor(t, "a at 10.0.0.1", func() bool { return machines() == "a@10.0.0.1" })
+	waitfor.True(t, 20*time.Second, "a at 10.0.0.1", func() bool { return machines() == "a@10.0.0.1" })
 	firstAPI := strings.TrimPrefix(c.URLs[first], "http://")
 
 	second := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.2", Registry: reg})
@@ -116,7 +117,7 @@ func testNameInUse(t *testing.T, reg string) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	waitFor(t, "the second a answers 503", func() bool { code, _ := get("/v1/machines"); return code == 503 })
+	waitfor.True(t, 20*time.Second, "the second a answers 503", func() bool { code, _ := get("/v1/machines"); return code == 503 })
 	if err, ended := c.Ended(t, second, 3*time.Second); ended {
 		t.Fatalf("the second daemon named a ended: %v; want it to stay up", err)
 	}
@@ -139,17 +140,8 @@ func testNameInUse(t *testing.T, reg string) {
 	if err := c.Stop(t, first); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a held by the second daemon, at 10.0.0.2", func() bool { return machines() == "a@10.0.0.2" })
-	waitFor(t, "the second a's API answers", func() bool { code, _ := get("/v1/machines"); return code == 200 })
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-	}
+	waitfor.True(t, 20*time.Second, "a held by the second daemon, at 10.0.0.2", func() bool { return machines() == "a@10.0.0.2" })
+	waitfor.True(t, 20*time.Second, "the second a's API answers", func() bool { code, _ := get("/v1/machines"); return code == 200 })
 }
 
 func mustClient(t *testing.T, url string) *client.Client {

@@ -1,0 +1,61 @@
+// Package waitfor is how tests wait: for a condition, polled, within a
+// bound, never for a fixed time that an assertion relies on. One helper
+// for the module, so every test waits the same way and says the same
+// thing when the bound passes: what it waited for, and the condition's
+// last word.
+package waitfor
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// First and longest pause between two calls of a condition: polled often
+// at first (most conditions hold within milliseconds), then less, so a
+// long wait does not spin.
+const (
+	firstPause = 5 * time.Millisecond
+	maxPause   = 100 * time.Millisecond
+)
+
+// Poll calls cond until it returns nil, and returns nil; or, once within
+// has passed since the first call, returns an error wrapping cond's last.
+func Poll(within time.Duration, cond func() error) error {
+	deadline := time.Now().Add(within)
+	pause := firstPause
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("not within %v: %w", within, err)
+		}
+		time.Sleep(min(pause, time.Until(deadline)+time.Millisecond))
+		pause = min(2*pause, maxPause)
+	}
+}
+
+// Until fails the test unless cond returns nil within the bound, naming
+// what it waited for and cond's last error.
+func Until(t testing.TB, within time.Duration, what string, cond func() error) {
+	t.Helper()
+	if err := Poll(within, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// errFalse is the last word of a condition that says only no.
+var errFalse = fmt.Errorf("condition false")
+
+// True fails the test unless cond holds within the bound.
+func True(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	Until(t, within, what, func() error {
+		if cond() {
+			return nil
+		}
+		return errFalse
+	})
+}

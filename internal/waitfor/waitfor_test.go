@@ -1,0 +1,58 @@
+package waitfor
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPollHolds(t *testing.T) {
+	n := 0
+	if err := Poll(5*time.Second, func() error {
+		if n++; n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil || n != 3 {
+		t.Fatalf("Poll = %v after %d calls; want nil after 3", err, n)
+	}
+}
+
+func TestPollGivesUp(t *testing.T) {
+	start := time.Now()
+	err := Poll(50*time.Millisecond, func() error { return errors.New("never") })
+	if err == nil || !strings.Contains(err.Error(), "not within 50ms: never") {
+		t.Fatalf("Poll = %v; want the bound and the condition's last error", err)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("Poll gave up after %v, before its bound", took)
+	}
+}
+
+// fakeT records a Fatalf instead of ending the test.
+type fakeT struct {
+	testing.TB
+	msg string
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.msg = format
+	if len(args) > 0 {
+		f.msg = args[0].(string)
+	}
+}
+
+func TestTrueNamesWhat(t *testing.T) {
+	f := &fakeT{}
+	True(f, 20*time.Millisecond, "the unit active", func() bool { return false })
+	if f.msg != "the unit active" {
+		t.Errorf("True's failure = %q; want it to name what it waited for", f.msg)
+	}
+	f = &fakeT{}
+	True(f, time.Second, "at once", func() bool { return true })
+	if f.msg != "" {
+		t.Errorf("True failed on a condition that held: %q", f.msg)
+	}
+}
