@@ -46,23 +46,43 @@ type Change struct {
 	Range        *unit.Range
 }
 
+// applyReq is one API write on its way to the loop, with where its answer
+// goes.
 type applyReq struct {
+	w   write
+	res chan applyRes
+	// queued is when the request reached the loop's queue.
+	queued time.Time
+}
+
+// write is one API write: a *unitsWrite, *machineWrite or *policyWrite.
+type write interface{ isWrite() }
+
+// unitsWrite changes units: all its changes, or none.
+type unitsWrite struct {
 	changes []Change
-	// or a change of one machine's metadata, or of whether it drains
+	// rangeNames are the names of each range change's instances, once
+	// validated (by change index).
+	rangeNames [][]string
+}
+
+// machineWrite changes one machine's metadata, or whether it drains.
+type machineWrite struct {
 	machine string
 	patch   map[string]*string
 	drain   *bool
 	// parallel is the drain's instances of one template moving at once.
 	parallel int
-	// or a new placement policy
-	options *scheduler.Options
-	res     chan applyRes
-	// rangeNames are the names of each range change's instances, once
-	// validated (by change index).
-	rangeNames [][]string
-	// queued is when the request reached the loop's queue.
-	queued time.Time
 }
+
+// policyWrite sets the placement policy.
+type policyWrite struct {
+	options scheduler.Options
+}
+
+func (*unitsWrite) isWrite()   {}
+func (*machineWrite) isWrite() {}
+func (*policyWrite) isWrite()  {}
 
 type applyRes struct {
 	names []string
@@ -73,7 +93,7 @@ type applyRes struct {
 // (all of them, or none when one is invalid), then returns. It must be
 // called on the leader; elsewhere it returns ErrNotLeader.
 func (e *Engine) Apply(ctx context.Context, changes []Change) error {
-	return e.submit(ctx, &applyReq{changes: changes, res: make(chan applyRes, 1)})
+	return e.submit(ctx, &unitsWrite{changes: changes})
 }
 
 // PatchMachine changes a machine's metadata durably: each key of patch is
@@ -85,7 +105,7 @@ func (e *Engine) PatchMachine(ctx context.Context, id string, patch map[string]*
 			return fmt.Errorf("%w: machine %s: %w", ErrInvalid, id, err)
 		}
 	}
-	return e.submit(ctx, &applyReq{machine: id, patch: patch, res: make(chan applyRes, 1)})
+	return e.submit(ctx, &machineWrite{machine: id, patch: patch})
 }
 
 // DrainMachine sets whether a machine drains, durably: a draining machine
@@ -98,10 +118,11 @@ func (e *Engine) DrainMachine(ctx context.Context, id string, drain bool, maxPar
 	if maxParallel < 0 || maxParallel > apiv1.MaxDrainParallel {
 		return fmt.Errorf("%w: machine %s: maxParallel %d: want 1 to %d (0: 1)", ErrInvalid, id, maxParallel, apiv1.MaxDrainParallel)
 	}
-	return e.submit(ctx, &applyReq{machine: id, drain: &drain, parallel: max(maxParallel, 1), res: make(chan applyRes, 1)})
+	return e.submit(ctx, &machineWrite{machine: id, drain: &drain, parallel: max(maxParallel, 1)})
 }
 
-func (e *Engine) submit(ctx context.Context, r *applyReq) error {
+func (e *Engine) submit(ctx context.Context, w write) error {
+	r := &applyReq{w: w, res: make(chan applyRes, 1)}
 	t := e.leader()
 	if t == nil {
 		return ErrNotLeader
@@ -238,21 +259,21 @@ func (t *term) validateRound(round []*applyReq) *roundPlan {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if len(round) == 1 && round[0].options == nil && round[0].machine == "" && len(round[0].changes) == 1 {
-		if c := round[0].changes[0]; c.Range != nil && !c.Destroy && c.File == nil && p.lookup(t)(nil, c.Name) != nil {
+	if uw, ok := round[0].w.(*unitsWrite); ok && len(round) == 1 && len(uw.changes) == 1 {
+		if c := uw.changes[0]; c.Range != nil && !c.Destroy && c.File == nil && p.lookup(t)(nil, c.Name) != nil {
 			n := max(c.Range.Len(), 0)
 			p.single = &rangeUnits{curs: make([]*unitRec, n), nexts: make([]*unitRec, n)}
 		}
 	}
 	for _, req := range round {
 		var err error
-		switch {
-		case req.options != nil:
-			p.options = req.options // the last one of the round wins, as if applied in order
-		case req.machine != "":
-			err = t.validateMachineReq(p, req)
-		default:
-			err = t.validateUnitReq(p, req)
+		switch w := req.w.(type) {
+		case *policyWrite:
+			p.options = &w.options // the last one of the round wins, as if applied in order
+		case *machineWrite:
+			err = t.validateMachineWrite(p, w)
+		case *unitsWrite:
+			err = t.validateUnitsWrite(p, w)
 		}
 		if err != nil {
 			req.res <- applyRes{err: err}
@@ -263,8 +284,8 @@ func (t *term) validateRound(round []*applyReq) *roundPlan {
 	return p
 }
 
-// validateMachineReq validates a change of a machine's metadata or drain.
-func (t *term) validateMachineReq(p *roundPlan, req *applyReq) error {
+// validateMachineWrite validates a change of a machine's metadata or drain.
+func (t *term) validateMachineWrite(p *roundPlan, req *machineWrite) error {
 	if t.machines[req.machine] == nil {
 		return fmt.Errorf("%w: machine %s is not part of the cluster", ErrNotFound, req.machine)
 	}
@@ -295,8 +316,8 @@ func (t *term) validateMachineReq(p *roundPlan, req *applyReq) error {
 	return nil
 }
 
-// validateUnitReq validates a request's changes of units, all or none.
-func (t *term) validateUnitReq(p *roundPlan, req *applyReq) error {
+// validateUnitsWrite validates a request's changes of units, all or none.
+func (t *term) validateUnitsWrite(p *roundPlan, req *unitsWrite) error {
 	lookup := p.lookup(t)
 	size := 0
 	for _, c := range req.changes {
@@ -362,7 +383,8 @@ func (t *term) roundOps(p *roundPlan) {
 // singleRangeEntries reads the entries of a round of one range change: one
 // range record when the range's instances all end it as it set them.
 func (t *term) singleRangeEntries(p *roundPlan) {
-	c, names := p.accepted[0].changes[0], p.accepted[0].rangeNames[0]
+	uw := p.accepted[0].w.(*unitsWrite)
+	c, names := uw.changes[0], uw.rangeNames[0]
 	var pr *pendingRange
 	if content, ok := p.single.covers(c); ok {
 		rr := rangeRecord(c, content)
@@ -393,11 +415,15 @@ func (t *term) rangeEntries(p *roundPlan) {
 	var covered map[string]*pendingRange // nil: no range in the round
 	var changed []bool                   // by a range's instance: whether the round changes it
 	for _, req := range p.accepted {
-		for i, c := range req.changes {
+		uw, ok := req.w.(*unitsWrite)
+		if !ok {
+			continue
+		}
+		for i, c := range uw.changes {
 			if c.Range == nil || c.Destroy {
 				continue
 			}
-			names := req.rangeNames[i]
+			names := uw.rangeNames[i]
 			if len(changed) < len(names) {
 				changed = make([]bool, len(names))
 			}
@@ -551,7 +577,11 @@ func (t *term) standRanges(newRanges []*pendingRange) {
 // destroys reports whether a round destroys any unit.
 func destroys(round []*applyReq) bool {
 	for _, req := range round {
-		for _, c := range req.changes {
+		uw, ok := req.w.(*unitsWrite)
+		if !ok {
+			continue
+		}
+		for _, c := range uw.changes {
 			if c.Destroy {
 				return true
 			}

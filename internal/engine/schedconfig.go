@@ -45,7 +45,7 @@ func (e *Engine) SetScheduler(ctx context.Context, s apiv1.Scheduler) error {
 	if err := registry.CheckRecord(fmt.Sprintf("the scheduler policy (%d roles)", len(o.Roles)), putOptions(e.cfg.Keys, o)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return e.submit(ctx, &applyReq{options: &o, res: make(chan applyRes, 1)})
+	return e.submit(ctx, &policyWrite{options: o})
 }
 
 func optionsFromAPI(s apiv1.Scheduler) scheduler.Options {
