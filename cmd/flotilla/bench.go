@@ -29,7 +29,8 @@ directory it makes is removed when it ends, also on Ctrl-C. Progress goes to
 stderr; reports to stdout. See docs/benchmarks.md.`,
 		Example: `  flotilla bench --agents 100 --units 3000
   flotilla bench --agents 100 --units 3000 --registry both --json
-  flotilla bench --agents 100 --units 20000 --latency 25ms --state-pollers 4`,
+  flotilla bench --agents 100 --units 20000 --latency 25ms --state-pollers 4
+  flotilla bench --scaling`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch registry {
@@ -40,6 +41,13 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 			default:
 				return fmt.Errorf("--registry %q: want grpc, etcd or both", registry)
 			}
+			if cfg.Scaling {
+				for _, f := range []string{"agents", "units"} {
+					if cmd.Flags().Changed(f) {
+						return fmt.Errorf("--scaling runs its own sizes (20,000 units on 100 agents up to 1,000,000 on 10,000); drop --%s", f)
+					}
+				}
+			}
 			cfg.Out, cfg.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -47,6 +55,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 		},
 	}
 	fs := cmd.Flags()
+	fs.BoolVar(&cfg.Scaling, "scaling", false, "run 20,000 units on 100 agents, 100,000 on 1,000, 400,000 on 4,000 and 1,000,000 on 10,000, then print each rate as a share of the first (the linearity figure)")
 	fs.IntVar(&cfg.Agents, "agents", 100, "simulated agents (machines), 1 to 10000")
 	fs.IntVar(&cfg.Units, "units", 3000, "units to start, 1 to 1000000")
 	fs.StringVar(&registry, "registry", "grpc", "coordination mode: grpc, etcd, or both (grpc then etcd, with their ratio)")
@@ -63,7 +72,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.BoolVar(&cfg.Failover, "failover", false, "once every unit is active, kill the leading engine (needs --engines 3) and measure until another leads, every agent is back and every unit is active in its state; units started meanwhile are counted in the agents' processes")
 	fs.BoolVar(&cfg.JSON, "json", false, "print each run's report as one JSON object per line")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long a run waits for every unit to become active")
-	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 500, "most simulated agents in one helper process")
+	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 0, "most simulated agents in one helper process (default: one process per two CPUs, at most 5,000 agents each)")
 	fs.DurationVar(&cfg.SimStartDelay, "sim-start-delay", 0, "how long a simulated unit takes to start")
 	fs.DurationVar(&cfg.AgentTTL, "agent-ttl", machine.DefaultTTL, "agent TTL of the engines and agents")
 	cmd.AddCommand(benchDriverCommand())

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -191,7 +192,11 @@ func (c *cluster) start(ctx context.Context) error {
 		return err
 	}
 
-	c.prog.phase("starting %s agents in %d %s", thousands(int64(cfg.Agents)), nproc, plural(nproc, "process", "processes"))
+	chosen := ""
+	if cfg.agentsPerProcessFlag == 0 {
+		chosen = fmt.Sprintf(" of up to %s (chosen for %d CPUs; --agents-per-process sets it)", thousands(int64(per)), runtime.NumCPU())
+	}
+	c.prog.phase("starting %s agents in %d %s%s", thousands(int64(cfg.Agents)), nproc, plural(nproc, "process", "processes"), chosen)
 	for i := range nproc {
 		first := 1 + i*per
 		count := min(per, cfg.Agents-i*per)

@@ -56,9 +56,16 @@ type Config struct {
 	// Timeout bounds the wait for every unit to become active, per run
 	// (default 10m).
 	Timeout time.Duration
-	// AgentsPerProcess is the most agents one helper process runs (default
-	// 500, at most MaxAgentsPerProcess).
+	// AgentsPerProcess is the most agents one helper process runs, at most
+	// MaxAgentsPerProcess (default: chosen for the host, agentsPerProcess).
 	AgentsPerProcess int
+	// agentsPerProcessFlag is AgentsPerProcess as given, before validate
+	// chose one for the run's size (--scaling runs several sizes).
+	agentsPerProcessFlag int
+	// Scaling runs the sizes of scalingSteps (Agents and Units are theirs)
+	// and prints, after their reports, each one's rate as a share of the
+	// first: how far the cost of a unit stays flat as the cluster grows.
+	Scaling bool
 	// SimStartDelay is how long a simulated unit takes to start (default 0).
 	SimStartDelay time.Duration
 	// AgentTTL is the engines' and agents' agent TTL (default 20s).
@@ -158,8 +165,9 @@ func (c *Config) validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("--timeout %v: want a positive duration", c.Timeout)
 	}
+	c.agentsPerProcessFlag = c.AgentsPerProcess
 	if c.AgentsPerProcess == 0 {
-		c.AgentsPerProcess = 500
+		c.AgentsPerProcess = agentsPerProcess(c.Agents, runtime.NumCPU())
 	}
 	if c.AgentsPerProcess < 1 || c.AgentsPerProcess > MaxAgentsPerProcess {
 		return fmt.Errorf("--agents-per-process %d: want 1 to %d", c.AgentsPerProcess, MaxAgentsPerProcess)
@@ -209,14 +217,28 @@ func (c *Config) validate() error {
 // directory a run made is removed when it ends, also when ctx is
 // cancelled (Ctrl-C). It returns ErrNotAllActive when a run timed out.
 func Run(ctx context.Context, cfg Config) error {
+	if cfg.Scaling {
+		cfg.Agents, cfg.Units = scalingSteps[0].Agents, scalingSteps[0].Units
+	}
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	if cfg.Scaling {
+		return runScaling(ctx, cfg, runSize)
+	}
+	_, err := runSize(ctx, cfg)
+	return err
+}
+
+// runSize runs cfg (validated) once per registry mode and returns the
+// reports, printed as each run ended.
+func runSize(ctx context.Context, cfg Config) ([]*Report, error) {
 	raiseFileLimit()
 	prog := newProgress(cfg.Progress)
 	var (
 		grpc     *Report
 		timedOut bool
+		reports  []*Report
 	)
 	for _, reg := range cfg.Registries {
 		prog.prefix = reg + ": "
@@ -224,10 +246,11 @@ func Run(ctx context.Context, cfg Config) error {
 		prog.done()
 		if err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("%s run interrupted; every process and directory it made is removed", reg)
+				return reports, fmt.Errorf("%s run interrupted; every process and directory it made is removed", reg)
 			}
-			return fmt.Errorf("%s run: %w", reg, err)
+			return reports, fmt.Errorf("%s run: %w", reg, err)
 		}
+		reports = append(reports, r)
 		if reg == "grpc" {
 			grpc = r
 		} else if grpc != nil {
@@ -235,13 +258,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		timedOut = timedOut || !r.AllActive
 		if err := printReport(cfg.Out, r, cfg.JSON); err != nil {
-			return err
+			return reports, err
 		}
 	}
 	if timedOut {
-		return ErrNotAllActive
+		return reports, ErrNotAllActive
 	}
-	return nil
+	return reports, nil
 }
 
 func printReport(w io.Writer, r *Report, asJSON bool) error {

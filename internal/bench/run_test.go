@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ok.Engines != 1 || len(ok.Registries) != 1 || ok.Registries[0] != "grpc" || ok.Timeout != 10*time.Minute ||
-		ok.AgentsPerProcess != 500 || ok.StatePath != StatePath {
+		ok.AgentsPerProcess != agentsPerProcess(10, runtime.NumCPU()) || ok.StatePath != StatePath {
 		t.Errorf("defaults: %+v", ok)
 	}
 	for _, tt := range []struct {
