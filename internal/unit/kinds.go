@@ -150,7 +150,7 @@ func (p *parser) checkSection(o option) error {
 	}
 	typ := TypeOf(p.f.Name)
 	own := typeSections[typ]
-	if o.section == own || o.section == sectionContainer && typ == "service" {
+	if o.section == own || (o.section == sectionContainer || o.section == sectionCheck) && typ == "service" {
 		return nil
 	}
 	if own == "" {
@@ -246,6 +246,9 @@ func (p *parser) checkType() error {
 	}
 	switch typ {
 	case "service":
+		if err := p.checkChecks(); err != nil {
+			return err
+		}
 		if p.f.Container != nil {
 			return p.checkContainer()
 		}

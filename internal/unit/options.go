@@ -502,12 +502,13 @@ const (
 	sectionAutomount = "Automount"
 	sectionSwap      = "Swap"
 	sectionContainer = "X-Container"
+	sectionCheck     = "X-Check"
 )
 
 var sections = []string{
 	sectionUnit, sectionService, sectionInstall, sectionFleet,
 	sectionSocket, sectionTimer, sectionPath, sectionMount, sectionAutomount, sectionSwap,
-	sectionContainer,
+	sectionContainer, sectionCheck,
 }
 
 // sectionIndex returns the position of section in sections, or -1.
@@ -540,6 +541,8 @@ func optionTable(section string) []string {
 		return swapOptions
 	case sectionContainer:
 		return containerOptions
+	case sectionCheck:
+		return checkOptions
 	}
 	return nil
 }

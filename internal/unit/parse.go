@@ -194,6 +194,8 @@ func (p *parser) option(o option) error {
 		return p.fleetOption(o)
 	case sectionContainer:
 		return p.containerOption(o)
+	case sectionCheck:
+		return p.checkOption(o)
 	}
 	if !knownOption(o.section, o.name) {
 		if canon, ok := deprecatedFleetOptions[o.name]; ok {

@@ -42,6 +42,9 @@ type File struct {
 	// Container is the [X-Container] section of a service the docker
 	// driver runs, or nil.
 	Container *Container `json:",omitempty"`
+	// Check is the [X-Check] section of a service: how its health is
+	// judged beyond running, or nil.
+	Check *Check `json:",omitempty"`
 	// Triggers is the unit a .socket, .timer or .path unit activates (its
 	// Service= or Unit=, by default the service of the same name; for a
 	// socket with Accept=yes, the template "prefix@.service"), or "". Such a
