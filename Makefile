@@ -80,17 +80,20 @@ image: $(DIST)/flotilla-linux-$(ARCH)
 # A cluster of N containers (Debian with systemd as PID 1) on a Docker
 # network of its own, each running the static binary as flotilla.service
 # with an embedded etcd member, mutual TLS and --acl (internal/cluster).
-# Needs root and Docker. The last lines are export lines for the CLI:
-#   eval "$(make -s cluster)"
-# CLUSTER_DIR keeps the certificates, the admin token and env.
+# Needs root and Docker. Its standard output is only the export lines of
+# the CLI's environment (progress goes to standard error):
+#   eval "$(make cluster)"
+# CLUSTER_DIR keeps the certificates, the admin token and env. The binary
+# is built static into bin/flotilla, for the containers and the host alike.
 N ?= 3
 CLUSTER_NAME ?= flotilla-cluster
 CLUSTER_DIR ?= $(CURDIR)/flotilla-cluster
 SUBNET ?=
 cluster:
-	CGO_ENABLED=0 $(GO) build -ldflags '$(STAMP)' -o bin/flotilla-static ./cmd/flotilla
-	$(GO) run ./contrib/cluster up -n $(N) -name $(CLUSTER_NAME) -dir $(CLUSTER_DIR) \
-		-binary bin/flotilla-static -unit contrib/systemd/flotilla.service $(if $(SUBNET),-subnet $(SUBNET))
+	@echo 'CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/flotilla' >&2
+	@CGO_ENABLED=0 $(GO) build -ldflags '$(STAMP)' -o $(BIN) ./cmd/flotilla
+	@$(GO) run ./contrib/cluster up -n $(N) -name $(CLUSTER_NAME) -dir $(CLUSTER_DIR) \
+		-binary $(BIN) -unit contrib/systemd/flotilla.service $(if $(SUBNET),-subnet $(SUBNET))
 
 cluster-down:
-	$(GO) run ./contrib/cluster down -name $(CLUSTER_NAME) -dir $(CLUSTER_DIR)
+	@$(GO) run ./contrib/cluster down -name $(CLUSTER_NAME) -dir $(CLUSTER_DIR)

@@ -56,7 +56,10 @@ func main() {
 	cfg.Log = os.Stderr
 	c, err := cluster.Up(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "cluster up: %v\n(make cluster-down removes what was made)\n", err)
+		fmt.Fprintf(os.Stderr, "cluster up: %v\n", err)
+		if _, lerr := cluster.Load(cfg.Dir); lerr == nil {
+			fmt.Fprintln(os.Stderr, "(make cluster-down removes what was made)")
+		}
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "the CLI's environment, also in %s:\n", c.EnvFile)
