@@ -160,10 +160,11 @@ func TestCluster(t *testing.T) {
 			lost = append(lost, u)
 		}
 	}
+	leaderBefore := x.leader().Name
 	if _, err := docker(ctx, "network", "disconnect", c.Name, victim.Container); err != nil {
 		t.Fatal(err)
 	}
-	step("%s cut off, with %v", victim.Name, lost)
+	step("%s cut off, with %v (the leader was %s)", victim.Name, lost, leaderBefore)
 	x.waitElsewhere(lost, victim.Name, []string{victim.Name}, 60*time.Second)
 	step("%v run elsewhere", lost)
 	if _, err := docker(ctx, "network", "connect", "--ip", victim.IP, c.Name, victim.Container); err != nil {
@@ -192,10 +193,11 @@ func TestCluster(t *testing.T) {
 			lost = append(lost, u)
 		}
 	}
+	leaderBefore = x.leader().Name
 	if _, err := docker(ctx, "kill", killed.Container); err != nil {
 		t.Fatal(err)
 	}
-	step("%s killed, with %v", killed.Name, lost)
+	step("%s killed, with %v (the leader was %s)", killed.Name, lost, leaderBefore)
 	x.waitElsewhere(lost, killed.Name, []string{killed.Name}, 60*time.Second)
 	step("%v run elsewhere", lost)
 	if _, err := docker(ctx, "start", killed.Container); err != nil {
