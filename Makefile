@@ -1,6 +1,8 @@
 # Flotilla's build. `make run` starts a one-machine cluster; `make test` runs the suite.
 # `make release` builds the release binaries, `make image` the container image,
-# `make man` the man pages (docs/operations.md).
+# `make man` the man pages (docs/operations.md). `make cluster` (N=3) starts a
+# cluster of N Docker containers running systemd and Flotilla, and prints the
+# CLI's environment to eval; `make cluster-down` removes it (docs/cluster.md).
 GO ?= go
 BIN := bin/flotilla
 
@@ -24,7 +26,7 @@ DIST := dist
 ARCH ?= $(shell $(GO) env GOARCH)
 IMAGE ?= flotilla:$(VERSION)
 
-.PHONY: build run test test-short proto vet bench release man image
+.PHONY: build run test test-short proto vet bench release man image cluster cluster-down
 
 build:
 	$(GO) build -ldflags '$(STAMP)' -o $(BIN) ./cmd/flotilla
@@ -74,3 +76,24 @@ release: build
 # The container image FROM scratch with the static binary for ARCH.
 image: $(DIST)/flotilla-linux-$(ARCH)
 	docker build --build-arg TARGETARCH=$(ARCH) -t $(IMAGE) .
+
+# A cluster of N containers (Debian with systemd as PID 1) on a Docker
+# network of its own, each running the static binary as flotilla.service
+# with an embedded etcd member, mutual TLS and --acl (internal/cluster).
+# Needs root and Docker. Its standard output is only the export lines of
+# the CLI's environment (progress goes to standard error):
+#   eval "$(make cluster)"
+# CLUSTER_DIR keeps the certificates, the admin token and env. The binary
+# is built static into bin/flotilla, for the containers and the host alike.
+N ?= 3
+CLUSTER_NAME ?= flotilla-cluster
+CLUSTER_DIR ?= $(CURDIR)/flotilla-cluster
+SUBNET ?=
+cluster:
+	@echo 'CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/flotilla' >&2
+	@CGO_ENABLED=0 $(GO) build -ldflags '$(STAMP)' -o $(BIN) ./cmd/flotilla
+	@$(GO) run ./contrib/cluster up -n $(N) -name $(CLUSTER_NAME) -dir $(CLUSTER_DIR) \
+		-binary $(BIN) -unit contrib/systemd/flotilla.service $(if $(SUBNET),-subnet $(SUBNET))
+
+cluster-down:
+	@$(GO) run ./contrib/cluster down -name $(CLUSTER_NAME) -dir $(CLUSTER_DIR)

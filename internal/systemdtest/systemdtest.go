@@ -16,6 +16,7 @@ package systemdtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -68,32 +69,51 @@ func docker() bool {
 func EnsureImage(t testing.TB) string {
 	t.Helper()
 	Need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	start := time.Now()
+	built, err := BuildImage(ctx)
+	switch {
+	case errors.Is(err, ErrNoDebootstrap) && os.Getenv("CI") != "true":
+		t.Skipf("systemd test skipped: %v", err)
+	case err != nil:
+		t.Fatalf("systemd test: %v", err)
+	case built:
+		t.Logf("built %s in %v", Image, time.Since(start).Round(time.Second))
+	}
+	return Image
+}
+
+// ErrNoDebootstrap is BuildImage's error when the image is missing and
+// debootstrap, which builds it, is not installed.
+var ErrNoDebootstrap = errors.New("needs debootstrap to build its image (apt-get install debootstrap)")
+
+// BuildImage builds Image unless it exists, and says whether it built it.
+// Builds are serialized across processes (tests, make cluster) by a lock
+// file, so that two never debootstrap at once. It is what EnsureImage runs,
+// for programs that are not tests.
+func BuildImage(ctx context.Context) (built bool, err error) {
 	if exists() {
-		return Image
+		return false, nil
 	}
 	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "flotilla-systemdtest.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		t.Fatal(err)
+		return false, err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
+		return false, err
 	}
 	if exists() {
-		return Image
+		return false, nil
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("systemd test: needs debootstrap to build its image (apt-get install debootstrap)")
-		}
-		t.Skip("systemd test skipped: needs debootstrap to build its image (apt-get install debootstrap)")
+		return false, ErrNoDebootstrap
 	}
-	start := time.Now()
-	if err := build(t); err != nil {
-		t.Fatalf("build the image %s: %v", Image, err)
+	if err := build(ctx); err != nil {
+		return false, fmt.Errorf("build the image %s: %w", Image, err)
 	}
-	t.Logf("built %s in %v", Image, time.Since(start).Round(time.Second))
-	return Image
+	return true, nil
 }
 
 func exists() bool {
@@ -129,7 +149,7 @@ func runDocker(combined bool, args ...string) (string, error) {
 
 // build debootstraps the root file system into a temporary directory and
 // imports it; the directory is removed.
-func build(t testing.TB) error {
+func build(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "flotilla-systemd-rootfs-")
 	if err != nil {
 		return err
@@ -139,7 +159,7 @@ func build(t testing.TB) error {
 	if v := os.Getenv("FLOTILLA_DEBIAN_MIRROR"); v != "" {
 		m = v
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	root := filepath.Join(dir, "root")
 	out, err := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--include=systemd,systemd-sysv,dbus",
@@ -172,16 +192,21 @@ type Container struct {
 	t  testing.TB
 }
 
+// RunFlags are the flags of docker run (or docker create) that systemd as
+// PID 1 needs: a console (-t, so that what it says lands in docker logs),
+// CAP_SYS_ADMIN, /run and /run/lock on tmpfs, and the host's cgroup tree
+// mounted read-write.
+var RunFlags = []string{"-t", "--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined",
+	"--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw"}
+
 // Start runs a container of the image, waits until systemd reports the
 // system running (or degraded), and removes the container when the test
 // ends.
 func Start(t testing.TB) *Container {
 	t.Helper()
 	img := EnsureImage(t)
-	// -t gives systemd a console, so that what it says lands in docker logs.
-	out, err := runDocker(false, "run", "-d", "-t", "--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined",
-		"--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-		"--label", "flotilla-test=systemd", img, "/lib/systemd/systemd")
+	args := append([]string{"run", "-d"}, RunFlags...)
+	out, err := runDocker(false, append(args, "--label", "flotilla-test=systemd", img, "/lib/systemd/systemd")...)
 	if err != nil {
 		t.Fatalf("run %s: %v", img, err)
 	}
@@ -191,27 +216,38 @@ func Start(t testing.TB) *Container {
 			t.Errorf("remove container %s: %v", c.ID, err)
 		}
 	})
-	deadline := time.Now().Add(2 * time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := WaitRunning(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// WaitRunning waits until systemd in the container id reports the system
+// running (or degraded), or ctx ends; the error then has what systemd said.
+func WaitRunning(ctx context.Context, id string) error {
 	for {
-		state, err := c.Exec("systemctl", "is-system-running")
-		state = strings.TrimSpace(state)
+		out, err := runDocker(false, "exec", id, "systemctl", "is-system-running")
+		state := strings.TrimSpace(out)
 		if state == "running" || state == "degraded" {
-			return c
+			return nil
 		}
-		if st, _ := runDocker(false, "inspect", "-f", "{{.State.Status}}", c.ID); strings.TrimSpace(st) == "exited" {
-			logs, _ := runDocker(true, "logs", "--tail", "20", c.ID)
+		if st, _ := runDocker(false, "inspect", "-f", "{{.State.Status}}", id); strings.TrimSpace(st) == "exited" {
+			logs, _ := runDocker(true, "logs", "--tail", "20", id)
 			hint := ""
 			if strings.Contains(logs, "Too many open files") {
 				hint = "\n(systemd found no free inotify instance: fs.inotify.max_user_instances is shared by every process of root on the host, dockerd included, and is often 128; sysctl -w fs.inotify.max_user_instances=1024 raises it)"
 			}
-			t.Fatalf("systemd in container %.12s exited at once:\n%s%s", c.ID, logs, hint)
+			return fmt.Errorf("systemd in container %.12s exited at once:\n%s%s", id, logs, hint)
 		}
-		if time.Now().After(deadline) {
-			logs, _ := runDocker(true, "logs", "--tail", "50", c.ID)
-			jobs, _ := c.Exec("systemctl", "list-jobs", "--no-pager")
-			t.Fatalf("systemd in container %.12s is %q after 2m (%v), want running; jobs:\n%s\nlogs:\n%s", c.ID, state, err, jobs, logs)
+		select {
+		case <-ctx.Done():
+			logs, _ := runDocker(true, "logs", "--tail", "50", id)
+			jobs, _ := runDocker(false, "exec", id, "systemctl", "list-jobs", "--no-pager")
+			return fmt.Errorf("systemd in container %.12s is %q (%v), want running; jobs:\n%s\nlogs:\n%s", id, state, err, jobs, logs)
+		case <-time.After(200 * time.Millisecond):
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
