@@ -91,8 +91,18 @@ type handover struct {
 	Previous        string               `json:"previous"` // the binary that wrote it, for the log
 }
 
+// refuseHandover, when set, makes readHandover fail with its error: the
+// tests' stand-in for a binary that cannot read its predecessor's handover
+// (another format).
+var refuseHandover func() error
+
 // readHandover reads and checks a handover file.
 func readHandover(path string) (*handover, error) {
+	if refuseHandover != nil {
+		if err := refuseHandover(); err != nil {
+			return nil, err
+		}
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -264,3 +264,38 @@ func TestUpgradeUnexecutable(t *testing.T) {
 	}
 	checkUnitsKept(t, c, pids)
 }
+
+// cannotAdopt ends the name of a copy of the test binary that, run as the
+// supervisor, cannot read a handover (runSupervisor).
+const cannotAdopt = "-cannot-adopt"
+
+// TestUpgradeAdoptFails: a new binary that executes but cannot read the
+// handover kills nothing: it executes the previous binary again, which
+// adopts the units; the supervisor keeps its PID and runs the old binary,
+// every unit keeps its PID, and the daemon says the upgrade did not take.
+func TestUpgradeAdoptFails(t *testing.T) {
+	t.Parallel()
+	dir := newTestDir(t)
+	a := otherBinary(t, "flotilla-A")
+	pids, sup := startUpgradeUnits(t, dir, a)
+
+	// A, renamed once it runs, is the file the supervisor goes back to:
+	// through the descriptor it kept, not its path.
+	moved := a + ".moved"
+	if err := os.Rename(a, moved); err != nil {
+		t.Fatal(err)
+	}
+	c, rec, logs := newClientFrom(t, dir, otherBinary(t, "flotilla-C"+cannotAdopt))
+	if got := exeOf(t, sup); got != moved || supervisorPID(t, dir) != sup {
+		t.Fatalf("after a failed adoption: supervisor %d runs %s, want %d on %s\nclient log:\n%s", supervisorPID(t, dir), got, sup, moved, logs)
+	}
+	if !strings.Contains(logs.String(), "went back to its own") {
+		t.Errorf("the client does not say the supervisor went back to its binary:\n%s", logs)
+	}
+	if log := logTail(filepath.Join(dir, LogFile), 200); !strings.Contains(log, "cannot adopt the units the previous binary handed over; going back to it") ||
+		!strings.Contains(log, "this test binary reads no handover") {
+		t.Errorf("the supervisor's log does not say why it went back:\n%s", log)
+	}
+	checkUnitsKept(t, c, pids)
+	checkRestarted(t, c, rec, pids["always.service"])
+}
