@@ -238,6 +238,8 @@ func (s *supervisor) handoverState(ctx context.Context) (UnitState, error) {
 		select {
 		case pp.rest = <-p.rest:
 			pp.done = true
+		case <-p.closed:
+			continue // ended before it paused: nothing to hand over
 		case <-ctx.Done():
 			waitErr = fmt.Errorf("%s: its log copier did not pause: %w", s.name, ctx.Err())
 		}
@@ -278,9 +280,12 @@ func (s *supervisor) resumePipes() {
 			continue
 		}
 		go func() { // still pausing: restart it once it has
-			rest := <-pp.out.rest
-			pp.out.resume()
-			s.copyPipe(pp.out, pp.pid, pp.copied, rest)
+			select {
+			case rest := <-pp.out.rest:
+				pp.out.resume()
+				s.copyPipe(pp.out, pp.pid, pp.copied, rest)
+			case <-pp.out.closed:
+			}
 		}()
 	}
 	s.paused = nil
@@ -508,7 +513,7 @@ func (s *supervisor) restore(u UnitState) error {
 			return fmt.Errorf("main process %d: %w", u.Main.PID, err)
 		}
 		if mainOut == nil { // its pipe had ended: nothing more to log
-			mainOut = &outPipe{ended: true, rest: make(chan []byte, 1)}
+			mainOut = &outPipe{ended: true, rest: make(chan []byte, 1), closed: make(chan struct{})}
 			mainCopied = make(chan struct{})
 			close(mainCopied)
 		}

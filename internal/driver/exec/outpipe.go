@@ -25,6 +25,7 @@ type outPipe struct {
 	ended   bool            // the copier is done: every request is answered at once
 	pausing bool            // pause asked: the copier stops reading (a handover)
 	rest    chan []byte     // the copier's unlogged bytes once it has paused
+	closed  chan struct{}   // closed once the copier has ended with the pipe
 
 	n int64 // bytes read so far; the copier's alone
 }
@@ -35,7 +36,9 @@ type drainWait struct {
 	done   chan struct{}
 }
 
-func newOutPipe(f *os.File) *outPipe { return &outPipe{f: f, rest: make(chan []byte, 1)} }
+func newOutPipe(f *os.File) *outPipe {
+	return &outPipe{f: f, rest: make(chan []byte, 1), closed: make(chan struct{})}
+}
 
 // errPaused ends the copier's reads when the pipe is paused for a
 // handover; the pipe stays open.

@@ -260,5 +260,6 @@ func (s *supervisor) copyPipe(out *outPipe, pid int, copied chan struct{}, rest 
 		}
 		s.trackPipe(out, pid, false)
 		out.Close()
+		close(out.closed)
 	}()
 }
