@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -123,19 +124,21 @@ func readHandover(path string) (*handover, error) {
 	return &h, nil
 }
 
-// serveArgs are the arguments that make a binary serve as this supervisor:
-// "supervisor --dir DIR [--inaccessible PATH]... [--idle-exit D]", then
-// extra.
-func serveArgs(cfg ServeConfig, extra ...string) []string {
-	args := []string{"supervisor", "--dir", cfg.Dir}
-	for _, p := range cfg.Inaccessible {
-		args = append(args, "--inaccessible", p)
-	}
-	switch {
-	case cfg.IdleExit < 0:
-		args = append(args, "--idle-exit", "0")
-	case cfg.IdleExit > 0:
-		args = append(args, "--idle-exit", cfg.IdleExit.String())
+// execArgs are in, the arguments this image was started with (the
+// supervisor's: "supervisor --dir DIR ..." and whatever flags it was
+// given), without the handover flags of an earlier upgrade, then extra.
+func execArgs(in []string, extra ...string) []string {
+	var args []string
+	for i := 0; i < len(in); i++ {
+		a := in[i]
+		switch {
+		case a == "--handover" || a == "--handover-fallback-fd":
+			i++ // and its value
+			continue
+		case strings.HasPrefix(a, "--handover=") || strings.HasPrefix(a, "--handover-fallback-fd="):
+			continue
+		}
+		args = append(args, a)
 	}
 	return append(args, extra...)
 }
@@ -253,7 +256,7 @@ func (s *server) reexec(cfg ServeConfig, ln net.Listener, u upgradeReq) error {
 		undo()
 		return fmt.Errorf("cannot write the handover: %w", err)
 	}
-	args := serveArgs(cfg, "--handover", path, "--handover-fallback-fd", strconv.Itoa(oldFD))
+	args := execArgs(os.Args[1:], "--handover", path, "--handover-fallback-fd", strconv.Itoa(oldFD))
 	s.log.Info("re-executing into a new binary; the units are handed over", "binary", u.binary, "units", len(dh.Units), "handover", path)
 	s.main.run(func() { err = syscall.Exec(u.binary, append([]string{u.binary}, args...), os.Environ()) })
 	undo()
@@ -337,7 +340,7 @@ func adoptFailed(cfg ServeConfig, log *slog.Logger, mt *mainThread, why error) e
 		fd := cfg.HandoverFallbackFD
 		path := "/proc/self/fd/" + strconv.Itoa(fd)
 		setCloexec(fd, true) // an ELF binary is executed before close-on-exec closes it
-		args := serveArgs(cfg, "--handover", cfg.Handover)
+		args := execArgs(os.Args[1:], "--handover", cfg.Handover)
 		mt.run(func() { err = syscall.Exec(path, append([]string{path}, args...), os.Environ()) })
 	}
 	log.Error("cannot go back to the previous binary either: the units keep running unsupervised; this process only holds them (ending it kills them)",

@@ -45,6 +45,18 @@ func otherBinary(t *testing.T, name string) string {
 	return path
 }
 
+// TestExecArgs: the next image gets the arguments this one was started
+// with, less the handover flags of the last upgrade, plus the new ones.
+func TestExecArgs(t *testing.T) {
+	in := []string{"supervisor", "--dir", "/d", "--handover", "/d/supervisor.handover", "--inaccessible", "/k",
+		"--handover-fallback-fd=7", "--log-level", "debug", "--handover-fallback-fd", "9", "--handover=/x"}
+	got := strings.Join(execArgs(in, "--handover", "/d/h", "--handover-fallback-fd", "5"), " ")
+	want := "supervisor --dir /d --inaccessible /k --log-level debug --handover /d/h --handover-fallback-fd 5"
+	if got != want {
+		t.Errorf("execArgs = %q, want %q", got, want)
+	}
+}
+
 // syncBuffer is a log a client writes while the test reads it.
 type syncBuffer struct {
 	mu sync.Mutex
