@@ -107,6 +107,21 @@ var upgradeUnits = map[string]string{
 	"always.service": "[Service]\nExecStart=/bin/sh -c 'echo up; exec sleep 300'\nRestart=always\nRestartSec=100ms\n",
 	"once.service":   "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n",
 	"idle.service":   "[Service]\nExecStart=/bin/sleep 300\n",
+	// Mostly waiting to restart: an upgrade finds it in auto-restart.
+	"flaky.service": "[Service]\nExecStart=/bin/sh -c 'echo run; exit 1'\nRestart=always\nRestartSec=2s\n",
+}
+
+// restartCounter is the last restart counter flaky.service's log tells of.
+func restartCounter(t *testing.T, dir string) int {
+	t.Helper()
+	b, _ := os.ReadFile(filepath.Join(dir, "logs", "flaky.service.log"))
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, after, ok := strings.Cut(line, "restart counter is at "); ok {
+			fmt.Sscanf(after, "%d", &n)
+		}
+	}
+	return n
 }
 
 // startUpgradeUnits starts the units from a client on binary a and
@@ -184,6 +199,8 @@ func TestUpgradeInPlace(t *testing.T) {
 	dir := newTestDir(t)
 	a, b := otherBinary(t, "flotilla-A"), otherBinary(t, "flotilla-B")
 	pids, sup := startUpgradeUnits(t, dir, a)
+	waitUntil(t, "flaky.service to restart", func() bool { return restartCounter(t, dir) >= 1 })
+	counter := restartCounter(t, dir)
 
 	c, rec, logs := newClientFrom(t, dir, b)
 	if got := supervisorPID(t, dir); got != sup {
@@ -201,6 +218,12 @@ func TestUpgradeInPlace(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, HandoverFile)); err == nil {
 		t.Errorf("%s left behind", HandoverFile)
+	}
+
+	// The restart counter goes on from where the old image left it.
+	waitUntil(t, fmt.Sprintf("flaky.service's restart counter to reach %d", counter+1), func() bool { return restartCounter(t, dir) > counter })
+	if b, _ := os.ReadFile(filepath.Join(dir, "logs", "flaky.service.log")); strings.Count(string(b), "restart counter is at 1.") != 1 {
+		t.Errorf("flaky.service's restart counter began again across the upgrade:\n%s", b)
 	}
 
 	np := checkRestarted(t, c, rec, pids["always.service"])
