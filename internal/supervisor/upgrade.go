@@ -369,7 +369,7 @@ func (c *Client) upgrade(sess *session, snap *supervisorpb.Event) (*session, *su
 		return sess, snap, nil // started just now from c.cfg.Binary
 	}
 	if h.GetBinarySha256() == "" {
-		c.log.Warn("the supervisor predates upgrades in place: it runs its own binary until it is restarted",
+		c.log.Warn("the supervisor does not say which binary it runs (it predates upgrades in place, or cannot read its executable): it runs it until it is restarted",
 			"pid", h.GetPid(), "supervisor_version", h.GetVersion(), "version", c.cfg.Version)
 		return sess, snap, nil
 	}
@@ -391,7 +391,7 @@ func (c *Client) upgrade(sess *session, snap *supervisorpb.Event) (*session, *su
 	case codes.Unimplemented:
 		c.log.Warn("the supervisor predates upgrades in place: it runs its own binary until it is restarted", "pid", pid, "supervisor_version", h.GetVersion())
 		return sess, snap, nil
-	case codes.FailedPrecondition, codes.Aborted, codes.Unknown, codes.OK:
+	case codes.FailedPrecondition, codes.Aborted, codes.Unknown, codes.DeadlineExceeded, codes.OK:
 		c.log.Warn("the supervisor could not upgrade in place; it goes on with its binary and units, and the next daemon start tries again",
 			"pid", pid, "binary", c.cfg.Binary, "why", status.Convert(err).Message())
 		return sess, snap, nil
