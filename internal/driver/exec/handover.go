@@ -434,13 +434,23 @@ func Adopt(cfg Config, h *Handover) (*Driver, error) {
 	if err := unix.Stat(lockPath, &pst); err != nil || fst.Dev != pst.Dev || fst.Ino != pst.Ino {
 		return nil, fmt.Errorf("handover: descriptor %d is not %s", h.LockFD, lockPath)
 	}
+	// Check every inherited descriptor before touching any, so that a
+	// handover refused here leaves them as they were for the previous
+	// binary to adopt instead.
+	for _, u := range h.Units {
+		for _, p := range u.Pipes {
+			var st unix.Stat_t
+			if err := unix.Fstat(p.FD, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+				return nil, fmt.Errorf("handover: unit %s: descriptor %d is not an inherited pipe (%v)", u.Name, p.FD, err)
+			}
+		}
+	}
 	lock := os.NewFile(uintptr(h.LockFD), lockPath)
 	// The lock is held by the open file the descriptor refers to, which
 	// this process kept: taking it again succeeds at once.
 	if err := syscall.Flock(h.LockFD, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return nil, fmt.Errorf("handover: lock %s: %w", lockPath, err)
 	}
-	setCloexec(h.LockFD, true)
 	log := cfg.Logger.With("machine", cfg.Machine)
 	cgroups := detectCgroups(cfg.CgroupRoot, cfg.CgroupParent)
 	d := newDriver(cfg, lock, log, cgroups)
@@ -473,6 +483,7 @@ func Adopt(cfg Config, h *Handover) (*Driver, error) {
 		d.armFence(f.gen) // kills at once what a passed deadline covers
 		f.mu.Unlock()
 	}
+	setCloexec(h.LockFD, true) // no unit's process inherits it
 	log.Info("adopted the units of the previous image", "units", len(h.Units))
 	return d, nil
 }
