@@ -19,9 +19,10 @@ import (
 // from its own binary (`flotilla supervisor --dir DIR`, not meant to be
 // run by hand), and `flotilla supervisor stop`, which ends it.
 func supervisorCommand() *cobra.Command {
-	var dir, logLevel string
+	var dir, logLevel, handover string
 	var hidden []string
 	var idleExit time.Duration
+	var fallbackFD int
 	cmd := &cobra.Command{
 		Use:   "supervisor",
 		Short: "The machine's supervisor, which runs its units (started by the daemon); supervisor stop ends it",
@@ -47,13 +48,19 @@ supervisor once its daemon is stopped (docs/cluster.md).`,
 			if idleExit == 0 {
 				idleExit = -1 // never
 			}
-			return supervisor.Serve(supervisor.ServeConfig{Dir: dir, Version: daemon.Version, Logger: log, Inaccessible: hidden, IdleExit: idleExit})
+			return supervisor.Serve(supervisor.ServeConfig{Dir: dir, Version: daemon.Version, Logger: log, Inaccessible: hidden, IdleExit: idleExit,
+				Handover: handover, HandoverFallbackFD: fallbackFD})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory: units' logs and pid files, the socket")
 	cmd.Flags().StringArrayVar(&hidden, "inaccessible", nil, "a path no unit may see (the daemon's data directory, key files); repeatable")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().DurationVar(&idleExit, "idle-exit", supervisor.DefaultIdleExit, "end once there have been no units and no daemon connected for this long (0: never)")
+	// Given by a supervisor that re-executes itself into a new binary.
+	cmd.Flags().StringVar(&handover, "handover", "", "adopt the units a previous image of this process handed over in this file")
+	cmd.Flags().IntVar(&fallbackFD, "handover-fallback-fd", 0, "descriptor of the previous image's binary, executed again if the handover cannot be adopted")
+	cmd.Flags().MarkHidden("handover")
+	cmd.Flags().MarkHidden("handover-fallback-fd")
 	cmd.MarkFlagDirname("dir")
 	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
 	cmd.AddCommand(supervisorStopCommand())

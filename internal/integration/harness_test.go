@@ -47,6 +47,7 @@ const (
 )
 
 type node struct {
+	bin                   string // the flotilla binary it runs; "" is flotillaBin
 	name, dir             string
 	api, etcdClient, peer string
 	args                  []string
@@ -86,7 +87,11 @@ func freeAddr(t *testing.T) string {
 func (n *node) start(t *testing.T) {
 	t.Helper()
 	n.log = &lockedBuffer{}
-	n.cmd = exec.Command(flotillaBin, n.args...)
+	bin := n.bin
+	if bin == "" {
+		bin = flotillaBin
+	}
+	n.cmd = exec.Command(bin, n.args...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {
@@ -151,10 +156,17 @@ type cluster struct {
 // newCluster starts n daemons, each with an embedded etcd member.
 func newCluster(t *testing.T, n int, extra func(i int) []string) *cluster {
 	t.Helper()
+	return newClusterOn(t, n, "", extra)
+}
+
+// newClusterOn starts n daemons of the flotilla binary bin ("": the one
+// under test).
+func newClusterOn(t *testing.T, n int, bin string, extra func(i int) []string) *cluster {
+	t.Helper()
 	c := &cluster{t: t}
 	var initial []string
 	for i := range n {
-		nd := &node{name: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), api: freeAddr(t), etcdClient: freeAddr(t), peer: freeAddr(t)}
+		nd := &node{bin: bin, name: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), api: freeAddr(t), etcdClient: freeAddr(t), peer: freeAddr(t)}
 		initial = append(initial, nd.name+"=http://"+nd.peer)
 		c.nodes = append(c.nodes, nd)
 	}

@@ -184,6 +184,9 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sess, snap, err = c.upgrade(sess, snap); err != nil {
+		return nil, err
+	}
 	c.sess = sess
 	if err := c.sendLogConfig(); err != nil {
 		sess.close()
@@ -192,9 +195,6 @@ func New(cfg Config) (*Client, error) {
 	c.apply(snap)
 	c.log.Info("connected to the supervisor", "pid", sess.hello.GetPid(), "version", sess.hello.GetVersion(),
 		"started", time.Unix(0, sess.hello.GetStartedUnixNano()).Format(time.RFC3339), "units", len(snap.GetUnits()))
-	if v := sess.hello.GetVersion(); cfg.Version != "" && v != cfg.Version {
-		c.log.Info("the supervisor runs another flotilla version; it keeps running its units until it is restarted", "supervisor_version", v, "version", cfg.Version)
-	}
 	go c.watchLoop(sess)
 	return c, nil
 }

@@ -45,6 +45,25 @@
 // Detach closes the connection and leaves everything running (the daemon
 // does this when it stops); Close stops every unit and ends the supervisor.
 //
+// # Upgrading in place
+//
+// A supervisor runs the binary that started it until it re-executes
+// itself: New compares the SHA-256 of the supervisor's executable
+// (HelloReply) with its Config.Binary's and, when they differ, calls
+// Upgrade with that binary. The supervisor hands its driver over
+// (execdriver.Driver.Handover), writes HandoverFile and calls execve with
+// "--handover": same PID, same children, the lock, pipes and listening
+// socket inherited; the new image adopts the units (execdriver.Adopt) and
+// serves. To survive execve the units' processes are started from the
+// process's main thread, to which init locks the main goroutine of a
+// process run as "supervisor" (see upgrade.go). A binary that cannot be
+// executed leaves the old image running, every unit untouched, and the
+// call's error says why (New logs it and goes on; the next New tries
+// again). A new image that cannot read the handover executes the previous
+// binary again, through a descriptor to it the previous image left open,
+// with the same handover; if that fails too it logs why and holds the
+// units without serving, never killing them.
+//
 // Unload, Kill and Shutdown are long waits made of short calls: each call
 // waits a couple of seconds and says whether the unit is gone, so a
 // supervisor that stops answering (frozen, wedged) turns into an error

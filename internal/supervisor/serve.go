@@ -20,7 +20,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/monotime"
@@ -78,6 +80,13 @@ type ServeConfig struct {
 	// (no daemon connected, no call) for this long (0: DefaultIdleExit;
 	// negative: never).
 	IdleExit time.Duration
+	// Handover, if set, is the file a previous image of this process wrote
+	// before it executed this binary (see HandoverFile): the supervisor
+	// adopts the units it describes instead of starting afresh.
+	Handover string
+	// HandoverFallbackFD is the descriptor of the previous image's binary,
+	// executed again should the handover not be adopted.
+	HandoverFallbackFD int
 }
 
 // Serve runs the supervisor of cfg.Dir until it is asked to end (a
@@ -87,7 +96,28 @@ type ServeConfig struct {
 // the directory (ErrRunning when another supervisor holds it) and, having
 // it, SIGKILLs what a dead supervisor left running (found through the pid
 // files), then serves the socket.
+//
+// Run on the process's main thread (a process started as "supervisor ...",
+// see upgrade.go), it starts every unit's process from that thread and can
+// be upgraded in place (Upgrade).
 func Serve(cfg ServeConfig) error {
+	if !onMainThread() {
+		return serve(cfg, nil)
+	}
+	mt := &mainThread{q: make(chan func())}
+	result := make(chan error, 1)
+	go func() { result <- serve(cfg, mt) }()
+	for {
+		select {
+		case f := <-mt.q:
+			f()
+		case err := <-result:
+			return err
+		}
+	}
+}
+
+func serve(cfg ServeConfig, mt *mainThread) error {
 	if cfg.Dir == "" {
 		return errors.New("supervisor: --dir is required")
 	}
@@ -137,9 +167,27 @@ func Serve(cfg ServeConfig) error {
 	signal.Notify(chld, syscall.SIGCHLD)
 	defer signal.Stop(chld)
 
+	cfg.Dir = dir
+	var ho *handover
+	if cfg.Handover != "" {
+		if ho, err = readHandover(cfg.Handover); err != nil {
+			return adoptFailed(cfg, log, mt, err)
+		}
+	}
 	h := newHub()
-	d, err := execdriver.New(execdriver.Config{Dir: dir, Notify: h.notify, Unloaded: h.unloaded, Logger: log,
-		Inaccessible: append([]string{dir}, cfg.Inaccessible...)})
+	dcfg := execdriver.Config{Dir: dir, Notify: h.notify, Unloaded: h.unloaded, Logger: log,
+		Inaccessible: append([]string{dir}, cfg.Inaccessible...)}
+	if mt != nil {
+		dcfg.Spawn = mt.run
+	}
+	var d *execdriver.Driver
+	if ho != nil {
+		if d, err = execdriver.Adopt(dcfg, ho.Driver); err != nil {
+			return adoptFailed(cfg, log, mt, err)
+		}
+	} else {
+		d, err = execdriver.New(dcfg)
+	}
 	if errors.Is(err, execdriver.ErrInUse) {
 		pid, _ := readPIDFile(filepath.Join(dir, PIDFile))
 		return fmt.Errorf("%w: %s (pid %d)", ErrRunning, dir, pid)
@@ -148,24 +196,48 @@ func Serve(cfg ServeConfig) error {
 		return fmt.Errorf("supervisor: %w", err)
 	}
 
-	// We hold the driver's lock: a socket or pid file here is a dead
-	// supervisor's.
-	os.Remove(sock)
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", sock)
-	syscall.Umask(old)
-	if err != nil {
-		d.Close(context.Background())
-		return fmt.Errorf("supervisor: %w", err)
+	var ln net.Listener
+	if ho != nil {
+		// The previous image's listening socket, whose backlog held the
+		// clients that connected during the execve.
+		f := os.NewFile(uintptr(ho.ListenerFD), sock)
+		ln, err = net.FileListener(f)
+		f.Close()
+		if err != nil {
+			log.Error("cannot take over the listening socket; listening anew", "err", err)
+		}
 	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		ln.Close()
-		d.Close(context.Background())
-		return fmt.Errorf("supervisor: %w", err)
+	if ln == nil {
+		// We hold the driver's lock: a socket or pid file here is a dead
+		// supervisor's.
+		os.Remove(sock)
+		old := syscall.Umask(0o177)
+		ln, err = net.Listen("unix", sock)
+		syscall.Umask(old)
+		if err != nil {
+			d.Close(context.Background())
+			return fmt.Errorf("supervisor: %w", err)
+		}
+		if err := os.Chmod(sock, 0o600); err != nil {
+			ln.Close()
+			d.Close(context.Background())
+			return fmt.Errorf("supervisor: %w", err)
+		}
 	}
 
 	s := &server{d: d, hub: h, log: log, pid: os.Getpid(), instance: newInstance(), version: cfg.Version,
-		started: time.Now(), closed: make(chan struct{}), shutdown: make(chan time.Duration, 1), idle: newIdleClock()}
+		started: time.Now(), closed: make(chan struct{}), shutdown: make(chan time.Duration, 1), idle: newIdleClock(),
+		main: mt, upgrades: make(chan upgradeReq), binary: make(chan struct{})}
+	go s.hashBinary()
+	if ho != nil {
+		s.instance, s.started = ho.Instance, time.Unix(0, ho.StartedUnixNano)
+		os.Remove(cfg.Handover)
+		if cfg.HandoverFallbackFD > 0 {
+			syscall.Close(cfg.HandoverFallbackFD)
+		}
+		exe, _ := os.Executable()
+		log.Info("upgraded in place: adopted the units of the previous binary", "previous", ho.Previous, "binary", exe, "units", len(ho.Driver.Units))
+	}
 	gs := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.idle.unary), grpc.ChainStreamInterceptor(s.idle.stream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -215,6 +287,10 @@ wait:
 			log.Error("serving the socket failed; stopping every unit", "err", err)
 			timeout = cfg.ShutdownTimeout
 			break wait
+		case u := <-s.upgrades:
+			err := s.reexec(cfg, ln, u) // returns only when it did not happen
+			log.Warn("upgrade in place failed; going on with this binary and every unit as they were", "binary", u.binary, "err", err)
+			u.reply <- err
 		}
 	}
 
@@ -268,6 +344,39 @@ type server struct {
 	shutdown chan time.Duration // the first Shutdown's deadline
 	closed   chan struct{}      // closed once every unit has stopped
 	idle     *idleClock
+
+	main     *mainThread     // nil when Serve does not run on the main thread
+	upgrades chan upgradeReq // Upgrade calls, to Serve's loop
+	binary   chan struct{}   // closed once exe and exeSHA256 are set
+	exe      string
+	exeSHA   string
+}
+
+// hashBinary finds the running binary and its SHA-256, for Hello.
+func (s *server) hashBinary() {
+	defer close(s.binary)
+	s.exe, _ = os.Executable()
+	sum, err := fileSHA256("/proc/self/exe")
+	if err != nil {
+		s.log.Warn("cannot hash the running binary; daemons cannot tell whether it is theirs", "err", err)
+		return
+	}
+	s.exeSHA = sum
+}
+
+// Upgrade re-executes the supervisor into another binary: see upgrade.go.
+func (s *server) Upgrade(ctx context.Context, r *supervisorpb.UpgradeRequest) (*supervisorpb.Empty, error) {
+	u := upgradeReq{binary: r.GetBinary(), sha256: r.GetSha256(), reply: make(chan error, 1)}
+	s.log.Info("asked to upgrade in place", "binary", u.binary)
+	select {
+	case s.upgrades <- u:
+	case <-s.closed:
+		return nil, status.Error(codes.Aborted, "supervisor: upgrade: shutting down")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	err := <-u.reply
+	return nil, status.Error(codes.FailedPrecondition, "supervisor: upgrade: "+err.Error())
 }
 
 // idleClock tells how long the supervisor has had no client: no stream
@@ -323,8 +432,14 @@ func dirGone(dir string, was os.FileInfo) string {
 	return ""
 }
 
-func (s *server) Hello(context.Context, *supervisorpb.HelloRequest) (*supervisorpb.HelloReply, error) {
-	return &supervisorpb.HelloReply{Pid: int32(s.pid), Instance: s.instance, Version: s.version, StartedUnixNano: s.started.UnixNano()}, nil
+func (s *server) Hello(ctx context.Context, _ *supervisorpb.HelloRequest) (*supervisorpb.HelloReply, error) {
+	select {
+	case <-s.binary:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &supervisorpb.HelloReply{Pid: int32(s.pid), Instance: s.instance, Version: s.version, StartedUnixNano: s.started.UnixNano(),
+		BinarySha256: s.exeSHA, Binary: s.exe}, nil
 }
 
 func (s *server) Load(_ context.Context, r *supervisorpb.LoadRequest) (*supervisorpb.Empty, error) {
@@ -494,9 +609,10 @@ func readPIDFile(path string) (int, error) {
 // DURATION]", see Client), and returns the process's exit code. Test
 // binaries that stand in for the flotilla binary call it.
 func ServeArgs(args []string, version string, log *slog.Logger) int {
-	var dir string
+	var dir, handover string
 	var hidden []string
 	var idle time.Duration
+	var fallback int
 	for i, a := range args {
 		if i+1 >= len(args) {
 			break
@@ -512,13 +628,24 @@ func ServeArgs(args []string, version string, log *slog.Logger) int {
 				fmt.Fprintf(os.Stderr, "supervisor: --idle-exit: %v\n", err)
 				return 2
 			}
+			if idle == 0 {
+				idle = -1 // never, as for flotilla supervisor
+			}
+		case "--handover":
+			handover = args[i+1]
+		case "--handover-fallback-fd":
+			var err error
+			if fallback, err = strconv.Atoi(args[i+1]); err != nil {
+				fmt.Fprintf(os.Stderr, "supervisor: --handover-fallback-fd: %v\n", err)
+				return 2
+			}
 		}
 	}
 	if len(args) == 0 || args[0] != "supervisor" || dir == "" {
 		fmt.Fprintf(os.Stderr, "supervisor: want arguments supervisor --dir DIR, got %q\n", args)
 		return 2
 	}
-	if err := Serve(ServeConfig{Dir: dir, Version: version, Logger: log, Inaccessible: hidden, IdleExit: idle}); err != nil {
+	if err := Serve(ServeConfig{Dir: dir, Version: version, Logger: log, Inaccessible: hidden, IdleExit: idle, Handover: handover, HandoverFallbackFD: fallback}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

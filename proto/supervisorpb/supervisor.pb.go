@@ -26,6 +26,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type UpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// binary is the absolute path of the program to execute.
+	Binary string `protobuf:"bytes,1,opt,name=binary,proto3" json:"binary,omitempty"`
+	// sha256 is the hex SHA-256 the caller expects binary to have; the
+	// supervisor refuses a file that does not match.
+	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpgradeRequest) Reset() {
+	*x = UpgradeRequest{}
+	mi := &file_supervisor_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpgradeRequest) ProtoMessage() {}
+
+func (x *UpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_supervisor_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpgradeRequest.ProtoReflect.Descriptor instead.
+func (*UpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_supervisor_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UpgradeRequest) GetBinary() string {
+	if x != nil {
+		return x.Binary
+	}
+	return ""
+}
+
+func (x *UpgradeRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 type LogConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// max_bytes is the size at which a unit's log is rotated.
@@ -43,7 +98,7 @@ type LogConfig struct {
 
 func (x *LogConfig) Reset() {
 	*x = LogConfig{}
-	mi := &file_supervisor_proto_msgTypes[0]
+	mi := &file_supervisor_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +110,7 @@ func (x *LogConfig) String() string {
 func (*LogConfig) ProtoMessage() {}
 
 func (x *LogConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[0]
+	mi := &file_supervisor_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +123,7 @@ func (x *LogConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogConfig.ProtoReflect.Descriptor instead.
 func (*LogConfig) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{0}
+	return file_supervisor_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *LogConfig) GetMaxBytes() int64 {
@@ -107,7 +162,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_supervisor_proto_msgTypes[1]
+	mi := &file_supervisor_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -119,7 +174,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[1]
+	mi := &file_supervisor_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -132,7 +187,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{1}
+	return file_supervisor_proto_rawDescGZIP(), []int{2}
 }
 
 type HelloRequest struct {
@@ -143,7 +198,7 @@ type HelloRequest struct {
 
 func (x *HelloRequest) Reset() {
 	*x = HelloRequest{}
-	mi := &file_supervisor_proto_msgTypes[2]
+	mi := &file_supervisor_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -155,7 +210,7 @@ func (x *HelloRequest) String() string {
 func (*HelloRequest) ProtoMessage() {}
 
 func (x *HelloRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[2]
+	mi := &file_supervisor_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -168,7 +223,7 @@ func (x *HelloRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloRequest.ProtoReflect.Descriptor instead.
 func (*HelloRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{2}
+	return file_supervisor_proto_rawDescGZIP(), []int{3}
 }
 
 type HelloReply struct {
@@ -179,13 +234,18 @@ type HelloReply struct {
 	Instance        string `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
 	Version         string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	StartedUnixNano int64  `protobuf:"varint,4,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// binary_sha256 is the hex SHA-256 of the executable the supervisor runs
+	// (/proc/self/exe); a daemon whose own differs asks it to Upgrade.
+	BinarySha256 string `protobuf:"bytes,10,opt,name=binary_sha256,json=binarySha256,proto3" json:"binary_sha256,omitempty"`
+	// binary is the path the supervisor's executable was run from.
+	Binary        string `protobuf:"bytes,11,opt,name=binary,proto3" json:"binary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HelloReply) Reset() {
 	*x = HelloReply{}
-	mi := &file_supervisor_proto_msgTypes[3]
+	mi := &file_supervisor_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +257,7 @@ func (x *HelloReply) String() string {
 func (*HelloReply) ProtoMessage() {}
 
 func (x *HelloReply) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[3]
+	mi := &file_supervisor_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +270,7 @@ func (x *HelloReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloReply.ProtoReflect.Descriptor instead.
 func (*HelloReply) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{3}
+	return file_supervisor_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HelloReply) GetPid() int32 {
@@ -241,6 +301,20 @@ func (x *HelloReply) GetStartedUnixNano() int64 {
 	return 0
 }
 
+func (x *HelloReply) GetBinarySha256() string {
+	if x != nil {
+		return x.BinarySha256
+	}
+	return ""
+}
+
+func (x *HelloReply) GetBinary() string {
+	if x != nil {
+		return x.Binary
+	}
+	return ""
+}
+
 type LoadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// unit is the parsed unit file (internal/unit.File) as JSON: the
@@ -252,7 +326,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_supervisor_proto_msgTypes[4]
+	mi := &file_supervisor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +338,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[4]
+	mi := &file_supervisor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +351,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{4}
+	return file_supervisor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LoadRequest) GetUnit() []byte {
@@ -296,7 +370,7 @@ type UnitRequest struct {
 
 func (x *UnitRequest) Reset() {
 	*x = UnitRequest{}
-	mi := &file_supervisor_proto_msgTypes[5]
+	mi := &file_supervisor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +382,7 @@ func (x *UnitRequest) String() string {
 func (*UnitRequest) ProtoMessage() {}
 
 func (x *UnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[5]
+	mi := &file_supervisor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +395,7 @@ func (x *UnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitRequest.ProtoReflect.Descriptor instead.
 func (*UnitRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{5}
+	return file_supervisor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UnitRequest) GetName() string {
@@ -344,7 +418,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_supervisor_proto_msgTypes[6]
+	mi := &file_supervisor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +430,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[6]
+	mi := &file_supervisor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +443,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{6}
+	return file_supervisor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WaitRequest) GetName() string {
@@ -402,7 +476,7 @@ type WaitReply struct {
 
 func (x *WaitReply) Reset() {
 	*x = WaitReply{}
-	mi := &file_supervisor_proto_msgTypes[7]
+	mi := &file_supervisor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +488,7 @@ func (x *WaitReply) String() string {
 func (*WaitReply) ProtoMessage() {}
 
 func (x *WaitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[7]
+	mi := &file_supervisor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +501,7 @@ func (x *WaitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitReply.ProtoReflect.Descriptor instead.
 func (*WaitReply) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{7}
+	return file_supervisor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WaitReply) GetDone() bool {
@@ -449,7 +523,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_supervisor_proto_msgTypes[8]
+	mi := &file_supervisor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +535,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[8]
+	mi := &file_supervisor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +548,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{8}
+	return file_supervisor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FenceRequest) GetDeadline() int64 {
@@ -508,7 +582,7 @@ type UnitStatus struct {
 
 func (x *UnitStatus) Reset() {
 	*x = UnitStatus{}
-	mi := &file_supervisor_proto_msgTypes[9]
+	mi := &file_supervisor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +594,7 @@ func (x *UnitStatus) String() string {
 func (*UnitStatus) ProtoMessage() {}
 
 func (x *UnitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[9]
+	mi := &file_supervisor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +607,7 @@ func (x *UnitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitStatus.ProtoReflect.Descriptor instead.
 func (*UnitStatus) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{9}
+	return file_supervisor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UnitStatus) GetName() string {
@@ -608,7 +682,7 @@ type StatesReply struct {
 
 func (x *StatesReply) Reset() {
 	*x = StatesReply{}
-	mi := &file_supervisor_proto_msgTypes[10]
+	mi := &file_supervisor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +694,7 @@ func (x *StatesReply) String() string {
 func (*StatesReply) ProtoMessage() {}
 
 func (x *StatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[10]
+	mi := &file_supervisor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +707,7 @@ func (x *StatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatesReply.ProtoReflect.Descriptor instead.
 func (*StatesReply) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{10}
+	return file_supervisor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatesReply) GetUnits() []*UnitStatus {
@@ -657,7 +731,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_supervisor_proto_msgTypes[11]
+	mi := &file_supervisor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +743,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_supervisor_proto_msgTypes[11]
+	mi := &file_supervisor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +756,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_supervisor_proto_rawDescGZIP(), []int{11}
+	return file_supervisor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Event) GetSnapshot() bool {
@@ -710,20 +784,26 @@ var File_supervisor_proto protoreflect.FileDescriptor
 
 const file_supervisor_proto_rawDesc = "" +
 	"\n" +
-	"\x10supervisor.proto\x12\x16flotilla.supervisor.v1\"{\n" +
+	"\x10supervisor.proto\x12\x16flotilla.supervisor.v1\"@\n" +
+	"\x0eUpgradeRequest\x12\x16\n" +
+	"\x06binary\x18\x01 \x01(\tR\x06binary\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"{\n" +
 	"\tLogConfig\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12\x1b\n" +
 	"\tmax_files\x18\x02 \x01(\x05R\bmaxFiles\x12\x1a\n" +
 	"\bjournald\x18\x03 \x01(\bR\bjournald\x12\x18\n" +
 	"\amachine\x18\x04 \x01(\tR\amachine\"\a\n" +
 	"\x05Empty\"\x0e\n" +
-	"\fHelloRequest\"\x80\x01\n" +
+	"\fHelloRequest\"\xbd\x01\n" +
 	"\n" +
 	"HelloReply\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x12*\n" +
-	"\x11started_unix_nano\x18\x04 \x01(\x03R\x0fstartedUnixNano\"!\n" +
+	"\x11started_unix_nano\x18\x04 \x01(\x03R\x0fstartedUnixNano\x12#\n" +
+	"\rbinary_sha256\x18\n" +
+	" \x01(\tR\fbinarySha256\x12\x16\n" +
+	"\x06binary\x18\v \x01(\tR\x06binary\"!\n" +
 	"\vLoadRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\fR\x04unit\"!\n" +
 	"\vUnitRequest\x12\x12\n" +
@@ -754,7 +834,7 @@ const file_supervisor_proto_rawDesc = "" +
 	"\x05Event\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\bR\bsnapshot\x128\n" +
 	"\x05units\x18\x02 \x03(\v2\".flotilla.supervisor.v1.UnitStatusR\x05units\x12\x18\n" +
-	"\aremoved\x18\x03 \x03(\tR\aremoved2\xc2\a\n" +
+	"\aremoved\x18\x03 \x03(\tR\aremoved2\x94\b\n" +
 	"\n" +
 	"Supervisor\x12Q\n" +
 	"\x05Hello\x12$.flotilla.supervisor.v1.HelloRequest\x1a\".flotilla.supervisor.v1.HelloReply\x12J\n" +
@@ -768,7 +848,8 @@ const file_supervisor_proto_rawDesc = "" +
 	"\x05Watch\x12\x1d.flotilla.supervisor.v1.Empty\x1a\x1d.flotilla.supervisor.v1.Event0\x01\x12R\n" +
 	"\bShutdown\x12#.flotilla.supervisor.v1.WaitRequest\x1a!.flotilla.supervisor.v1.WaitReply\x12P\n" +
 	"\fSetLogConfig\x12!.flotilla.supervisor.v1.LogConfig\x1a\x1d.flotilla.supervisor.v1.Empty\x12O\n" +
-	"\tRemoveLog\x12#.flotilla.supervisor.v1.UnitRequest\x1a\x1d.flotilla.supervisor.v1.EmptyB1Z/github.com/flotilla/flotilla/proto/supervisorpbb\x06proto3"
+	"\tRemoveLog\x12#.flotilla.supervisor.v1.UnitRequest\x1a\x1d.flotilla.supervisor.v1.Empty\x12P\n" +
+	"\aUpgrade\x12&.flotilla.supervisor.v1.UpgradeRequest\x1a\x1d.flotilla.supervisor.v1.EmptyB1Z/github.com/flotilla/flotilla/proto/supervisorpbb\x06proto3"
 
 var (
 	file_supervisor_proto_rawDescOnce sync.Once
@@ -782,50 +863,53 @@ func file_supervisor_proto_rawDescGZIP() []byte {
 	return file_supervisor_proto_rawDescData
 }
 
-var file_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_supervisor_proto_goTypes = []any{
-	(*LogConfig)(nil),    // 0: flotilla.supervisor.v1.LogConfig
-	(*Empty)(nil),        // 1: flotilla.supervisor.v1.Empty
-	(*HelloRequest)(nil), // 2: flotilla.supervisor.v1.HelloRequest
-	(*HelloReply)(nil),   // 3: flotilla.supervisor.v1.HelloReply
-	(*LoadRequest)(nil),  // 4: flotilla.supervisor.v1.LoadRequest
-	(*UnitRequest)(nil),  // 5: flotilla.supervisor.v1.UnitRequest
-	(*WaitRequest)(nil),  // 6: flotilla.supervisor.v1.WaitRequest
-	(*WaitReply)(nil),    // 7: flotilla.supervisor.v1.WaitReply
-	(*FenceRequest)(nil), // 8: flotilla.supervisor.v1.FenceRequest
-	(*UnitStatus)(nil),   // 9: flotilla.supervisor.v1.UnitStatus
-	(*StatesReply)(nil),  // 10: flotilla.supervisor.v1.StatesReply
-	(*Event)(nil),        // 11: flotilla.supervisor.v1.Event
+	(*UpgradeRequest)(nil), // 0: flotilla.supervisor.v1.UpgradeRequest
+	(*LogConfig)(nil),      // 1: flotilla.supervisor.v1.LogConfig
+	(*Empty)(nil),          // 2: flotilla.supervisor.v1.Empty
+	(*HelloRequest)(nil),   // 3: flotilla.supervisor.v1.HelloRequest
+	(*HelloReply)(nil),     // 4: flotilla.supervisor.v1.HelloReply
+	(*LoadRequest)(nil),    // 5: flotilla.supervisor.v1.LoadRequest
+	(*UnitRequest)(nil),    // 6: flotilla.supervisor.v1.UnitRequest
+	(*WaitRequest)(nil),    // 7: flotilla.supervisor.v1.WaitRequest
+	(*WaitReply)(nil),      // 8: flotilla.supervisor.v1.WaitReply
+	(*FenceRequest)(nil),   // 9: flotilla.supervisor.v1.FenceRequest
+	(*UnitStatus)(nil),     // 10: flotilla.supervisor.v1.UnitStatus
+	(*StatesReply)(nil),    // 11: flotilla.supervisor.v1.StatesReply
+	(*Event)(nil),          // 12: flotilla.supervisor.v1.Event
 }
 var file_supervisor_proto_depIdxs = []int32{
-	9,  // 0: flotilla.supervisor.v1.StatesReply.units:type_name -> flotilla.supervisor.v1.UnitStatus
-	9,  // 1: flotilla.supervisor.v1.Event.units:type_name -> flotilla.supervisor.v1.UnitStatus
-	2,  // 2: flotilla.supervisor.v1.Supervisor.Hello:input_type -> flotilla.supervisor.v1.HelloRequest
-	4,  // 3: flotilla.supervisor.v1.Supervisor.Load:input_type -> flotilla.supervisor.v1.LoadRequest
-	5,  // 4: flotilla.supervisor.v1.Supervisor.Start:input_type -> flotilla.supervisor.v1.UnitRequest
-	5,  // 5: flotilla.supervisor.v1.Supervisor.Stop:input_type -> flotilla.supervisor.v1.UnitRequest
-	6,  // 6: flotilla.supervisor.v1.Supervisor.Unload:input_type -> flotilla.supervisor.v1.WaitRequest
-	6,  // 7: flotilla.supervisor.v1.Supervisor.Kill:input_type -> flotilla.supervisor.v1.WaitRequest
-	1,  // 8: flotilla.supervisor.v1.Supervisor.States:input_type -> flotilla.supervisor.v1.Empty
-	8,  // 9: flotilla.supervisor.v1.Supervisor.Fence:input_type -> flotilla.supervisor.v1.FenceRequest
-	1,  // 10: flotilla.supervisor.v1.Supervisor.Watch:input_type -> flotilla.supervisor.v1.Empty
-	6,  // 11: flotilla.supervisor.v1.Supervisor.Shutdown:input_type -> flotilla.supervisor.v1.WaitRequest
-	0,  // 12: flotilla.supervisor.v1.Supervisor.SetLogConfig:input_type -> flotilla.supervisor.v1.LogConfig
-	5,  // 13: flotilla.supervisor.v1.Supervisor.RemoveLog:input_type -> flotilla.supervisor.v1.UnitRequest
-	3,  // 14: flotilla.supervisor.v1.Supervisor.Hello:output_type -> flotilla.supervisor.v1.HelloReply
-	1,  // 15: flotilla.supervisor.v1.Supervisor.Load:output_type -> flotilla.supervisor.v1.Empty
-	1,  // 16: flotilla.supervisor.v1.Supervisor.Start:output_type -> flotilla.supervisor.v1.Empty
-	1,  // 17: flotilla.supervisor.v1.Supervisor.Stop:output_type -> flotilla.supervisor.v1.Empty
-	7,  // 18: flotilla.supervisor.v1.Supervisor.Unload:output_type -> flotilla.supervisor.v1.WaitReply
-	7,  // 19: flotilla.supervisor.v1.Supervisor.Kill:output_type -> flotilla.supervisor.v1.WaitReply
-	10, // 20: flotilla.supervisor.v1.Supervisor.States:output_type -> flotilla.supervisor.v1.StatesReply
-	1,  // 21: flotilla.supervisor.v1.Supervisor.Fence:output_type -> flotilla.supervisor.v1.Empty
-	11, // 22: flotilla.supervisor.v1.Supervisor.Watch:output_type -> flotilla.supervisor.v1.Event
-	7,  // 23: flotilla.supervisor.v1.Supervisor.Shutdown:output_type -> flotilla.supervisor.v1.WaitReply
-	1,  // 24: flotilla.supervisor.v1.Supervisor.SetLogConfig:output_type -> flotilla.supervisor.v1.Empty
-	1,  // 25: flotilla.supervisor.v1.Supervisor.RemoveLog:output_type -> flotilla.supervisor.v1.Empty
-	14, // [14:26] is the sub-list for method output_type
-	2,  // [2:14] is the sub-list for method input_type
+	10, // 0: flotilla.supervisor.v1.StatesReply.units:type_name -> flotilla.supervisor.v1.UnitStatus
+	10, // 1: flotilla.supervisor.v1.Event.units:type_name -> flotilla.supervisor.v1.UnitStatus
+	3,  // 2: flotilla.supervisor.v1.Supervisor.Hello:input_type -> flotilla.supervisor.v1.HelloRequest
+	5,  // 3: flotilla.supervisor.v1.Supervisor.Load:input_type -> flotilla.supervisor.v1.LoadRequest
+	6,  // 4: flotilla.supervisor.v1.Supervisor.Start:input_type -> flotilla.supervisor.v1.UnitRequest
+	6,  // 5: flotilla.supervisor.v1.Supervisor.Stop:input_type -> flotilla.supervisor.v1.UnitRequest
+	7,  // 6: flotilla.supervisor.v1.Supervisor.Unload:input_type -> flotilla.supervisor.v1.WaitRequest
+	7,  // 7: flotilla.supervisor.v1.Supervisor.Kill:input_type -> flotilla.supervisor.v1.WaitRequest
+	2,  // 8: flotilla.supervisor.v1.Supervisor.States:input_type -> flotilla.supervisor.v1.Empty
+	9,  // 9: flotilla.supervisor.v1.Supervisor.Fence:input_type -> flotilla.supervisor.v1.FenceRequest
+	2,  // 10: flotilla.supervisor.v1.Supervisor.Watch:input_type -> flotilla.supervisor.v1.Empty
+	7,  // 11: flotilla.supervisor.v1.Supervisor.Shutdown:input_type -> flotilla.supervisor.v1.WaitRequest
+	1,  // 12: flotilla.supervisor.v1.Supervisor.SetLogConfig:input_type -> flotilla.supervisor.v1.LogConfig
+	6,  // 13: flotilla.supervisor.v1.Supervisor.RemoveLog:input_type -> flotilla.supervisor.v1.UnitRequest
+	0,  // 14: flotilla.supervisor.v1.Supervisor.Upgrade:input_type -> flotilla.supervisor.v1.UpgradeRequest
+	4,  // 15: flotilla.supervisor.v1.Supervisor.Hello:output_type -> flotilla.supervisor.v1.HelloReply
+	2,  // 16: flotilla.supervisor.v1.Supervisor.Load:output_type -> flotilla.supervisor.v1.Empty
+	2,  // 17: flotilla.supervisor.v1.Supervisor.Start:output_type -> flotilla.supervisor.v1.Empty
+	2,  // 18: flotilla.supervisor.v1.Supervisor.Stop:output_type -> flotilla.supervisor.v1.Empty
+	8,  // 19: flotilla.supervisor.v1.Supervisor.Unload:output_type -> flotilla.supervisor.v1.WaitReply
+	8,  // 20: flotilla.supervisor.v1.Supervisor.Kill:output_type -> flotilla.supervisor.v1.WaitReply
+	11, // 21: flotilla.supervisor.v1.Supervisor.States:output_type -> flotilla.supervisor.v1.StatesReply
+	2,  // 22: flotilla.supervisor.v1.Supervisor.Fence:output_type -> flotilla.supervisor.v1.Empty
+	12, // 23: flotilla.supervisor.v1.Supervisor.Watch:output_type -> flotilla.supervisor.v1.Event
+	8,  // 24: flotilla.supervisor.v1.Supervisor.Shutdown:output_type -> flotilla.supervisor.v1.WaitReply
+	2,  // 25: flotilla.supervisor.v1.Supervisor.SetLogConfig:output_type -> flotilla.supervisor.v1.Empty
+	2,  // 26: flotilla.supervisor.v1.Supervisor.RemoveLog:output_type -> flotilla.supervisor.v1.Empty
+	2,  // 27: flotilla.supervisor.v1.Supervisor.Upgrade:output_type -> flotilla.supervisor.v1.Empty
+	15, // [15:28] is the sub-list for method output_type
+	2,  // [2:15] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -842,7 +926,7 @@ func file_supervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_supervisor_proto_rawDesc), len(file_supervisor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

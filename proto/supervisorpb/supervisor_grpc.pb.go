@@ -36,6 +36,7 @@ const (
 	Supervisor_Shutdown_FullMethodName     = "/flotilla.supervisor.v1.Supervisor/Shutdown"
 	Supervisor_SetLogConfig_FullMethodName = "/flotilla.supervisor.v1.Supervisor/SetLogConfig"
 	Supervisor_RemoveLog_FullMethodName    = "/flotilla.supervisor.v1.Supervisor/RemoveLog"
+	Supervisor_Upgrade_FullMethodName      = "/flotilla.supervisor.v1.Supervisor/Upgrade"
 )
 
 // SupervisorClient is the client API for Supervisor service.
@@ -75,6 +76,13 @@ type SupervisorClient interface {
 	// RemoveLog removes the log of a unit that is not loaded (it was
 	// destroyed).
 	RemoveLog(ctx context.Context, in *UnitRequest, opts ...grpc.CallOption) (*Empty, error)
+	// Upgrade re-executes the supervisor into another binary (the daemon's),
+	// in place: same PID, its units handed over with their processes, log
+	// pipes, restart counters and the fence. It answers only when it cannot
+	// (the binary is missing or not executable, a unit is busy, execve
+	// failed), with the reason, and the old image goes on; on success the
+	// connection ends and the new image serves the socket.
+	Upgrade(ctx context.Context, in *UpgradeRequest, opts ...grpc.CallOption) (*Empty, error)
 }
 
 type supervisorClient struct {
@@ -214,6 +222,16 @@ func (c *supervisorClient) RemoveLog(ctx context.Context, in *UnitRequest, opts 
 	return out, nil
 }
 
+func (c *supervisorClient) Upgrade(ctx context.Context, in *UpgradeRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Supervisor_Upgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SupervisorServer is the server API for Supervisor service.
 // All implementations must embed UnimplementedSupervisorServer
 // for forward compatibility.
@@ -251,6 +269,13 @@ type SupervisorServer interface {
 	// RemoveLog removes the log of a unit that is not loaded (it was
 	// destroyed).
 	RemoveLog(context.Context, *UnitRequest) (*Empty, error)
+	// Upgrade re-executes the supervisor into another binary (the daemon's),
+	// in place: same PID, its units handed over with their processes, log
+	// pipes, restart counters and the fence. It answers only when it cannot
+	// (the binary is missing or not executable, a unit is busy, execve
+	// failed), with the reason, and the old image goes on; on success the
+	// connection ends and the new image serves the socket.
+	Upgrade(context.Context, *UpgradeRequest) (*Empty, error)
 	mustEmbedUnimplementedSupervisorServer()
 }
 
@@ -296,6 +321,9 @@ func (UnimplementedSupervisorServer) SetLogConfig(context.Context, *LogConfig) (
 }
 func (UnimplementedSupervisorServer) RemoveLog(context.Context, *UnitRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveLog not implemented")
+}
+func (UnimplementedSupervisorServer) Upgrade(context.Context, *UpgradeRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method Upgrade not implemented")
 }
 func (UnimplementedSupervisorServer) mustEmbedUnimplementedSupervisorServer() {}
 func (UnimplementedSupervisorServer) testEmbeddedByValue()                    {}
@@ -527,6 +555,24 @@ func _Supervisor_RemoveLog_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Supervisor_Upgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SupervisorServer).Upgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Supervisor_Upgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SupervisorServer).Upgrade(ctx, req.(*UpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Supervisor_ServiceDesc is the grpc.ServiceDesc for Supervisor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -577,6 +623,10 @@ var Supervisor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveLog",
 			Handler:    _Supervisor_RemoveLog_Handler,
+		},
+		{
+			MethodName: "Upgrade",
+			Handler:    _Supervisor_Upgrade_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -96,7 +96,9 @@
 // parent-death signal, so that the processes a SIGKILLed driver's process
 // (the supervisor) started directly die with it. (The signal is tied to the
 // OS thread that started the process; the Go runtime does not end its
-// threads unless a goroutine exits while locked to one.) A process's exit is
+// threads unless a goroutine exits while locked to one, but execve ends
+// every thread but the caller's: Config.Spawn runs every start on one
+// thread, the supervisor's main thread, the one that calls execve.) A process's exit is
 // awaited on a pidfd through the Go runtime's poller before it is reaped, so
 // a thousand running processes do not hold a thousand threads. Stopping with KillMode=control-group (the default)
 // signals every process group the run started; KillMode=process signals only
@@ -158,6 +160,23 @@
 // empties and removes unit cgroups left behind. Only New does this, having
 // taken the directory's lock: a daemon that reconnects to a live supervisor
 // kills nothing.
+//
+// # Handover
+//
+// Handover and Adopt pass a driver from one image of its process to the
+// next, across an execve (the supervisor's upgrade in place): Handover
+// waits until no unit is starting or stopping (those are ErrBusy until its
+// context ends), freezes every unit (no request, timer or process exit is
+// acted on, no process is reaped, Load is refused with ErrHandingOver),
+// pauses the copiers of the output pipes and describes each unit (phase,
+// main process, process groups, the pipes' descriptors and the start of a
+// line read but not logged, restart counter, start limit, what is left of
+// RestartSec=), the fence and the log settings, clearing close-on-exec on
+// the lock and the pipes. Its resume undoes all that when the execve
+// failed. Adopt, in the new image, takes the lock from its descriptor
+// (killing nothing), waits for the main processes, which are still the
+// process's children, and reads the pipes on. A unit with a cgroup of its
+// own is not handed over (Handover fails, naming it).
 //
 // # Fencing
 //

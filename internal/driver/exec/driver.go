@@ -34,6 +34,10 @@ var (
 	ErrInUse = errors.New("execdriver: state directory is in use by another driver")
 )
 
+// ErrHandingOver is returned by Load while a handover is under way (the
+// supervisor is being upgraded); a later Load succeeds.
+var ErrHandingOver = errors.New("execdriver: the driver is being handed over to a new binary; try again")
+
 // errUnloading is returned for a unit that Unload or Close is stopping.
 var errUnloading = errors.New("unit is being unloaded")
 
@@ -98,6 +102,11 @@ type Config struct {
 	// user, units run as that user, whom file modes (0600, 0700) do not
 	// keep from the daemon's own files, and nothing is hidden.
 	Inaccessible []string
+	// Spawn, if set, runs each function that starts a unit's process. The
+	// supervisor runs them on its main thread: a process's parent-death
+	// signal is tied to the thread that started it, and the main thread is
+	// the one that survives an execve (see Handover).
+	Spawn func(func())
 }
 
 // validate checks c and fills in defaults.
@@ -165,6 +174,11 @@ type Driver struct {
 	fence fence
 	kids  children
 
+	// reapGate is held shared by a process's waiter from its reaping until
+	// its unit has seen the exit, exclusively by a handover.
+	reapGate sync.RWMutex
+	handing  bool // a handover is under way: Load is refused
+
 	cgroups *cgroupHost
 }
 
@@ -190,7 +204,11 @@ func New(cfg Config) (*Driver, error) {
 	cgroups := detectCgroups(cfg.CgroupRoot, cfg.CgroupParent)
 	log.Info("resource limits", "cgroups", cgroups.String(), "parent", cfg.CgroupParent)
 	cgroups.removeStale(log)
+	return newDriver(cfg, lock, log, cgroups), nil
+}
 
+// newDriver makes a driver holding the directory's lock, with no unit.
+func newDriver(cfg Config, lock *os.File, log *slog.Logger, cgroups *cgroupHost) *Driver {
 	d := &Driver{
 		logs:  LogConfig{Limits: LogLimits{MaxBytes: cfg.MaxLogBytes, MaxFiles: max(cfg.MaxLogFiles, 0)}, Journald: cfg.Journald},
 		cfg:   cfg,
@@ -208,7 +226,7 @@ func New(cfg Config) (*Driver, error) {
 	if u, err := user.Current(); err == nil && u.HomeDir != "" {
 		d.home = u.HomeDir
 	}
-	return d, nil
+	return d
 }
 
 func (d *Driver) logPath(name string) string {
@@ -238,6 +256,10 @@ func (d *Driver) Load(f *unit.File) error {
 		if d.closed {
 			d.mu.Unlock()
 			return fmt.Errorf("load %s: %w", f.Name, ErrClosed)
+		}
+		if d.handing {
+			d.mu.Unlock()
+			return fmt.Errorf("load %s: %w", f.Name, ErrHandingOver)
 		}
 		s := d.units[f.Name]
 		if s == nil {

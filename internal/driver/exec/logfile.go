@@ -186,14 +186,19 @@ func (l *unitLog) close() {
 }
 
 // copyLines reads r until EOF and logs each line under ident[pid]. Lines
-// longer than maxLineBytes are cut into several.
-func (l *unitLog) copyLines(r io.Reader, ident string, pid int) {
+// longer than maxLineBytes are cut into several. When r's read fails with
+// errPaused (a handover) it returns the bytes read and not yet logged, the
+// start of a line, with paused set.
+func (l *unitLog) copyLines(r io.Reader, ident string, pid int) (rest []byte, paused bool) {
 	// A small buffer, grown only while a long line is read: an idle unit
 	// costs little.
 	br := bufio.NewReaderSize(r, copyBufBytes)
 	var long []byte // a line longer than the buffer, so far
 	for {
 		chunk, err := br.ReadSlice('\n')
+		if errors.Is(err, errPaused) {
+			return append(long, chunk...), true
+		}
 		full := errors.Is(err, bufio.ErrBufferFull)
 		if !full && len(long) == 0 {
 			if len(chunk) > 0 {
@@ -214,7 +219,7 @@ func (l *unitLog) copyLines(r io.Reader, ident string, pid int) {
 			}
 		}
 		if err != nil && !full {
-			return
+			return nil, false
 		}
 	}
 }

@@ -23,6 +23,9 @@ type outPipe struct {
 	asked   []chan struct{} // drain requests not yet measured
 	waiting []drainWait     // measured, not yet reached
 	ended   bool            // the copier is done: every request is answered at once
+	pausing bool            // pause asked: the copier stops reading (a handover)
+	rest    chan []byte     // the copier's unlogged bytes once it has paused
+	closed  chan struct{}   // closed once the copier has ended with the pipe
 
 	n int64 // bytes read so far; the copier's alone
 }
@@ -33,7 +36,39 @@ type drainWait struct {
 	done   chan struct{}
 }
 
-func newOutPipe(f *os.File) *outPipe { return &outPipe{f: f} }
+func newOutPipe(f *os.File) *outPipe {
+	return &outPipe{f: f, rest: make(chan []byte, 1), closed: make(chan struct{})}
+}
+
+// errPaused ends the copier's reads when the pipe is paused for a
+// handover; the pipe stays open.
+var errPaused = errors.New("output pipe paused for a handover")
+
+// pause makes the copier stop reading, at once if it waits for more: its
+// Read returns errPaused, and the copier hands the bytes it read but did not
+// log (a line not yet ended) to rest. The pipe stays open for the next
+// process image.
+func (p *outPipe) pause() {
+	p.mu.Lock()
+	p.pausing = true
+	p.mu.Unlock()
+	p.f.SetReadDeadline(time.Unix(1, 0))
+}
+
+// resume undoes pause (a handover that did not happen): the copier is
+// started again by the caller.
+func (p *outPipe) resume() {
+	p.mu.Lock()
+	p.pausing = false
+	p.mu.Unlock()
+	p.f.SetReadDeadline(time.Time{})
+}
+
+func (p *outPipe) paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pausing
+}
 
 // drain returns a channel closed once every line the pipe holds now is
 // logged (or the copier has ended). It interrupts a read that waits for
@@ -57,6 +92,9 @@ func (p *outPipe) drain() <-chan struct{} {
 // pipe at the request are logged.
 func (p *outPipe) Read(b []byte) (int, error) {
 	for {
+		if p.paused() {
+			return 0, errPaused
+		}
 		p.settle()
 		n, err := p.f.Read(b)
 		p.n += int64(n)

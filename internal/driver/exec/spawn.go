@@ -1,8 +1,10 @@
 package execdriver
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -20,10 +22,10 @@ import (
 // proc is a process the supervisor started.
 type proc struct {
 	pid    int
-	label  string       // the option it comes from: "ExecStartPre", "ExecStart", ...
-	cmd    unit.Command // as written
-	argv   []string     // as executed
-	c      *exec.Cmd
+	label  string        // the option it comes from: "ExecStartPre", "ExecStart", ...
+	cmd    unit.Command  // as written
+	argv   []string      // as executed
+	os     *os.Process   // waited for by supervisor.wait
 	out    *outPipe      // its output pipe, shared with its children
 	copied chan struct{} // closed once its output pipe is drained
 }
@@ -198,11 +200,13 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*pro
 		unithide.Wrap(cmd, s.d.cfg.Inaccessible)
 	}
 	s.d.kids.lock.RLock()
-	if cg != nil {
-		err = cg.start(cmd)
-	} else {
-		err = cmd.Start()
-	}
+	s.d.spawn(func() {
+		if cg != nil {
+			err = cg.start(cmd)
+		} else {
+			err = cmd.Start()
+		}
+	})
 	if err == nil {
 		s.d.kids.add(cmd.Process.Pid)
 	}
@@ -213,19 +217,49 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*pro
 		return nil, pgroup{}, err
 	}
 	out := newOutPipe(r)
-	p := &proc{pid: cmd.Process.Pid, label: c.label, cmd: c.cmd, argv: argv, c: cmd, out: out, copied: make(chan struct{})}
+	p := &proc{pid: cmd.Process.Pid, label: c.label, cmd: c.cmd, argv: argv, os: cmd.Process, out: out, copied: make(chan struct{})}
 	g := pgroup{pgid: p.pid}
 	if st, err := readProcStat(p.pid); err == nil {
 		g.start = st.start
 	}
+	s.copyPipe(out, p.pid, p.copied, nil)
+	return p, g, nil
+}
+
+// spawn runs f, which starts a process, on the driver's spawning thread
+// (Config.Spawn), or on the caller's when there is none.
+func (d *Driver) spawn(f func()) {
+	if d.cfg.Spawn != nil {
+		d.cfg.Spawn(f)
+		return
+	}
+	f()
+}
+
+// copyPipe starts the copier of a process's output pipe: rest (bytes a
+// previous process image read and did not log) first, then the pipe, line
+// by line into the unit's log. copied, if not nil, is closed once the pipe
+// has ended and all of it is logged. A copier paused for a handover leaves
+// the pipe open and hands what it did not log to out.rest.
+func (s *supervisor) copyPipe(out *outPipe, pid int, copied chan struct{}, rest []byte) {
 	s.readers.Add(1)
-	s.trackPipe(out, true)
+	s.trackPipe(out, pid, true)
 	go func() {
 		defer s.readers.Done()
-		defer close(p.copied)
-		s.log.copyLines(out, s.name, p.pid)
-		s.trackPipe(out, false)
+		var r io.Reader = out
+		if len(rest) > 0 {
+			r = io.MultiReader(bytes.NewReader(rest), out)
+		}
+		left, paused := s.log.copyLines(r, s.name, pid)
+		if paused {
+			out.rest <- left
+			return
+		}
+		if copied != nil {
+			close(copied)
+		}
+		s.trackPipe(out, pid, false)
 		out.Close()
+		close(out.closed)
 	}()
-	return p, g, nil
 }

@@ -2,6 +2,7 @@ package execdriver
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,18 +82,23 @@ const drainLimit = 10 * time.Second
 type reqKind int
 
 const (
-	reqLoad  reqKind = iota // replace the definition
-	reqStart                // start
-	reqStop                 // stop
-	reqQuit                 // stop, then forget the unit (Unload, Close)
-	reqAbort                // SIGKILL everything now, then forget (Close past its deadline)
-	reqFence                // SIGKILL everything now, stay loaded (a fence deadline passed)
+	reqLoad     reqKind = iota // replace the definition
+	reqStart                   // start
+	reqStop                    // stop
+	reqQuit                    // stop, then forget the unit (Unload, Close)
+	reqAbort                   // SIGKILL everything now, then forget (Close past its deadline)
+	reqFence                   // SIGKILL everything now, stay loaded (a fence deadline passed)
+	reqHandover                // describe the unit, then do nothing until thaw is closed
 )
 
 type request struct {
 	kind  reqKind
 	file  *unit.File // reqLoad
 	reply chan error
+
+	state *UnitState      // reqHandover: filled in
+	thaw  <-chan struct{} // reqHandover: closed when the handover did not happen
+	ctx   context.Context // reqHandover: bounds pausing the log copiers
 }
 
 // errGone is returned by call once the supervisor has finished.
@@ -123,7 +129,7 @@ type supervisor struct {
 
 	readers sync.WaitGroup // output copiers
 	pipesMu sync.Mutex
-	pipes   map[*outPipe]bool // read ends still being copied
+	pipes   map[*outPipe]int // read ends still being copied, with the pid their lines are logged under
 
 	// Owned by run.
 
@@ -150,7 +156,10 @@ type supervisor struct {
 	phaseAt      time.Time // when the current stop-sigterm or stop-sigkill began
 	limiter      startLimiter
 	restarts     int
-	renotify     bool // notify the status at the next publish even if unchanged
+	renotify     bool            // notify the status at the next publish even if unchanged
+	restartAt    time.Time       // phaseAutoRestart: when the timer restarts the unit
+	frozen       <-chan struct{} // a handover took the unit's state: wait for this to close
+	paused       []pausedPipe    // output pipes a handover paused
 	timer        *time.Timer
 	ticker       *time.Ticker // while waiting for process groups to empty
 }
@@ -170,7 +179,7 @@ func newSupervisor(d *Driver, f *unit.File) *supervisor {
 		reqs:  make(chan request),
 		exits: make(chan exited),
 		done:  make(chan struct{}),
-		pipes: make(map[*outPipe]bool),
+		pipes: make(map[*outPipe]int),
 		file:  f,
 		timer: time.NewTimer(time.Hour),
 	}
@@ -212,6 +221,13 @@ func (s *supervisor) run() {
 		select {
 		case r := <-s.reqs:
 			r.reply <- s.handle(r)
+			if s.frozen != nil {
+				// Handed over: the next image runs the unit, unless the
+				// handover is called off.
+				<-s.frozen
+				s.frozen = nil
+				s.resumePipes()
+			}
 		case ev := <-s.exits:
 			s.onExit(ev)
 		case <-s.timer.C:
@@ -372,6 +388,13 @@ func (s *supervisor) handle(r request) error {
 			s.fenced, s.abort, s.stopReq = true, true, true
 			s.enterStopSigkill()
 		}
+	case reqHandover:
+		st, err := s.handoverState(r.ctx)
+		if err != nil {
+			return err
+		}
+		*r.state = st
+		s.frozen = r.thaw
 	case reqAbort:
 		s.quit, s.abort, s.pendingStart = true, true, false
 		switch s.ph {
@@ -746,6 +769,7 @@ func (s *supervisor) enterDead() {
 			s.event("%s: Failed with result '%s'.", s.name, s.result)
 		}
 		s.ph = phaseAutoRestart
+		s.restartAt = time.Now().Add(def.Service.RestartSec)
 		s.timer.Reset(max(def.Service.RestartSec, time.Millisecond))
 		return
 	case s.result == resultSuccess:
@@ -988,16 +1012,30 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 
 // wait reaps p and reports its exit to the supervisor once all it wrote is
 // logged (for the order of the log: the unit's end follows its output).
+//
+// From the reaping until the exit is handed to the unit's goroutine it
+// holds the driver's reap gate shared: a handover (Driver.Handover) takes
+// it exclusively, so no process is reaped whose exit the unit has not
+// seen, and none is reaped after the units' state was taken (the next
+// process image reaps them).
 func (s *supervisor) wait(p *proc) {
 	awaitExit(p.pid)
-	p.c.Wait()
+	s.d.reapGate.RLock()
+	defer s.d.reapGate.RUnlock()
+	st, err := p.os.Wait()
 	s.d.kids.remove(p.pid)
 	select {
 	case <-p.copied:
 	case <-p.out.drain():
 	case <-time.After(drainLimit):
 	}
-	ev := exited{p: p, status: exitStatusOf(p.c.ProcessState.Sys().(syscall.WaitStatus))}
+	status := exitStatus{Signal: syscall.SIGKILL}
+	if err == nil {
+		status = exitStatusOf(st.Sys().(syscall.WaitStatus))
+	} else {
+		s.slog.Error("cannot wait for a process; taking it as killed", "pid", p.pid, "err", err)
+	}
+	ev := exited{p: p, status: status}
 	select {
 	case s.exits <- ev:
 	case <-s.done:
@@ -1006,11 +1044,11 @@ func (s *supervisor) wait(p *proc) {
 
 // trackPipe registers (add) or forgets an output pipe, so that finish can cut
 // off pipes held open by escaped processes.
-func (s *supervisor) trackPipe(r *outPipe, add bool) {
+func (s *supervisor) trackPipe(r *outPipe, pid int, add bool) {
 	s.pipesMu.Lock()
 	defer s.pipesMu.Unlock()
 	if add {
-		s.pipes[r] = true
+		s.pipes[r] = pid
 	} else {
 		delete(s.pipes, r)
 	}
