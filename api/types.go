@@ -77,13 +77,14 @@ type UnitState struct {
 
 // Machine is one machine of the cluster.
 type Machine struct {
-	ID       string            `json:"id"`                // the machine ID (the daemon's --name)
-	IP       string            `json:"ip"`                // the daemon's --public-ip
-	Metadata map[string]string `json:"metadata"`          // for [X-Fleet] MachineMetadata=
-	Leader   bool              `json:"leader"`            // the machine's daemon runs the engine leader
-	APIAddr  string            `json:"apiAddr,omitempty"` // where its daemon serves this API
-	Version  string            `json:"version,omitempty"` // its daemon's version
-	Units    int               `json:"units"`             // units scheduled to it
+	ID       string            `json:"id"`                 // the machine ID (the daemon's --name)
+	IP       string            `json:"ip"`                 // the daemon's --public-ip
+	Metadata map[string]string `json:"metadata"`           // for [X-Fleet] MachineMetadata=
+	Leader   bool              `json:"leader"`             // the machine's daemon runs the engine leader
+	APIAddr  string            `json:"apiAddr,omitempty"`  // where its daemon serves this API
+	Version  string            `json:"version,omitempty"`  // its daemon's release and short commit, e.g. 0.2.0+abc1234
+	Protocol int               `json:"protocol,omitempty"` // the agent protocol its daemon speaks (1: one that does not say)
+	Units    int               `json:"units"`              // units scheduled to it
 	// Capacity is what the machine offers to units; Free is what placed
 	// units leave of it (0 in a dimension: not limited).
 	Capacity Resources `json:"capacity"` // what it offers

@@ -135,7 +135,10 @@ type MachineInfo struct {
 	IP       string
 	Metadata map[string]string
 	APIAddr  string
+	// Version is the daemon's release and short commit (0.2.0+abc1234),
+	// Protocol the agent protocol it speaks (1 when it did not say).
 	Version  string
+	Protocol int
 	// Capacity: CPU percent and memory bytes offered to units (0: not limited).
 	CPUPercent  int64
 	MemoryBytes int64

@@ -25,6 +25,7 @@ import (
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/supervisorpb"
 )
 
@@ -324,7 +325,8 @@ func dirGone(dir string, was os.FileInfo) string {
 }
 
 func (s *server) Hello(context.Context, *supervisorpb.HelloRequest) (*supervisorpb.HelloReply, error) {
-	return &supervisorpb.HelloReply{Pid: int32(s.pid), Instance: s.instance, Version: s.version, StartedUnixNano: s.started.UnixNano()}, nil
+	return &supervisorpb.HelloReply{Pid: int32(s.pid), Instance: s.instance, Version: s.version, StartedUnixNano: s.started.UnixNano(),
+		Protocol: int32(version.ProtocolVersion)}, nil
 }
 
 func (s *server) Load(_ context.Context, r *supervisorpb.LoadRequest) (*supervisorpb.Empty, error) {

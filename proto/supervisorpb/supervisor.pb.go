@@ -179,8 +179,12 @@ type HelloReply struct {
 	Instance        string `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
 	Version         string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	StartedUnixNano int64  `protobuf:"varint,4,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// protocol is the supervisor protocol it speaks (internal/version): a
+	// daemon refuses a supervisor outside its window, naming both versions.
+	// 0 (a supervisor older than this field) counts as protocol 1.
+	Protocol      int32 `protobuf:"varint,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HelloReply) Reset() {
@@ -237,6 +241,13 @@ func (x *HelloReply) GetVersion() string {
 func (x *HelloReply) GetStartedUnixNano() int64 {
 	if x != nil {
 		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *HelloReply) GetProtocol() int32 {
+	if x != nil {
+		return x.Protocol
 	}
 	return 0
 }
@@ -717,13 +728,14 @@ const file_supervisor_proto_rawDesc = "" +
 	"\bjournald\x18\x03 \x01(\bR\bjournald\x12\x18\n" +
 	"\amachine\x18\x04 \x01(\tR\amachine\"\a\n" +
 	"\x05Empty\"\x0e\n" +
-	"\fHelloRequest\"\x80\x01\n" +
+	"\fHelloRequest\"\x9c\x01\n" +
 	"\n" +
 	"HelloReply\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x12*\n" +
-	"\x11started_unix_nano\x18\x04 \x01(\x03R\x0fstartedUnixNano\"!\n" +
+	"\x11started_unix_nano\x18\x04 \x01(\x03R\x0fstartedUnixNano\x12\x1a\n" +
+	"\bprotocol\x18\x05 \x01(\x05R\bprotocol\"!\n" +
 	"\vLoadRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\fR\x04unit\"!\n" +
 	"\vUnitRequest\x12\x12\n" +
