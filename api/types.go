@@ -213,6 +213,17 @@ type Status struct {
 	ElectionRev int64  `json:"electionRev,omitempty"` // etcd revision of the leader's election
 	Version     string `json:"version"`               // the answering daemon's version
 	Registry    string `json:"registry"`              // how agents coordinate: grpc or etcd
+	// Protocol is the agent and supervisor protocol the answering daemon
+	// speaks, ProtocolWindow those it accepts of its peers ("1 to 3"), and
+	// Schema the schema of the data in etcd it leads (see docs/operations.md,
+	// "Versions and compatibility").
+	Protocol       int    `json:"protocol,omitempty"`
+	ProtocolWindow string `json:"protocolWindow,omitempty"`
+	Schema         int    `json:"schema,omitempty"`
+	// LeadRefused says why the answering daemon's engine does not
+	// campaign: etcd holds data of a schema it cannot lead. Its machine
+	// still runs units as an agent.
+	LeadRefused string `json:"leadRefused,omitempty"`
 }
 
 // State is the answer of GET /v1/state: the whole cluster as the leader

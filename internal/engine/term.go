@@ -401,6 +401,17 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		case <-lctx.Done():
 		}
 	}()
+	// The committer runs from here: a migration of the data's schema
+	// writes through it before the load.
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.committer.Run(t.commitCtx) }()
+	if err := t.takeSchema(lctx); err != nil {
+		lcancel()
+		cancel(err)
+		t.stopCommit()
+		t.wg.Wait()
+		return nil, err
+	}
 	loadStart := time.Now()
 	var ph passPhases
 	ph.start(loadStart)
@@ -426,6 +437,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	if err != nil {
 		cancel(err)
 		t.stopCommit()
+		t.wg.Wait()
 		return nil, err
 	}
 	t.rev = snap.Revision
@@ -517,8 +529,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	t.rechecked = placedAtLoad == 0
 	t.start = e.cfg.Now()
 	t.reconnect = reconnectGrace(len(t.machines))
-	t.wg.Add(2)
-	go func() { defer t.wg.Done(); t.committer.Run(t.commitCtx) }()
+	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.loop() }()
 	if e.cfg.Registry == registry.ModeGRPC {
 		t.wg.Add(1)

@@ -128,14 +128,24 @@ func CheckProtocol(self Peer, w Window, peer Peer) error {
 	return fmt.Errorf("%s is outside the protocol window of %s, which accepts protocol %s: upgrade %s", peer, self, w, older)
 }
 
+// SchemaError says etcd holds data of a newer schema than this binary's.
+type SchemaError struct {
+	Stored, Own int
+	Release     string // this binary's
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("etcd holds schema %d; this binary (%s, schema %d) cannot lead it: upgrade this machine", e.Stored, e.Release, e.Own)
+}
+
 // CheckSchema returns nil when this binary can lead a cluster whose data
-// in etcd is at schema stored (older schemas it migrates), else an error
-// naming both versions. release is this binary's.
+// in etcd is at schema stored (older schemas it migrates), else a
+// *SchemaError naming both versions. release is this binary's.
 func CheckSchema(stored int, release string) error {
 	if stored <= SchemaVersion {
 		return nil
 	}
-	return fmt.Errorf("etcd holds schema %d; this binary (%s, schema %d) cannot lead it: upgrade this machine", stored, release, SchemaVersion)
+	return &SchemaError{Stored: stored, Own: SchemaVersion, Release: release}
 }
 
 // Short is the release and the first 7 digits of the commit, as agents
