@@ -50,6 +50,7 @@ type node struct {
 	name, dir             string
 	api, etcdClient, peer string
 	args                  []string
+	bin                   string // the binary it runs; "" is flotillaBin
 	cmd                   *exec.Cmd
 	done                  chan struct{}
 	log                   *lockedBuffer
@@ -86,7 +87,11 @@ func freeAddr(t *testing.T) string {
 func (n *node) start(t *testing.T) {
 	t.Helper()
 	n.log = &lockedBuffer{}
-	n.cmd = exec.Command(flotillaBin, n.args...)
+	bin := n.bin
+	if bin == "" {
+		bin = flotillaBin
+	}
+	n.cmd = exec.Command(bin, n.args...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {
