@@ -178,3 +178,46 @@ func TestEngineProtocolWindow(t *testing.T) {
 		return nil
 	})
 }
+
+// TestEngineProtocolWindowEtcd: in the etcd registry mode the leader takes
+// a machine outside its protocol window for absent.
+func TestEngineProtocolWindowEtcd(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "etcd", "e1")
+	waitLeader(t, e)
+	start := func(name string, protocol int) {
+		a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Protocol: protocol}, TTL: agentTTL,
+			Registry: "etcd", Etcd: cli, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := sim.New(sim.Config{Machine: name, Notify: a.Notify})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.SetDriver(d)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	start("far", version.MaxProtocolVersion+6)
+	eventually(t, 10*time.Second, "far's presence in etcd", func() error {
+		resp, err := cli.Get(context.Background(), registry.Keys{}.Presence("far"), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 1 {
+			return fmt.Errorf("%d keys (%v)", resp.Count, err)
+		}
+		return nil
+	})
+	// The leader reads presences in the order etcd wrote them: once it
+	// lists the machine that came second, it has judged the first.
+	start("near", version.ProtocolVersion)
+	eventually(t, 10*time.Second, "near listed, far not", func() error {
+		ms, err := e.Machines()
+		if err != nil || len(ms) != 1 || ms[0].ID != "near" {
+			return fmt.Errorf("machines %+v (%v)", ms, err)
+		}
+		return nil
+	})
+}

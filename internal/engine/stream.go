@@ -267,13 +267,19 @@ func (e *Engine) protocolAllowed(m *agentpb.Machine) error {
 	if m == nil {
 		return nil // checkHello says what is missing
 	}
-	self := version.Peer{What: "leader " + e.cfg.Machine, Release: version.Get().Short(), Protocol: version.ProtocolVersion}
-	peer := version.Peer{What: "machine " + m.Id, Release: m.Version, Protocol: version.PeerProtocol(m.Protocol)}
-	if err := version.CheckProtocol(self, version.ProtocolWindow(), peer); err != nil {
+	if err := e.checkProtocol(m); err != nil {
 		e.log.Warn("refused an agent's Hello", "machine", m.Id, "err", err)
 		return status.Error(agentpb.CodeIncompatible, err.Error())
 	}
 	return nil
+}
+
+// checkProtocol returns an error naming both ends when machine m's agent
+// protocol is outside this leader's window.
+func (e *Engine) checkProtocol(m *agentpb.Machine) error {
+	self := version.Peer{What: "leader " + e.cfg.Machine, Release: version.Get().Short(), Protocol: version.ProtocolVersion}
+	peer := version.Peer{What: "machine " + m.Id, Release: m.Version, Protocol: version.PeerProtocol(m.Protocol)}
+	return version.CheckProtocol(self, version.ProtocolWindow(), peer)
 }
 
 // helloAllowed refuses a Hello from a peer that may not speak for m
