@@ -181,8 +181,7 @@ func TestProtocolWindow(t *testing.T) {
 		t.Fatal("a1 on this build still runs 60s after it found a supervisor of protocol 9")
 	}
 	for _, s := range []string{
-		"the supervisor serving " + units,
-		"(0.9.0, protocol 9) is outside the protocol window of this daemon (" + current,
+		"on " + filepath.Join(units, supervisor.SocketFile) + " (0.9.0, protocol 9) is outside the protocol window of this daemon (" + current,
 	} {
 		if !strings.Contains(a1.log.String(), s) {
 			t.Errorf("a1's log does not say %q:\n%s", s, tail(a1.log.String(), 10))

@@ -240,7 +240,7 @@ func (c *Client) open() (*session, *supervisorpb.Event, error) {
 // one a release or more behind (or ahead, after a downgrade).
 func (c *Client) checkProtocol(h *supervisorpb.HelloReply) error {
 	self := version.Peer{What: "this daemon", Release: version.Get().Short(), Protocol: version.ProtocolVersion}
-	peer := version.Peer{What: fmt.Sprintf("the supervisor serving %s (pid %d)", c.sock, h.GetPid()), Release: h.GetVersion(),
+	peer := version.Peer{What: fmt.Sprintf("supervisor %d on %s", h.GetPid(), c.sock), Release: h.GetVersion(),
 		Protocol: version.PeerProtocol(h.GetProtocol())}
 	if err := version.CheckProtocol(self, version.ProtocolWindow(), peer); err != nil {
 		return fmt.Errorf("supervisor: %w", err)
