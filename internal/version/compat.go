@@ -29,11 +29,13 @@ import (
 //	go build -ldflags "-X github.com/flotilla/flotilla/internal/version.protocol=3
 //	  -X github.com/flotilla/flotilla/internal/version.schema=3"
 //
-// maxProtocol empty means protocol+1. Tests in-process set the exported
+// minProtocol empty means protocol-1 (at least OldestProtocol), and
+// maxProtocol empty protocol+1: a release that breaks compatibility with
+// more than the one before it sets them. Tests in-process set the exported
 // variables instead.
 var (
 	protocol    = "2"
-	minProtocol = "1"
+	minProtocol = ""
 	maxProtocol = ""
 	schema      = "2"
 )
@@ -43,8 +45,8 @@ var (
 	ProtocolVersion = mustInt("protocol", protocol)
 	// MinProtocolVersion and MaxProtocolVersion bound the protocols of
 	// the peers this binary accepts.
-	MinProtocolVersion = mustInt("minProtocol", minProtocol)
-	MaxProtocolVersion = maxOf(maxProtocol, ProtocolVersion)
+	MinProtocolVersion = orDefault("minProtocol", minProtocol, max(ProtocolVersion-1, OldestProtocol))
+	MaxProtocolVersion = orDefault("maxProtocol", maxProtocol, ProtocolVersion+1)
 	// SchemaVersion is the layout of the data in etcd this binary writes
 	// and reads.
 	SchemaVersion = mustInt("schema", schema)
@@ -66,11 +68,11 @@ func mustInt(name, s string) int {
 	return n
 }
 
-func maxOf(s string, protocol int) int {
+func orDefault(name, s string, def int) int {
 	if s == "" {
-		return protocol + 1
+		return def
 	}
-	return mustInt("maxProtocol", s)
+	return mustInt(name, s)
 }
 
 // PeerProtocol is the protocol of a peer that sent p: OldestProtocol for a
