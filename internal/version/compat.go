@@ -30,9 +30,10 @@ import (
 //	  -X github.com/flotilla/flotilla/internal/version.schema=3"
 //
 // minProtocol empty means protocol-1 (at least OldestProtocol), and
-// maxProtocol empty protocol+1: a release that breaks compatibility with
-// more than the one before it sets them. Tests in-process set the exported
-// variables instead.
+// maxProtocol empty protocol+1: a release whose window is not one each way
+// sets them. A release that raises schema adds the step to it in
+// registry.Migrations. Tests in-process set the exported variables
+// instead.
 var (
 	protocol    = "2"
 	minProtocol = ""
