@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/version"
 )
 
 func readSchema(t *testing.T, cli *clientv3.Client, keys registry.Keys) int {
@@ -97,5 +98,15 @@ func TestMigrate(t *testing.T) {
 	}
 	if _, err := registry.ReadSchema(ctx, cli, keys, 1); err == nil || !strings.Contains(err.Error(), `/t/config/schema holds "two"`) {
 		t.Errorf("ReadSchema of a garbled key: %v, want an error naming the key and its value", err)
+	}
+}
+
+// TestMigrationsReachSchema: every schema from the oldest to this
+// binary's has its step, so a leader can bring any older data up.
+func TestMigrationsReachSchema(t *testing.T) {
+	for v := version.OldestSchema; v < version.SchemaVersion; v++ {
+		if !slices.ContainsFunc(registry.Migrations, func(m registry.Migration) bool { return m.From == v }) {
+			t.Errorf("no migration from schema %d to %d (this binary's schema is %d)", v, v+1, version.SchemaVersion)
+		}
 	}
 }
