@@ -77,13 +77,14 @@ type UnitState struct {
 
 // Machine is one machine of the cluster.
 type Machine struct {
-	ID       string            `json:"id"`                // the machine ID (the daemon's --name)
-	IP       string            `json:"ip"`                // the daemon's --public-ip
-	Metadata map[string]string `json:"metadata"`          // for [X-Fleet] MachineMetadata=
-	Leader   bool              `json:"leader"`            // the machine's daemon runs the engine leader
-	APIAddr  string            `json:"apiAddr,omitempty"` // where its daemon serves this API
-	Version  string            `json:"version,omitempty"` // its daemon's version
-	Units    int               `json:"units"`             // units scheduled to it
+	ID       string            `json:"id"`                 // the machine ID (the daemon's --name)
+	IP       string            `json:"ip"`                 // the daemon's --public-ip
+	Metadata map[string]string `json:"metadata"`           // for [X-Fleet] MachineMetadata=
+	Leader   bool              `json:"leader"`             // the machine's daemon runs the engine leader
+	APIAddr  string            `json:"apiAddr,omitempty"`  // where its daemon serves this API
+	Version  string            `json:"version,omitempty"`  // its daemon's release and short commit, e.g. 0.2.0+abc1234
+	Protocol int               `json:"protocol,omitempty"` // the agent protocol its daemon speaks (1: one that does not say)
+	Units    int               `json:"units"`              // units scheduled to it
 	// Capacity is what the machine offers to units; Free is what placed
 	// units leave of it (0 in a dimension: not limited).
 	Capacity Resources `json:"capacity"` // what it offers
@@ -212,6 +213,17 @@ type Status struct {
 	ElectionRev int64  `json:"electionRev,omitempty"` // etcd revision of the leader's election
 	Version     string `json:"version"`               // the answering daemon's version
 	Registry    string `json:"registry"`              // how agents coordinate: grpc or etcd
+	// Protocol is the agent and supervisor protocol the answering daemon
+	// speaks, ProtocolWindow those it accepts of its peers ("1 to 3"), and
+	// Schema the schema of the data in etcd it leads (see docs/operations.md,
+	// "Versions and compatibility").
+	Protocol       int    `json:"protocol,omitempty"`
+	ProtocolWindow string `json:"protocolWindow,omitempty"`
+	Schema         int    `json:"schema,omitempty"`
+	// LeadRefused says why the answering daemon's engine does not
+	// campaign: etcd holds data of a schema it cannot lead. Its machine
+	// still runs units as an agent.
+	LeadRefused string `json:"leadRefused,omitempty"`
 }
 
 // State is the answer of GET /v1/state: the whole cluster as the leader

@@ -27,7 +27,9 @@
 //     live daemon holds the machine's name (with another instance: another
 //     data dir) ends Run with ErrNameInUse, or, with Config.OnRefused (the
 //     daemon's), has the agent say Hello again every RefusedRetry until
-//     the name is free.
+//     the name is free. So does a Hello whose protocol version is outside
+//     the leader's window (ErrIncompatible: a rolling upgrade skipped a
+//     release), until the leader or this machine is upgraded.
 //  5. The cut-off policy. Every message from the leader carries the
 //     leader's monotonic send time; the agent maps it onto the machine's
 //     monotonic clock (monotime) with the smallest offset seen on the
@@ -76,6 +78,7 @@ import (
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -96,11 +99,20 @@ type Machine struct {
 	// instance file): the leader refuses the agent while another live
 	// daemon holds the machine ID with another instance.
 	Instance string
+	// Protocol is the agent protocol the machine says it speaks; 0 means
+	// version.ProtocolVersion. The leader refuses one outside its window
+	// (ErrIncompatible).
+	Protocol int
 }
 
 // ErrNameInUse is returned by Run when the leader refuses the machine's ID
 // because another live daemon holds it; the error names that daemon.
 var ErrNameInUse = errors.New("agent: machine name in use")
+
+// ErrIncompatible is returned by Run when the leader refuses the agent's
+// protocol version, outside the leader's window; the error names both
+// releases and protocols.
+var ErrIncompatible = errors.New("agent: protocol refused by the leader")
 
 // Config configures an Agent.
 type Config struct {
@@ -140,7 +152,8 @@ type Config struct {
 	// under testing/synctest substitute one that follows their fake time.
 	Mono func() monotime.Time
 	// OnRefused, if set, keeps Run going when the leader refuses the
-	// machine's ID because another live daemon holds it (ErrNameInUse):
+	// machine's ID because another live daemon holds it (ErrNameInUse), or
+	// its protocol version (ErrIncompatible, during a rolling upgrade):
 	// Run calls it with the refusal, tries again every RefusedRetry, and
 	// calls it with nil once it has joined, as fleetd kept retrying. Nil:
 	// Run returns the refusal.
@@ -148,7 +161,8 @@ type Config struct {
 }
 
 // RefusedRetry is how often an agent whose machine ID is held by another
-// live daemon tries again (Config.OnRefused).
+// live daemon, or whose protocol the leader refuses, tries again
+// (Config.OnRefused).
 const RefusedRetry = 2 * time.Second
 
 // Agent is one machine's agent. Make it with New; Notify must be wired to
@@ -389,7 +403,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		start := a.cfg.Now()
 		err := a.session(ctx, cur, lw)
-		if errors.Is(err, ErrNameInUse) {
+		if errors.Is(err, ErrNameInUse) || errors.Is(err, ErrIncompatible) {
 			if !a.refused(ctx, err) {
 				return err
 			}
@@ -547,8 +561,11 @@ func (a *Agent) session(ctx context.Context, leader election.Info, lw *leaderWat
 		for first := true; ; first = false {
 			msg, err := stream.Recv()
 			if err != nil {
-				if status.Code(err) == codes.AlreadyExists {
+				switch status.Code(err) {
+				case codes.AlreadyExists:
 					err = fmt.Errorf("%w: %s", ErrNameInUse, status.Convert(err).Message())
+				case agentpb.CodeIncompatible:
+					err = fmt.Errorf("%w: %s", ErrIncompatible, status.Convert(err).Message())
 				}
 				recvErr <- err
 				errc <- err
@@ -607,6 +624,14 @@ func (a *Agent) session(ctx context.Context, leader election.Info, lw *leaderWat
 	}
 }
 
+// protocol is the agent protocol the machine says it speaks.
+func (a *Agent) protocol() int {
+	if a.cfg.Machine.Protocol != 0 {
+		return a.cfg.Machine.Protocol
+	}
+	return version.ProtocolVersion
+}
+
 func (a *Agent) hello(rev int64) *agentpb.Hello {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -616,6 +641,7 @@ func (a *Agent) hello(rev int64) *agentpb.Hello {
 		CpuPercent: a.cfg.Machine.CPUPercent, MemoryBytes: a.cfg.Machine.MemoryBytes,
 		Drivers:  a.cfg.Machine.Drivers.Names(),
 		Instance: a.cfg.Machine.Instance,
+		Protocol: int32(a.protocol()),
 	}}
 	h.Units = a.statusesLocked(maps.Keys(a.haves), len(a.haves))
 	sort.Slice(h.Units, func(i, j int) bool { return h.Units[i].Name < h.Units[j].Name })

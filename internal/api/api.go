@@ -42,6 +42,7 @@ import (
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/ui"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/version"
 )
 
 // forwardedHeader marks a request one daemon forwarded to another, so a
@@ -337,13 +338,17 @@ func (s *server) forwardWith(p *httputil.ReverseProxy, w http.ResponseWriter, r 
 }
 
 func (s *server) status(w http.ResponseWriter, r *http.Request) {
-	st := apiv1.Status{Machine: s.cfg.Machine, Version: s.cfg.Version, Registry: s.cfg.Registry}
+	st := apiv1.Status{Machine: s.cfg.Machine, Version: s.cfg.Version, Registry: s.cfg.Registry,
+		Protocol: version.ProtocolVersion, ProtocolWindow: version.ProtocolWindow().String(), Schema: version.SchemaVersion}
 	if in, ok := s.cfg.Leader(); ok {
 		st.Leader, st.LeaderAPI, st.ElectionRev = in.Machine, in.APIAddr, in.Rev
 	}
 	if s.cfg.Engine != nil {
 		if ok, rev := s.cfg.Engine.IsLeader(); ok {
 			st.IsLeader, st.Leader, st.ElectionRev = true, s.cfg.Machine, rev
+		}
+		if err := s.cfg.Engine.Refused(); err != nil {
+			st.LeadRefused = err.Error()
 		}
 	}
 	writeJSON(w, http.StatusOK, st)

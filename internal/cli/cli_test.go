@@ -21,6 +21,7 @@ import (
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
+	"github.com/flotilla/flotilla/internal/version"
 )
 
 const (
@@ -29,7 +30,7 @@ const (
 )
 
 var testMachines = []apiv1.Machine{
-	{ID: m1, IP: "172.17.8.101", Metadata: map[string]string{"role": "web", "az": "a"}, Leader: true},
+	{ID: m1, IP: "172.17.8.101", Metadata: map[string]string{"role": "web", "az": "a"}, Leader: true, Version: "0.2.0+abc1234", Protocol: 2},
 	{ID: m2, IP: "172.17.8.102"},
 }
 
@@ -425,9 +426,10 @@ func TestListCommands(t *testing.T) {
 	}
 
 	r = run(t, srv, "list-machines").mustSucceed(t)
-	want = "MACHINE\t\tIP\t\tMETADATA\tDRIVERS\n" +
-		"113f16a7...\t172.17.8.101\taz=a,role=web\tsim\n" +
-		"2c0ffee0...\t172.17.8.102\t-\t\tsim\n"
+	v := version.Get().Short() // what the test's daemons report
+	want = "MACHINE\t\tIP\t\tMETADATA\tDRIVERS\tVERSION\n" +
+		"113f16a7...\t172.17.8.101\taz=a,role=web\tsim\t" + v + "\n" +
+		"2c0ffee0...\t172.17.8.102\t-\t\tsim\t" + v + "\n"
 	if r.out != want {
 		t.Errorf("list-machines:\n%q\nwant:\n%q", r.out, want)
 	}
@@ -439,7 +441,7 @@ func TestListCommands(t *testing.T) {
 	}{
 		{"list-units", "active,hash,load,machine,sub,unit"},
 		{"list-unit-files", "desc,dstate,hash,reason,state,tmachine,unit"},
-		{"list-machines", "drivers,ip,leader,machine,metadata,units"},
+		{"list-machines", "drivers,ip,leader,machine,metadata,protocol,units,version"},
 	} {
 		r := run(t, srv, "-o", "json", tc.cmd).mustSucceed(t)
 		var objs []map[string]any

@@ -130,9 +130,9 @@ func TestMachinesTable(t *testing.T) {
 	}{
 		{
 			name: "default", fields: defaultMachineFields,
-			want: `MACHINE		IP		METADATA	DRIVERS
-113f16a7...	172.17.8.101	az=a,role=web	-
-2c0ffee0...	172.17.8.102	-		-
+			want: `MACHINE		IP		METADATA	DRIVERS	VERSION
+113f16a7...	172.17.8.101	az=a,role=web	-	0.2.0+abc1234
+2c0ffee0...	172.17.8.102	-		-	-
 `,
 		},
 		{
@@ -181,7 +181,7 @@ func TestJSONRows(t *testing.T) {
 		{
 			name: "machine row",
 			v:    machineRows(machines)[1],
-			want: `{"machine":"2c0ffee0aa44b8f9d0e1a2b3c4d5e6f7","ip":"172.17.8.102","metadata":{},"leader":false,"units":0,"drivers":null}`,
+			want: `{"machine":"2c0ffee0aa44b8f9d0e1a2b3c4d5e6f7","ip":"172.17.8.102","metadata":{},"leader":false,"units":0,"drivers":null,"version":""}`,
 		},
 		{name: "no rows", v: unitRows(nil, nil, nil), want: `[]`},
 	} {

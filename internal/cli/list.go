@@ -297,6 +297,10 @@ type machineRow struct {
 	Units    int               `json:"units"`
 	Draining bool              `json:"draining,omitempty"`
 	Drivers  []string          `json:"drivers"`
+	// Version is the machine's release and short commit, Protocol the
+	// agent protocol it speaks: what a rolling upgrade changes.
+	Version  string `json:"version"`
+	Protocol int    `json:"protocol,omitempty"`
 }
 
 func machineFields() []field[machineRow] {
@@ -308,10 +312,17 @@ func machineFields() []field[machineRow] {
 		{"units", func(r machineRow, _ bool) string { return strconv.Itoa(r.Units) }},
 		{"draining", func(r machineRow, _ bool) string { return strconv.FormatBool(r.Draining) }},
 		{"drivers", func(r machineRow, _ bool) string { return dash(strings.Join(r.Drivers, ",")) }},
+		{"version", func(r machineRow, _ bool) string { return dash(r.Version) }},
+		{"protocol", func(r machineRow, _ bool) string {
+			if r.Protocol == 0 {
+				return "-"
+			}
+			return strconv.Itoa(r.Protocol)
+		}},
 	}
 }
 
-const defaultMachineFields = "machine,ip,metadata,drivers"
+const defaultMachineFields = "machine,ip,metadata,drivers,version"
 
 func machineRows(machines []apiv1.Machine) []machineRow {
 	rows := make([]machineRow, 0, len(machines))
@@ -320,7 +331,8 @@ func machineRows(machines []apiv1.Machine) []machineRow {
 		if md == nil {
 			md = map[string]string{}
 		}
-		rows = append(rows, machineRow{Machine: m.ID, IP: m.IP, Metadata: md, Leader: m.Leader, Units: m.Units, Draining: m.Draining, Drivers: m.Drivers})
+		rows = append(rows, machineRow{Machine: m.ID, IP: m.IP, Metadata: md, Leader: m.Leader, Units: m.Units, Draining: m.Draining, Drivers: m.Drivers,
+			Version: m.Version, Protocol: m.Protocol})
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Machine < rows[j].Machine })
 	return rows
@@ -344,9 +356,11 @@ func newListMachinesCommand(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list-machines [flags]",
 		Short: "List the machines of the cluster",
-		Long: `List the machines of the cluster: ID, IP and metadata by default; the
-leader field tells which machine leads, units how many units it is
-target of. set-metadata changes a machine's metadata.
+		Long: `List the machines of the cluster: ID, IP, metadata, drivers and version
+(release and short commit) by default; the leader field tells which
+machine leads, units how many units it is target of, protocol the agent
+protocol its daemon speaks (see "Versions and compatibility" in
+docs/operations.md). set-metadata changes a machine's metadata.
 
 With --output json, print an array of objects with every field, full
 machine IDs and metadata as an object.`,

@@ -3,10 +3,12 @@ package cli
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/version"
 )
 
 func TestMetadataPatch(t *testing.T) {
@@ -65,7 +67,8 @@ func TestSetMetadata(t *testing.T) {
 	srv := newServer(t, testMachines...)
 
 	r := run(t, srv, "set-metadata", "113f16a7...", "role=db", "disk=ssd", "--remove", "az").mustSucceed(t)
-	want := "MACHINE\t\tIP\t\tMETADATA\t\tDRIVERS\n113f16a7...\t172.17.8.101\tdisk=ssd,role=db\tsim\n"
+	v := version.Get().Short() // what the test's daemons report
+	want := "MACHINE\t\tIP\t\tMETADATA\t\tDRIVERS\tVERSION\n113f16a7...\t172.17.8.101\tdisk=ssd,role=db\tsim\t" + v + "\n"
 	if r.out != want {
 		t.Errorf("stdout:\n%q\nwant:\n%q", r.out, want)
 	}
@@ -79,7 +82,7 @@ func TestSetMetadata(t *testing.T) {
 
 	// Full IDs, list flags, JSON.
 	r = run(t, srv, "set-metadata", "--no-legend", "--full", m2, "role=web").mustSucceed(t)
-	if r.out != m2+"\t172.17.8.102\trole=web\tsim\n" {
+	if r.out != m2+"\t172.17.8.102\trole=web\tsim\t"+v+"\n" {
 		t.Errorf("--no-legend --full: %q", r.out)
 	}
 	r = run(t, srv, "-o", "json", "set-metadata", "2c0f", "--remove", "role").mustSucceed(t)
@@ -91,7 +94,9 @@ func TestSetMetadata(t *testing.T) {
   "units": 0,
   "drivers": [
     "sim"
-  ]
+  ],
+  "version": "` + v + `",
+  "protocol": ` + strconv.Itoa(version.ProtocolVersion) + `
 }
 `; r.out != want {
 		t.Errorf("-o json:\n%s\nwant:\n%s", r.out, want)

@@ -684,7 +684,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		ag, err = agent.New(agent.Config{
 			DialOptions: dial,
-			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: Version,
+			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: version.Get().Short(),
 				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes, Drivers: driverSet(cfg.Driver), Instance: instance},
 			Leaders: leaders, Servers: cfg.Servers, TTL: agentTTL(cfg), Logger: cfg.Logger,
 			Registry: cfg.Registry, Etcd: cli, Keys: keys, OnRefused: refused.set,

@@ -14,12 +14,14 @@ import (
 	"github.com/flotilla/flotilla/internal/fleetapi"
 )
 
-// refusal is whether the cluster refuses this daemon's machine name, held
-// by another live daemon (another data dir). Such a daemon stays up, as
-// fleetd did: its agent tries again every agent.RefusedRetry and joins once
-// the name is free (that daemon stopped, or renamed); meanwhile its API
-// answers 503 saying why, so that nothing mistakes it for a machine of the
-// cluster.
+// refusal is whether the cluster refuses this daemon's machine: its name
+// is held by another live daemon (another data dir), or its agent protocol
+// is outside the leader's window (a rolling upgrade that skipped a
+// release). Such a daemon stays up, as fleetd did: its agent tries again
+// every agent.RefusedRetry and joins once the name is free (that daemon
+// stopped, or renamed) or the versions fit (the leader or this machine
+// upgraded); meanwhile its API answers 503 saying why, so that nothing
+// mistakes it for a machine of the cluster.
 type refusal struct {
 	machine string
 	log     *slog.Logger
@@ -37,7 +39,7 @@ func (r *refusal) set(err error) {
 	case err != nil && was == nil:
 		r.log.Error(fmt.Sprintf("this daemon cannot join the cluster; it stays up, answers its API with 503, and tries again every %v", agent.RefusedRetry), "err", err)
 	case err == nil && was != nil:
-		r.log.Info("the machine name is free: this daemon joined the cluster")
+		r.log.Info("this daemon joined the cluster", "refused_before", was)
 	}
 }
 

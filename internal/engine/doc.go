@@ -6,8 +6,11 @@
 // Every daemon with an engine campaigns (package election). The winner starts
 // a term:
 //
-//  1. It loads the durable record (unit files, desired states, schedule) from
-//     etcd at one revision (registry.Load).
+//  1. It checks the schema of the data in etcd (schema.go): older data it
+//     migrates, through its fenced committer; newer data it refuses to
+//     lead, and it stops campaigning until it can. Then it loads the
+//     durable record (unit files, desired states, schedule) from etcd at
+//     one revision (registry.Load).
 //  2. It starts serving the agent stream. Machines named in the schedule are
 //     presumed alive until the agent TTL has passed since the term began, so
 //     a leader change never moves a unit: agents reconnect well inside the
@@ -42,6 +45,10 @@
 //
 // The leader refuses a Hello naming another term (leader_rev), and ends every
 // stream when its term ends; the agent then looks the leader up again.
+//
+// It refuses (agentpb.CodeIncompatible) a Hello whose Machine.protocol is
+// outside its window (internal/version), naming both releases and
+// protocols; the agent treats it as it treats a name in use, below.
 //
 // It also refuses (AlreadyExists, naming the machine's IP and API address)
 // a Hello for a machine that is live (its stream open, heard within

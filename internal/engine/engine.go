@@ -150,6 +150,9 @@ type Engine struct {
 	// loading is closed when the term this engine was elected for is
 	// loaded (or failed to load); nil while it is not loading one.
 	loading atomic.Pointer[chan struct{}]
+	// refused is why this engine does not campaign (schema.go), nil
+	// while it does.
+	refused atomic.Pointer[error]
 }
 
 // New returns an engine; Run makes it campaign.
@@ -165,6 +168,9 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Run(ctx context.Context) error {
 	me := election.Info{Machine: e.cfg.Machine, GRPCAddr: e.cfg.GRPCAddr, APIAddr: e.cfg.APIAddr}
 	for ctx.Err() == nil {
+		if !e.mayLead(ctx) {
+			continue
+		}
 		// While it campaigns, the engine follows the durable record, so
 		// that if it wins it need not read it all from etcd
 		// (registry.Follower); it stops following once it leads, when it
@@ -206,6 +212,13 @@ func (e *Engine) lead(ctx context.Context, el *election.Term, fol *registry.Foll
 	}
 	e.loading.Store(nil)
 	close(ready)
+	if refusesSchema(err) {
+		e.refuse(err) // Run waits in mayLead before it campaigns again
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		el.Resign(rctx)
+		cancel()
+		return
+	}
 	if err != nil {
 		log.Error("could not start term; resigning", "err", err)
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -65,8 +65,8 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 			t.e.log.Warn("ignoring a malformed presence key", "key", string(kv.Key))
 			continue
 		}
-		if pm.Leaving {
-			continue // it left: its lease and keys are about to go
+		if pm.Leaving || t.refuseEtcd(&pm) {
+			continue // it left (its lease and keys are about to go), or is refused
 		}
 		present[pm.Id] = true
 		conns[pm.Id] = t.attachEtcd(&pm, states[pm.Id])
@@ -113,6 +113,13 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 					}
 					continue
 				}
+				if t.refuseEtcd(&pm) {
+					if c := conns[id]; c != nil {
+						t.detachLost(c)
+						delete(conns, id)
+					}
+					continue
+				}
 				if c := conns[id]; c != nil && ev.Kv.Version > 1 {
 					t.updateMachine(&pm) // the same lease, new information
 					continue
@@ -128,6 +135,18 @@ func (t *term) followAgentsOnce(conns map[string]*agentConn) error {
 			t.statesFromEtcd(conns, wr.Events)
 		}
 	}
+}
+
+// refuseEtcd reports whether a presence key's machine speaks an agent
+// protocol outside this leader's window, and logs it: the leader then
+// takes it for absent, as the gRPC mode refuses its Hello (the etcd mode
+// has no channel to tell the agent so).
+func (t *term) refuseEtcd(pm *agentpb.Machine) bool {
+	err := t.e.checkProtocol(pm)
+	if err != nil {
+		t.e.log.Warn("ignoring the presence of a machine outside the protocol window", "machine", pm.Id, "err", err)
+	}
+	return err != nil
 }
 
 // readStates reads what a machine's agent reported of its units.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -192,6 +193,9 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 		return err
 	}
 	hello := first.GetHello()
+	if err := e.protocolAllowed(hello.GetMachine()); err != nil {
+		return err
+	}
 	if err := checkHello(hello); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -253,6 +257,29 @@ func (t *term) recvLoop(stream agentpb.Engine_ConnectServer, conn *agentConn) er
 		}
 		t.received(conn, msg)
 	}
+}
+
+// protocolAllowed refuses a Hello whose agent protocol is outside this
+// leader's window (agentpb.CodeIncompatible), naming both ends' releases
+// and protocols. It is checked first: a Hello of a far newer protocol may
+// not even be shaped as this leader expects.
+func (e *Engine) protocolAllowed(m *agentpb.Machine) error {
+	if m == nil {
+		return nil // checkHello says what is missing
+	}
+	if err := e.checkProtocol(m); err != nil {
+		e.log.Warn("refused an agent's Hello", "machine", m.Id, "err", err)
+		return status.Error(agentpb.CodeIncompatible, err.Error())
+	}
+	return nil
+}
+
+// checkProtocol returns an error naming both ends when machine m's agent
+// protocol is outside this leader's window.
+func (e *Engine) checkProtocol(m *agentpb.Machine) error {
+	self := version.Peer{What: "leader " + e.cfg.Machine, Release: version.Get().Short(), Protocol: version.ProtocolVersion}
+	peer := version.Peer{What: "machine " + m.Id, Release: m.Version, Protocol: version.PeerProtocol(m.Protocol)}
+	return version.CheckProtocol(self, version.ProtocolWindow(), peer)
 }
 
 // helloAllowed refuses a Hello from a peer that may not speak for m
@@ -495,7 +522,7 @@ func intern(s string) string {
 }
 
 func machineInfo(pm *agentpb.Machine) MachineInfo {
-	return MachineInfo{ID: pm.Id, IP: pm.Ip, Metadata: pm.Metadata, APIAddr: pm.ApiAddr, Version: pm.Version,
+	return MachineInfo{ID: pm.Id, IP: pm.Ip, Metadata: pm.Metadata, APIAddr: pm.ApiAddr, Version: pm.Version, Protocol: version.PeerProtocol(pm.Protocol),
 		CPUPercent: pm.CpuPercent, MemoryBytes: pm.MemoryBytes, Drivers: unit.DriversFromNames(pm.Drivers), Instance: pm.Instance}
 }
 

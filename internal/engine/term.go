@@ -135,7 +135,10 @@ type MachineInfo struct {
 	IP       string
 	Metadata map[string]string
 	APIAddr  string
+	// Version is the daemon's release and short commit (0.2.0+abc1234),
+	// Protocol the agent protocol it speaks (1 when it did not say).
 	Version  string
+	Protocol int
 	// Capacity: CPU percent and memory bytes offered to units (0: not limited).
 	CPUPercent  int64
 	MemoryBytes int64
@@ -398,6 +401,17 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		case <-lctx.Done():
 		}
 	}()
+	// The committer runs from here: a migration of the data's schema
+	// writes through it before the load.
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.committer.Run(t.commitCtx) }()
+	if err := t.takeSchema(lctx); err != nil {
+		lcancel()
+		cancel(err)
+		t.stopCommit()
+		t.wg.Wait()
+		return nil, err
+	}
 	loadStart := time.Now()
 	var ph passPhases
 	ph.start(loadStart)
@@ -423,6 +437,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	if err != nil {
 		cancel(err)
 		t.stopCommit()
+		t.wg.Wait()
 		return nil, err
 	}
 	t.rev = snap.Revision
@@ -514,8 +529,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	t.rechecked = placedAtLoad == 0
 	t.start = e.cfg.Now()
 	t.reconnect = reconnectGrace(len(t.machines))
-	t.wg.Add(2)
-	go func() { defer t.wg.Done(); t.committer.Run(t.commitCtx) }()
+	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.loop() }()
 	if e.cfg.Registry == registry.ModeGRPC {
 		t.wg.Add(1)

@@ -47,10 +47,10 @@ const (
 )
 
 type node struct {
-	bin                   string // the flotilla binary it runs; "" is flotillaBin
 	name, dir             string
 	api, etcdClient, peer string
 	args                  []string
+	bin                   string // the binary it runs; "" is flotillaBin
 	cmd                   *exec.Cmd
 	done                  chan struct{}
 	log                   *lockedBuffer

@@ -20,6 +20,8 @@
 //	                 leader sees it go
 //	machines/<id>    JSON MachineRecord: metadata set through the API
 //	config/scheduler JSON: the placement policy (strategy, roles) set through the API
+//	config/schema    the schema version of all this, in decimal (schema.go); none
+//	                 means 1
 //	acl/tokens/<h>   JSON auth.Token: an API token, h the SHA-256 of its secret
 //	acl/bootstrap    the ID of the first admin token (package auth writes both,
 //	                 through any daemon, unfenced: they are not the schedule's)

@@ -89,6 +89,10 @@ func appendMachine(b []byte, m *apiv1.Machine) []byte {
 		b = append(b, `,"version":`...)
 		b = appendString(b, m.Version)
 	}
+	if m.Protocol != 0 {
+		b = append(b, `,"protocol":`...)
+		b = strconv.AppendInt(b, int64(m.Protocol), 10)
+	}
 	b = append(b, `,"units":`...)
 	b = strconv.AppendInt(b, int64(m.Units), 10)
 	b = append(b, `,"capacity":`...)

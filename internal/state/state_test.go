@@ -21,6 +21,9 @@ func sample(units, machines int) *Snapshot {
 		s.Machines = append(s.Machines, apiv1.Machine{ID: fmt.Sprintf("m%d", i), IP: "10.0.0.1",
 			Metadata: map[string]string{"role": "web", "az": fmt.Sprint(i % 3)}, Leader: i == 0, Units: units / machines,
 			Capacity: apiv1.Resources{CPUPercent: 400, MemoryBytes: 8 << 30}, Free: apiv1.Resources{CPUPercent: 100}})
+		if i%2 == 0 { // half of them upgraded
+			s.Machines[i].Version, s.Machines[i].Protocol = "0.2.0+abc1234", 2
+		}
 	}
 	states := []string{"active", "failed", "inactive", ""}
 	for i := range units {

@@ -30,6 +30,7 @@ import (
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/supervisorpb"
 )
 
@@ -206,6 +207,10 @@ func (c *Client) open() (*session, *supervisorpb.Event, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.checkProtocol(hello); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sess := &session{conn: conn, rpc: supervisorpb.NewSupervisorClient(conn), hello: hello, cancel: cancel}
 	// The snapshot must come within the timeout; the stream lives on.
@@ -227,6 +232,20 @@ func (c *Client) open() (*session, *supervisorpb.Event, error) {
 	}
 	sess.stream = stream
 	return sess, snap, nil
+}
+
+// checkProtocol refuses a supervisor whose protocol is outside this
+// daemon's window (version.ProtocolWindow), naming both ends' releases and
+// protocols: a supervisor outlives daemons, so an upgraded daemon may find
+// one a release or more behind (or ahead, after a downgrade).
+func (c *Client) checkProtocol(h *supervisorpb.HelloReply) error {
+	self := version.Peer{What: "this daemon", Release: version.Get().Short(), Protocol: version.ProtocolVersion}
+	peer := version.Peer{What: fmt.Sprintf("supervisor %d on %s", h.GetPid(), c.sock), Release: h.GetVersion(),
+		Protocol: version.PeerProtocol(h.GetProtocol())}
+	if err := version.CheckProtocol(self, version.ProtocolWindow(), peer); err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	return nil
 }
 
 func (c *Client) dial() (*grpc.ClientConn, error) {

@@ -27,6 +27,7 @@ import (
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/supervisorpb"
 )
 
@@ -439,7 +440,7 @@ func (s *server) Hello(ctx context.Context, _ *supervisorpb.HelloRequest) (*supe
 		return nil, ctx.Err()
 	}
 	return &supervisorpb.HelloReply{Pid: int32(s.pid), Instance: s.instance, Version: s.version, StartedUnixNano: s.started.UnixNano(),
-		BinarySha256: s.exeSHA, Binary: s.exe}, nil
+		BinarySha256: s.exeSHA, Binary: s.exe, Protocol: int32(version.ProtocolVersion)}, nil
 }
 
 func (s *server) Load(_ context.Context, r *supervisorpb.LoadRequest) (*supervisorpb.Empty, error) {

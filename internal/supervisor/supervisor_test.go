@@ -20,6 +20,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/version"
 )
 
 // The test binary is also the supervisor and a helper daemon: TestMain
@@ -29,6 +30,8 @@ const (
 	envHelperDir   = "FLOTILLA_TEST_HELPER_DIR" // run a client on DIR, start helper.service, then block
 	envHelperUnit  = "FLOTILLA_TEST_HELPER_UNIT"
 	envHelperFence = "FLOTILLA_TEST_HELPER_FENCE" // fence helper.service this long from now
+	// envSupervisorProtocol makes the supervisor speak this protocol.
+	envSupervisorProtocol = "FLOTILLA_TEST_SUPERVISOR_PROTOCOL"
 )
 
 func TestMain(m *testing.M) {
@@ -44,6 +47,9 @@ func TestMain(m *testing.M) {
 func runSupervisor(args []string) int {
 	if exe, _ := os.Executable(); strings.HasSuffix(exe, cannotAdopt) {
 		refuseHandover = func() error { return errors.New("this test binary reads no handover") }
+	}
+	if p := os.Getenv(envSupervisorProtocol); p != "" {
+		version.ProtocolVersion, _ = strconv.Atoi(p) // a supervisor of another release
 	}
 	return ServeArgs(args, "test", slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 }

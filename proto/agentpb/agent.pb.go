@@ -155,7 +155,11 @@ type Machine struct {
 	// drivers names the drivers the agent runs units with ("exec",
 	// "systemd", "docker", "sim"); the leader places a unit only where one
 	// of them can run it. None means exec (an agent older than drivers).
-	Drivers       []string `protobuf:"bytes,10,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	Drivers []string `protobuf:"bytes,10,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	// protocol is the agent protocol the daemon speaks (internal/version):
+	// the leader refuses a Hello outside its window, naming both versions.
+	// 0 (a daemon older than this field) counts as protocol 1.
+	Protocol      int32 `protobuf:"varint,11,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,6 +262,13 @@ func (x *Machine) GetDrivers() []string {
 		return x.Drivers
 	}
 	return nil
+}
+
+func (x *Machine) GetProtocol() int32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
 }
 
 type UnitStatus struct {
@@ -1002,7 +1013,7 @@ const file_agent_proto_rawDesc = "" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x10\n" +
-	"\x03rev\x18\x04 \x01(\x03R\x03rev\"\xf5\x02\n" +
+	"\x03rev\x18\x04 \x01(\x03R\x03rev\"\x91\x03\n" +
 	"\aMachine\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
 	"\x02ip\x18\x02 \x01(\tR\x02ip\x12D\n" +
@@ -1015,7 +1026,8 @@ const file_agent_proto_rawDesc = "" +
 	"\binstance\x18\b \x01(\tR\binstance\x12\x18\n" +
 	"\aleaving\x18\t \x01(\bR\aleaving\x12\x18\n" +
 	"\adrivers\x18\n" +
-	" \x03(\tR\adrivers\x1a;\n" +
+	" \x03(\tR\adrivers\x12\x1a\n" +
+	"\bprotocol\x18\v \x01(\x05R\bprotocol\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x01\n" +

@@ -234,6 +234,10 @@ type HelloReply struct {
 	Instance        string `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
 	Version         string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	StartedUnixNano int64  `protobuf:"varint,4,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	// protocol is the supervisor protocol it speaks (internal/version): a
+	// daemon refuses a supervisor outside its window, naming both versions.
+	// 0 (a supervisor older than this field) counts as protocol 1.
+	Protocol int32 `protobuf:"varint,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// binary_sha256 is the hex SHA-256 of the executable the supervisor runs
 	// (/proc/self/exe); a daemon whose own differs asks it to Upgrade.
 	BinarySha256 string `protobuf:"bytes,10,opt,name=binary_sha256,json=binarySha256,proto3" json:"binary_sha256,omitempty"`
@@ -297,6 +301,13 @@ func (x *HelloReply) GetVersion() string {
 func (x *HelloReply) GetStartedUnixNano() int64 {
 	if x != nil {
 		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *HelloReply) GetProtocol() int32 {
+	if x != nil {
+		return x.Protocol
 	}
 	return 0
 }
@@ -794,13 +805,14 @@ const file_supervisor_proto_rawDesc = "" +
 	"\bjournald\x18\x03 \x01(\bR\bjournald\x12\x18\n" +
 	"\amachine\x18\x04 \x01(\tR\amachine\"\a\n" +
 	"\x05Empty\"\x0e\n" +
-	"\fHelloRequest\"\xbd\x01\n" +
+	"\fHelloRequest\"\xd9\x01\n" +
 	"\n" +
 	"HelloReply\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x12*\n" +
-	"\x11started_unix_nano\x18\x04 \x01(\x03R\x0fstartedUnixNano\x12#\n" +
+	"\x11started_unix_nano\x18\x04 \x01(\x03R\x0fstartedUnixNano\x12\x1a\n" +
+	"\bprotocol\x18\x05 \x01(\x05R\bprotocol\x12#\n" +
 	"\rbinary_sha256\x18\n" +
 	" \x01(\tR\fbinarySha256\x12\x16\n" +
 	"\x06binary\x18\v \x01(\tR\x06binary\"!\n" +
