@@ -78,7 +78,7 @@ func (t *term) state() *state.Snapshot {
 			}
 			go func() { // hands pubMu over to the build
 				defer t.pubMu.Unlock()
-				t.publishAhead()
+				t.publish()
 			}()
 		}
 		return cur
@@ -98,18 +98,8 @@ func (t *term) stale(cur *state.Snapshot, interval time.Duration, k time.Duratio
 	return t.changes.Load() != t.pubSeen && time.Since(t.pubAt) >= max(interval, k*(t.pubCost+cur.EncodeCost()))
 }
 
-// publishAhead is publish for a build nobody waits for: when the state
-// published before was read whole (state.Snapshot.EncodeAs), the new one
-// is encoded before it is published, so that readers keep getting the
-// encoded state before it meanwhile instead of waiting for the encoding
-// (20,000 units took tens of milliseconds on a busy host, and every
-// reader of the new state waited for it). Callers hold pubMu.
-func (t *term) publishAhead() *state.Snapshot { return t.build(true) }
-
 // publish builds and publishes a snapshot. Callers hold pubMu.
-func (t *term) publish() *state.Snapshot { return t.build(false) }
-
-func (t *term) build(ahead bool) *state.Snapshot {
+func (t *term) publish() *state.Snapshot {
 	start, c := time.Now(), t.changes.Load()
 	var (
 		s      *state.Snapshot
@@ -127,9 +117,6 @@ func (t *term) build(ahead bool) *state.Snapshot {
 	}
 	t.pubCost = cost
 	t.pubAt, t.pubSeen = start, c
-	if prev := t.snapshot.Load(); ahead && prev != nil {
-		s.EncodeAs(prev) // its cost is the snapshot's EncodeCost, not the build's
-	}
 	t.snapshot.Store(s)
 	return s
 }
@@ -141,7 +128,7 @@ func (t *term) publishLoop() {
 	for {
 		t.pubMu.Lock()
 		if cur := t.snapshot.Load(); cur == nil || t.stale(cur, backgroundInterval, 20) {
-			t.publishAhead()
+			t.publish()
 		}
 		t.pubMu.Unlock()
 		select {

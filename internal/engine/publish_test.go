@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -166,52 +165,6 @@ func TestStateDoesNotWait(t *testing.T) {
 	}
 	if got := tm.state(); len(got.Units) != 11 || tm.e.generation.Load() != gen+1 {
 		t.Errorf("rebuilt state has %d units, %d builds since; want 11 units from one build", len(got.Units), tm.e.generation.Load()-gen)
-	}
-}
-
-// TestStateEncodedAhead: while readers read the state whole, a rebuild
-// they start publishes the new state already encoded (they keep getting
-// the last one meanwhile, and never wait for an encoding); once they
-// stop, the next rebuild encodes nothing until asked.
-func TestStateEncodedAhead(t *testing.T) {
-	var mu sync.Mutex
-	encoded := map[*state.Snapshot]int{}
-	hook := func(s *state.Snapshot, _ bool) { mu.Lock(); encoded[s]++; mu.Unlock() }
-	state.EncodeHook.Store(&hook)
-	t.Cleanup(func() { state.EncodeHook.Store(nil) })
-	count := func(s *state.Snapshot) int { mu.Lock(); defer mu.Unlock(); return encoded[s] }
-
-	tm := publishTerm(t, 10, 2)
-	// rebuilt notes a change, lets the interval pass and reads until the
-	// rebuild that read starts is published.
-	rebuilt := func(last *state.Snapshot) *state.Snapshot {
-		tm.mu.Lock()
-		tm.changed()
-		tm.mu.Unlock()
-		tm.pubMu.Lock()
-		tm.pubAt = tm.pubAt.Add(-time.Minute)
-		tm.pubMu.Unlock()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if s := tm.state(); s != last {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no rebuild within 10s")
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	first := tm.state()
-	first.JSON() // a reader of the whole state
-	second := rebuilt(first)
-	if count(second) != 1 {
-		t.Fatalf("the state after one read whole was encoded %d times when published, want once, ahead", count(second))
-	}
-	second.Page(state.Filter{Limit: 1}, false) // only a page read of it
-	third := rebuilt(second)
-	if count(third) != 0 {
-		t.Errorf("the state after one only paged was encoded %d times, want none until asked", count(third))
 	}
 }
 

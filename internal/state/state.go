@@ -45,8 +45,6 @@ type Snapshot struct {
 	json []byte
 	gzo  sync.Once
 	gz   []byte
-	// asked and askedGz are set once a reader asked for JSON or Gzip.
-	asked, askedGz atomic.Bool
 	// head is what every view (Page) shares, encoded once: the document up
 	// to its first unit, machines included; headGz is it compressed after
 	// a gzip header and flushed, so that any compressed rest can follow it.
@@ -98,7 +96,7 @@ func (s *Snapshot) ETag() string {
 // readers ask for it at once (the first encodes, the others wait for it).
 var EncodeHook atomic.Pointer[func(s *Snapshot, gzipped bool)]
 
-func encodeHook(s *Snapshot, gzipped bool) {
+func encoded(s *Snapshot, gzipped bool) {
 	if h := EncodeHook.Load(); h != nil {
 		(*h)(s, gzipped)
 	}
@@ -106,15 +104,8 @@ func encodeHook(s *Snapshot, gzipped bool) {
 
 // JSON is the whole snapshot encoded, computed once.
 func (s *Snapshot) JSON() []byte {
-	if !s.asked.Load() {
-		s.asked.Store(true)
-	}
-	return s.encodeJSON()
-}
-
-func (s *Snapshot) encodeJSON() []byte {
 	s.once.Do(func() {
-		encodeHook(s, false)
+		encoded(s, false)
 		d, _ := cputime.Of(func() {
 			st := s.view(nil, len(s.Units), "")
 			b := appendHead(make([]byte, 0, 256*len(s.Units)+1024), &st)
@@ -125,30 +116,11 @@ func (s *Snapshot) encodeJSON() []byte {
 	return s.json
 }
 
-// EncodeAs encodes s whole, plain or gzipped, as readers asked for prev
-// (JSON, Gzip): a snapshot about to replace prev is encoded before they
-// ask, and only while they read the one before whole.
-func (s *Snapshot) EncodeAs(prev *Snapshot) {
-	if prev.asked.Load() {
-		s.encodeJSON()
-	}
-	if prev.askedGz.Load() {
-		s.encodeGzip()
-	}
-}
-
 // Gzip is JSON compressed, computed once.
 func (s *Snapshot) Gzip() []byte {
-	if !s.askedGz.Load() {
-		s.askedGz.Store(true)
-	}
-	return s.encodeGzip()
-}
-
-func (s *Snapshot) encodeGzip() []byte {
 	s.gzo.Do(func() {
-		j := s.encodeJSON() // its cost counted there
-		encodeHook(s, true)
+		j := s.JSON() // its cost counted there
+		encoded(s, true)
 		d, _ := cputime.Of(func() {
 			var b bytes.Buffer
 			w, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"path"
-	"sync"
 	"testing"
 	"unsafe"
 
@@ -309,46 +308,5 @@ func TestUnitsShare(t *testing.T) {
 	}
 	if d := sh.Get(Shared{Machine: "m1", Spec: spec}); d == a || d.Status != nil {
 		t.Errorf("Get without a status = %+v (same as with one: %v)", d, d == a)
-	}
-}
-
-// TestEncodeAs: a snapshot replacing one readers read whole is encoded as
-// they read it (plain, gzipped) before they ask; one replacing a snapshot
-// only encoded ahead, never asked for, is not.
-func TestEncodeAs(t *testing.T) {
-	var mu sync.Mutex
-	counts := map[*Snapshot][2]int{}
-	hook := func(s *Snapshot, gz bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		c := counts[s]
-		if gz {
-			c[1]++
-		} else {
-			c[0]++
-		}
-		counts[s] = c
-	}
-	EncodeHook.Store(&hook)
-	t.Cleanup(func() { EncodeHook.Store(nil) })
-	s1, s2, s3, s4 := sample(10, 2), sample(10, 2), sample(10, 2), sample(10, 2)
-	s1.Gzip() // a reader asked for it gzipped
-	s2.EncodeAs(s1)
-	s3.EncodeAs(s2) // nobody asked for s2
-	s2.JSON()       // now someone does: already encoded
-	s4.EncodeAs(s2)
-	mu.Lock()
-	defer mu.Unlock()
-	for _, c := range []struct {
-		name string
-		s    *Snapshot
-		want [2]int
-	}{{"s1", s1, [2]int{1, 1}}, {"s2", s2, [2]int{1, 1}}, {"s3", s3, [2]int{0, 0}}, {"s4", s4, [2]int{1, 0}}} {
-		if got := counts[c.s]; got != c.want {
-			t.Errorf("%s encoded (plain, gzipped) %v times, want %v", c.name, got, c.want)
-		}
-	}
-	if !bytes.Equal(s2.JSON(), s1.JSON()) {
-		t.Error("a snapshot encoded ahead differs from the same one encoded when asked")
 	}
 }
