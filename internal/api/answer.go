@@ -36,6 +36,35 @@ type answerWriter struct {
 	local   bool
 	wrote   bool
 	refused bool // the handler's answer is replaced by a 503
+	// What Vouch said of read, once asked (decide).
+	decided  bool
+	since    time.Time
+	stale    bool
+	vouchErr error
+}
+
+// decide vouches for a read answered from memory, once: what its answer
+// says about etcd is fixed from then on.
+func (a *answerWriter) decide() {
+	if !a.decided {
+		a.decided = true
+		a.since, a.stale, a.vouchErr = a.eng.Vouch(a.read)
+	}
+}
+
+// readUnreachableSince decides now what r's answer from this daemon's
+// memory says about etcd, for a handler whose answer depends on it (the
+// ETag of /v1/state): since and true if it carries the header. Call it
+// once the memory answered from was read, just before writing: it is the
+// decision the answer's status line then carries (a term that ended
+// meanwhile still has the answer refused). False for other answers.
+func readUnreachableSince(r *http.Request) (time.Time, bool) {
+	aw, _ := r.Context().Value(answerKey{}).(*answerWriter)
+	if aw == nil || !aw.local {
+		return time.Time{}, false
+	}
+	aw.decide()
+	return aw.since, aw.stale
 }
 
 // readLocally reports whether this daemon leads and answers r from its
@@ -74,11 +103,11 @@ func (a *answerWriter) WriteHeader(code int) {
 		a.ResponseWriter.WriteHeader(code)
 		return
 	}
-	since, stale, err := a.eng.Vouch(a.read)
+	a.decide()
 	switch {
-	case stale:
-		a.Header().Set(apiv1.EtcdUnreachableHeader, since.UTC().Format(time.RFC3339))
-	case err != nil && (a.r.Method == http.MethodGet || a.r.Method == http.MethodHead):
+	case a.stale:
+		a.Header().Set(apiv1.EtcdUnreachableHeader, a.since.UTC().Format(time.RFC3339))
+	case a.vouchErr != nil && (a.r.Method == http.MethodGet || a.r.Method == http.MethodHead):
 		a.refused = true
 		h := a.Header()
 		for k := range h {

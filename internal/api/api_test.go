@@ -320,4 +320,18 @@ func TestStateFromEtcd(t *testing.T) {
 	if st.Revision != 42 || len(st.Units) != 2 || st.Units[0].Name != "a.service" {
 		t.Errorf("state from etcd = %+v, want revision 42 and both units in name order", st)
 	}
+	// Its ETag is etcd's revision: confirmed while etcd has not changed.
+	if tag := resp.Header.Get("ETag"); tag != `"etcd.42"` {
+		t.Errorf("ETag of the state from etcd = %s, want \"etcd.42\"", tag)
+	}
+	req, _ := http.NewRequest("GET", ts.URL+"/v1/state", nil)
+	req.Header.Set("If-None-Match", `"etcd.42"`)
+	resp2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusNotModified {
+		t.Errorf("If-None-Match \"etcd.42\" on the state from etcd: %s, want 304", resp2.Status)
+	}
 }

@@ -209,3 +209,110 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestStateETagDegraded: /v1/state answered from bytes encoded once still
+// carries X-Flotilla-Etcd-Unreachable-Since on a degraded leader, and its
+// ETag says so. A client polling with If-None-Match from before etcd is
+// cut off never has a state it got without the header confirmed (304)
+// once the answer would carry it, even while the snapshot served is still
+// the one from before; a state got with the header is confirmed (with the
+// header) while the leader is degraded, and not once etcd is back.
+func TestStateETagDegraded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	px := srv.Proxy(t)
+	c := startOn(t, px.Client(t))
+	if resp, body := c.do(t, "POST", "/v1/batch", batch(apiv1.UnitChange{Name: "web.service", File: okUnit, DesiredState: "launched"})); resp.StatusCode != 200 {
+		t.Fatalf("batch: %s %s", resp.Status, body)
+	}
+	// A conditional poller, back to back, from before the cut until a
+	// while after the leader degraded.
+	type answer struct {
+		sent, tag      string // the If-None-Match sent, the ETag got
+		sentFlagged    bool   // the answer that gave sent had the header
+		code           int
+		header, status string
+	}
+	var answers []answer
+	flaggedTags := map[string]bool{}
+	poll := func(etag string) string {
+		resp, _ := c.do(t, "GET", "/v1/state", "", "If-None-Match", etag)
+		h := resp.Header.Get(apiv1.EtcdUnreachableHeader)
+		answers = append(answers, answer{etag, resp.Header.Get("ETag"), flaggedTags[etag], resp.StatusCode, h, resp.Status})
+		if resp.StatusCode == 200 {
+			etag = resp.Header.Get("ETag")
+			flaggedTags[etag] = h != ""
+		}
+		return etag
+	}
+	etag := ""
+	for range 5 {
+		etag = poll(etag)
+	}
+	px.Cut()
+	defer px.Restore()
+	var since time.Time
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if s, ok := c.eng.EtcdUnreachableSince(); ok && since.IsZero() {
+			since = s
+			deadline = time.Now().Add(time.Second) // and a while after
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		etag = poll(etag)
+	}
+	if since.IsZero() {
+		t.Fatal("the leader did not degrade within 10s of etcd being cut off")
+	}
+	want := since.UTC().Format(time.RFC3339)
+	flagged := 0
+	for _, a := range answers {
+		if a.header == "" {
+			continue
+		}
+		flagged++
+		if a.header != want || a.code != 200 && a.code != http.StatusNotModified {
+			t.Errorf("If-None-Match %s: %s, header %q; want 200 or 304 with %q", a.sent, a.status, a.header, want)
+		}
+		if a.code == http.StatusNotModified && !a.sentFlagged {
+			t.Errorf("If-None-Match %s, got without the header, confirmed (304) by an answer with it", a.sent)
+		}
+		if a.code == 200 && a.tag == a.sent {
+			t.Errorf("If-None-Match %s: 200 with the same ETag", a.sent)
+		}
+	}
+	if flagged == 0 {
+		t.Fatal("no answer carried the header once the leader degraded")
+	}
+	// While degraded: a flagged state is confirmed, with the header; the
+	// same ETag twice is the same bytes, both flagged.
+	var during string
+	waitFor(t, 10*time.Second, "a 304 while etcd is unreachable", func() bool {
+		resp, body := c.do(t, "GET", "/v1/state", "", "If-None-Match", during)
+		if resp.Header.Get(apiv1.EtcdUnreachableHeader) != want {
+			t.Fatalf("GET /v1/state while degraded: %s without the header: %s", resp.Status, body)
+		}
+		if resp.StatusCode == http.StatusNotModified {
+			return true
+		}
+		during = resp.Header.Get("ETag")
+		return false
+	})
+	r1, b1 := c.do(t, "GET", "/v1/state", "")
+	r2, b2 := c.do(t, "GET", "/v1/state", "")
+	if r1.Header.Get(apiv1.EtcdUnreachableHeader) != want || r2.Header.Get(apiv1.EtcdUnreachableHeader) != want {
+		t.Errorf("GET /v1/state twice while degraded: headers %q and %q, want %q", r1.Header.Get(apiv1.EtcdUnreachableHeader), r2.Header.Get(apiv1.EtcdUnreachableHeader), want)
+	}
+	if r1.Header.Get("ETag") == r2.Header.Get("ETag") && b1 != b2 {
+		t.Errorf("two answers with ETag %s differ", r1.Header.Get("ETag"))
+	}
+
+	px.Restore()
+	waitFor(t, 30*time.Second, "a current answer once etcd is back", func() bool {
+		resp, body := c.do(t, "GET", "/v1/state", "", "If-None-Match", during)
+		if resp.StatusCode == http.StatusNotModified && resp.Header.Get(apiv1.EtcdUnreachableHeader) == "" {
+			t.Fatalf("If-None-Match %s (degraded) confirmed by a current leader: %s", during, body)
+		}
+		return resp.StatusCode == 200 && resp.Header.Get(apiv1.EtcdUnreachableHeader) == ""
+	})
+}

@@ -11,8 +11,9 @@ import (
 
 // WholeStateShare is the budget of the leader's /v1/state answers without
 // limit= (the whole state, or a filtered view of any size): serving them
-// takes at most this share of one core, whatever the number of clients and
-// however fast they poll. Each such answer starts only once the cost of
+// takes at most this share of one core (over a few answers: each is
+// charged the mean cost of answers, smooth), whatever the number of
+// clients and however fast they poll. Each such answer starts only once the cost of
 // the ones before it allows (pacer), so a client polling back to back
 // waits between answers instead of taking the leader's CPU. Pages
 // (limit=), answers 304 Not Modified and every other endpoint are never
@@ -50,8 +51,19 @@ type pacer struct {
 
 	mu   sync.Mutex
 	next time.Time     // when the next answer may start
-	last time.Duration // what the last answer cost: the next one's guess
+	mean time.Duration // what answers cost of late (smooth): the charge
+	seen bool          // mean is set
 }
+
+// smooth is the weight of an answer's cost in the mean cost each answer
+// is charged. The charges add up to what the answers cost (less at most
+// 1/smooth answers' worth not charged yet), so the share holds over a few
+// answers rather than each: one costly answer (the first copy of a new
+// state, of memory the kernel has not sent from yet, cost 5 to 10 times
+// the next ones on the bench's host) no longer holds the next waiter back
+// 20 times its cost on its own, and a poller, which waits for the answers
+// of the others before its own, waits about the mean.
+const smooth = 8
 
 func newPacer(share float64) *pacer {
 	return &pacer{share: share, now: time.Now, sleep: sleepCtx, cost: writeCost, turn: make(chan struct{}, 1)}
@@ -70,10 +82,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // wait returns when an answer may start, or ctx's error when ctx ends
 // first; then call done with what the answer cost. The start reserves
-// what the last answer cost, divided by share (the answer's own cost and
-// the pause after it that keeps the share), and done corrects the
-// reservation to this answer's cost; no credit is kept from quiet spells,
-// so answers never come in a burst.
+// the mean cost of answers, divided by share (the answer's charge and the
+// pause after it that keeps the share), and done corrects the reservation
+// to the mean with this answer's cost in it; no credit is kept from quiet
+// spells, so answers never come in a burst.
 func (p *pacer) wait(ctx context.Context) (done func(cost time.Duration), err error) {
 	select {
 	case p.turn <- struct{}{}:
@@ -91,13 +103,17 @@ func (p *pacer) wait(ctx context.Context) (done func(cost time.Duration), err er
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	guess := p.last
+	guess := p.mean
 	p.next = later(p.next, p.now()).Add(p.pause(guess))
 	return func(cost time.Duration) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.next = p.next.Add(p.pause(cost) - p.pause(guess))
-		p.last = cost
+		if p.seen {
+			p.mean += (cost - p.mean) / smooth
+		} else {
+			p.mean, p.seen = cost, true
+		}
+		p.next = p.next.Add(p.pause(p.mean) - p.pause(guess))
 	}, nil
 }
 

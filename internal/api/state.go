@@ -87,7 +87,11 @@ func stateFilter(r *http.Request) (state.Filter, error) {
 // still say how fast the leader answers, not how hard it is polled.
 // It returns how long the answer waited.
 func (s *server) serveLeader(w http.ResponseWriter, r *http.Request, snap *state.Snapshot, f state.Filter) time.Duration {
-	if f.Limit > 0 || r.Method == http.MethodHead || notModified(r, snap) {
+	// Whether the answer will be a 304 is known for sure only once it is
+	// vouched for (serveSnapshot); a term that degrades between the two
+	// makes it a 200 that skipped the wait, once a term.
+	since, degraded := s.cfg.Engine.EtcdUnreachableSince()
+	if f.Limit > 0 || r.Method == http.MethodHead || etagMatch(r, stateETag(snap, since, degraded)) {
 		serveSnapshot(w, r, snap, f)
 		return 0
 	}
@@ -106,34 +110,78 @@ func (s *server) serveLeader(w http.ResponseWriter, r *http.Request, snap *state
 			snap = now
 		}
 	}
+	if f.IsZero() {
+		// The whole state is encoded (and compressed) once a snapshot,
+		// by the first answer that wants it, the others waiting for it:
+		// that is the snapshot's cost, which paces its rebuilds
+		// (engine.SnapshotInterval), not this answer's, which is the
+		// copy. A filtered view's encoding is its answer's.
+		wholeState(snap, acceptsGzip(r))
+	}
 	done(s.pace.cost(r, func() { serveSnapshot(w, r, snap, f) }))
 	return waited
 }
 
-// notModified reports whether r's If-None-Match names snap.
-func notModified(r *http.Request, snap *state.Snapshot) bool {
-	match := r.Header.Get("If-None-Match")
-	return match != "" && match == snap.ETag()
+// stateETag is the ETag of an answer from snap: the snapshot's, or, when
+// the answer carries the X-Flotilla-Etcd-Unreachable-Since header, another
+// naming the time it gives. A client that kept the state of a term while
+// it was current thus never has it confirmed (304) once the term is
+// degraded: it gets the state again, with the header, and one that kept a
+// degraded answer gets a new one once etcd is back (a new term).
+func stateETag(snap *state.Snapshot, since time.Time, degraded bool) string {
+	tag := snap.ETag()
+	if !degraded {
+		return tag
+	}
+	return tag[:len(tag)-1] + "-etcd-unreachable-since-" + strconv.FormatInt(since.Unix(), 10) + `"`
 }
 
+// etagMatch reports whether r's If-None-Match names etag: one of its list,
+// compared weakly as RFC 9110 says for If-None-Match, or "*".
+func etagMatch(r *http.Request, etag string) bool {
+	for _, v := range r.Header.Values("If-None-Match") {
+		for m := range strings.SplitSeq(v, ",") {
+			m = strings.TrimPrefix(strings.TrimSpace(m), "W/")
+			if m == etag || m == "*" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func acceptsGzip(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept-Encoding"), "gzip")
+}
+
+// wholeState returns the whole state, encoded once a snapshot.
+func wholeState(snap *state.Snapshot, gz bool) []byte {
+	if gz {
+		return snap.Gzip()
+	}
+	return snap.JSON()
+}
+
+// serveSnapshot answers r from snap. An answer from the leader's memory is
+// vouched for here (readUnreachableSince), after snap was taken: its ETag
+// and its X-Flotilla-Etcd-Unreachable-Since header say the same.
 func serveSnapshot(w http.ResponseWriter, r *http.Request, snap *state.Snapshot, f state.Filter) {
+	since, degraded := readUnreachableSince(r)
+	etag := stateETag(snap, since, degraded)
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("ETag", snap.ETag())
+	w.Header().Set("ETag", etag)
 	w.Header().Set("Vary", "Accept-Encoding")
-	if notModified(r, snap) {
+	if etagMatch(r, etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	gz := strings.Contains(r.Header.Get("Accept-Encoding"), "gzip")
+	gz := acceptsGzip(r)
 	// The whole state is encoded once; a page or a filtered view is its
 	// units after the head every view shares, encoded once too.
 	var head, rest []byte
-	switch {
-	case f.IsZero() && gz:
-		rest = snap.Gzip()
-	case f.IsZero():
-		rest = snap.JSON()
-	default:
+	if f.IsZero() {
+		rest = wholeState(snap, gz)
+	} else {
 		head, rest = snap.Page(f, gz)
 	}
 	if gz {

@@ -79,14 +79,33 @@ const (
 // snapshot costs.
 func (s *Snapshot) EncodeCost() time.Duration { return time.Duration(s.cost.Load()) }
 
-// ETag is the snapshot's entity tag.
+// ETag is the snapshot's entity tag, strong: "term.generation" for a
+// leader's state, whose generations the engine never repeats, and
+// "etcd.revision" for the durable record read from etcd (DurableState),
+// which has neither and changes with etcd's revision.
 func (s *Snapshot) ETag() string {
+	if s.Term == 0 && s.Generation == 0 {
+		return `"etcd.` + strconv.FormatInt(s.Revision, 10) + `"`
+	}
 	return `"` + strconv.FormatInt(s.Term, 10) + "." + strconv.FormatUint(s.Generation, 10) + `"`
+}
+
+// EncodeHook, when set, is called each time a snapshot is encoded whole
+// (JSON, gzipped false) or compressed whole (Gzip, gzipped true): tests
+// count encodings with it. Each happens once a snapshot, however many
+// readers ask for it at once (the first encodes, the others wait for it).
+var EncodeHook atomic.Pointer[func(s *Snapshot, gzipped bool)]
+
+func encoded(s *Snapshot, gzipped bool) {
+	if h := EncodeHook.Load(); h != nil {
+		(*h)(s, gzipped)
+	}
 }
 
 // JSON is the whole snapshot encoded, computed once.
 func (s *Snapshot) JSON() []byte {
 	s.once.Do(func() {
+		encoded(s, false)
 		d, _ := cputime.Of(func() {
 			st := s.view(nil, len(s.Units), "")
 			b := appendHead(make([]byte, 0, 256*len(s.Units)+1024), &st)
@@ -101,6 +120,7 @@ func (s *Snapshot) JSON() []byte {
 func (s *Snapshot) Gzip() []byte {
 	s.gzo.Do(func() {
 		j := s.JSON() // its cost counted there
+		encoded(s, true)
 		d, _ := cputime.Of(func() {
 			var b bytes.Buffer
 			w, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)

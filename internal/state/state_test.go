@@ -97,6 +97,23 @@ func TestSnapshotJSONAndGzip(t *testing.T) {
 	}
 }
 
+// TestETag: a leader's snapshot is named by term and generation, the
+// durable record read from etcd (no term, no generation) by its revision.
+func TestETag(t *testing.T) {
+	for _, c := range []struct {
+		s    *Snapshot
+		want string
+	}{
+		{&Snapshot{Term: 12, Generation: 345, Revision: 9}, `"12.345"`},
+		{&Snapshot{Revision: 42}, `"etcd.42"`},
+		{&Snapshot{Revision: 43}, `"etcd.43"`},
+	} {
+		if got := c.s.ETag(); got != c.want {
+			t.Errorf("ETag of term %d generation %d revision %d = %s, want %s", c.s.Term, c.s.Generation, c.s.Revision, got, c.want)
+		}
+	}
+}
+
 func units(views ...apiv1.StateUnit) []Unit {
 	out := make([]Unit, len(views))
 	for i, v := range views {
