@@ -25,11 +25,11 @@ import (
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/metrics"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
+	dto "github.com/prometheus/client_model/go"
 )
 
 const agentTTL = 5 * time.Second
@@ -765,7 +765,13 @@ func TestEngineMoveWaitsForStop(t *testing.T) {
 	sawReason := false
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		r1, r2 := running(a1), running(a2)
+		// m2 first: m1's copy runs from before the move until it stops,
+		// once, so running there after m2's was seen running means both
+		// ran at once. (Read m1 first, a test preempted between the two
+		// reads could see m1's copy before it stopped and m2's after it
+		// started.)
+		r2 := running(a2)
+		r1 := running(a1)
 		if r1 && r2 {
 			t.Fatal("db.service runs on m1 and m2 at once")
 		}
@@ -821,7 +827,8 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 	e1.stop() // resigns: e2 leads at once, while m1 still stops db
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		r1, r2 := running(a1), running(a2)
+		r2 := running(a2) // m2 first, as in TestEngineMoveWaitsForStop
+		r1 := running(a1)
 		if r1 && r2 {
 			t.Fatal("db.service runs on m1 and m2 at once after the leader changed")
 		}

@@ -378,10 +378,12 @@ func (ps *pass) apply(part []movedUnit, wake bool) {
 		}
 		if from, ok := ps.newMoves[name]; ok {
 			t.draining[name] = from
+			t.movedAt[name] = ps.now
 		} else if from, ok := ps.newHandovers[name]; ok {
 			t.handovers[name] = handover{From: from}
 		} else if ps.done[name] {
 			delete(t.draining, name)
+			delete(t.movedAt, name)
 		} else if from, ok := ps.stopOld[name]; ok {
 			t.stopOldCopy(name, from, false)
 		} else if from, ok := ps.handedOver[name]; ok {

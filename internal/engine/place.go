@@ -169,6 +169,11 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			s, ok := t.statusOn(name, machine)
 			return ok && s.Running()
 		},
+		Reported: func(name, machine string) bool {
+			_, ok := t.statusOn(name, machine)
+			return ok
+		},
+		MovedAt: t.movedAt,
 		Active: func(name, machine string) bool {
 			s, ok := t.statusOn(name, machine)
 			return ok && s.Active == "active"

@@ -115,6 +115,13 @@ type planInput struct {
 	Unit func(name string) planUnit
 	// Running reports whether a reachable machine reports the unit running.
 	Running func(name, machine string) bool
+	// Reported reports whether a reachable machine's agent has reported
+	// the unit at all this term, running or not: one it has not may be
+	// starting there, its report still on the way.
+	Reported func(name, machine string) bool
+	// MovedAt is when each move of Moves began (for a move loaded from
+	// etcd, when the term loaded it).
+	MovedAt map[string]time.Time
 	// Backlog are the wanted units without a machine to try to place
 	// (empty when nothing placement depends on has changed).
 	Backlog []string
@@ -320,7 +327,7 @@ func planReconcile(in planInput) reconcilePlan {
 		var gone bool
 		switch {
 		case known && m.Reachable:
-			gone = !in.Running(name, from)
+			gone = !in.Running(name, from) && in.settled(name, from, m)
 		case known:
 			gone, _ = in.isLost(u, m, &p)
 		default: // never heard this term: as unreachable since it began
@@ -353,6 +360,29 @@ func planReconcile(in planInput) reconcilePlan {
 	slices.Sort(p.Place)
 	p.Place = slices.Compact(p.Place)
 	return p
+}
+
+// moveSettle is how long after a move began its old machine must have been
+// heard from before a copy it never reported counts as gone: an agent
+// batches its reports, and a unit it started just before the move may not
+// have been reported yet.
+const moveSettle = 250 * time.Millisecond
+
+// settled reports whether a move's old copy on a reachable machine can be
+// judged from that machine's reports: it has reported the unit this term,
+// or it has been heard from since the move began (and moveSettle more)
+// without reporting it. A move decided by this pass began now. Without
+// this, a unit moved (its machine's metadata changed) before its machine
+// had reported starting it was placed elsewhere at once, and ran on both.
+func (in *planInput) settled(name, from string, m planMachine) bool {
+	if in.Reported(name, from) {
+		return true
+	}
+	since, ok := in.MovedAt[name]
+	if !ok {
+		since = in.Now
+	}
+	return m.HeardAt.After(since.Add(moveSettle))
 }
 
 // handoverSteps says which handovers stop their old copy, and which are

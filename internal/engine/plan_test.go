@@ -36,12 +36,16 @@ func TestPlanReconcile(t *testing.T) {
 		check    map[string]string
 		misfits  map[string]string // unit -> why it does not fit
 		running  map[string]string // unit -> machine reporting it running
-		active   map[string]string // unit -> machine reporting it active
-		nowhere  map[string]string // unit -> why it fits on no other machine
-		handover map[string]handover
-		stayed   map[string]string // unit -> the reason it stayed last pass
-		dirty    bool              // something placement depends on changed
-		backlog  []string
+		// unreported are units no machine has reported this term;
+		// movedAt is when a recorded move began, in seconds.
+		unreported map[string]bool
+		movedAt    map[string]float64
+		active     map[string]string // unit -> machine reporting it active
+		nowhere    map[string]string // unit -> why it fits on no other machine
+		handover   map[string]handover
+		stayed     map[string]string // unit -> the reason it stayed last pass
+		dirty      bool              // something placement depends on changed
+		backlog    []string
 		// reconnect is the term's reconnect grace, in seconds.
 		reconnect float64
 		want      string
@@ -104,6 +108,33 @@ func TestPlanReconcile(t *testing.T) {
 		check:    map[string]string{"db": "m1"},
 		misfits:  map[string]string{"db": "needs disk=ssd"},
 		want:     "misfit=[db@m1: needs disk=ssd] place=[db]",
+	}, {
+		name:       "a unit that no longer fits, its machine not having reported it yet, waits to hear from it",
+		now:        1,
+		machines:   map[string]planMachine{"m1": {Reachable: true, HeardAt: at(1)}},
+		units:      map[string]planUnit{"db": ordinary},
+		check:      map[string]string{"db": "m1"},
+		misfits:    map[string]string{"db": "needs disk=ssd"},
+		unreported: map[string]bool{"db": true},
+		want:       "misfit=[db@m1: needs disk=ssd] waiting=[db: stopping on m1 before it moves] place=[]",
+	}, {
+		name:       "a recorded move of a unit never reported waits until its machine is heard after it began",
+		now:        1.2,
+		machines:   map[string]planMachine{"m1": {Reachable: true, HeardAt: at(1.2)}},
+		units:      map[string]planUnit{"db": ordinary},
+		moves:      map[string]string{"db": "m1"},
+		unreported: map[string]bool{"db": true},
+		movedAt:    map[string]float64{"db": 1},
+		want:       "waiting=[db: stopping on m1 before it moves] place=[]",
+	}, {
+		name:       "and completes once it has been, without a word of the unit",
+		now:        1.5,
+		machines:   map[string]planMachine{"m1": {Reachable: true, HeardAt: at(1.5)}},
+		units:      map[string]planUnit{"db": ordinary},
+		moves:      map[string]string{"db": "m1"},
+		unreported: map[string]bool{"db": true},
+		movedAt:    map[string]float64{"db": 1},
+		want:       "done=[db] place=[db]",
 	}, {
 		name:     "a recorded move completes when the old machine reports the unit stopped",
 		now:      1,
@@ -309,12 +340,17 @@ func TestPlanReconcile(t *testing.T) {
 				Running: func(name, machine string) bool {
 					return tt.running[name] == machine || tt.active[name] == machine
 				},
+				Reported:  func(name, machine string) bool { return !tt.unreported[name] },
+				MovedAt:   map[string]time.Time{},
 				Active:    func(name, machine string) bool { return tt.active[name] == machine },
 				Handovers: tt.handover, Stayed: tt.stayed, PlaceDirty: tt.dirty,
 				Elsewhere: func(name string) (bool, string) {
 					why, nowhere := tt.nowhere[name]
 					return !nowhere, why
 				},
+			}
+			for name, sec := range tt.movedAt {
+				in.MovedAt[name] = at(sec)
 			}
 			if got := renderPlan(planReconcile(in)); got != tt.want {
 				t.Errorf("planReconcile =\n  %s\nwant\n  %s", got, tt.want)
@@ -395,9 +431,10 @@ func TestPlanRecheck(t *testing.T) {
 		Machines: map[string]planMachine{
 			"m1": {HeardAt: t0.Add(5 * time.Second), SentAt: t0.Add(7 * time.Second), Units: []string{"db", "web", "batch"}},
 		},
-		Unit:    unitsFrom(map[string]planUnit{"db": {Wanted: true, Singleton: true}, "web": {Wanted: true}, "batch": {Wanted: true, LostAfter: unit.Infinity}}),
-		Fits:    func(string, string) (bool, string) { return true, "" },
-		Running: func(string, string) bool { return false },
+		Unit:     unitsFrom(map[string]planUnit{"db": {Wanted: true, Singleton: true}, "web": {Wanted: true}, "batch": {Wanted: true, LostAfter: unit.Infinity}}),
+		Fits:     func(string, string) (bool, string) { return true, "" },
+		Running:  func(string, string) bool { return false },
+		Reported: func(string, string) bool { return true },
 	}
 	p := planReconcile(in)
 	if want := t0.Add(26 * time.Second); !p.Recheck.Equal(want) {

@@ -262,6 +262,9 @@ type term struct {
 	// recorded under moves/ in etcd: they are placed again once that
 	// machine's copy is gone (see plan.go).
 	draining map[string]string
+	// movedAt is when each move of draining began (this term's load, for
+	// one loaded from etcd): see planInput.settled.
+	movedAt map[string]time.Time
 	// handovers holds units of draining machines started elsewhere while
 	// their old copy keeps running there until the new one is active
 	// (unit -> old machine), recorded under moves/ too (see plan.go).
@@ -374,6 +377,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		protos:        map[*unit.File]*unit.File{},
 		placeDirty:    true,
 		draining:      map[string]string{},
+		movedAt:       map[string]time.Time{},
 		handovers:     map[string]handover{},
 		held:          map[string]bool{},
 		drainMachines: map[string]int{},
@@ -412,27 +416,10 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		t.wg.Wait()
 		return nil, err
 	}
-	loadStart := time.Now()
 	var ph passPhases
-	ph.start(loadStart)
+	ph.start(time.Now())
 	defer ph.logSlow(e.log, "loading the cluster at the start of a term")
-	// What the engine followed while it campaigned, caught up to now, or
-	// the whole record read from etcd.
-	var snap *registry.Snapshot
-	var err error
-	if fol != nil {
-		snap, err = fol.Snapshot(lctx)
-		ph.done("catch up")
-		if errors.Is(err, registry.ErrBehind) {
-			e.log.Warn("the record this engine followed is behind etcd; reading it all", "err", err)
-			fol = nil
-		}
-	}
-	if fol == nil {
-		snap, err = registry.Load(lctx, e.cfg.Client, t.keys)
-		e.cfg.Metrics.ObserveEtcd("load", time.Since(loadStart))
-		ph.done("read etcd")
-	}
+	snap, err := t.readRecord(lctx, fol, &ph)
 	lcancel()
 	if err != nil {
 		cancel(err)
@@ -440,6 +427,49 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		t.wg.Wait()
 		return nil, err
 	}
+	t.loadRecords(snap, &ph)
+	placedAtLoad := t.indexUnits(snap, &ph)
+	// The term serves from now: a machine's silence counts from here (and
+	// the reconnect grace), not from the election, which came before a
+	// load that takes a minute at a million units. Counted from the
+	// election, every machine of a large cluster was lost at the first pass.
+	ph.done("indexes")
+	t.loaded = len(t.units)
+	// The term's check of every placed unit (planInput) is for what a
+	// former term placed; a term that loaded no placed unit checks
+	// nothing. A new cluster's first leader checked a million units it
+	// had itself just placed, in 61 passes back to back, while the
+	// million reported their states.
+	t.rechecked = placedAtLoad == 0
+	t.start = e.cfg.Now()
+	t.reconnect = reconnectGrace(len(t.machines))
+	t.startLoops()
+	return t, nil
+}
+
+// readRecord returns what the engine followed while it campaigned, caught
+// up to now, or the whole record read from etcd.
+func (t *term) readRecord(ctx context.Context, fol *registry.Follower, ph *passPhases) (*registry.Snapshot, error) {
+	e := t.e
+	if fol != nil {
+		snap, err := fol.Snapshot(ctx)
+		ph.done("catch up")
+		if !errors.Is(err, registry.ErrBehind) {
+			return snap, err
+		}
+		e.log.Warn("the record this engine followed is behind etcd; reading it all", "err", err)
+	}
+	start := time.Now()
+	snap, err := registry.Load(ctx, e.cfg.Client, t.keys)
+	e.cfg.Metrics.ObserveEtcd("load", time.Since(start))
+	ph.done("read etcd")
+	return snap, err
+}
+
+// loadRecords makes the term's units, machines' overrides, files and
+// policy from the record.
+func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
+	e := t.e
 	t.rev = snap.Revision
 	for _, key := range snap.Skipped {
 		e.log.Error("a stored record does not decode; leaving it out", "key", key)
@@ -483,11 +513,17 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		t.noteLostAfter(r.Name, rec)
 	}
 	ph.done("records")
+}
+
+// indexUnits loads the ranges and indexes the units loaded: followers,
+// globals, machines' units, the unplaced, and the moves under way. It
+// returns how many units were placed.
+func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 	ph.note("units", len(snap.Units))
 	ph.note("ranges", len(snap.Ranges))
 	t.loadRanges(snap)
 	ph.done("ranges")
-	placedAtLoad := 0
+	placed := 0
 	for name, rec := range t.units {
 		if len(rec.file.Fleet.MachineOf) > 0 {
 			t.followers[name] = struct{}{}
@@ -497,7 +533,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 			t.globals[name] = struct{}{}
 		case rec.machine != "":
 			t.machine(rec.machine).addUnit(name, rec)
-			placedAtLoad++
+			placed++
 		case rec.wanted():
 			t.unplaced[name] = struct{}{}
 		}
@@ -510,25 +546,19 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 			t.handovers[name] = handover{From: from} // the old copy runs until the new one is active
 		case !handedOver && r.machine == "":
 			t.draining[name] = from
+			t.movedAt[name] = t.e.cfg.Now()
 			t.units[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" })
 		}
 		// A move of a unit since destroyed or placed is stale; the next
 		// pass of a move completing deletes its key.
 	}
-	// The term serves from now: a machine's silence counts from here (and
-	// the reconnect grace), not from the election, which came before a
-	// load that takes a minute at a million units. Counted from the
-	// election, every machine of a large cluster was lost at the first pass.
-	ph.done("indexes")
-	t.loaded = len(t.units)
-	// The term's check of every placed unit (planInput) is for what a
-	// former term placed; a term that loaded no placed unit checks
-	// nothing. A new cluster's first leader checked a million units it
-	// had itself just placed, in 61 passes back to back, while the
-	// million reported their states.
-	t.rechecked = placedAtLoad == 0
-	t.start = e.cfg.Now()
-	t.reconnect = reconnectGrace(len(t.machines))
+	return placed
+}
+
+// startLoops starts the term's goroutines: the loop, the publisher, the
+// inbox and, by registry mode, the candidates' or agents' followers.
+func (t *term) startLoops() {
+	e := t.e
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.loop() }()
 	if e.cfg.Registry == registry.ModeGRPC {
@@ -542,7 +572,6 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.followAgentsEtcd() }()
 	}
-	return t, nil
 }
 
 // storedParser parses a term's stored units as unit.ParseStored does,
@@ -778,6 +807,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		delete(t.unplaced, name)
 		delete(t.globals, name)
 		delete(t.draining, name)
+		delete(t.movedAt, name)
 		if h, ok := t.handovers[name]; ok {
 			delete(t.handovers, name)
 			if m := t.machines[h.From]; m != nil && h.From != old.machine {
