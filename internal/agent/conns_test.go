@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -169,17 +170,6 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestDeadLeaderNotRedialled: once the leader source names a new leader,
 // the agent no longer dials the address of the old one, which died: gRPC
 // kept redialling a failed connection in the background (every 1 s, then
@@ -196,13 +186,13 @@ func TestDeadLeaderNotRedialled(t *testing.T) {
 	dc := &dialCounter{}
 	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: src.leaders, TTL: 10 * time.Second, DialOptions: dc.options()})
 	defer running(t, a)()
-	waitFor(t, "a stream to the leader", 10*time.Second, func() bool { return old.streams.Load() > 0 })
+	waitfor.True(t, 10*time.Second, "a stream to the leader", func() bool { return old.streams.Load() > 0 })
 	kill()
 	// The agent retries the dead leader until the source names another.
-	waitFor(t, "a dial of the dead leader", 5*time.Second, func() bool { return dc.count(oldAddr) >= 2 })
+	waitfor.True(t, 5*time.Second, "a dial of the dead leader", func() bool { return dc.count(oldAddr) >= 2 })
 	time.Sleep(time.Second)
 	src <- election.Info{Machine: "e2", GRPCAddr: newAddr, Rev: 9}
-	waitFor(t, "a stream to the new leader", 5*time.Second, func() bool { return newer.streams.Load() > 0 })
+	waitfor.True(t, 5*time.Second, "a stream to the new leader", func() bool { return newer.streams.Load() > 0 })
 	before := dc.count(oldAddr)
 	time.Sleep(5 * time.Second)
 	if n := dc.count(oldAddr) - before; n > 0 {
@@ -238,7 +228,7 @@ func TestQuestionsSkipDeadEngine(t *testing.T) {
 	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: leaderIs(election.Info{Machine: "e1", GRPCAddr: quietAddr, Rev: 7}),
 		TTL: 10 * time.Second, HeartbeatInterval: 100 * time.Millisecond, DialOptions: dc.options()})
 	defer running(t, a)()
-	waitFor(t, "a question", 10*time.Second, func() bool { return other.asked.Load() > 0 })
+	waitfor.True(t, 10*time.Second, "a question", func() bool { return other.asked.Load() > 0 })
 	time.Sleep(3500 * time.Millisecond)
 	if n := other.asked.Load(); n < 5 {
 		t.Errorf("the live engine was asked %d times in 3.5 s of quiet, want one a heartbeat", n)
@@ -247,7 +237,7 @@ func TestQuestionsSkipDeadEngine(t *testing.T) {
 		t.Errorf("the dead engine was dialled %d times in 3.5 s of questions, want once", n)
 	}
 	other.leader.Store(&agentpb.LeaderInfo{Machine: "e2", GrpcAddr: nextAddr, Rev: 9})
-	waitFor(t, "a stream to the leader the engines named", 2*time.Second, func() bool { return next.streams.Load() > 0 })
+	waitfor.True(t, 2*time.Second, "a stream to the leader the engines named", func() bool { return next.streams.Load() > 0 })
 }
 
 // TestLeaderRestartedAtSameAddress: a daemon restarted at the address of
@@ -263,15 +253,15 @@ func TestLeaderRestartedAtSameAddress(t *testing.T) {
 	src <- election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}
 	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: src.leaders, TTL: 10 * time.Second})
 	defer running(t, a)()
-	waitFor(t, "a stream to the leader", 10*time.Second, func() bool { return old.streams.Load() > 0 })
+	waitfor.True(t, 10*time.Second, "a stream to the leader", func() bool { return old.streams.Load() > 0 })
 	kill()
 	time.Sleep(1500 * time.Millisecond) // the agent retries the dead leader
 	src <- election.Info{Machine: "e2", GRPCAddr: newAddr, Rev: 9}
-	waitFor(t, "a stream to the new leader", 5*time.Second, func() bool { return newer.streams.Load() > 0 })
+	waitfor.True(t, 5*time.Second, "a stream to the new leader", func() bool { return newer.streams.Load() > 0 })
 	stoppableEngine(t, back, oldAddr)
 	start := time.Now()
 	src <- election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 11}
-	waitFor(t, "a stream to the daemon restarted at the old address", 5*time.Second, func() bool { return back.streams.Load() > 0 })
+	waitfor.True(t, 5*time.Second, "a stream to the daemon restarted at the old address", func() bool { return back.streams.Load() > 0 })
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("the agent reached the restarted leader after %v, want at once", d)
 	}

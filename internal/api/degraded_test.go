@@ -19,6 +19,7 @@ import (
 	"github.com/flotilla/flotilla/internal/cli"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestEtcdUnreachable: a leader cut off from etcd answers reads with the
@@ -44,7 +45,7 @@ func TestEtcdUnreachable(t *testing.T) {
 	}
 
 	px.Cut()
-	waitFor(t, 10*time.Second, "the leader degraded", func() bool { _, ok := eng.EtcdUnreachableSince(); return ok })
+	waitfor.True(t, 10*time.Second, "the leader degraded", func() bool { _, ok := eng.EtcdUnreachableSince(); return ok })
 	since, _ := eng.EtcdUnreachableSince()
 	want := since.UTC().Format(time.RFC3339)
 	for _, base := range []string{leaderURL, follower.URL} {
@@ -64,7 +65,7 @@ func TestEtcdUnreachable(t *testing.T) {
 	// A read may get the state as it was before and start a fresh one.
 	var st apiv1.State
 	var err error
-	waitFor(t, 5*time.Second, "GET /v1/state saying since when etcd is unreachable", func() bool {
+	waitfor.True(t, 5*time.Second, "GET /v1/state saying since when etcd is unreachable", func() bool {
 		_, body := c.do(t, "GET", "/v1/state", "")
 		st = apiv1.State{}
 		err = json.Unmarshal([]byte(body), &st)
@@ -199,17 +200,6 @@ func TestReadsTaggedWhenAnswered(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestStateETagDegraded: /v1/state answered from bytes encoded once still
 // carries X-Flotilla-Etcd-Unreachable-Since on a degraded leader, and its
 // ETag says so. A client polling with If-None-Match from before etcd is
@@ -287,7 +277,7 @@ func TestStateETagDegraded(t *testing.T) {
 	// While degraded: a flagged state is confirmed, with the header; the
 	// same ETag twice is the same bytes, both flagged.
 	var during string
-	waitFor(t, 10*time.Second, "a 304 while etcd is unreachable", func() bool {
+	waitfor.True(t, 10*time.Second, "a 304 while etcd is unreachable", func() bool {
 		resp, body := c.do(t, "GET", "/v1/state", "", "If-None-Match", during)
 		if resp.Header.Get(apiv1.EtcdUnreachableHeader) != want {
 			t.Fatalf("GET /v1/state while degraded: %s without the header: %s", resp.Status, body)
@@ -308,7 +298,7 @@ func TestStateETagDegraded(t *testing.T) {
 	}
 
 	px.Restore()
-	waitFor(t, 30*time.Second, "a current answer once etcd is back", func() bool {
+	waitfor.True(t, 30*time.Second, "a current answer once etcd is back", func() bool {
 		resp, body := c.do(t, "GET", "/v1/state", "", "If-None-Match", during)
 		if resp.StatusCode == http.StatusNotModified && resp.Header.Get(apiv1.EtcdUnreachableHeader) == "" {
 			t.Fatalf("If-None-Match %s (degraded) confirmed by a current leader: %s", during, body)

@@ -14,6 +14,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/state"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // generationOf reads the generation a /v1/state answer says it is.
@@ -83,7 +84,7 @@ func TestStateCachedBytes(t *testing.T) {
 				}
 				// The engine's latest snapshot is the one answered once
 				// no rebuild comes between the answer and the look.
-				waitFor(t, 10*time.Second, "an answer of the engine's latest snapshot", func() bool {
+				waitfor.True(t, 10*time.Second, "an answer of the engine's latest snapshot", func() bool {
 					resp, body := c.do(t, "GET", "/v1/state"+v.query, "", hdr...)
 					if resp.StatusCode != 200 || (resp.Header.Get("Content-Encoding") == "gzip") != gz {
 						t.Fatalf("GET /v1/state%s (gzip %v): %s, Content-Encoding %q", v.query, gz, resp.Status, resp.Header.Get("Content-Encoding"))
@@ -126,7 +127,7 @@ func TestStateETag(t *testing.T) {
 	// A read may get the state as it was and start a fresh one: wait for
 	// the state to settle (a 304 on the last ETag).
 	var etag string
-	waitFor(t, 10*time.Second, "a 304 for the current ETag", func() bool {
+	waitfor.True(t, 10*time.Second, "a 304 for the current ETag", func() bool {
 		resp, _ := c.do(t, "GET", "/v1/state", "", "If-None-Match", etag)
 		if resp.StatusCode == http.StatusNotModified {
 			return true

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // startDaemon runs a daemon (no agent) with cfg's API settings until the
@@ -82,17 +84,12 @@ func call(t *testing.T, c *http.Client, method, url, body string, hdr ...string)
 // waitLeader waits until the daemon behind c is the engine leader.
 func waitLeader(t *testing.T, c *http.Client) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, b := call(t, c, "GET", "http://fleet.sock/v1/status", "")
-		if code == 200 && strings.Contains(b, `"isLeader":true`) {
-			return
+	waitfor.Until(t, 20*time.Second, "a leader", func() error {
+		if code, b := call(t, c, "GET", "http://fleet.sock/v1/status", ""); code != 200 || !strings.Contains(b, `"isLeader":true`) {
+			return fmt.Errorf("%d %s", code, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no leader within 20s: %d %s", code, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // shortTempDir is a temporary directory whose paths fit a unix socket's

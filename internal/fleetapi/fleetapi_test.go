@@ -11,6 +11,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // start runs a one-machine daemon (machine m1, 127.0.0.1, the sim driver)
@@ -58,14 +59,12 @@ func check(t *testing.T, url string, tests []golden) {
 // eventually polls a GET until its body is want.
 func eventually(t *testing.T, url, path, want string) {
 	t.Helper()
-	var body string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		var code int
-		if code, body = do(t, url, "GET", path, "", false); code == http.StatusOK && body == want {
-			return
+	waitfor.Until(t, 10*time.Second, "GET "+path, func() error {
+		if code, body := do(t, url, "GET", path, "", false); code != http.StatusOK || body != want {
+			return fmt.Errorf("\n got %d %s\nwant %s", code, body, want)
 		}
-	}
-	t.Fatalf("GET %s\n got %s\nwant %s (within 10s)", path, body, want)
+		return nil
+	})
 }
 
 const (

@@ -16,6 +16,7 @@ import (
 	"github.com/flotilla/flotilla/internal/api"
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/metrics"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // secureNode is one daemon with mutual TLS and --acl (the exec driver,
@@ -82,7 +83,7 @@ func startSecureNode(t *testing.T) *secureNode {
 	s.clients[pServer] = client(auth.Files{CA: p.ca, Cert: p.cert("n2"), Key: p.key("n2")})
 	s.clients[pForeign] = client(auth.Files{CA: p.ca, Cert: other.cert("n1"), Key: other.key("n1")})
 
-	eventually(t, 60*time.Second, "the ACL bootstrap", func() error {
+	waitfor.Until(t, 60*time.Second, "the ACL bootstrap", func() error {
 		code, b, err := s.call(pNone, "POST", "/v1/acl/bootstrap", "{}")
 		if err != nil || code != 200 {
 			return fmt.Errorf("%d %s %v", code, b, err)
@@ -105,7 +106,7 @@ func startSecureNode(t *testing.T) *secureNode {
 		}
 		s.secrets[who] = nt.Secret
 	}
-	eventually(t, 60*time.Second, "the leader and its machine", func() error {
+	waitfor.Until(t, 60*time.Second, "the leader and its machine", func() error {
 		code, b, err := s.call(pRead, "GET", "/v1/machines", "")
 		if err != nil || code != 200 || !strings.Contains(b, `"n1"`) {
 			return fmt.Errorf("%d %s %v", code, b, err)
@@ -291,7 +292,7 @@ func TestUnitCannotReadKeys(t *testing.T) {
 			t.Fatalf("PUT %s as %s = %d %s %v", name, who, code, b, err)
 		}
 		var journal string
-		eventually(t, 60*time.Second, name+" to run", func() error {
+		waitfor.Until(t, 60*time.Second, name+" to run", func() error {
 			code, b, err := s.call(pRead, "GET", "/v1/units/"+name+"/journal?lines=100", "")
 			if err != nil || code != 200 || !strings.Contains(b, "done") {
 				return fmt.Errorf("journal: %d %s %v", code, b, err)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestCertReload: a daemon given SIGHUP presents its renewed certificate on
@@ -78,7 +80,7 @@ func TestCertReload(t *testing.T) {
 		return int64(f), err
 	}
 	var first *x509.Certificate
-	eventually(t, 60*time.Second, "the API serving TLS", func() (err error) { first, err = served(); return err })
+	waitfor.Until(t, 60*time.Second, "the API serving TLS", func() (err error) { first, err = served(); return err })
 	if got, err := published(); err != nil || got != first.NotAfter.Unix() {
 		t.Errorf("expiry in /metrics = %d, %v; want %d", got, err, first.NotAfter.Unix())
 	}
@@ -89,7 +91,7 @@ func TestCertReload(t *testing.T) {
 	run(t, "tls", "cert", "create", "--ca-dir", filepath.Join(p.dir, "ca"), "--name", "n1", "--ip", "127.0.0.1", "--days", "10", "--out", filepath.Join(p.dir, "certs"))
 	nd.cmd.Process.Signal(syscall.SIGHUP)
 	var renewed *x509.Certificate
-	eventually(t, 10*time.Second, "the renewed certificate served", func() (err error) {
+	waitfor.Until(t, 10*time.Second, "the renewed certificate served", func() (err error) {
 		if renewed, err = served(); err == nil && renewed.SerialNumber.Cmp(first.SerialNumber) == 0 {
 			err = fmt.Errorf("still serial %s", first.SerialNumber)
 		}
@@ -113,7 +115,7 @@ func TestCertReload(t *testing.T) {
 		}
 	}
 	nd.cmd.Process.Signal(syscall.SIGHUP)
-	eventually(t, 10*time.Second, "the refusal logged", func() error {
+	waitfor.Until(t, 10*time.Second, "the refusal logged", func() error {
 		if !strings.Contains(nd.log.String(), "cannot reload the certificate") {
 			return fmt.Errorf("not in the log yet")
 		}

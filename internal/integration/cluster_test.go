@@ -13,6 +13,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 const sleeper = `[Unit]
@@ -85,7 +86,7 @@ func testClusterLifecycle(t *testing.T, reg string) {
 	})
 	n1 := c.nodes[0]
 
-	eventually(t, 60*time.Second, "three machines and a leader", func() error {
+	waitfor.Until(t, 60*time.Second, "three machines and a leader", func() error {
 		ms, err := jsonCLI[[]machineRow](t, n1, "list-machines")
 		if err != nil {
 			return err
@@ -159,7 +160,7 @@ func testClusterLifecycle(t *testing.T, reg string) {
 	// stop: the process ends, the unit stays loaded on its machine.
 	stoppedPID := states["sleep6.service"].PID
 	mustCLI(t, n1, "stop", "sleep6.service")
-	eventually(t, 10*time.Second, "sleep6 process gone", func() error {
+	waitfor.Until(t, 10*time.Second, "sleep6 process gone", func() error {
 		if alive(stoppedPID) {
 			return fmt.Errorf("pid %d still alive", stoppedPID)
 		}
@@ -176,7 +177,7 @@ func testClusterLifecycle(t *testing.T, reg string) {
 	}
 	// destroy: gone from the cluster.
 	mustCLI(t, n1, "destroy", "sleep6.service")
-	eventually(t, 10*time.Second, "sleep6 destroyed", func() error {
+	waitfor.Until(t, 10*time.Second, "sleep6 destroyed", func() error {
 		files, err := jsonCLI[[]fileRow](t, n1, "list-unit-files")
 		if err != nil {
 			return err
@@ -210,7 +211,7 @@ func testClusterLifecycle(t *testing.T, reg string) {
 	dead.kill()
 
 	var newLeader string
-	eventually(t, 30*time.Second, "a new leader", func() error {
+	waitfor.Until(t, 30*time.Second, "a new leader", func() error {
 		l, err := leaderOf(t, survivor)
 		if err != nil {
 			return err
@@ -225,7 +226,7 @@ func testClusterLifecycle(t *testing.T, reg string) {
 
 	// Units of the surviving machines kept their processes; the lost
 	// machine's units come back up on the survivors after the agent TTL.
-	eventually(t, agentTTL+30*time.Second, "every unit active on a surviving machine", func() error {
+	waitfor.Until(t, agentTTL+30*time.Second, "every unit active on a surviving machine", func() error {
 		rows, err := jsonCLI[[]unitRow](t, survivor, "list-units")
 		if err != nil {
 			return err
@@ -262,7 +263,7 @@ func testClusterLifecycle(t *testing.T, reg string) {
 
 	// The killed daemon restarts on its data dir and rejoins.
 	dead.start(t)
-	eventually(t, 60*time.Second, "the restarted machine rejoins", func() error {
+	waitfor.Until(t, 60*time.Second, "the restarted machine rejoins", func() error {
 		ms, err := jsonCLI[[]machineRow](t, survivor, "list-machines")
 		if err != nil {
 			return err
@@ -283,7 +284,7 @@ func testClusterLifecycle(t *testing.T, reg string) {
 		t.Fatal(err)
 	}
 	mustCLI(t, survivor, append([]string{"destroy"}, names...)...)
-	eventually(t, 15*time.Second, "every unit's process gone", func() error {
+	waitfor.Until(t, 15*time.Second, "every unit's process gone", func() error {
 		for name, s := range final {
 			if alive(s.PID) {
 				return fmt.Errorf("unit %s pid %d still alive", name, s.PID)
@@ -320,7 +321,7 @@ func TestDevRestart(t *testing.T) {
 		t.Fatalf("web.service pid %d died with flotilla dev; units must outlive the daemon", oldPID)
 	}
 	nd.start(t)
-	eventually(t, 30*time.Second, "web.service adopted", func() error {
+	waitfor.Until(t, 30*time.Second, "web.service adopted", func() error {
 		rows, err := jsonCLI[[]unitRow](t, nd, "list-units")
 		if err != nil {
 			return err
@@ -350,7 +351,7 @@ func TestDevRestart(t *testing.T) {
 func checkReadSide(t *testing.T, nd *node, leader string, units int) {
 	t.Helper()
 	// A read may get the state as it was and start a fresh one.
-	eventually(t, 10*time.Second, "GET /v1/state on "+nd.name, func() error {
+	waitfor.Until(t, 10*time.Second, "GET /v1/state on "+nd.name, func() error {
 		resp, err := http.Get("http://" + nd.api + "/v1/state")
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // copies counts, per unit, the machines that report it running (active,
@@ -50,7 +51,7 @@ func TestDrain(t *testing.T) {
 		return []string{"--metadata", "role=" + role}
 	})
 	n1 := c.nodes[0]
-	eventually(t, 60*time.Second, "three machines and a leader", func() error {
+	waitfor.Until(t, 60*time.Second, "three machines and a leader", func() error {
 		ms, err := jsonCLI[[]machineRow](t, n1, "list-machines")
 		if err == nil && len(ms) != 3 {
 			err = fmt.Errorf("machines = %v, want 3", ms)

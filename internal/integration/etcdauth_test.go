@@ -15,6 +15,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/auth"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestEtcdAuth runs a server of the etcd registry mode with TLS and --acl:
@@ -55,7 +56,7 @@ func TestEtcdAuth(t *testing.T) {
 	var admin apiClient
 	serverWorks := func() {
 		t.Helper()
-		eventually(t, 60*time.Second, "s1 to lead and list itself", func() error {
+		waitfor.Until(t, 60*time.Second, "s1 to lead and list itself", func() error {
 			var ml apiv1.MachineList
 			if err := admin.get("https://"+s1.api+"/v1/machines", &ml); err != nil {
 				return err
@@ -68,7 +69,7 @@ func TestEtcdAuth(t *testing.T) {
 			return errors.New("machines: s1 not listed as the leader")
 		})
 	}
-	eventually(t, 60*time.Second, "the ACL bootstrap", func() error {
+	waitfor.Until(t, 60*time.Second, "the ACL bootstrap", func() error {
 		code, b, err := anon.do("POST", "https://"+s1.api+"/v1/acl/bootstrap", struct{}{})
 		if err != nil || code != 200 {
 			return errors.New(string(b))
@@ -177,7 +178,7 @@ func TestEtcdAuth(t *testing.T) {
 			t.Logf("---- log of w3 ----\n%s", tail(w3.log.String(), 40))
 		}
 	})
-	eventually(t, 30*time.Second, "w3 to say it is not enrolled", func() error {
+	waitfor.Until(t, 30*time.Second, "w3 to say it is not enrolled", func() error {
 		if !strings.Contains(w3.log.String(), "not enrolled") {
 			return errors.New("no word of it in w3's log")
 		}
@@ -208,7 +209,7 @@ func TestEtcdAuth(t *testing.T) {
 			return errors.New("not yet")
 		}
 	}
-	eventually(t, 60*time.Second, "on-w3.service active on w3, read through w3's API", active(w3.api))
+	waitfor.Until(t, 60*time.Second, "on-w3.service active on w3, read through w3's API", active(w3.api))
 
 	// The server bootstraps again at its restart, and still works.
 	s1.stop(t)
@@ -216,7 +217,7 @@ func TestEtcdAuth(t *testing.T) {
 	serverWorks()
 	check("w1", own[:1], true)
 	check("w1", others[:1], false)
-	eventually(t, 60*time.Second, "w3 back, its unit active", active(s1.api))
+	waitfor.Until(t, 60*time.Second, "w3 back, its unit active", active(s1.api))
 	ecli := etcd("s1")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

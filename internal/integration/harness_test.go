@@ -254,20 +254,6 @@ type machineRow struct {
 	Leader   bool              `json:"leader"`
 }
 
-// eventually polls cond every 100ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v: %v", what, timeout, err)
-}
-
 func writeUnit(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)

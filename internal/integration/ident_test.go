@@ -23,6 +23,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/auth"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -135,7 +136,7 @@ func TestCompromisedMachine(t *testing.T) {
 	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 	anon := apiClient{t: t, hc: hc}
 	var admin apiClient
-	eventually(t, 60*time.Second, "the ACL bootstrap", func() error {
+	waitfor.Until(t, 60*time.Second, "the ACL bootstrap", func() error {
 		code, b, err := anon.do("POST", "https://"+s1.api+"/v1/acl/bootstrap", struct{}{})
 		if err != nil || code != 200 {
 			return fmt.Errorf("%d %s %v", code, b, err)
@@ -159,7 +160,7 @@ func TestCompromisedMachine(t *testing.T) {
 
 	// The machine that only runs units finds the leader through --servers,
 	// and its API forwards a person's request to the leader.
-	eventually(t, 60*time.Second, "a1 joined through --servers, listed through its own API", func() error {
+	waitfor.Until(t, 60*time.Second, "a1 joined through --servers, listed through its own API", func() error {
 		code, b, err := reader.do("GET", "https://"+a1.api+"/v1/machines", nil)
 		if err != nil || code != 200 {
 			return fmt.Errorf("%d %s %v", code, b, err)
@@ -284,7 +285,7 @@ func TestCompromisedMachine(t *testing.T) {
 			}
 		}
 	}()
-	eventually(t, 30*time.Second, "the rogue listed, without the reserved key it claimed", func() error {
+	waitfor.Until(t, 30*time.Second, "the rogue listed, without the reserved key it claimed", func() error {
 		var ms apiv1.MachineList
 		if err := reader.get("https://"+s1.api+"/v1/machines", &ms); err != nil {
 			return err
@@ -312,7 +313,7 @@ func TestCompromisedMachine(t *testing.T) {
 	// the rogue (its 64 CPUs, its name first) if its claim counted.
 	run(t, append(base, "start", "--no-block", bait, mine, filler)...)
 	run(t, append(base, "start", "--no-block", secret)...)
-	eventually(t, 30*time.Second, "secret.service placed", func() error {
+	waitfor.Until(t, 30*time.Second, "secret.service placed", func() error {
 		var u apiv1.Unit
 		if err := reader.get("https://"+s1.api+"/v1/units/secret.service", &u); err != nil {
 			return err
@@ -350,7 +351,7 @@ func TestCompromisedMachine(t *testing.T) {
 
 	// The honest machine's journal: the leader reads it with its own
 	// identity, which a1 accepts; a person's token at a1 itself is not.
-	eventually(t, 30*time.Second, "a1's unit's journal through the leader", func() error {
+	waitfor.Until(t, 30*time.Second, "a1's unit's journal through the leader", func() error {
 		code, b, err := reader.do("GET", "https://"+s1.api+"/v1/units/mine.service/journal?lines=5", nil)
 		if err != nil || code != 200 || !strings.Contains(string(b), "hello from a1") {
 			return fmt.Errorf("%d %q %v", code, b, err)

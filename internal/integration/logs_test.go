@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestUnitLogs: --log-max-size and --log-max-files reach the units' logs, a
@@ -20,7 +22,7 @@ func TestUnitLogs(t *testing.T) {
 	}
 	c := newCluster(t, 1, func(int) []string { return []string{"--log-max-size", "1K", "--log-max-files", "2"} })
 	n1 := c.nodes[0]
-	eventually(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
+	waitfor.Until(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
 	const chatty = `[Service]
 ExecStart=/bin/sh -c 'i=0; while [ $i -lt 200 ]; do echo line $i of %s; i=$((i+1)); done; exec sleep 600'
 TimeoutStopSec=5
@@ -37,7 +39,7 @@ TimeoutStopSec=5
 		}
 		return strings.Join(m, " ")
 	}
-	eventually(t, 20*time.Second, "rotated logs", func() error {
+	waitfor.Until(t, 20*time.Second, "rotated logs", func() error {
 		if got := files("keep.service"); got != " .1 .2" {
 			return fmt.Errorf("keep.service's log files %q, want the current one, .1 and .2 (--log-max-files 2)", got)
 		}
@@ -52,7 +54,7 @@ TimeoutStopSec=5
 
 	mustCLI(t, n1, "stop", "keep.service")
 	mustCLI(t, n1, "destroy", "gone.service")
-	eventually(t, 20*time.Second, "the destroyed unit's log removed", func() error {
+	waitfor.Until(t, 20*time.Second, "the destroyed unit's log removed", func() error {
 		if got := files("gone.service"); got != "" {
 			return fmt.Errorf("gone.service's log files %q after destroy, want none", got)
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // placement returns unit -> machines running it (active), from list-units.
@@ -28,7 +30,7 @@ func placement(t *testing.T, nd *node) (map[string][]string, error) {
 
 func wantPlacement(t *testing.T, nd *node, what string, want map[string]string) {
 	t.Helper()
-	eventually(t, 20*time.Second, what, func() error {
+	waitfor.Until(t, 20*time.Second, what, func() error {
 		got, err := placement(t, nd)
 		if err != nil {
 			return err
@@ -53,7 +55,7 @@ func TestClusterScheduling(t *testing.T) {
 	md := []string{"role=web,az=a", "role=web,az=b", "role=db,az=a"}
 	c := newCluster(t, 3, func(i int) []string { return []string{"--metadata", md[i]} })
 	n1 := c.nodes[0]
-	eventually(t, 60*time.Second, "three machines", func() error {
+	waitfor.Until(t, 60*time.Second, "three machines", func() error {
 		ms, err := jsonCLI[[]machineRow](t, n1, "list-machines")
 		if err != nil || len(ms) != 3 {
 			return fmt.Errorf("machines %v, %v", ms, err)

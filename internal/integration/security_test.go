@@ -23,6 +23,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/auth"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -125,7 +126,7 @@ func TestSecureCluster(t *testing.T) {
 
 	// No token: refused, saying so. The bootstrap needs none, once.
 	var boot string
-	eventually(t, 60*time.Second, "the ACL bootstrap", func() error {
+	waitfor.Until(t, 60*time.Second, "the ACL bootstrap", func() error {
 		out, err := cli(nodes[1], "", "acl", "bootstrap")
 		if err != nil {
 			return err
@@ -156,7 +157,7 @@ func TestSecureCluster(t *testing.T) {
 		}
 		secrets[role] = nt.Secret
 	}
-	eventually(t, 60*time.Second, "three machines through every daemon (forwarding over TLS)", func() error {
+	waitfor.Until(t, 60*time.Second, "three machines through every daemon (forwarding over TLS)", func() error {
 		for _, nd := range nodes {
 			out, err := cli(nd, secrets["read"], "list-machines", "--no-legend")
 			if err != nil {
@@ -308,7 +309,7 @@ func TestSecureCluster(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 10*time.Second, "the revoked token refused everywhere", func() error {
+	waitfor.Until(t, 10*time.Second, "the revoked token refused everywhere", func() error {
 		for _, nd := range nodes {
 			if out, err := cli(nd, secrets["read"], "list-units"); err == nil || !strings.Contains(out, "unknown") {
 				return fmt.Errorf("%s: %v, %q", nd.name, err, out)
@@ -342,7 +343,7 @@ func TestDevDriveBy(t *testing.T) {
 	nd.args = []string{"dev", "--data-dir", nd.dir, "--api-addr", nd.api}
 	nd.start(t)
 	t.Cleanup(func() { nd.shutdown(t) })
-	eventually(t, 30*time.Second, "dev up", func() error { _, err := cli(t, nd, "list-machines"); return err })
+	waitfor.Until(t, 30*time.Second, "dev up", func() error { _, err := cli(t, nd, "list-machines"); return err })
 
 	body := `{"units":[{"name":"pwn.service","file":"[Service]\nExecStart=/usr/bin/id\n","desiredState":"launched"}]}`
 	for what, hdr := range map[string]map[string]string{

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // startDev runs flotilla dev on a data dir of its own (with extra flags)
@@ -26,7 +28,7 @@ func startDev(t *testing.T, extra ...string) *node {
 			t.Logf("---- log of dev ----\n%s", tail(nd.log.String(), 80))
 		}
 	})
-	eventually(t, 30*time.Second, "dev serves", func() error { _, err := leaderOf(t, nd); return err })
+	waitfor.Until(t, 30*time.Second, "dev serves", func() error { _, err := leaderOf(t, nd); return err })
 	return nd
 }
 
@@ -74,7 +76,7 @@ func runSleeper(t *testing.T, nd *node) int {
 
 func waitGone(t *testing.T, what string, pid int, within time.Duration) {
 	t.Helper()
-	eventually(t, within, what+" ends", func() error {
+	waitfor.Until(t, within, what+" ends", func() error {
 		if alive(pid) {
 			return fmt.Errorf("pid %d still runs", pid)
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/supervisor"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // previousRelease reads .ci/previous-release: the commit built as the
@@ -253,7 +254,7 @@ func TestUpgradeRolling(t *testing.T) {
 	}
 	c := newClusterOn(t, 3, prev, nil)
 	n1 := c.nodes[0]
-	eventually(t, 60*time.Second, "three machines and a leader", func() error {
+	waitfor.Until(t, 60*time.Second, "three machines and a leader", func() error {
 		vs, leader, err := machineVersions(n1)
 		if err != nil {
 			return err
@@ -271,7 +272,7 @@ func TestUpgradeRolling(t *testing.T) {
 	}
 	mustCLI(t, n1, append([]string{"start"}, paths...)...)
 	var before map[string]int // unit: pid
-	eventually(t, 30*time.Second, "six units running", func() error {
+	waitfor.Until(t, 30*time.Second, "six units running", func() error {
 		states, err := unitStates(t, n1)
 		if err != nil {
 			return err
@@ -321,7 +322,7 @@ func TestUpgradeRolling(t *testing.T) {
 			nd.stop(t)
 			nd.bin = to
 			nd.start(t)
-			eventually(t, 30*time.Second, nd.name+" back on "+version, func() error {
+			waitfor.Until(t, 30*time.Second, nd.name+" back on "+version, func() error {
 				vs, _, err := machineVersions(nd)
 				if err != nil {
 					return err
@@ -353,7 +354,7 @@ func TestUpgradeRolling(t *testing.T) {
 				t.Errorf("%s's supervisor's children %v, want %v unchanged: units restarted", nd.name, children, kids[nd.name])
 			}
 		}
-		eventually(t, 30*time.Second, "every unit running with its pid, every machine on "+version, func() error {
+		waitfor.Until(t, 30*time.Second, "every unit running with its pid, every machine on "+version, func() error {
 			states, err := unitStates(t, n1)
 			if err != nil {
 				return err

@@ -21,6 +21,7 @@ import (
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/supervisor"
 	"github.com/flotilla/flotilla/internal/version"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 const vpkg = "github.com/flotilla/flotilla/internal/version"
@@ -120,7 +121,7 @@ func TestProtocolWindow(t *testing.T) {
 		}
 	})
 	s1.start(t)
-	eventually(t, 60*time.Second, "s1 leads", func() error { _, err := cli(t, s1, "list-machines"); return err })
+	waitfor.Until(t, 60*time.Second, "s1 leads", func() error { _, err := cli(t, s1, "list-machines"); return err })
 	a1.startBinary(t, future)
 
 	refusal := []string{
@@ -128,7 +129,7 @@ func TestProtocolWindow(t *testing.T) {
 		"which accepts protocol " + version.ProtocolWindow().String(),
 		"upgrade leader s1",
 	}
-	eventually(t, 60*time.Second, "a1 refused, its API saying why", func() error {
+	waitfor.Until(t, 60*time.Second, "a1 refused, its API saying why", func() error {
 		out, err := cli(t, a1, "list-machines")
 		if err == nil {
 			return fmt.Errorf("a1 answers list-machines: %q", out)
@@ -145,7 +146,7 @@ func TestProtocolWindow(t *testing.T) {
 		t.Errorf("a1 did not log its refusal")
 	}
 	// It keeps asking, every few seconds.
-	eventually(t, 30*time.Second, "a1 says Hello again", func() error {
+	waitfor.Until(t, 30*time.Second, "a1 says Hello again", func() error {
 		if n := strings.Count(s1.log.String(), "refused an agent's Hello"); n < 2 {
 			return fmt.Errorf("s1 refused %d Hellos", n)
 		}
@@ -170,7 +171,7 @@ func TestProtocolWindow(t *testing.T) {
 	supDone := make(chan struct{})
 	go func() { sup.Wait(); close(supDone) }()
 	t.Cleanup(func() { sup.Process.Kill(); <-supDone }) // if the test ends before it stops it
-	eventually(t, 30*time.Second, "the other release's supervisor serves", func() error {
+	waitfor.Until(t, 30*time.Second, "the other release's supervisor serves", func() error {
 		_, err := os.Stat(filepath.Join(units, supervisor.SocketFile))
 		return err
 	})
@@ -189,7 +190,7 @@ func TestProtocolWindow(t *testing.T) {
 	}
 	a1.stopSupervisor(t)
 	a1.startBinary(t, flotillaBin)
-	eventually(t, 60*time.Second, "a1 joined on this build", func() error {
+	waitfor.Until(t, 60*time.Second, "a1 joined on this build", func() error {
 		ms, err := jsonCLI[[]versionRow](t, s1, "list-machines")
 		if err != nil {
 			return err
@@ -225,7 +226,7 @@ func TestSchemaWindow(t *testing.T) {
 	}
 	c := newCluster(t, 1, nil)
 	n1 := c.nodes[0]
-	eventually(t, 60*time.Second, "n1 leads", func() error { _, err := cli(t, n1, "list-machines"); return err })
+	waitfor.Until(t, 60*time.Second, "n1 leads", func() error { _, err := cli(t, n1, "list-machines"); return err })
 	ecli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + n1.etcdClient}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +265,7 @@ func TestSchemaWindow(t *testing.T) {
 	n1.stop(t)
 	n1.start(t)
 	want := fmt.Sprintf("etcd holds schema %d; this binary (%s, schema %d) cannot lead it: upgrade this machine", newer, shortVersion(t, flotillaBin), version.SchemaVersion)
-	eventually(t, 60*time.Second, "n1 refuses to lead, saying why", func() error {
+	waitfor.Until(t, 60*time.Second, "n1 refuses to lead, saying why", func() error {
 		st, err := getStatus(n1)
 		if err != nil {
 			return err
@@ -288,14 +289,14 @@ func TestSchemaWindow(t *testing.T) {
 	}
 
 	put(version.SchemaVersion) // a backup restored, say
-	eventually(t, 60*time.Second, "n1 leads again", func() error {
+	waitfor.Until(t, 60*time.Second, "n1 leads again", func() error {
 		st, err := getStatus(n1)
 		if err != nil || !st.IsLeader || st.LeadRefused != "" {
 			return errors.Join(err, fmt.Errorf("status %+v", st))
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "web.service reported", func() error {
+	waitfor.Until(t, 30*time.Second, "web.service reported", func() error {
 		st, err := unitStates(t, n1)
 		if err != nil || st["web.service"].PID == 0 {
 			return errors.Join(err, fmt.Errorf("states %+v", st))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/supervisorpb"
 )
 
@@ -55,7 +56,7 @@ ExecStart=/bin/sh -c 'while :; do echo a line of about forty bytes or so; sleep 
 `
 	mustLoadStart(t, c1, parseUnit(t, "chatty.service", chatty))
 	pid := rec1.activePID(t, "chatty.service")
-	waitUntil(t, "three rotated files", func() bool { return len(rotated(t, dir, "chatty.service")) == 3 })
+	waitfor.True(t, waitTimeout, "three rotated files", func() bool { return len(rotated(t, dir, "chatty.service")) == 3 })
 	if err := c1.Detach(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ ExecStart=/bin/sh -c 'while :; do echo a line of about forty bytes or so; sleep 
 	// The next daemon keeps one rotated file: the running unit's log obeys
 	// at its next rotation, without a restart.
 	c2, _ := newClientLogs(t, dir, execdriver.LogConfig{Limits: execdriver.LogLimits{MaxBytes: 1024, MaxFiles: 1}})
-	waitUntil(t, "one rotated file", func() bool { return strings.Join(rotated(t, dir, "chatty.service"), " ") == ".1" })
+	waitfor.True(t, waitTimeout, "one rotated file", func() bool { return strings.Join(rotated(t, dir, "chatty.service"), " ") == ".1" })
 	if st := stateOf(t, c2, "chatty.service"); st.PID != pid {
 		t.Errorf("unit pid %d after the new daemon's settings, want %d: it must not restart", st.PID, pid)
 	}

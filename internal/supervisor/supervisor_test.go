@@ -21,6 +21,7 @@ import (
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/version"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // The test binary is also the supervisor and a helper daemon: TestMain
@@ -147,7 +148,7 @@ func (r *recorder) activePID(t *testing.T, name string) int {
 func pidIn(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
-	waitUntil(t, "a pid in "+path, func() bool {
+	waitfor.True(t, waitTimeout, "a pid in "+path, func() bool {
 		b, _ := os.ReadFile(path)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return pid > 0
@@ -229,18 +230,6 @@ func stateOf(t *testing.T, c *Client, name string) unit.Status {
 	}
 	t.Fatalf("States lacks %s: %+v", name, c.States())
 	return unit.Status{}
-}
-
-// waitUntil polls cond until it holds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // proc is what the tests read of a process in /proc.
@@ -372,7 +361,7 @@ func TestAdoptAfterDetach(t *testing.T) {
 	if got := rec2.activePID(t, "web.service"); got != st.PID {
 		t.Errorf("after Load and Start of the adopted unit: pid %d, want %d", got, st.PID)
 	}
-	waitUntil(t, "the log to go on", func() bool {
+	waitfor.True(t, waitTimeout, "the log to go on", func() bool {
 		return strings.Count(journal(t, c2, "web.service"), "tick") > ticks+3
 	})
 	if log := journal(t, c2, "web.service"); !strings.Contains(log, fmt.Sprintf("web.service[%d]: tick", st.PID)) {
@@ -498,7 +487,7 @@ func TestFenceWhileDaemonFrozen(t *testing.T) {
 	helper, pid := startHelper(t, dir, "[Service]\nExecStart=/bin/sleep 300\n", fence.String())
 	helper.Process.Signal(syscall.SIGSTOP)
 	defer helper.Process.Signal(syscall.SIGCONT)
-	waitUntil(t, "the fenced unit to die", func() bool { return !alive(pid) })
+	waitfor.True(t, waitTimeout, "the fenced unit to die", func() bool { return !alive(pid) })
 	took := time.Since(start)
 	if took < fence {
 		t.Errorf("the fenced unit died %v after the helper started, before its %v deadline", took, fence)
@@ -530,8 +519,8 @@ func TestFreshSupervisorKillsStale(t *testing.T) {
 	c1.Detach(context.Background())
 	old := supervisorPID(t, dir)
 	syscall.Kill(old, syscall.SIGKILL)
-	waitUntil(t, "the old supervisor to be gone", func() bool { return processGone(old) })
-	waitUntil(t, "the main process to die with its supervisor", func() bool { return !alive(main) })
+	waitfor.True(t, waitTimeout, "the old supervisor to be gone", func() bool { return processGone(old) })
+	waitfor.True(t, waitTimeout, "the main process to die with its supervisor", func() bool { return !alive(main) })
 	if !alive(bg) {
 		t.Fatalf("background process %d died with the supervisor; the test needs it left over", bg)
 	}
@@ -540,7 +529,7 @@ func TestFreshSupervisorKillsStale(t *testing.T) {
 	if sup := supervisorPID(t, dir); sup == old {
 		t.Fatalf("supervisor pid %d unchanged", sup)
 	}
-	waitUntil(t, "the left-over process to be killed", func() bool { return !alive(bg) })
+	waitfor.True(t, waitTimeout, "the left-over process to be killed", func() bool { return !alive(bg) })
 	if got := c2.States(); len(got) != 0 {
 		t.Errorf("a fresh supervisor lists %+v, want no units", got)
 	}
@@ -609,7 +598,7 @@ func TestFrozenSupervisorDoesNotBlock(t *testing.T) {
 	syscall.Kill(sup, syscall.SIGCONT)
 	// The Unload that timed out may still have reached the supervisor
 	// and be carried out once it runs again: the unit is then gone.
-	waitUntil(t, "the client to work again", func() bool {
+	waitfor.True(t, waitTimeout, "the client to work again", func() bool {
 		err := c.Stop("web.service")
 		return err == nil || errors.Is(err, driver.ErrUnknownUnit)
 	})
@@ -627,12 +616,12 @@ func TestOrphansReaped(t *testing.T) {
 	rec.activePID(t, "fork.service")
 	orphan := pidIn(t, pidFile)
 	sup := supervisorPID(t, dir)
-	waitUntil(t, "the orphan to be reparented to the supervisor", func() bool {
+	waitfor.True(t, waitTimeout, "the orphan to be reparented to the supervisor", func() bool {
 		p, ok := readProc(orphan)
 		return ok && p.ppid == sup
 	})
 	syscall.Kill(orphan, syscall.SIGKILL)
-	waitUntil(t, "the orphan to be reaped, not left a zombie", func() bool {
+	waitfor.True(t, waitTimeout, "the orphan to be reaped, not left a zombie", func() bool {
 		_, ok := readProc(orphan)
 		return !ok
 	})

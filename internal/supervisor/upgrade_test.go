@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // otherBinary writes a copy of this test binary with a few bytes appended
@@ -170,7 +171,7 @@ func checkUnitsKept(t *testing.T, c *Client, pids map[string]int) {
 		t.Errorf("idle.service after the upgrade: %+v, want inactive", st)
 	}
 	ticks := strings.Count(journal(t, c, "web.service"), fmt.Sprintf("web.service[%d]: tick", pids["web.service"]))
-	waitUntil(t, "web.service's log to go on after the upgrade", func() bool {
+	waitfor.True(t, waitTimeout, "web.service's log to go on after the upgrade", func() bool {
 		return strings.Count(journal(t, c, "web.service"), fmt.Sprintf("web.service[%d]: tick", pids["web.service"])) > ticks+3
 	})
 }
@@ -199,7 +200,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	dir := newTestDir(t)
 	a, b := otherBinary(t, "flotilla-A"), otherBinary(t, "flotilla-B")
 	pids, sup := startUpgradeUnits(t, dir, a)
-	waitUntil(t, "flaky.service to restart", func() bool { return restartCounter(t, dir) >= 1 })
+	waitfor.True(t, waitTimeout, "flaky.service to restart", func() bool { return restartCounter(t, dir) >= 1 })
 	counter := restartCounter(t, dir)
 
 	c, rec, logs := newClientFrom(t, dir, b)
@@ -221,13 +222,13 @@ func TestUpgradeInPlace(t *testing.T) {
 	}
 
 	// The restart counter goes on from where the old image left it.
-	waitUntil(t, fmt.Sprintf("flaky.service's restart counter to reach %d", counter+1), func() bool { return restartCounter(t, dir) > counter })
+	waitfor.True(t, waitTimeout, fmt.Sprintf("flaky.service's restart counter to reach %d", counter+1), func() bool { return restartCounter(t, dir) > counter })
 	if b, _ := os.ReadFile(filepath.Join(dir, "logs", "flaky.service.log")); strings.Count(string(b), "restart counter is at 1.") != 1 {
 		t.Errorf("flaky.service's restart counter began again across the upgrade:\n%s", b)
 	}
 
 	np := checkRestarted(t, c, rec, pids["always.service"])
-	waitUntil(t, "always.service's log to tell of the restart by the new image", func() bool {
+	waitfor.True(t, waitTimeout, "always.service's log to tell of the restart by the new image", func() bool {
 		log := journal(t, c, "always.service")
 		return strings.Contains(log, fmt.Sprintf("always.service[%d]: up", np)) && strings.Contains(log, "Scheduled restart job, restart counter is at 1")
 	})

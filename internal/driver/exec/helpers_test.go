@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // waitTimeout bounds every wait of the tests; none should come near it.
@@ -185,17 +186,12 @@ func journal(t *testing.T, d *Driver, name string) string {
 // waitLog waits for the unit's log to contain s.
 func waitLog(t *testing.T, d *Driver, name, s string) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		log := journal(t, d, name)
-		if strings.Contains(log, s) {
-			return
+	waitfor.Until(t, waitTimeout, fmt.Sprintf("%q in the log of %s", s, name), func() error {
+		if log := journal(t, d, name); !strings.Contains(log, s) {
+			return fmt.Errorf("the log:\n%s", log)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %q in the log of %s:\n%s", s, name, log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // alive reports whether pid is a process that is not a zombie.

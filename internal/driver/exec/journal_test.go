@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestLastLines(t *testing.T) {
@@ -262,13 +264,7 @@ func TestWriteJournalWriterError(t *testing.T) {
 // waitUntil polls cond for up to 10 seconds.
 func waitUntil(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, 10*time.Second, what, cond)
 }
 
 func readFile(path string) string {
