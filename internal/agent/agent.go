@@ -71,6 +71,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/monotime"
@@ -145,6 +146,10 @@ type Config struct {
 	// calls it with nil once it has joined, as fleetd kept retrying. Nil:
 	// Run returns the refusal.
 	OnRefused func(error)
+	// ProbeCommand builds the processes of [X-Check] Exec= probes as the
+	// unit's own are built (the daemon gives the exec driver's); nil runs
+	// them as the agent, with its environment.
+	ProbeCommand ProbeCommand
 }
 
 // RefusedRetry is how often an agent whose machine ID is held by another
@@ -229,6 +234,13 @@ type Agent struct {
 	leaveNow  chan struct{}
 	left      chan struct{}
 	leftOnce  sync.Once
+
+	// checks are the [X-Check] probes being run, of active units
+	// (checks.go); restarting names units stopped for being unhealthy,
+	// to be started again once stopped. checksStopped: Run has ended.
+	checks        map[string]*checkRun
+	restarting    map[string]bool
+	checksStopped bool
 }
 
 // New returns an agent. The driver must deliver its notifications to the
@@ -273,6 +285,7 @@ func New(cfg Config) (*Agent, error) {
 		wants: map[string]want{}, files: map[string]*unit.File{}, protos: map[[2]string]*unit.File{}, haves: map[string]have{},
 		statuses: map[string]report{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
 		fenced: map[string]bool{}, destroyed: map[string]bool{},
+		checks: map[string]*checkRun{}, restarting: map[string]bool{},
 		flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 		leaveNow: make(chan struct{}), left: make(chan struct{}),
 	}
@@ -323,7 +336,13 @@ func (a *Agent) Notify(s unit.Status) {
 		h.Applied = unit.Loaded
 		a.haves[s.Name] = h
 	}
+	stop := a.syncChecksLocked(s.Name, nil)
+	restart := a.restartLocked(s.Name, s)
 	a.mu.Unlock()
+	stopChecks(stop)
+	if restart {
+		a.restartUnhealthy(s.Name)
+	}
 	a.wake()
 	if fenced {
 		a.kickReconcile()
@@ -362,6 +381,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.watch = watch
 	a.mu.Unlock()
 	defer wg.Wait()
+	defer a.stopAllChecks()
 	defer a.stopReconciling()
 	defer watch.stop()
 	defer cancel() // before the waits: Run may end before ctx does
@@ -648,6 +668,7 @@ func (a *Agent) statusesLocked(names iter.Seq[string], n int) []*agentpb.UnitSta
 		}
 		u.Name, u.Hash, u.Load, u.Active, u.Sub = name, s.hash, s.states[0], s.states[1], s.states[2]
 		u.Pid, u.Result, u.Message, u.Applied, u.SinceUnixNano = s.pid, s.states[3], s.message, string(h.Applied), s.since
+		u.Health = a.healthLocked(name, s)
 		out = append(out, u)
 	}
 	return out
@@ -783,6 +804,7 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		}
 	}
 	singleton := false // a singleton unit is assigned
+	var stop []*health.Runner
 	for _, as := range as.Units {
 		if unit.IsTemplate(as.Name) {
 			// A template is never run, only its instances (the leader
@@ -803,6 +825,8 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		a.wants[as.Name] = want{Hash: f.Hash, State: ds, Global: as.Global || f.Fleet.Global,
 			Singleton: f.Fleet.Singleton, LostAfter: f.Fleet.LostAfter}
 		a.files[as.Name] = f
+		// An adopted unit's checks start once its file is known.
+		stop = a.syncChecksLocked(as.Name, stop)
 		delete(a.kill, as.Name) // assigned here again: a later unload is an ordinary one
 		delete(a.destroyed, as.Name)
 		delete(a.fenced, as.Name)
@@ -816,6 +840,7 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		a.noteSingletonsLocked()
 	}
 	a.mu.Unlock()
+	stopChecks(stop)
 	a.fence(true)
 	a.kickReconcile()
 }
@@ -1141,8 +1166,11 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 			delete(a.haves, act.Name)
 			delete(a.statuses, act.Name)
 			delete(a.dirty, act.Name)
+			delete(a.restarting, act.Name)
 			a.removed[act.Name] = true
+			stop := a.syncChecksLocked(act.Name, nil)
 			a.mu.Unlock()
+			stopChecks(stop)
 			a.wake()
 			a.kickReconcile()
 		}()

@@ -404,7 +404,7 @@ func (sh *sharedViews) status(c unique.Handle[statusCodes]) *state.Status {
 			sh.statuses = map[unique.Handle[statusCodes]]*state.Status{}
 		}
 		v := c.Value()
-		st = &state.Status{Load: v.load, Active: v.active, Sub: v.sub}
+		st = &state.Status{Load: v.load, Active: v.active, Sub: v.sub, Health: v.health}
 		sh.statuses[c] = st
 	}
 	sh.lastCodes, sh.lastStatus = c, st

@@ -124,7 +124,7 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 			r.at = 0 // a timing field: safe to clear in place under the write lock
 		}
 	}
-	if !ok || prev.Load != s.Load || prev.Active != s.Active || prev.Sub != s.Sub {
+	if !ok || prev.Load != s.Load || prev.Active != s.Active || prev.Sub != s.Sub || prev.Health != s.Health {
 		t.stateEvent(m.info.ID, s, false)
 	}
 }
