@@ -164,6 +164,16 @@ OnUnhealthy=%s
 	if got, err := health(watched.name); err != nil || got != "active/unhealthy" {
 		t.Errorf("%s: %s %v, want active/unhealthy", watched.name, got, err)
 	}
+	// Each turn to unhealthy is in the unit's history (flotilla status),
+	// the restart in the daemon's log.
+	for name, want := range map[string]string{
+		watched.name:   "unhealthy on n1",
+		restarted.name: "unhealthy on n1; restarted there (OnUnhealthy=restart)",
+	} {
+		if out := mustCLI(t, n1, "status", name); strings.Count(out, want) != 1 {
+			t.Errorf("flotilla status %s does not say %q once:\n%s", name, want, out)
+		}
+	}
 	// The restart is in the daemon's log.
 	if log := n1.log.String(); !strings.Contains(log, "restarting it (OnUnhealthy=restart)") {
 		t.Errorf("the daemon's log does not say it restarted %s", restarted.name)
