@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -163,6 +164,21 @@ OnUnhealthy=%s
 	}
 	if got, err := health(watched.name); err != nil || got != "active/unhealthy" {
 		t.Errorf("%s: %s %v, want active/unhealthy", watched.name, got, err)
+	}
+	// The API's three views of the unit's state say so too.
+	for _, path := range []string{"/v1/units/" + watched.name, "/v1/unit-states?name=" + watched.name, "/v1/state?unit=" + watched.name} {
+		eventually(t, 10*time.Second, "GET "+path+" shows unhealthy", func() error {
+			resp, err := http.Get("http://" + n1.api + path)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if !strings.Contains(string(b), `"health":"unhealthy"`) {
+				return fmt.Errorf("%s: %s", resp.Status, b)
+			}
+			return nil
+		})
 	}
 	// Each turn to unhealthy is in the unit's history (flotilla status),
 	// the restart in the daemon's log.
