@@ -105,9 +105,9 @@ func TestExecProbeKilledAtTimeout(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	slow := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}}, nil)
 	start := time.Now()
-	err := run(t, slow, 300*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "killed after the timeout") {
-		t.Fatalf("slow command: %v, want killed after the timeout", err)
+	err := RunAll(context.Background(), []Probe{slow}, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "killed: Timeout= passed") {
+		t.Fatalf("slow command: %v, want killed at Timeout=", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("the probe returned %v after its timeout of 300ms", took)

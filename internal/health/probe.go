@@ -95,7 +95,7 @@ func Exec(c unit.Command, cmd CommandFunc) Probe {
 			// command its group's leader.
 			_ = syscall.Kill(-x.Process.Pid, syscall.SIGKILL)
 			<-done
-			return fmt.Errorf("killed after the timeout: %w", context.Cause(ctx))
+			return fmt.Errorf("killed: %w", context.Cause(ctx))
 		}
 	}}
 }

@@ -89,7 +89,8 @@ func RunAll(ctx context.Context, probes []Probe, timeout time.Duration) error {
 	return nil
 }
 
-var errTimeout = errors.New("timeout")
+// errTimeout is the cause of a probe's context ending at Timeout=.
+var errTimeout = errors.New("Timeout= passed")
 
 // ProbeError is a failed probe's error.
 type ProbeError struct {
