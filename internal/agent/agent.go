@@ -237,9 +237,11 @@ type Agent struct {
 
 	// checks are the [X-Check] probes being run, of active units
 	// (checks.go); restarting names units stopped for being unhealthy,
-	// to be started again once stopped. checksStopped: Run has ended.
+	// to be started again once stopped, and restarted those started
+	// again whose new checks have not begun. checksStopped: Run has ended.
 	checks        map[string]*checkRun
 	restarting    map[string]bool
+	restarted     map[string]bool
 	checksStopped bool
 }
 
@@ -285,7 +287,7 @@ func New(cfg Config) (*Agent, error) {
 		wants: map[string]want{}, files: map[string]*unit.File{}, protos: map[[2]string]*unit.File{}, haves: map[string]have{},
 		statuses: map[string]report{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
 		fenced: map[string]bool{}, destroyed: map[string]bool{},
-		checks: map[string]*checkRun{}, restarting: map[string]bool{},
+		checks: map[string]*checkRun{}, restarting: map[string]bool{}, restarted: map[string]bool{},
 		flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 		leaveNow: make(chan struct{}), left: make(chan struct{}),
 	}
@@ -1167,6 +1169,7 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 			delete(a.statuses, act.Name)
 			delete(a.dirty, act.Name)
 			delete(a.restarting, act.Name)
+			delete(a.restarted, act.Name)
 			a.removed[act.Name] = true
 			stop := a.syncChecksLocked(act.Name, nil)
 			a.mu.Unlock()

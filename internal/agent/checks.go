@@ -23,8 +23,12 @@ import (
 // OnUnhealthy=restart: when the checks turn unhealthy the agent stops the
 // unit through its driver, and starts it again once the driver reports it
 // stopped (so that no driver is asked to start a unit still stopping),
-// unless the leader meanwhile wants it stopped. That is once per turn to
-// unhealthy: the restarted unit's checks start again from "unknown".
+// unless the leader meanwhile wants it stopped. The unit stays unhealthy
+// through the restart (while stopping, stopped and starting too) until its
+// new checks pass, the first of them an Interval after it is active again:
+// so the leader sees one turn to unhealthy however the agent's reports are
+// gathered, and a restart is once per turn (a unit that still fails is
+// not restarted again until it has been healthy).
 
 // ProbeCommand builds the process of an [X-Check] Exec= probe of unit f, as
 // the unit's own processes are built (Config.ProbeCommand).
@@ -41,6 +45,9 @@ type checkRun struct {
 // healthLocked is unit name's health as reported to the leader, given its
 // report s. Callers hold mu.
 func (a *Agent) healthLocked(name string, s report) string {
+	if a.restarting[name] || a.restarted[name] && a.haves[name].Applied == unit.Launched {
+		return health.Unhealthy
+	}
 	if s.states[1] != "active" {
 		return ""
 	}
@@ -90,10 +97,15 @@ func (a *Agent) syncChecksLocked(name string, stop []*health.Runner) []*health.R
 		a.dirty[name] = true
 		return stop
 	}
+	restarted := a.restarted[name]
+	delete(a.restarted, name)
 	run := &checkRun{hash: s.hash, state: health.Unknown, restart: c.OnUnhealthy == "restart"}
+	if restarted {
+		run.state = health.Unhealthy
+	}
 	a.checks[name] = run
 	a.dirty[name] = true
-	run.runner = health.Start(c, probes, a.cfg.Now, func(state string, reason error) { a.healthChanged(name, run, state, reason) })
+	run.runner = health.Start(c, probes, a.cfg.Now, restarted, func(state string, reason error) { a.healthChanged(name, run, state, reason) })
 	return stop
 }
 
@@ -148,7 +160,11 @@ func (a *Agent) restartLocked(name string, s unit.Status) bool {
 		return false
 	}
 	delete(a.restarting, name)
-	return a.haves[name].Applied == unit.Launched
+	if a.haves[name].Applied != unit.Launched {
+		return false
+	}
+	a.restarted[name] = true // until its new checks run
+	return true
 }
 
 // restartUnhealthy starts unit name again after restartLocked said so.
@@ -156,6 +172,11 @@ func (a *Agent) restartUnhealthy(name string) {
 	go func() {
 		if err := a.cfg.Driver.Start(name); err != nil {
 			a.failed("restart of an unhealthy unit: start failed", name, err)
+			a.mu.Lock()
+			delete(a.restarted, name)
+			a.dirty[name] = true
+			a.mu.Unlock()
+			a.wake()
 			return
 		}
 		a.log.Info("restarted an unhealthy unit", "unit", name)

@@ -3,7 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
-// healthOf is unit name's health as the agent would send it to a leader.
+// healthOf is unit name's active state and health as the agent would send
+// them to a leader.
 func healthOf(a *Agent, name string) string {
 	for _, u := range a.hello(0).Units {
 		if u.Name == name {
@@ -24,29 +26,36 @@ func healthOf(a *Agent, name string) string {
 }
 
 // TestAgentRunsChecks: the agent reports a unit without [X-Check] healthy
-// while active; it runs a unit's TCP check (against a real listener) while
-// the unit is active, reports it healthy, then unhealthy once the port
-// closes, restarts it once for OnUnhealthy=restart, and reports no health
-// once the unit is stopped.
+// while active; it runs a unit's checks (real processes) while the unit is
+// active and reports it healthy, then unhealthy once they fail; with
+// OnUnhealthy=restart it restarts the unit once, which stays unhealthy
+// while its checks keep failing and is not restarted again until it has
+// been healthy; a stopped unit has no health and no checks running.
 func TestAgentRunsChecks(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	dir := t.TempDir()
+	ok := filepath.Join(dir, "ok")
+	if err := os.WriteFile(ok, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
 	a, d := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: time.Hour})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	checked := fmt.Sprintf("[Service]\nExecStart=/bin/true\n[X-Check]\nTCP=%s\nInterval=100ms\nUnhealthyAfter=2\nOnUnhealthy=restart\n", ln.Addr())
+	// Each run of a unit's check leaves a line in its runs file.
+	checked := func(name, onUnhealthy string) *agentpb.Assignment {
+		runs := filepath.Join(dir, name+".runs")
+		text := fmt.Sprintf("[Service]\nExecStart=/bin/true\n[X-Check]\nExec=/bin/sh -c 'echo run >> %s; test -f %s'\nInterval=100ms\nUnhealthyAfter=2\nOnUnhealthy=%s\n", runs, ok, onUnhealthy)
+		return &agentpb.Assignment{Name: name, File: text, DesiredState: "launched"}
+	}
+	runs := func(name string) int {
+		b, _ := os.ReadFile(filepath.Join(dir, name+".runs"))
+		return strings.Count(string(b), "run\n")
+	}
 	send := func(units ...*agentpb.Assignment) {
 		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: units}}}, a.cfg.Mono())
 	}
-	plain := &agentpb.Assignment{Name: "plain.service", File: unitText(false), DesiredState: "launched"}
-	watched := &agentpb.Assignment{Name: "watched.service", File: strings.Replace(checked, "OnUnhealthy=restart", "OnUnhealthy=none", 1), DesiredState: "launched"}
-	send(plain, watched, &agentpb.Assignment{Name: "web.service", File: checked, DesiredState: "launched"})
 	expect := func(name, want string) {
 		t.Helper()
 		waitfor.Until(t, 10*time.Second, name+" "+want, func() error {
@@ -56,24 +65,37 @@ func TestAgentRunsChecks(t *testing.T) {
 			return nil
 		})
 	}
+	plain := &agentpb.Assignment{Name: "plain.service", File: unitText(false), DesiredState: "launched"}
+	web, watched := checked("web.service", "restart"), checked("watched.service", "none")
+	send(plain, watched, web)
 	expect("plain.service", "active/"+health.Healthy)
 	expect("web.service", "active/"+health.Healthy)
 	expect("watched.service", "active/"+health.Healthy)
 	starts := d.Started()
 
-	ln.Close()
-	// Unhealthy after 2 failed runs: stopped, started again, and then,
-	// its port still closed, unhealthy and restarted again, each time
-	// once per turn to unhealthy.
-	waitfor.True(t, 10*time.Second, "web.service restarted", func() bool { return d.Started() > starts })
+	os.Remove(ok)
 	expect("watched.service", "active/"+health.Unhealthy) // OnUnhealthy=none: left running
+	waitfor.True(t, 10*time.Second, "web.service restarted", func() bool { return d.Started() > starts })
+	// Restarted, still failing: unhealthy, and not restarted again however
+	// many more runs fail.
+	expect("web.service", "active/"+health.Unhealthy)
+	n := runs("web.service")
+	waitfor.True(t, 10*time.Second, "web.service's checks run 6 more times", func() bool { return runs("web.service") >= n+6 })
+	if got := d.Started(); got != starts+1 {
+		t.Fatalf("units started %d times since the checks failed, want 1 (web.service, once)", got-starts)
+	}
+	// Passing again: healthy.
+	if err := os.WriteFile(ok, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect("web.service", "active/"+health.Healthy)
 
-	send(plain, watched, &agentpb.Assignment{Name: "web.service", File: checked, DesiredState: "loaded"})
+	send(plain, watched, &agentpb.Assignment{Name: "web.service", File: web.File, DesiredState: "loaded"})
 	expect("web.service", "inactive/")
 	a.mu.Lock()
-	n := len(a.checks)
+	_, webChecked := a.checks["web.service"]
 	a.mu.Unlock()
-	if n != 1 {
-		t.Fatalf("%d units' checks run, want 1 (watched.service's; web.service is stopped)", n)
+	if webChecked {
+		t.Fatal("web.service's checks still run once it is stopped")
 	}
 }

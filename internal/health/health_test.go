@@ -207,7 +207,7 @@ func TestRunner(t *testing.T) {
 	var mu sync.Mutex
 	var states []string
 	var reasons []error
-	r := Start(c, probes, nil, func(state string, reason error) {
+	r := Start(c, probes, nil, false, func(state string, reason error) {
 		mu.Lock()
 		states = append(states, state)
 		reasons = append(reasons, reason)
@@ -242,4 +242,39 @@ func TestRunner(t *testing.T) {
 	default:
 		t.Fatal("Stop returned before the runner's goroutine ended")
 	}
+}
+
+// TestRunnerAfterRestart: a runner of a unit restarted for being unhealthy
+// starts unhealthy: failures report nothing (no second turn, so no second
+// restart), and its first pass reports healthy.
+func TestRunnerAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	flag, runs := filepath.Join(dir, "ok"), filepath.Join(dir, "runs")
+	c := &unit.Check{Exec: []unit.Command{{Argv: []string{"/bin/sh", "-c", "echo run >> " + runs + "; test -f " + flag}}},
+		Interval: 20 * time.Millisecond, Timeout: 10 * time.Second, UnhealthyAfter: 2, OnUnhealthy: "restart"}
+	probes, err := Probes(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var states []string
+	r := Start(c, probes, nil, true, func(state string, _ error) {
+		mu.Lock()
+		states = append(states, state)
+		mu.Unlock()
+	})
+	defer r.Stop()
+	count := func() int { b, _ := os.ReadFile(runs); return strings.Count(string(b), "run\n") }
+	waitfor.True(t, 10*time.Second, "5 failed runs", func() bool { return count() >= 5 })
+	mu.Lock()
+	if len(states) != 0 {
+		t.Fatalf("reported %v while failing after a restart, want nothing (it is unhealthy already)", states)
+	}
+	mu.Unlock()
+	os.WriteFile(flag, nil, 0o644)
+	waitfor.True(t, 10*time.Second, "healthy", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(states, " ") == Healthy
+	})
 }

@@ -26,13 +26,22 @@ type Runner struct {
 // tracked health (by c.HealthyAfter and c.UnhealthyAfter) to report, from
 // the runner's goroutine. now is the clock the tracker is given (nil:
 // time.Now).
-func Start(c *unit.Check, probes []Probe, now func() time.Time, report Report) *Runner {
+//
+// restarted says the unit was just restarted for being unhealthy: it stays
+// Unhealthy (not Unknown) until its checks pass, so further failures do not
+// turn it unhealthy again (a restart is once per turn), and its first run
+// comes an Interval after the start, to give it time to come up.
+func Start(c *unit.Check, probes []Probe, now func() time.Time, restarted bool, report Report) *Runner {
 	if now == nil {
 		now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Runner{cancel: cancel, done: make(chan struct{})}
-	go r.loop(ctx, c, probes, now, report)
+	t := NewTracker(c.HealthyAfter, c.UnhealthyAfter)
+	if restarted {
+		t.state = Unhealthy
+	}
+	go r.loop(ctx, c, probes, t, now, restarted, report)
 	return r
 }
 
@@ -44,11 +53,17 @@ func (r *Runner) Stop() {
 	<-r.done
 }
 
-func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, now func() time.Time, report Report) {
+func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tracker, now func() time.Time, wait bool, report Report) {
 	defer close(r.done)
-	t := NewTracker(c.HealthyAfter, c.UnhealthyAfter)
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
+	if wait {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 	for {
 		err := RunAll(ctx, probes, c.Timeout)
 		if ctx.Err() != nil {

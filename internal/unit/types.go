@@ -164,7 +164,9 @@ type Status struct {
 	// Health is the unit's health while it is active, as its agent judges
 	// it: "healthy", "unhealthy" or "unknown" (its [X-Check] has not
 	// decided yet); a unit without [X-Check] is healthy while active. ""
-	// while it is not active (and from agents that do not report it).
+	// while it is not active (but for a unit restarted for being
+	// unhealthy, which stays unhealthy through its restart), and from
+	// agents that do not report it.
 	Health string `json:"health,omitempty"`
 }
 

@@ -277,8 +277,9 @@ type UnitStatus struct {
 	Applied string `protobuf:"bytes,10,opt,name=applied,proto3" json:"applied,omitempty"`
 	// health is the unit's health while it is active: "healthy", "unhealthy"
 	// or "unknown" (its [X-Check] has not decided yet); a unit without
-	// [X-Check] is healthy while active. Empty while the unit is not active,
-	// and from agents older than this field.
+	// [X-Check] is healthy while active. Empty while the unit is not active
+	// (but for a unit restarted for being unhealthy: unhealthy through its
+	// restart), and from agents older than this field.
 	Health        string `protobuf:"bytes,11,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
