@@ -73,6 +73,11 @@ type UnitState struct {
 	ObservedAt string `json:"observedAt,omitempty"`
 	Result     string `json:"result,omitempty"`  // systemd's Result of the last run: success, exit-code, signal, ...
 	Message    string `json:"message,omitempty"` // why the unit failed, in words
+	// Health is the unit's health while active, as its machine judges it
+	// ([X-Check]): healthy, unhealthy or unknown (not decided yet); a unit
+	// without [X-Check] is healthy while active. Absent while not active
+	// (but for a unit restarted for being unhealthy, through its restart).
+	Health string `json:"health,omitempty"`
 }
 
 // Machine is one machine of the cluster.
@@ -258,6 +263,7 @@ type StateUnit struct {
 	Load         string `json:"load,omitempty"`      // as the target machine reports (see UnitState)
 	Active       string `json:"active,omitempty"`    // as the target machine reports
 	Sub          string `json:"sub,omitempty"`       // as the target machine reports
+	Health       string `json:"health,omitempty"`    // as the target machine reports (see UnitState)
 	Reason       string `json:"reason,omitempty"`    // why a wanted unit is not scheduled
 }
 
@@ -285,6 +291,7 @@ type Event struct {
 	Load   string `json:"load,omitempty"`   // systemd's LoadState
 	Active string `json:"active,omitempty"` // systemd's ActiveState
 	Sub    string `json:"sub,omitempty"`    // systemd's SubState
+	Health string `json:"health,omitempty"` // healthy, unhealthy, unknown (see UnitState)
 }
 
 // Scheduler is the cluster's placement policy (GET and PUT /v1/scheduler).

@@ -73,6 +73,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/monotime"
@@ -158,6 +159,10 @@ type Config struct {
 	// calls it with nil once it has joined, as fleetd kept retrying. Nil:
 	// Run returns the refusal.
 	OnRefused func(error)
+	// ProbeCommand builds the processes of [X-Check] Exec= probes as the
+	// unit's own are built (the daemon gives the exec driver's); nil runs
+	// them as the agent, with its environment.
+	ProbeCommand ProbeCommand
 }
 
 // RefusedRetry is how often an agent whose machine ID is held by another
@@ -243,6 +248,15 @@ type Agent struct {
 	leaveNow  chan struct{}
 	left      chan struct{}
 	leftOnce  sync.Once
+
+	// checks are the [X-Check] probes being run, of active units
+	// (checks.go); restarting names units stopped for being unhealthy,
+	// to be started again once stopped, and restarted those started
+	// again whose new checks have not begun. checksStopped: Run has ended.
+	checks        map[string]*checkRun
+	restarting    map[string]bool
+	restarted     map[string]bool
+	checksStopped bool
 }
 
 // New returns an agent. The driver must deliver its notifications to the
@@ -287,6 +301,7 @@ func New(cfg Config) (*Agent, error) {
 		wants: map[string]want{}, files: map[string]*unit.File{}, protos: map[[2]string]*unit.File{}, haves: map[string]have{},
 		statuses: map[string]report{}, dirty: map[string]bool{}, removed: map[string]bool{}, kill: map[string]bool{},
 		fenced: map[string]bool{}, destroyed: map[string]bool{},
+		checks: map[string]*checkRun{}, restarting: map[string]bool{}, restarted: map[string]bool{},
 		flush: make(chan struct{}, 1), resync: make(chan struct{}, 1),
 		leaveNow: make(chan struct{}), left: make(chan struct{}),
 	}
@@ -337,7 +352,13 @@ func (a *Agent) Notify(s unit.Status) {
 		h.Applied = unit.Loaded
 		a.haves[s.Name] = h
 	}
+	stop := a.syncChecksLocked(s.Name, nil)
+	restart := a.restartLocked(s.Name, s)
 	a.mu.Unlock()
+	stopChecks(stop)
+	if restart {
+		a.restartUnhealthy(s.Name)
+	}
 	a.wake()
 	if fenced {
 		a.kickReconcile()
@@ -376,6 +397,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.watch = watch
 	a.mu.Unlock()
 	defer wg.Wait()
+	defer a.stopAllChecks()
 	defer a.stopReconciling()
 	defer watch.stop()
 	defer cancel() // before the waits: Run may end before ctx does
@@ -674,6 +696,7 @@ func (a *Agent) statusesLocked(names iter.Seq[string], n int) []*agentpb.UnitSta
 		}
 		u.Name, u.Hash, u.Load, u.Active, u.Sub = name, s.hash, s.states[0], s.states[1], s.states[2]
 		u.Pid, u.Result, u.Message, u.Applied, u.SinceUnixNano = s.pid, s.states[3], s.message, string(h.Applied), s.since
+		u.Health = a.healthLocked(name, s)
 		out = append(out, u)
 	}
 	return out
@@ -809,6 +832,7 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		}
 	}
 	singleton := false // a singleton unit is assigned
+	var stop []*health.Runner
 	for _, as := range as.Units {
 		if unit.IsTemplate(as.Name) {
 			// A template is never run, only its instances (the leader
@@ -829,6 +853,8 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		a.wants[as.Name] = want{Hash: f.Hash, State: ds, Global: as.Global || f.Fleet.Global,
 			Singleton: f.Fleet.Singleton, LostAfter: f.Fleet.LostAfter}
 		a.files[as.Name] = f
+		// An adopted unit's checks start once its file is known.
+		stop = a.syncChecksLocked(as.Name, stop)
 		delete(a.kill, as.Name) // assigned here again: a later unload is an ordinary one
 		delete(a.destroyed, as.Name)
 		delete(a.fenced, as.Name)
@@ -842,6 +868,7 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		a.noteSingletonsLocked()
 	}
 	a.mu.Unlock()
+	stopChecks(stop)
 	a.fence(true)
 	a.kickReconcile()
 }
@@ -1167,8 +1194,12 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 			delete(a.haves, act.Name)
 			delete(a.statuses, act.Name)
 			delete(a.dirty, act.Name)
+			delete(a.restarting, act.Name)
+			delete(a.restarted, act.Name)
 			a.removed[act.Name] = true
+			stop := a.syncChecksLocked(act.Name, nil)
 			a.mu.Unlock()
+			stopChecks(stop)
 			a.wake()
 			a.kickReconcile()
 		}()

@@ -283,7 +283,7 @@ func TestStateAndEvents(t *testing.T) {
 	rresp.Body.Close()
 
 	_, body = c.do(t, "GET", "/metrics", "")
-	for _, want := range []string{`flotilla_units{active="active",desired="launched"} 5`, "flotilla_units_unplaced 1", "flotilla_machines_up 1",
+	for _, want := range []string{`flotilla_units{active="active",desired="launched",health="healthy"} 5`, "flotilla_units_unplaced 1", "flotilla_machines_up 1",
 		"flotilla_agent_streams 1", `flotilla_scheduling_latency_seconds_count{phase="active"}`, "flotilla_reconcile_duration_seconds_count",
 		`flotilla_etcd_request_duration_seconds_count{kind="txn"}`, "flotilla_is_leader 1", "flotilla_state_request_duration_seconds_count"} {
 		if !strings.Contains(body, want) {

@@ -402,9 +402,9 @@ func TestListCommands(t *testing.T) {
 	idle, _ := srv.Unit(t, "idle.service")
 
 	r := run(t, srv, "list-units").mustSucceed(t)
-	want := "UNIT\t\tMACHINE\t\t\t\tACTIVE\tSUB\n" +
-		"db.service\t-\t\t\t\t-\t-\n" +
-		"hello.service\t113f16a7.../172.17.8.101\tactive\trunning\n"
+	want := "UNIT\t\tMACHINE\t\t\t\tACTIVE\tSUB\tHEALTH\n" +
+		"db.service\t-\t\t\t\t-\t-\t-\n" +
+		"hello.service\t113f16a7.../172.17.8.101\tactive\trunning\thealthy\n"
 	if r.out != want {
 		t.Errorf("list-units:\n%q\nwant:\n%q", r.out, want)
 	}

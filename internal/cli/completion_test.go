@@ -48,7 +48,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"set-metadata", "m1", ""}, ":4\n"},
 		{[]string{"drain", ""}, "m1\t127.0.0.1, 1 units\n:4\n"},
 		{[]string{"drain", "m1", ""}, ":4\n"},
-		{[]string{"list-units", "--fields", ""}, "unit\nmachine\nload\nactive\nsub\nhash\nreason\n:6\n"},
+		{[]string{"list-units", "--fields", ""}, "unit\nmachine\nload\nactive\nsub\nhash\nreason\nhealth\n:6\n"},
 		{[]string{"list-unit-files", "--fields", "unit,d"}, "unit,dstate\nunit,desc\n:6\n"},
 		{[]string{"list-machines", "--fields", "machine,ip,"}, "machine,ip,metadata\n"},
 		{[]string{"list-units", "-o", ""}, "table\ttable with a legend\njson\tJSON as the API returns it\n:4\n"},

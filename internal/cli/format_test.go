@@ -21,9 +21,9 @@ func sampleData() ([]apiv1.Unit, []apiv1.UnitState, []apiv1.Machine) {
 		{Name: "mon.service", Hash: hash, DesiredState: "launched", CurrentState: "launched"},
 	}
 	states := []apiv1.UnitState{
-		{Name: "web.service", Machine: m1, Hash: hash, Load: "loaded", Active: "active", Sub: "running"},
+		{Name: "web.service", Machine: m1, Hash: hash, Load: "loaded", Active: "active", Sub: "running", Health: "unhealthy"},
 		{Name: "mon.service", Machine: m2, Hash: hash, Load: "loaded", Active: "failed", Sub: "failed"},
-		{Name: "mon.service", Machine: m1, Hash: hash, Load: "loaded", Active: "active", Sub: "running"},
+		{Name: "mon.service", Machine: m1, Hash: hash, Load: "loaded", Active: "active", Sub: "running", Health: "healthy"},
 		{Name: "gone.service", Machine: "ffffffffffff", Hash: hash, Load: "loaded", Active: "deactivating", Sub: "stop-sigterm"},
 	}
 	return units, states, testMachines
@@ -52,12 +52,12 @@ func TestUnitsTable(t *testing.T) {
 	}{
 		{
 			name: "default", fields: defaultUnitFields,
-			want: `UNIT		MACHINE				ACTIVE		SUB
-db.service	-				-		-
-gone.service	ffffffff...			deactivating	stop-sigterm
-mon.service	113f16a7.../172.17.8.101	active		running
-mon.service	2c0ffee0.../172.17.8.102	failed		failed
-web.service	113f16a7.../172.17.8.101	active		running
+			want: `UNIT		MACHINE				ACTIVE		SUB		HEALTH
+db.service	-				-		-		-
+gone.service	ffffffff...			deactivating	stop-sigterm	-
+mon.service	113f16a7.../172.17.8.101	active		running		healthy
+mon.service	2c0ffee0.../172.17.8.102	failed		failed		-
+web.service	113f16a7.../172.17.8.101	active		running		unhealthy
 `,
 		},
 		{

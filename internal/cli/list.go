@@ -37,7 +37,11 @@ type unitRow struct {
 	Hash    string `json:"hash"`
 	// Reason is why the unit is kept on its target machine, on that
 	// machine's row (a drained machine it fits nowhere else than on).
-	Reason    string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Health is the unit's health on that machine while active (see
+	// apiv1.UnitState). Not in -o json, whose keys are fleetctl's field
+	// names: GET /v1/unit-states has it.
+	Health    string `json:"-"`
 	machineIP string
 }
 
@@ -50,10 +54,11 @@ func unitFields() []field[unitRow] {
 		{"sub", func(r unitRow, _ bool) string { return dash(r.Sub) }},
 		{"hash", func(r unitRow, full bool) string { return shortHash(r.Hash, full) }},
 		{"reason", func(r unitRow, _ bool) string { return dash(r.Reason) }},
+		{"health", func(r unitRow, _ bool) string { return dash(r.Health) }},
 	}
 }
 
-const defaultUnitFields = "unit,machine,active,sub"
+const defaultUnitFields = "unit,machine,active,sub,health"
 
 // unitRows joins what the machines report (one row per unit and machine,
 // so a global unit has a row per machine) with the units that no machine
@@ -72,7 +77,7 @@ func unitRows(units []apiv1.Unit, states []apiv1.UnitState, machines []apiv1.Mac
 		reported[s.Name] = true
 		rows = append(rows, unitRow{
 			Unit: s.Name, Machine: s.Machine, machineIP: ips[s.Machine],
-			Load: s.Load, Active: s.Active, Sub: s.Sub, Hash: s.Hash, Reason: reasons[[2]string{s.Name, s.Machine}],
+			Load: s.Load, Active: s.Active, Sub: s.Sub, Hash: s.Hash, Reason: reasons[[2]string{s.Name, s.Machine}], Health: s.Health,
 		})
 	}
 	for _, u := range units {
@@ -110,10 +115,14 @@ line per unit and machine. A unit that is loaded or launched but that no
 machine reports yet shows "-"; units only submitted are not listed (see
 list-unit-files). A unit kept where it runs for a reason (a drained machine
 it fits nowhere else than on) has it in the reason field; unless that field
-is printed, a line on standard error gives it.
+is printed, a line on standard error gives it. HEALTH is the unit's health
+while active, as its machine judges it by the unit's [X-Check]: healthy,
+unhealthy, or unknown until its checks decide; a unit without [X-Check] is
+healthy while active.
 
 With --output json, print an array of objects with every field, full
-machine IDs and hashes, and "" for what is not known.
+machine IDs and hashes, and "" for what is not known; the keys are
+fleetctl's, so health is not among them (GET /v1/unit-states has it).
 
 With --watch, print the table, then a line for each row that changes, as it
 changes, until interrupted (Ctrl-C); a row that goes away is printed once

@@ -185,7 +185,7 @@ func (w *unitWatch) apply(ctx context.Context, c *client.Client, ev apiv1.Event)
 			if s.Hash == "" {
 				s.Hash = w.units[ev.Unit].Hash
 			}
-			s.Name, s.Machine, s.Load, s.Active, s.Sub = ev.Unit, ev.Machine, ev.Load, ev.Active, ev.Sub
+			s.Name, s.Machine, s.Load, s.Active, s.Sub, s.Health = ev.Unit, ev.Machine, ev.Load, ev.Active, ev.Sub, ev.Health
 			w.setState(s)
 		}
 		return w.sync(ev.Unit)
@@ -253,7 +253,7 @@ func (w *unitWatch) sync(name string) error {
 			continue
 		}
 		gone := o
-		gone.Load, gone.Active, gone.Sub = "", "", ""
+		gone.Load, gone.Active, gone.Sub, gone.Health = "", "", "", ""
 		if !slices.Equal(w.cells(gone), w.cells(o)) {
 			out = append(out, gone)
 		}

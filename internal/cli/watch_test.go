@@ -150,14 +150,19 @@ func TestListUnitsWatch(t *testing.T) {
 		{Name: "db.service", Hash: hash, DesiredState: "launched", Reason: "no machine has role=db"},
 		{Name: "idle.service", Hash: hash, DesiredState: "inactive"},
 	}, []apiv1.UnitState{
-		{Name: "web.service", Machine: m1, Hash: hash, Load: "loaded", Active: "active", Sub: "running"},
+		{Name: "web.service", Machine: m1, Hash: hash, Load: "loaded", Active: "active", Sub: "running", Health: "healthy"},
 	}, testMachines)
 
 	out, errOut, stop := startWatch(t, srv, "list-units", "--watch")
-	table := "UNIT\t\tMACHINE\t\t\t\tACTIVE\tSUB\n" +
-		"db.service\t-\t\t\t\t-\t-\n" +
-		"web.service\t113f16a7.../172.17.8.101\tactive\trunning\n"
-	waitfor.True(t, 10*time.Second, "the table", func() bool { return out.String() == table })
+	table := "UNIT\t\tMACHINE\t\t\t\tACTIVE\tSUB\tHEALTH\n" +
+		"db.service\t-\t\t\t\t-\t-\t-\n" +
+		"web.service\t113f16a7.../172.17.8.101\tactive\trunning\thealthy\n"
+	waitfor.Until(t, 10*time.Second, "the table", func() error {
+		if got := out.String(); got != table {
+			return fmt.Errorf("printed %q", got)
+		}
+		return nil
+	})
 
 	// What the cluster looks like once the events below happened, plus a
 	// unit that appeared while the stream was down: the reset reads it.
@@ -166,7 +171,7 @@ func TestListUnitsWatch(t *testing.T) {
 		{Name: "api.service", Hash: hash, DesiredState: "launched", Machine: m1},
 		{Name: "idle.service", Hash: hash, DesiredState: "inactive"},
 	}, []apiv1.UnitState{
-		{Name: "web.service", Machine: watchM3, Hash: hash, Load: "loaded", Active: "active", Sub: "running"},
+		{Name: "web.service", Machine: watchM3, Hash: hash, Load: "loaded", Active: "active", Sub: "running", Health: "healthy"},
 		{Name: "api.service", Machine: m1, Hash: hash, Load: "loaded", Active: "active", Sub: "running"},
 	}, append(testMachines, apiv1.Machine{ID: watchM3, IP: "172.17.8.103"}))
 
@@ -188,19 +193,22 @@ func TestListUnitsWatch(t *testing.T) {
 		{ID: "5.8", Type: "machine", Machine: watchM3},
 		{ID: "5.9", Type: "unit", Unit: "web.service", Hash: hash, DesiredState: "launched", Machine: watchM3},
 		{ID: "5.10", Type: "state", Unit: "web.service", Machine: watchM3, Load: "loaded", Active: "activating", Sub: "start"},
-		{ID: "5.11", Type: "state", Unit: "web.service", Machine: watchM3, Load: "loaded", Active: "active", Sub: "running"},
+		{ID: "5.11", Type: "state", Unit: "web.service", Machine: watchM3, Load: "loaded", Active: "active", Sub: "running", Health: "unknown"},
+		// Its checks pass: only its health changes.
+		{ID: "5.12", Type: "state", Unit: "web.service", Machine: watchM3, Load: "loaded", Active: "active", Sub: "running", Health: "healthy"},
 		// A new leader: everything is read again, and what differs printed.
 		{ID: "6.20", Type: "reset"},
 	} {
 		srv.events <- ev
 	}
-	changes := "web.service\t113f16a7.../172.17.8.101\tfailed\tfailed\n" +
-		"db.service\t2c0ffee0.../172.17.8.102\tactive\trunning\n" +
-		"db.service\t2c0ffee0.../172.17.8.102\t-\t-\n" +
-		"web.service\t-\t\t\t\t-\t-\n" +
-		"web.service\t3d0d0d0d.../172.17.8.103\tactivating\tstart\n" +
-		"web.service\t3d0d0d0d.../172.17.8.103\tactive\trunning\n" +
-		"api.service\t113f16a7.../172.17.8.101\tactive\trunning\n"
+	changes := "web.service\t113f16a7.../172.17.8.101\tfailed\tfailed\t-\n" +
+		"db.service\t2c0ffee0.../172.17.8.102\tactive\trunning\t-\n" +
+		"db.service\t2c0ffee0.../172.17.8.102\t-\t-\t-\n" +
+		"web.service\t-\t\t\t\t-\t-\t-\n" +
+		"web.service\t3d0d0d0d.../172.17.8.103\tactivating\tstart\t-\n" +
+		"web.service\t3d0d0d0d.../172.17.8.103\tactive\trunning\tunknown\n" +
+		"web.service\t3d0d0d0d.../172.17.8.103\tactive\trunning\thealthy\n" +
+		"api.service\t113f16a7.../172.17.8.101\tactive\trunning\t-\n"
 	waitfor.True(t, 10*time.Second, "the changes", func() bool { return strings.Count(out.String(), "\n") >= strings.Count(table+changes, "\n") })
 	time.Sleep(50 * time.Millisecond) // nothing more comes
 	if got := out.String(); got != table+changes {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -688,6 +689,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 				CPUPercent: cfg.Capacity.CPUPercent, MemoryBytes: cfg.Capacity.MemoryBytes, Drivers: driverSet(cfg.Driver), Instance: instance},
 			Leaders: leaders, Servers: cfg.Servers, TTL: agentTTL(cfg), Logger: cfg.Logger,
 			Registry: cfg.Registry, Etcd: cli, Keys: keys, OnRefused: refused.set,
+			ProbeCommand: func(f *unit.File, c unit.Command) (*exec.Cmd, error) {
+				return execdriver.ProbeCommand(f, c, cfg.secretPaths()...)
+			},
 		})
 		if err != nil {
 			return err

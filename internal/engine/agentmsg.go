@@ -93,7 +93,7 @@ func checkStatus(s *agentpb.UnitStatus) error {
 	if err := unit.ValidateName(s.Name); err != nil {
 		return err
 	}
-	for _, f := range [...]struct{ name, v string }{{"hash", s.Hash}, {"load", s.Load}, {"active", s.Active}, {"sub", s.Sub}, {"applied", s.Applied}} {
+	for _, f := range [...]struct{ name, v string }{{"hash", s.Hash}, {"load", s.Load}, {"active", s.Active}, {"sub", s.Sub}, {"applied", s.Applied}, {"health", s.Health}} {
 		if len(f.v) > limits.StatusFieldBytes {
 			return fmt.Errorf("unit %s: %s is %d bytes; the limit is %d", s.Name, f.name, len(f.v), limits.StatusFieldBytes)
 		}

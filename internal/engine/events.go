@@ -319,7 +319,7 @@ func (t *term) unitEvent(name string, rec *unitRec) {
 func (t *term) stateEvent(machine string, s agentStatus, removed bool) {
 	t.viewChanged(s.Name)
 	t.events.append(apiv1.Event{Type: "state", Unit: s.Name, Machine: machine, Load: s.Load, Active: s.Active, Sub: s.Sub,
-		Removed: removed, Revision: t.committer.Revision()})
+		Health: s.Health, Removed: removed, Revision: t.committer.Revision()})
 }
 
 // machineEvent records a machine coming or going.

@@ -404,7 +404,7 @@ func (sh *sharedViews) status(c unique.Handle[statusCodes]) *state.Status {
 			sh.statuses = map[unique.Handle[statusCodes]]*state.Status{}
 		}
 		v := c.Value()
-		st = &state.Status{Load: v.load, Active: v.active, Sub: v.sub}
+		st = &state.Status{Load: v.load, Active: v.active, Sub: v.sub, Health: v.health}
 		sh.statuses[c] = st
 	}
 	sh.lastCodes, sh.lastStatus = c, st
@@ -450,20 +450,20 @@ func (t *term) built(s *state.Snapshot, n int) {
 
 // countUnits sets the unit and machine gauges from a snapshot.
 func (t *term) countUnits(s *state.Snapshot, unplaced int) {
-	type key struct{ desired, active string }
+	type key struct{ desired, active, health string }
 	counts := map[key]int{}
 	for i := range s.Units {
 		u := &s.Units[i]
 		k := key{desired: u.Spec.DesiredState}
 		if u.Status != nil {
-			k.active = u.Status.Active
+			k.active, k.health = u.Status.Active, u.Status.Health
 		}
 		counts[k]++
 	}
 	m := t.e.cfg.Metrics
 	m.Units.Reset()
 	for k, n := range counts {
-		m.Units.WithLabelValues(k.desired, k.active).Set(float64(n))
+		m.Units.WithLabelValues(k.desired, k.active, k.health).Set(float64(n))
 	}
 	m.Unplaced.Set(float64(unplaced))
 	m.MachinesUp.Set(float64(len(s.Machines)))

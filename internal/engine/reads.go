@@ -226,7 +226,7 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 
 func stateView(s agentStatus) apiv1.UnitState {
 	v := apiv1.UnitState{Name: s.Name, Machine: s.Machine, Hash: s.Hash, Load: s.Load, Active: s.Active,
-		Sub: s.Sub, PID: s.PID, Result: s.Result, Message: s.Message}
+		Sub: s.Sub, PID: s.PID, Result: s.Result, Message: s.Message, Health: s.Health}
 	if !s.Since.IsZero() {
 		v.Since = s.Since.UTC().Format(time.RFC3339Nano)
 	}

@@ -27,7 +27,7 @@ type storedStatus struct {
 }
 
 type statusCodes struct {
-	load, active, sub, result, applied, hash, message string
+	load, active, sub, result, applied, hash, message, health string
 }
 
 // ok reports whether st holds a state (the zero value holds none).
@@ -114,7 +114,7 @@ func clearStates(m *machineRec) {
 // store returns s in its stored form, without its name and machine.
 func store(s agentStatus) storedStatus {
 	return storedStatus{
-		codes: unique.Make(statusCodes{load: s.Load, active: s.Active, sub: s.Sub, result: s.Result, applied: s.Applied, hash: s.Hash, message: s.Message}),
+		codes: unique.Make(statusCodes{load: s.Load, active: s.Active, sub: s.Sub, result: s.Result, applied: s.Applied, hash: s.Hash, message: s.Message, health: s.Health}),
 		since: nanos(s.Since), observed: nanos(s.Observed), pid: int32(s.PID),
 	}
 }
@@ -124,7 +124,7 @@ func (st storedStatus) status(machine, name string) agentStatus {
 	c := st.codes.Value()
 	return agentStatus{Applied: c.applied, Observed: unixNano(st.observed), Status: unit.Status{
 		Name: name, Hash: c.hash, Machine: machine, Load: c.load, Active: c.active, Sub: c.sub,
-		PID: int(st.pid), Since: unixNano(st.since), Result: c.result, Message: c.message,
+		PID: int(st.pid), Since: unixNano(st.since), Result: c.result, Message: c.message, Health: c.health,
 	}}
 }
 

@@ -532,7 +532,7 @@ func machineInfo(pm *agentpb.Machine) MachineInfo {
 func fromProto(machine string, s *agentpb.UnitStatus) agentStatus {
 	st := agentStatus{Applied: intern(s.Applied), Status: unit.Status{
 		Name: s.Name, Hash: intern(s.Hash), Machine: machine, Load: intern(s.Load), Active: intern(s.Active), Sub: intern(s.Sub),
-		PID: int(s.Pid), Result: intern(cutText(s.Result)), Message: cutText(s.Message),
+		PID: int(s.Pid), Result: intern(cutText(s.Result)), Message: cutText(s.Message), Health: intern(s.Health),
 	}}
 	if s.SinceUnixNano != 0 {
 		st.Since = time.Unix(0, s.SinceUnixNano)

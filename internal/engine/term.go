@@ -124,8 +124,15 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 			r.at = 0 // a timing field: safe to clear in place under the write lock
 		}
 	}
-	if !ok || prev.Load != s.Load || prev.Active != s.Active || prev.Sub != s.Sub {
+	if !ok || prev.Load != s.Load || prev.Active != s.Active || prev.Sub != s.Sub || prev.Health != s.Health {
 		t.stateEvent(m.info.ID, s, false)
+	}
+	if s.Health == "unhealthy" && (!ok || prev.Health != s.Health) {
+		what := "unhealthy on " + m.info.ID
+		if r := t.units[s.Name]; r != nil && r.file != nil && r.file.Check != nil && r.file.Check.OnUnhealthy == "restart" {
+			what += "; restarted there (OnUnhealthy=restart)"
+		}
+		t.history(s.Name, what)
 	}
 }
 

@@ -23,6 +23,10 @@ import (
 var flotillaBin string
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(healthServerEnv); addr != "" {
+		serveHealth(addr) // this binary run as a unit (health_test.go)
+		return
+	}
 	dir, err := os.MkdirTemp("", "flotilla-it-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

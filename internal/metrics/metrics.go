@@ -18,7 +18,7 @@ import (
 type Set struct {
 	reg *prometheus.Registry
 
-	// Units counts units by desired state and current active state
+	// Units counts units by desired state, current active state and health
 	// ("" when no machine reports it), as of the leader's last snapshot.
 	Units *prometheus.GaugeVec
 	// Unplaced counts wanted units that no machine can take.
@@ -68,7 +68,7 @@ func New() *Set {
 	reg := prometheus.NewRegistry()
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	s := &Set{reg: reg}
-	s.Units = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flotilla_units", Help: "Units by desired state and current active state, as of the leader's last published state."}, []string{"desired", "active"})
+	s.Units = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flotilla_units", Help: "Units by desired state, current active state and health (healthy, unhealthy, unknown; \"\" while not active), as of the leader's last published state."}, []string{"desired", "active", "health"})
 	s.Unplaced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_units_unplaced", Help: "Wanted units no machine can take (each has a reason in /v1/state)."})
 	s.MachinesUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_machines_up", Help: "Machines whose agents the leader hears from."})
 	s.AgentStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_agent_streams", Help: "Open agent gRPC streams on this engine."})
@@ -92,7 +92,7 @@ func New() *Set {
 	s.EtcdRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flotilla_etcd_requests_total",
 		Help: "The daemon's etcd client calls, by gRPC method and status code (OK, Unavailable, DeadlineExceeded, ...)."}, []string{"method", "code"})
 	s.touch = []func(){
-		func() { s.Units.WithLabelValues("", "") },
+		func() { s.Units.WithLabelValues("", "", "") },
 		func() { s.SchedulingLatency.WithLabelValues("") },
 		func() { s.EtcdRequestDuration.WithLabelValues("") },
 		func() { s.EtcdRequests.WithLabelValues("", "") },

@@ -145,6 +145,7 @@ func appendUnit(b []byte, u *Unit) []byte {
 		b = appendOpt(b, `,"load":`, st.Load)
 		b = appendOpt(b, `,"active":`, st.Active)
 		b = appendOpt(b, `,"sub":`, st.Sub)
+		b = appendOpt(b, `,"health":`, st.Health)
 	}
 	b = appendOpt(b, `,"reason":`, u.Reason)
 	return append(b, '}')

@@ -29,6 +29,9 @@ func sample(units, machines int) *Snapshot {
 	for i := range units {
 		u := apiv1.StateUnit{Name: fmt.Sprintf("web@%06d.service", i), Hash: "0123456789abcdef0123456789abcdef01234567",
 			DesiredState: "launched", Machine: fmt.Sprintf("m%d", r.IntN(machines)), Load: "loaded", Active: states[r.IntN(4)], Sub: "running"}
+		if u.Active == "active" {
+			u.Health = []string{"healthy", "unhealthy", "unknown"}[i%3]
+		}
 		if i%50 == 0 {
 			u.Machine, u.Reason, u.Active = "", `needs 4096M memory, largest free is 1024M <"quoted" & 'odd'> é `+"\u2028\x01\xff", ""
 		}

@@ -36,15 +36,15 @@ type Spec struct {
 // Status is a unit's state as its machine's agent last reported it, shared
 // by the units in the same state. A nil *Status: no report.
 type Status struct {
-	Load, Active, Sub string
+	Load, Active, Sub, Health string
 }
 
 // NewUnit returns v as a Unit, with a Shared, Spec and Status of its own.
 func NewUnit(v apiv1.StateUnit) Unit {
 	u := Unit{Name: v.Name, Shared: &Shared{Machine: v.Machine, Reason: v.Reason,
 		Spec: &Spec{Hash: v.Hash, DesiredState: v.DesiredState, Global: v.Global, Singleton: v.Singleton, LostAfter: v.LostAfter}}}
-	if v.Load != "" || v.Active != "" || v.Sub != "" {
-		u.Status = &Status{Load: v.Load, Active: v.Active, Sub: v.Sub}
+	if v.Load != "" || v.Active != "" || v.Sub != "" || v.Health != "" {
+		u.Status = &Status{Load: v.Load, Active: v.Active, Sub: v.Sub, Health: v.Health}
 	}
 	return u
 }
@@ -54,7 +54,7 @@ func (u *Unit) View() apiv1.StateUnit {
 	v := apiv1.StateUnit{Name: u.Name, Machine: u.Machine, Reason: u.Reason, Hash: u.Spec.Hash, DesiredState: u.Spec.DesiredState,
 		Global: u.Spec.Global, Singleton: u.Spec.Singleton, LostAfter: u.Spec.LostAfter}
 	if st := u.Status; st != nil {
-		v.Load, v.Active, v.Sub = st.Load, st.Active, st.Sub
+		v.Load, v.Active, v.Sub, v.Health = st.Load, st.Active, st.Sub, st.Health
 	}
 	return v
 }

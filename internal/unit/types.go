@@ -161,6 +161,13 @@ type Status struct {
 	Since   time.Time `json:"since,omitzero"`   // when Active last changed
 	Result  string    `json:"result,omitempty"` // systemd's Result: success, exit-code, signal, timeout, start-limit-hit
 	Message string    `json:"message,omitempty"`
+	// Health is the unit's health while it is active, as its agent judges
+	// it: "healthy", "unhealthy" or "unknown" (its [X-Check] has not
+	// decided yet); a unit without [X-Check] is healthy while active. ""
+	// while it is not active (but for a unit restarted for being
+	// unhealthy, which stays unhealthy through its restart), and from
+	// agents that do not report it.
+	Health string `json:"health,omitempty"`
 }
 
 // Running reports whether the status counts as fleet's "launched".

@@ -285,7 +285,13 @@ type UnitStatus struct {
 	// applied is the desired state the agent has carried out for the unit:
 	// "loaded" once loaded, "launched" once it was told to start it (whether
 	// or not it stays up: active/sub tell that).
-	Applied       string `protobuf:"bytes,10,opt,name=applied,proto3" json:"applied,omitempty"`
+	Applied string `protobuf:"bytes,10,opt,name=applied,proto3" json:"applied,omitempty"`
+	// health is the unit's health while it is active: "healthy", "unhealthy"
+	// or "unknown" (its [X-Check] has not decided yet); a unit without
+	// [X-Check] is healthy while active. Empty while the unit is not active
+	// (but for a unit restarted for being unhealthy: unhealthy through its
+	// restart), and from agents older than this field.
+	Health        string `protobuf:"bytes,11,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,6 +392,13 @@ func (x *UnitStatus) GetMessage() string {
 func (x *UnitStatus) GetApplied() string {
 	if x != nil {
 		return x.Applied
+	}
+	return ""
+}
+
+func (x *UnitStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
 	}
 	return ""
 }
@@ -1030,7 +1043,7 @@ const file_agent_proto_rawDesc = "" +
 	"\bprotocol\x18\v \x01(\x05R\bprotocol\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x90\x02\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1043,7 +1056,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x06result\x18\b \x01(\tR\x06result\x12\x18\n" +
 	"\amessage\x18\t \x01(\tR\amessage\x12\x18\n" +
 	"\aapplied\x18\n" +
-	" \x01(\tR\aapplied\"\xf2\x01\n" +
+	" \x01(\tR\aapplied\x12\x16\n" +
+	"\x06health\x18\v \x01(\tR\x06health\"\xf2\x01\n" +
 	"\fAgentMessage\x120\n" +
 	"\x05hello\x18\x01 \x01(\v2\x18.flotilla.agent.v1.HelloH\x00R\x05hello\x129\n" +
 	"\x06update\x18\x02 \x01(\v2\x1f.flotilla.agent.v1.StatusUpdateH\x00R\x06update\x12<\n" +

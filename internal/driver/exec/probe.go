@@ -1,0 +1,55 @@
+package execdriver
+
+import (
+	"os"
+	"os/exec"
+	"os/user"
+	"syscall"
+
+	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/unithide"
+)
+
+// ProbeCommand returns c, a command of f's [X-Check] Exec=, ready to run as
+// the unit's own processes are: with its environment (the base of PATH and
+// HOME, USER and LOGNAME for User=, then Environment= and
+// EnvironmentFile=), its variables expanded, as User=/Group=, in
+// WorkingDirectory=, in a process group of its own that is killed with
+// the caller. hidden are the paths units may not see (Config.Inaccessible).
+// Its output is discarded; the caller starts and waits for it.
+func ProbeCommand(f *unit.File, c unit.Command, hidden ...string) (*exec.Cmd, error) {
+	d := &Driver{euid: os.Geteuid(), home: "/"}
+	if u, err := user.Current(); err == nil && u.HomeDir != "" {
+		d.home = u.HomeDir
+	}
+	svc := &f.Service
+	ee, err := d.prepare(svc)
+	if err != nil {
+		return nil, err
+	}
+	env, err := unitEnviron(ee.base, svc, hidden...)
+	if err != nil {
+		return nil, err
+	}
+	argv := expandArgv(c.Argv, env)
+	pathVar, _ := env.get("PATH")
+	path, err := lookPath(argv[0], pathVar)
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path: path,
+		Args: argv,
+		Env:  env.list(),
+		Dir:  ee.dir,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:    true,
+			Pdeathsig:  syscall.SIGKILL,
+			Credential: ee.cred,
+		},
+	}
+	if len(hidden) > 0 && d.euid == 0 {
+		unithide.Wrap(cmd, hidden)
+	}
+	return cmd, nil
+}

@@ -1,0 +1,175 @@
+package health
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// Probe is one check of a unit. Run returns nil when it passes, or why it
+// failed; it returns by ctx's deadline (the check's Timeout).
+type Probe struct {
+	// Name says what is checked: "exec /usr/bin/test -f /x", "http
+	// http://127.0.0.1:8080/health", "tcp 127.0.0.1:5432".
+	Name string
+	run  func(ctx context.Context) error
+}
+
+// Run runs the probe once.
+func (p Probe) Run(ctx context.Context) error { return p.run(ctx) }
+
+// CommandFunc builds the process of an Exec= check (as the unit's
+// processes are built: its environment, user and working directory). It
+// is called for each run, so that EnvironmentFile= is read as it now is.
+type CommandFunc func(c unit.Command) (*exec.Cmd, error)
+
+// Probes returns the probes of a unit's [X-Check] section c, Exec= first,
+// then HTTP=, then TCP=. cmd builds the Exec= processes; nil runs them as
+// the caller, with its environment. A URL that does not parse is refused
+// with an error naming it.
+func Probes(c *unit.Check, cmd CommandFunc) ([]Probe, error) {
+	var ps []Probe
+	for _, x := range c.Exec {
+		ps = append(ps, Exec(x, cmd))
+	}
+	for _, u := range c.HTTP {
+		p, err := HTTP(u)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	for _, a := range c.TCP {
+		ps = append(ps, TCP(a))
+	}
+	return ps, nil
+}
+
+// maxOutput is how much of a failed command's output its error quotes.
+const maxOutput = 256
+
+// Exec is a probe that runs c (built by cmd, or as the caller when nil)
+// and passes when it exits with status 0. At the deadline its process
+// group is killed.
+func Exec(c unit.Command, cmd CommandFunc) Probe {
+	name := "exec " + strings.Join(c.Argv, " ")
+	return Probe{Name: name, run: func(ctx context.Context) error {
+		var x *exec.Cmd
+		if cmd != nil {
+			var err error
+			if x, err = cmd(c); err != nil {
+				return err
+			}
+		} else {
+			x = exec.Command(c.Argv[0], c.Argv[1:]...)
+			x.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		}
+		out := &capped{max: maxOutput}
+		x.Stdout, x.Stderr = out, out
+		if err := x.Start(); err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { done <- x.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				if msg := strings.TrimSpace(out.String()); msg != "" {
+					return fmt.Errorf("%w: %s", err, msg)
+				}
+				return err
+			}
+			return nil
+		case <-ctx.Done():
+			// The whole group: a shell's children too. Setpgid made the
+			// command its group's leader.
+			_ = syscall.Kill(-x.Process.Pid, syscall.SIGKILL)
+			<-done
+			return fmt.Errorf("killed: %w", context.Cause(ctx))
+		}
+	}}
+}
+
+// capped keeps the first max bytes written to it.
+type capped struct {
+	max int
+	b   []byte
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - len(c.b); room > 0 {
+		c.b = append(c.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (c *capped) String() string { return string(c.b) }
+
+// HTTP is a probe that GETs rawURL and passes on a 2xx answer (after
+// redirects). Each run opens a connection of its own: a server that
+// stops accepting fails at once, not after an idle connection's end.
+// rawURL must be an absolute http or https URL with a host; another is
+// refused with an error naming it.
+func HTTP(rawURL string) (Probe, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return Probe{}, fmt.Errorf("health check URL %q: %w", rawURL, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return Probe{}, fmt.Errorf("health check URL %q: want http:// or https://", rawURL)
+	case u.Host == "" || u.Hostname() == "":
+		return Probe{}, fmt.Errorf("health check URL %q has no host", rawURL)
+	case u.User != nil:
+		return Probe{}, fmt.Errorf("health check URL %q: credentials do not belong in a unit file", rawURL)
+	}
+	target := u.String()
+	client := &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
+		Proxy:             nil, // a check is of the unit, not of a proxy in between
+		TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12},
+	}}
+	return Probe{Name: "http " + target, run: func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("User-Agent", "flotilla-health-check")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			return fmt.Errorf("GET %s: %s", target, resp.Status)
+		}
+		return nil
+	}}, nil
+}
+
+// TCP is a probe that passes when addr (host:port) accepts a connection.
+func TCP(addr string) Probe {
+	return Probe{Name: "tcp " + addr, run: func(ctx context.Context) error {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}}
+}
+
+// errNoProbes is returned by a run of no probes: a section without any is
+// refused by the unit's parser, so this is a caller's mistake.
+var errNoProbes = errors.New("health: no probes to run")

@@ -1,0 +1,117 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// Report is told each change of a unit's health: the new state, and when
+// a run failed, why (the first failing probe's error, named).
+type Report func(state string, reason error)
+
+// Runner runs a unit's probes every Interval, from Start until Stop: the
+// caller starts it when the unit becomes active and stops it when the unit
+// is no longer active, unloaded or replaced.
+type Runner struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start runs probes at once and then every c.Interval, each bounded by
+// c.Timeout, all of a run at the same time, and reports each change of the
+// tracked health (by c.HealthyAfter and c.UnhealthyAfter) to report, from
+// the runner's goroutine. now is the clock the tracker is given (nil:
+// time.Now).
+//
+// restarted says the unit was just restarted for being unhealthy: it stays
+// Unhealthy (not Unknown) until its checks pass, so further failures do not
+// turn it unhealthy again (a restart is once per turn), and its first run
+// comes an Interval after the start, to give it time to come up.
+func Start(c *unit.Check, probes []Probe, now func() time.Time, restarted bool, report Report) *Runner {
+	if now == nil {
+		now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Runner{cancel: cancel, done: make(chan struct{})}
+	t := NewTracker(c.HealthyAfter, c.UnhealthyAfter)
+	if restarted {
+		t.state = Unhealthy
+	}
+	go r.loop(ctx, c, probes, t, now, restarted, report)
+	return r
+}
+
+// Stop ends the runner, killing the probes under way, and returns once its
+// goroutine has: report is not called after Stop returns. It must not be
+// called from report.
+func (r *Runner) Stop() {
+	r.cancel()
+	<-r.done
+}
+
+func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tracker, now func() time.Time, wait bool, report Report) {
+	defer close(r.done)
+	tick := time.NewTicker(c.Interval)
+	defer tick.Stop()
+	if wait {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	for {
+		err := RunAll(ctx, probes, c.Timeout)
+		if ctx.Err() != nil {
+			return // stopped meanwhile: the outcome is not the unit's
+		}
+		if state, changed := t.Observe(err == nil, now()); changed {
+			report(state, err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// RunAll runs probes at the same time, each bounded by timeout, and returns
+// nil when all passed, or the first failure in probe order, named.
+func RunAll(ctx context.Context, probes []Probe, timeout time.Duration) error {
+	if len(probes) == 0 {
+		return errNoProbes
+	}
+	errs := make([]error, len(probes))
+	var wg sync.WaitGroup
+	for i, p := range probes {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+			defer cancel()
+			errs[i] = p.Run(pctx)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return &ProbeError{Probe: probes[i].Name, Err: err}
+		}
+	}
+	return nil
+}
+
+// errTimeout is the cause of a probe's context ending at Timeout=.
+var errTimeout = errors.New("Timeout= passed")
+
+// ProbeError is a failed probe's error.
+type ProbeError struct {
+	Probe string
+	Err   error
+}
+
+func (e *ProbeError) Error() string { return e.Probe + ": " + e.Err.Error() }
+func (e *ProbeError) Unwrap() error { return e.Err }

@@ -1,0 +1,198 @@
+package integration
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// healthServerEnv has the test binary serve HTTP as a unit (TestMain): GET
+// answers 200, or 503 while the file named by healthFailEnv holds the
+// server's own PID. On start the server appends its PID to the file named
+// by healthStartsEnv, so the test counts its starts.
+const (
+	healthServerEnv = "FLOTILLA_IT_HEALTH_ADDR"
+	healthFailEnv   = "FLOTILLA_IT_HEALTH_FAIL"
+	healthStartsEnv = "FLOTILLA_IT_HEALTH_STARTS"
+)
+
+func serveHealth(addr string) {
+	pid := strconv.Itoa(os.Getpid())
+	if f, err := os.OpenFile(os.Getenv(healthStartsEnv), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+		fmt.Fprintln(f, pid)
+		f.Close()
+	}
+	fail := os.Getenv(healthFailEnv)
+	err := http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := os.ReadFile(fail); strings.TrimSpace(string(b)) == pid {
+			http.Error(w, "told to fail", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}))
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}
+
+// TestHealthChecks: units of the exec driver with [X-Check] show healthy in
+// list-units once their HTTP check (and, for one, an Exec= check that needs
+// the unit's Environment= and WorkingDirectory=) passes; when the unit's
+// server starts answering 503 it turns unhealthy after UnhealthyAfter runs
+// of Interval, and stays so with the same process when OnUnhealthy=none;
+// with OnUnhealthy=restart its process is replaced exactly once (the
+// process table and the server's own count of starts say so) and it is
+// healthy again.
+func TestHealthChecks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a daemon")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 1, nil)
+	n1 := c.nodes[0]
+	eventually(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
+
+	const interval, unhealthyAfter = time.Second, 3
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "here"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type server struct{ name, addr, fail, starts string }
+	unitFile := func(s server, onUnhealthy, extra string) string {
+		return fmt.Sprintf(`[Service]
+ExecStart=%s
+Environment=%s=%s %s=%s %s=%s MARK=ok
+WorkingDirectory=%s
+TimeoutStopSec=5
+[X-Check]
+HTTP=http://%s/health
+%sInterval=%v
+Timeout=500ms
+UnhealthyAfter=%d
+OnUnhealthy=%s
+`, self, healthServerEnv, s.addr, healthFailEnv, s.fail, healthStartsEnv, s.starts, dir, s.addr, extra, interval, unhealthyAfter, onUnhealthy)
+	}
+	newServer := func(name string) server {
+		return server{name: name, addr: freeAddr(t), fail: filepath.Join(dir, name+".fail"), starts: filepath.Join(dir, name+".starts")}
+	}
+	watched, restarted := newServer("watched.service"), newServer("restarted.service")
+	mustCLI(t, n1, "start",
+		// The Exec= check passes only with the unit's environment and
+		// working directory.
+		writeUnit(t, dir, watched.name, unitFile(watched, "none", `Exec=/bin/sh -c 'test "$MARK" = ok && test -f here'`+"\n")),
+		writeUnit(t, dir, restarted.name, unitFile(restarted, "restart", "")))
+
+	health := func(name string) (string, error) {
+		out, err := cli(t, n1, "list-units", "--no-legend", "--fields", "unit,active,health")
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == name {
+				return f[1] + "/" + f[2], nil
+			}
+		}
+		return "", fmt.Errorf("%s not in list-units:\n%s", name, out)
+	}
+	waitHealth := func(name, want string, within time.Duration) {
+		t.Helper()
+		eventually(t, within, name+" "+want, func() error {
+			got, err := health(name)
+			if err == nil && got != want {
+				err = fmt.Errorf("list-units shows %s %s", name, got)
+			}
+			return err
+		})
+	}
+	starts := func(s server) []int {
+		b, _ := os.ReadFile(s.starts)
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	waitHealth(watched.name, "active/healthy", 60*time.Second)
+	waitHealth(restarted.name, "active/healthy", 60*time.Second)
+	wPID, rPID := starts(watched), starts(restarted)
+	if len(wPID) != 1 || len(rPID) != 1 || !alive(wPID[0]) || !alive(rPID[0]) {
+		t.Fatalf("starts: %s %v, %s %v; want one live process each", watched.name, wPID, restarted.name, rPID)
+	}
+
+	// Each server answers 503 from now on.
+	failed := time.Now()
+	for _, s := range []struct {
+		server
+		pid int
+	}{{watched, wPID[0]}, {restarted, rPID[0]}} {
+		if err := os.WriteFile(s.fail, []byte(strconv.Itoa(s.pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitHealth(watched.name, "active/unhealthy", 30*time.Second)
+	// The first failing run comes within an Interval of the failure, and
+	// UnhealthyAfter-1 more Intervals decide; list-units adds its own delay.
+	// (5s of slack: the report's way to the leader and list-units' polls.)
+	if took, least, most := time.Since(failed), (unhealthyAfter-1)*interval, unhealthyAfter*interval+5*time.Second; took < least || took > most {
+		t.Errorf("%s unhealthy %v after its server failed; UnhealthyAfter=%d of Interval=%v take %v to %v", watched.name, took, unhealthyAfter, interval, least, most)
+	}
+
+	// OnUnhealthy=restart: a new process, which passes, once.
+	eventually(t, 30*time.Second, restarted.name+" restarted", func() error {
+		if p := starts(restarted); len(p) != 2 {
+			return fmt.Errorf("started %v", p)
+		}
+		return nil
+	})
+	waitHealth(restarted.name, "active/healthy", 30*time.Second)
+	p := starts(restarted)
+	if len(p) != 2 || p[1] == rPID[0] || alive(p[0]) || !alive(p[1]) {
+		t.Fatalf("%s: processes %v (alive %v, %v); want the first gone and one new one running", restarted.name, p, alive(p[0]), len(p) > 1 && alive(p[1]))
+	}
+	// OnUnhealthy=none: still the same process, still unhealthy.
+	if p := starts(watched); len(p) != 1 || !alive(p[0]) {
+		t.Errorf("%s (OnUnhealthy=none) processes %v; want the first one still running", watched.name, p)
+	}
+	if got, err := health(watched.name); err != nil || got != "active/unhealthy" {
+		t.Errorf("%s: %s %v, want active/unhealthy", watched.name, got, err)
+	}
+	// The API's three views of the unit's state say so too.
+	for _, path := range []string{"/v1/units/" + watched.name, "/v1/unit-states?name=" + watched.name, "/v1/state?unit=" + watched.name} {
+		eventually(t, 10*time.Second, "GET "+path+" shows unhealthy", func() error {
+			resp, err := http.Get("http://" + n1.api + path)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if !strings.Contains(string(b), `"health":"unhealthy"`) {
+				return fmt.Errorf("%s: %s", resp.Status, b)
+			}
+			return nil
+		})
+	}
+	// Each turn to unhealthy is in the unit's history (flotilla status),
+	// the restart in the daemon's log.
+	for name, want := range map[string]string{
+		watched.name:   "unhealthy on n1",
+		restarted.name: "unhealthy on n1; restarted there (OnUnhealthy=restart)",
+	} {
+		if out := mustCLI(t, n1, "status", name); strings.Count(out, want) != 1 {
+			t.Errorf("flotilla status %s does not say %q once:\n%s", name, want, out)
+		}
+	}
+	// The restart is in the daemon's log.
+	if log := n1.log.String(); !strings.Contains(log, "restarting it (OnUnhealthy=restart)") {
+		t.Errorf("the daemon's log does not say it restarted %s", restarted.name)
+	}
+}
