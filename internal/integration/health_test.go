@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // healthServerEnv has the test binary serve HTTP as a unit (TestMain): GET
@@ -58,7 +60,7 @@ func TestHealthChecks(t *testing.T) {
 	}
 	c := newCluster(t, 1, nil)
 	n1 := c.nodes[0]
-	eventually(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
+	waitfor.Until(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
 
 	const interval, unhealthyAfter = time.Second, 3
 	dir := t.TempDir()
@@ -104,7 +106,7 @@ OnUnhealthy=%s
 	}
 	waitHealth := func(name, want string, within time.Duration) {
 		t.Helper()
-		eventually(t, within, name+" "+want, func() error {
+		waitfor.Until(t, within, name+" "+want, func() error {
 			got, err := health(name)
 			if err == nil && got != want {
 				err = fmt.Errorf("list-units shows %s %s", name, got)
@@ -148,7 +150,7 @@ OnUnhealthy=%s
 	}
 
 	// OnUnhealthy=restart: a new process, which passes, once.
-	eventually(t, 30*time.Second, restarted.name+" restarted", func() error {
+	waitfor.Until(t, 30*time.Second, restarted.name+" restarted", func() error {
 		if p := starts(restarted); len(p) != 2 {
 			return fmt.Errorf("started %v", p)
 		}
@@ -168,7 +170,7 @@ OnUnhealthy=%s
 	}
 	// The API's three views of the unit's state say so too.
 	for _, path := range []string{"/v1/units/" + watched.name, "/v1/unit-states?name=" + watched.name, "/v1/state?unit=" + watched.name} {
-		eventually(t, 10*time.Second, "GET "+path+" shows unhealthy", func() error {
+		waitfor.Until(t, 10*time.Second, "GET "+path+" shows unhealthy", func() error {
 			resp, err := http.Get("http://" + n1.api + path)
 			if err != nil {
 				return err
