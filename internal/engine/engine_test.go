@@ -811,6 +811,17 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 	waitMachines(t, e1.Engine, 2)
 	ctx := context.Background()
 	running := startSSDUnit(t, e1.Engine, a1)
+	if reg == "etcd" {
+		// An agent of the etcd registry has no heartbeat by which a move
+		// can tell that its machine, silent about a unit, does not run it
+		// (planInput.settled): the unit moved is one the leader knows runs.
+		waitfor.Until(t, 10*time.Second, "the leader to hear db runs on m1", func() error {
+			if u, err := e1.Unit("db.service"); err != nil || u.State == nil || u.State.Active != "active" {
+				return fmt.Errorf("%+v, %v", u.State, err)
+			}
+			return nil
+		})
+	}
 	hdd, ssd := "hdd", "ssd"
 	if err := e1.PatchMachine(ctx, "m2", map[string]*string{"disk": &ssd}); err != nil {
 		t.Fatal(err)

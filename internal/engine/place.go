@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -203,7 +204,7 @@ func (t *term) planMachines(in *planInput, now time.Time) {
 	quiet := t.quietFor()
 	for id, m := range t.machines {
 		pm := planMachine{Reachable: t.reachable(m, now), Left: m.left, Draining: t.drainMachines[id] > 0, MaxParallel: t.drainMachines[id],
-			HeardAt: m.heardAt(), SentAt: m.sentAt()}
+			HeardAt: m.heardAt(), SentAt: m.sentAt(), Streams: t.e.cfg.Registry != registry.ModeEtcd}
 		if !pm.Reachable && !pm.Draining && !pm.Left {
 			// None of its units can be lost before it has been silent for
 			// the shortest LostAfter=: while 10,000 machines reconnect to a

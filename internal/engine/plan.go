@@ -141,6 +141,10 @@ type planMachine struct {
 	// HeardAt is when its agent was last heard, SentAt when the leader
 	// last sent it anything (zero: not this term).
 	HeardAt, SentAt time.Time
+	// Streams is set when its agent is heard through a stream, with
+	// heartbeats (the grpc registry): its reports come in order, so being
+	// heard from without a word of a unit says something of it.
+	Streams bool
 	// Units are the non-global units scheduled to it.
 	Units []string
 }
@@ -375,8 +379,8 @@ const moveSettle = 250 * time.Millisecond
 // this, a unit moved (its machine's metadata changed) before its machine
 // had reported starting it was placed elsewhere at once, and ran on both.
 func (in *planInput) settled(name, from string, m planMachine) bool {
-	if in.Reported(name, from) {
-		return true
+	if in.Reported(name, from) || !m.Streams {
+		return true // an agent of the etcd registry has no heartbeat to wait for
 	}
 	since, ok := in.MovedAt[name]
 	if !ok {

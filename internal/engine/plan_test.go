@@ -111,7 +111,7 @@ func TestPlanReconcile(t *testing.T) {
 	}, {
 		name:       "a unit that no longer fits, its machine not having reported it yet, waits to hear from it",
 		now:        1,
-		machines:   map[string]planMachine{"m1": {Reachable: true, HeardAt: at(1)}},
+		machines:   map[string]planMachine{"m1": {Reachable: true, Streams: true, HeardAt: at(1)}},
 		units:      map[string]planUnit{"db": ordinary},
 		check:      map[string]string{"db": "m1"},
 		misfits:    map[string]string{"db": "needs disk=ssd"},
@@ -120,7 +120,7 @@ func TestPlanReconcile(t *testing.T) {
 	}, {
 		name:       "a recorded move of a unit never reported waits until its machine is heard after it began",
 		now:        1.2,
-		machines:   map[string]planMachine{"m1": {Reachable: true, HeardAt: at(1.2)}},
+		machines:   map[string]planMachine{"m1": {Reachable: true, Streams: true, HeardAt: at(1.2)}},
 		units:      map[string]planUnit{"db": ordinary},
 		moves:      map[string]string{"db": "m1"},
 		unreported: map[string]bool{"db": true},
@@ -129,7 +129,7 @@ func TestPlanReconcile(t *testing.T) {
 	}, {
 		name:       "and completes once it has been, without a word of the unit",
 		now:        1.5,
-		machines:   map[string]planMachine{"m1": {Reachable: true, HeardAt: at(1.5)}},
+		machines:   map[string]planMachine{"m1": {Reachable: true, Streams: true, HeardAt: at(1.5)}},
 		units:      map[string]planUnit{"db": ordinary},
 		moves:      map[string]string{"db": "m1"},
 		unreported: map[string]bool{"db": true},
