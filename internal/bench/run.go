@@ -269,15 +269,20 @@ func runSize(ctx context.Context, cfg Config) ([]*Report, error) {
 
 func printReport(w io.Writer, r *Report, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return printJSONLine(w, r)
 	}
 	r.WriteText(w)
 	_, err := fmt.Fprintln(w)
+	return err
+}
+
+// printJSONLine prints v as one JSON object on a line of its own.
+func printJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
 }
 

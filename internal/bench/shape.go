@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -98,12 +97,7 @@ func runScaling(ctx context.Context, cfg Config, run func(context.Context, Confi
 
 func printScaling(w io.Writer, r *ScalingReport, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return printJSONLine(w, r)
 	}
 	fmt.Fprintf(w, "scaling (%s): each size's rate as a share of the first\n", r.Registry)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

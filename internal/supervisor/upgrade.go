@@ -223,7 +223,7 @@ func (s *server) reexec(cfg ServeConfig, ln net.Listener, u upgradeReq) error {
 		return fmt.Errorf("cannot open the running binary to go back to: %w", err)
 	}
 	defer old.Close()
-	oldFD, err := fdOf(old)
+	oldFD, err := execdriver.FdOf(old)
 	if err != nil {
 		return err
 	}
@@ -237,8 +237,8 @@ func (s *server) reexec(cfg ServeConfig, ln net.Listener, u upgradeReq) error {
 	}
 	path := filepath.Join(cfg.Dir, HandoverFile)
 	undo := func() {
-		setCloexec(lnFD, true)
-		setCloexec(oldFD, true)
+		execdriver.SetCloexec(lnFD, true)
+		execdriver.SetCloexec(oldFD, true)
 		os.Remove(path)
 		resume()
 	}
@@ -247,10 +247,10 @@ func (s *server) reexec(cfg ServeConfig, ln net.Listener, u upgradeReq) error {
 		err = writeFileSync(path, b)
 	}
 	if err == nil {
-		err = setCloexec(lnFD, false)
+		err = execdriver.SetCloexec(lnFD, false)
 	}
 	if err == nil {
-		err = setCloexec(oldFD, false)
+		err = execdriver.SetCloexec(oldFD, false)
 	}
 	if err != nil {
 		undo()
@@ -278,34 +278,6 @@ func listenerFD(ln net.Listener) (int, error) {
 		return -1, err
 	}
 	return fd, nil
-}
-
-// fdOf returns f's descriptor without making it blocking (as Fd does).
-func fdOf(f *os.File) (int, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
-		return -1, err
-	}
-	return fd, nil
-}
-
-// setCloexec sets or clears close-on-exec on fd.
-func setCloexec(fd int, on bool) error {
-	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
-	if err != nil {
-		return err
-	}
-	if on {
-		flags |= unix.FD_CLOEXEC
-	} else {
-		flags &^= unix.FD_CLOEXEC
-	}
-	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags)
-	return err
 }
 
 // writeFileSync writes a file and syncs it before it is read by the
@@ -339,7 +311,7 @@ func adoptFailed(cfg ServeConfig, log *slog.Logger, mt *mainThread, why error) e
 	if cfg.HandoverFallbackFD > 0 && mt != nil {
 		fd := cfg.HandoverFallbackFD
 		path := "/proc/self/fd/" + strconv.Itoa(fd)
-		setCloexec(fd, true) // an ELF binary is executed before close-on-exec closes it
+		execdriver.SetCloexec(fd, true) // an ELF binary is executed before close-on-exec closes it
 		args := execArgs(os.Args[1:], "--handover", cfg.Handover)
 		mt.run(func() { err = syscall.Exec(path, append([]string{path}, args...), os.Environ()) })
 	}

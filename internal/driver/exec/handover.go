@@ -250,7 +250,7 @@ func (s *supervisor) handoverState(ctx context.Context) (UnitState, error) {
 		return UnitState{}, waitErr
 	}
 	for _, pp := range s.paused {
-		fd, err := fdOf(pp.out.f)
+		fd, err := FdOf(pp.out.f)
 		if err != nil {
 			s.resumePipes()
 			return UnitState{}, fmt.Errorf("%s: output pipe: %w", s.name, err)
@@ -291,8 +291,8 @@ func (s *supervisor) resumePipes() {
 	s.paused = nil
 }
 
-// fdOf returns f's descriptor without making it blocking (as Fd does).
-func fdOf(f *os.File) (int, error) {
+// FdOf returns f's descriptor without making it blocking (as Fd does).
+func FdOf(f *os.File) (int, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return -1, err
@@ -304,8 +304,8 @@ func fdOf(f *os.File) (int, error) {
 	return fd, nil
 }
 
-// setCloexec sets or clears close-on-exec on fd.
-func setCloexec(fd int, on bool) error {
+// SetCloexec sets or clears close-on-exec on fd.
+func SetCloexec(fd int, on bool) error {
 	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
 	if err != nil {
 		return err
@@ -349,7 +349,7 @@ func (d *Driver) Handover(ctx context.Context) (h *Handover, resume func(), err 
 	var inherited []int
 	resume = func() {
 		for _, fd := range inherited {
-			setCloexec(fd, true)
+			SetCloexec(fd, true)
 		}
 		close(thaw)
 		d.reapGate.Unlock()
@@ -362,7 +362,7 @@ func (d *Driver) Handover(ctx context.Context) (h *Handover, resume func(), err 
 		return nil, nil, fmt.Errorf("handover: %w", err)
 	}
 
-	lockFD, err := fdOf(d.lock)
+	lockFD, err := FdOf(d.lock)
 	if err != nil {
 		return fail(fmt.Errorf("lock: %w", err))
 	}
@@ -403,7 +403,7 @@ func (d *Driver) Handover(ctx context.Context) (h *Handover, resume func(), err 
 		}
 	}
 	for _, fd := range fds {
-		if err := setCloexec(fd, false); err != nil {
+		if err := SetCloexec(fd, false); err != nil {
 			return fail(fmt.Errorf("descriptor %d: %w", fd, err))
 		}
 		inherited = append(inherited, fd)
@@ -483,7 +483,7 @@ func Adopt(cfg Config, h *Handover) (*Driver, error) {
 		d.armFence(f.gen) // kills at once what a passed deadline covers
 		f.mu.Unlock()
 	}
-	setCloexec(h.LockFD, true) // no unit's process inherits it
+	SetCloexec(h.LockFD, true) // no unit's process inherits it
 	log.Info("adopted the units of the previous image", "units", len(h.Units))
 	return d, nil
 }
@@ -509,7 +509,7 @@ func (s *supervisor) restore(u UnitState) error {
 		if err := unix.SetNonblock(p.FD, true); err != nil {
 			return fmt.Errorf("pipe descriptor %d: %w", p.FD, err)
 		}
-		setCloexec(p.FD, true)
+		SetCloexec(p.FD, true)
 		out := newOutPipe(os.NewFile(uintptr(p.FD), fmt.Sprintf("%s output of %d", s.name, p.PID)))
 		var copied chan struct{}
 		if p.Main {
