@@ -84,16 +84,16 @@ func (c *conns) getLocked(addr string) (*grpc.ClientConn, error) {
 // leaderConn returns the connection to a leader at addr, elected at rev:
 // the first time it is asked for a leader's connection after rev changed,
 // one waiting out its backoff after failures (a leader at an address that
-// was dead) tries again at once. The previous leader's connection, if it
-// is failing, is closed (dropFailingLocked) and, if it failed, that engine
-// is not asked who leads for downFor (ask).
+// was dead) tries again at once. The previous leader's connection, unless
+// it is ready, is closed and that engine not asked who leads for downFor
+// (dropUnreadyLocked, ask).
 func (c *conns) leaderConn(addr string, rev int64, now time.Time) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.leader != addr {
 		prev := c.leader
 		c.leader = addr
-		if c.dropFailingLocked(prev) {
+		if c.dropUnreadyLocked(prev) {
 			c.down[prev] = now
 		}
 	}
@@ -164,6 +164,22 @@ func (c *conns) answered(addr string, cc *grpc.ClientConn, err error, now time.T
 		delete(c.m, addr)
 		c.down[addr] = now
 	}
+}
+
+// dropUnreadyLocked closes the connection to a replaced leader at addr
+// unless it is ready, and tells whether it closed one: a leader replaced
+// while its connection is failing, trying, or idle after its transport
+// broke most likely died, and is not asked who leads for downFor (an idle
+// connection kept was dialled again by the next question). Callers hold
+// mu.
+func (c *conns) dropUnreadyLocked(addr string) bool {
+	cc := c.m[addr]
+	if cc == nil || cc.GetState() == connectivity.Ready {
+		return false
+	}
+	cc.Close()
+	delete(c.m, addr)
+	return true
 }
 
 // dropFailingLocked closes the connection to addr if it is failing
