@@ -135,9 +135,14 @@ func testClusterLifecycle(t *testing.T, reg string) {
 			t.Errorf("unit %s: pid %d is not a live process", name, s.PID)
 		}
 	}
-	if out := mustCLI(t, n1, "journal", "sleep1.service"); !strings.Contains(out, "hello from sleep1.service") {
-		t.Errorf("journal sleep1.service = %q, want the unit's output", out)
-	}
+	// Active comes when the process is started (Type=simple); what it
+	// prints reaches the journal a moment later.
+	waitfor.Until(t, 5*time.Second, "the unit's output in journal sleep1.service", func() error {
+		if out := mustCLI(t, n1, "journal", "sleep1.service"); !strings.Contains(out, "hello from sleep1.service") {
+			return fmt.Errorf("journal = %q", out)
+		}
+		return nil
+	})
 	if out := mustCLI(t, n1, "cat", "sleep1.service"); !strings.Contains(out, "exec sleep 600") {
 		t.Errorf("cat sleep1.service = %q, want the unit file", out)
 	}

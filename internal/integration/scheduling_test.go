@@ -131,7 +131,10 @@ func TestClusterScheduling(t *testing.T) {
 		}
 	}
 	// %n in ExecStart= is expanded per instance, as systemd does.
-	if out := mustCLI(t, n1, "journal", "web@2.service"); !strings.Contains(out, "web@2.service up") {
-		t.Errorf("journal web@2.service = %q, want the instance's own name in its output", out)
-	}
+	waitfor.Until(t, 5*time.Second, "the instance's own name in journal web@2.service", func() error {
+		if out := mustCLI(t, n1, "journal", "web@2.service"); !strings.Contains(out, "web@2.service up") {
+			return fmt.Errorf("journal = %q", out)
+		}
+		return nil
+	})
 }
