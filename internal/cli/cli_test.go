@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 	"github.com/flotilla/flotilla/internal/version"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 const (
@@ -232,12 +234,18 @@ func TestInterruptWhileWaiting(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		// Interrupt once the command waits.
-		for srv.Requests("POST /v1/batch") == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		time.Sleep(20 * time.Millisecond)
-		cancel()
+		// Interrupt once the command waits: once a request follows its
+		// POST /v1/batch, which it sends only when the batch is answered.
+		defer cancel()
+		waitfor.Poll(10*time.Second, func() error {
+			log := srv.Log()
+			for i, r := range log {
+				if r.Method == http.MethodPost && r.Path == "/v1/batch" && i < len(log)-1 {
+					return nil
+				}
+			}
+			return errors.New("not waiting yet")
+		})
 	}()
 	r := runContext(ctx, t, srv, "start", filepath.Join(dir, "hello.service"))
 	r.mustFail(t, "interrupted while waiting for units to become launched: hello.service")
