@@ -269,15 +269,7 @@ func listenerFD(ln net.Listener) (int, error) {
 	if !ok {
 		return -1, fmt.Errorf("%T has no descriptor", ln)
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
-		return -1, err
-	}
-	return fd, nil
+	return execdriver.FdOf(sc)
 }
 
 // writeFileSync writes a file and syncs it before it is read by the

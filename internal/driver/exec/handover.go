@@ -291,8 +291,9 @@ func (s *supervisor) resumePipes() {
 	s.paused = nil
 }
 
-// FdOf returns f's descriptor without making it blocking (as Fd does).
-func FdOf(f *os.File) (int, error) {
+// FdOf returns the descriptor of f (a file, or a listener or connection of
+// package net) without making it blocking (as os.File's Fd does).
+func FdOf(f syscall.Conn) (int, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return -1, err
