@@ -45,13 +45,19 @@ func start(t *testing.T, opts ...func(*api.Config, *clientv3.Client)) *cluster {
 // startOn is start with the etcd client cli.
 func startOn(t *testing.T, cli *clientv3.Client, opts ...func(*api.Config, *clientv3.Client)) *cluster {
 	t.Helper()
+	return startElected(t, cli, time.Second, opts...)
+}
+
+// startElected is startOn with the engine's election TTL.
+func startElected(t *testing.T, cli *clientv3.Client, electionTTL time.Duration, opts ...func(*api.Config, *clientv3.Client)) *cluster {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ms := metrics.New()
 	ts := httptest.NewUnstartedServer(nil)
-	eng, err := engine.New(engine.Config{Machine: "m1", Client: cli, ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
+	eng, err := engine.New(engine.Config{Machine: "m1", Client: cli, ElectionTTL: electionTTL, AgentTTL: max(5*time.Second, 3*electionTTL),
 		GRPCAddr: ln.Addr().String(), APIAddr: ts.Listener.Addr().String(), Metrics: ms})
 	if err != nil {
 		t.Fatal(err)
