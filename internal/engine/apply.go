@@ -55,12 +55,17 @@ type applyReq struct {
 	queued time.Time
 }
 
-// write is one API write: a *unitsWrite, *machineWrite or *policyWrite.
+// write is one API write: a *unitsWrite, *machineWrite, *policyWrite,
+// *tagWrite or *versionsWrite.
 type write interface{ isWrite() }
 
 // unitsWrite changes units: all its changes, or none.
 type unitsWrite struct {
 	changes []Change
+	by      string // who asks: names the versions it makes
+	check   *int64 // the check index it must match (ApplyOptions)
+	// revertTo is the version a revert returns to (0: not a revert).
+	revertTo int
 	// rangeNames are the names of each range change's instances, once
 	// validated (by change index).
 	rangeNames [][]string
@@ -93,7 +98,23 @@ type applyRes struct {
 // (all of them, or none when one is invalid), then returns. It must be
 // called on the leader; elsewhere it returns ErrNotLeader.
 func (e *Engine) Apply(ctx context.Context, changes []Change) error {
-	return e.submit(ctx, &unitsWrite{changes: changes})
+	return e.ApplyWith(ctx, changes, ApplyOptions{})
+}
+
+// ApplyOptions are how a write is made.
+type ApplyOptions struct {
+	// By names who asks (a token's or a certificate's name): the versions
+	// the write makes say so.
+	By string
+	// CheckIndex, when set, refuses the write with ErrConflict if any of
+	// its units (or an instance's template) has a version newer than it:
+	// the index a plan showed (UnitVersions.Index, PlanResult.Index).
+	CheckIndex *int64
+}
+
+// ApplyWith is Apply with options.
+func (e *Engine) ApplyWith(ctx context.Context, changes []Change, opts ApplyOptions) error {
+	return e.submit(ctx, &unitsWrite{changes: changes, by: opts.By, check: opts.CheckIndex})
 }
 
 // PatchMachine changes a machine's metadata durably: each key of patch is
@@ -220,6 +241,8 @@ type roundPlan struct {
 	// range (not destroying it), as flotilla start
 	// 'web@{1..1000000}.service' is: validated by index, not into recs.
 	single *rangeUnits
+	// versions are the versions of unit files the round makes.
+	versions roundVersions
 
 	ops       []registry.Op
 	entries   []roundEntry    // the round's units, read once, applied in this order
@@ -274,6 +297,10 @@ func (t *term) validateRound(round []*applyReq) *roundPlan {
 			err = t.validateMachineWrite(p, w)
 		case *unitsWrite:
 			err = t.validateUnitsWrite(p, w)
+		case *tagWrite:
+			err = t.validateTag(p, w)
+		case *versionsWrite:
+			p.versions.keep = &w.keep
 		}
 		if err != nil {
 			req.res <- applyRes{err: err}
@@ -319,6 +346,18 @@ func (t *term) validateMachineWrite(p *roundPlan, req *machineWrite) error {
 // validateUnitsWrite validates a request's changes of units, all or none.
 func (t *term) validateUnitsWrite(p *roundPlan, req *unitsWrite) error {
 	lookup := p.lookup(t)
+	if err := t.checkIndex(p, req, lookup); err != nil {
+		return err
+	}
+	var prev map[string]*unitRec // the units whose versions may change, before req
+	for _, c := range req.changes {
+		if c.Range == nil && !unit.IsInstance(c.Name) && (c.File != nil || c.Destroy) {
+			if prev == nil {
+				prev = map[string]*unitRec{}
+			}
+			prev[c.Name] = lookup(nil, c.Name)
+		}
+	}
 	size := 0
 	for _, c := range req.changes {
 		if c.Range != nil {
@@ -357,6 +396,9 @@ func (t *term) validateUnitsWrite(p *roundPlan, req *unitsWrite) error {
 			p.recs[k] = v
 		}
 	}
+	if prev != nil {
+		t.noteVersions(p, req, prev, t.e.cfg.Now())
+	}
 	return nil
 }
 
@@ -378,6 +420,7 @@ func (t *term) roundOps(p *roundPlan) {
 	for _, en := range p.entries {
 		t.entryOps(p, en)
 	}
+	t.versionOps(p)
 }
 
 // singleRangeEntries reads the entries of a round of one range change: one
@@ -487,6 +530,9 @@ func (t *term) entryOps(p *roundPlan, en roundEntry) {
 // confirms through etcd that this term still leads before it is
 // acknowledged, as memory alone cannot tell.
 func (t *term) commitRound(p *roundPlan) error {
+	if err := t.commitVersionFiles(p); err != nil {
+		return err
+	}
 	if len(p.ops) == 0 {
 		return t.confirmNoop()
 	}
@@ -547,6 +593,7 @@ func (t *term) applyPlan(p *roundPlan) {
 		}
 	}
 	t.standRanges(p.newRanges)
+	t.applyVersions(p)
 	woken := t.hold.release()
 	t.mu.Unlock()
 	wakeAll(woken)

@@ -304,6 +304,7 @@ type term struct {
 	standing   standing
 	protoMu    sync.Mutex
 	protos     map[*unit.File]*unit.File // template -> the instance its instances share
+	versions   versionsState             // versions.go
 
 	// owned by the loop goroutine (it also holds mu when it changes them)
 	sched         *scheduler.Cluster
@@ -382,6 +383,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		ranges:        map[string]*pendingRange{},
 		standing:      standing{},
 		protos:        map[*unit.File]*unit.File{},
+		versions:      versionsState{logs: map[string]registry.VersionLog{}, keep: registry.DefaultKeepVersions},
 		placeDirty:    true,
 		draining:      map[string]string{},
 		movedAt:       map[string]time.Time{},
@@ -492,6 +494,7 @@ func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
 	for c := range snap.Files {
 		t.files[c] = &storedFile{text: snap.Files[c], stored: true}
 	}
+	t.loadVersions(snap)
 	parser := storedParser{t: t, templates: map[[2]string]*unit.File{}}
 	t.units = make(map[string]*unitRec, len(snap.Units))
 	mk := recMaker{t: t}

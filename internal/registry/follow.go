@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,9 @@ type Follower struct {
 	moves      map[string]string
 	machines   map[string]MachineRecord
 	config     []byte
+	versions   map[string]VersionLog
+	vindex     int64
+	vconfig    []byte
 	bad        map[string]bool // keys whose value did not decode
 }
 
@@ -102,6 +106,7 @@ func (f *Follower) reset(snap *Snapshot) {
 	f.moves = snap.Moves
 	f.machines = snap.Machines
 	f.config = snap.SchedulerConfig
+	f.versions, f.vindex, f.vconfig = snap.Versions, snap.VersionIndex, snap.VersionsConfig
 	f.bad = map[string]bool{}
 	for _, k := range snap.Skipped {
 		// A record whose file was missing when loaded is kept out until
@@ -198,6 +203,26 @@ func (f *Follower) apply(ev *clientv3.Event) {
 		f.config = nil
 		if !del {
 			f.config = append([]byte(nil), ev.Kv.Value...)
+		}
+	case strings.HasPrefix(key, k.Versions()):
+		delete(f.versions, strings.TrimPrefix(key, k.Versions()))
+		if del {
+			return
+		}
+		name, l, ok := k.decodeVersionLog(key, ev.Kv.Value)
+		if !ok {
+			f.bad[key] = true
+			return
+		}
+		f.versions[name] = l
+	case key == k.VersionIndex():
+		if n, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64); err == nil && !del {
+			f.vindex = max(f.vindex, n)
+		}
+	case key == k.VersionsConfig():
+		f.vconfig = nil
+		if !del {
+			f.vconfig = append([]byte(nil), ev.Kv.Value...)
 		}
 	}
 }
@@ -302,6 +327,15 @@ func (f *Follower) snapshot() *Snapshot {
 	}
 	if f.config != nil {
 		snap.SchedulerConfig = append([]byte(nil), f.config...)
+	}
+	snap.Versions = make(map[string]VersionLog, len(f.versions))
+	for name, l := range f.versions {
+		snap.Versions[name] = l // never changed in place
+		snap.VersionIndex = max(snap.VersionIndex, l.Current().Index)
+	}
+	snap.VersionIndex = max(snap.VersionIndex, f.vindex)
+	if f.vconfig != nil {
+		snap.VersionsConfig = append([]byte(nil), f.vconfig...)
 	}
 	for key := range f.bad {
 		snap.Skipped = append(snap.Skipped, key)

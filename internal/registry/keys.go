@@ -20,6 +20,12 @@
 //	                 leader sees it go
 //	machines/<id>    JSON MachineRecord: metadata set through the API
 //	config/scheduler JSON: the placement policy (strategy, roles) set through the API
+//	versions/<name>  JSON VersionLog: the versions of the unit's file, oldest
+//	                 first (versions.go); not for a template's instances
+//	config/version-index
+//	                 the cluster's version index, in decimal: the Index of
+//	                 the newest version ever made
+//	config/versions  JSON VersionsConfig: how many versions to keep
 //	config/schema    the schema version of all this, in decimal (schema.go); none
 //	                 means 1
 //	acl/tokens/<h>   JSON auth.Token: an API token, h the SHA-256 of its secret

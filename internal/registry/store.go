@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -68,6 +69,12 @@ type Snapshot struct {
 	Machines map[string]MachineRecord
 	// SchedulerConfig is the stored placement policy (JSON), nil if never set.
 	SchedulerConfig []byte
+	// Versions are the units' version logs (versions/), by unit name;
+	// VersionIndex is the cluster's version index and VersionsConfig the
+	// stored versions setting (nil if never set).
+	Versions       map[string]VersionLog
+	VersionIndex   int64
+	VersionsConfig []byte
 	// Skipped names the keys whose values did not decode: they are left out
 	// (and left in etcd), so that one bad record cannot keep every engine
 	// from leading.
@@ -84,7 +91,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	}
 	rev := first.Header.Revision
 	snap := &Snapshot{Schedule: map[string]string{}, Legacy: map[string]bool{}, Files: map[string]string{},
-		Moves: map[string]string{}, Machines: map[string]MachineRecord{}, Revision: rev}
+		Moves: map[string]string{}, Machines: map[string]MachineRecord{}, Versions: map[string]VersionLog{}, Revision: rev}
 	read := func(prefix string, fn func(key string, val []byte, rev int64) error) error {
 		// Pages of 20,000 keys (about 4 MB of unit records), in etcd's
 		// own key order: asking etcd to sort made it sort every page in
@@ -154,12 +161,40 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := cli.Get(ctx, keys.SchedulerConfig(), clientv3.WithRev(rev))
+	err = read(keys.Versions(), func(key string, val []byte, _ int64) error {
+		if name, l, ok := keys.decodeVersionLog(key, val); ok {
+			snap.Versions[name] = l
+		} else {
+			snap.Skipped = append(snap.Skipped, key)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("registry: load %s: %w", keys.SchedulerConfig(), err)
+		return nil, err
 	}
-	if len(cfg.Kvs) > 0 {
-		snap.SchedulerConfig = cfg.Kvs[0].Value
+	for _, one := range []struct {
+		key  string
+		into *[]byte
+	}{{keys.SchedulerConfig(), &snap.SchedulerConfig}, {keys.VersionsConfig(), &snap.VersionsConfig}} {
+		resp, err := cli.Get(ctx, one.key, clientv3.WithRev(rev))
+		if err != nil {
+			return nil, fmt.Errorf("registry: load %s: %w", one.key, err)
+		}
+		if len(resp.Kvs) > 0 {
+			*one.into = resp.Kvs[0].Value
+		}
+	}
+	if idx, err := cli.Get(ctx, keys.VersionIndex(), clientv3.WithRev(rev)); err != nil {
+		return nil, fmt.Errorf("registry: load %s: %w", keys.VersionIndex(), err)
+	} else if len(idx.Kvs) > 0 {
+		n, err := strconv.ParseInt(string(idx.Kvs[0].Value), 10, 64)
+		if err != nil {
+			snap.Skipped = append(snap.Skipped, keys.VersionIndex())
+		}
+		snap.VersionIndex = n
+	}
+	for _, l := range snap.Versions { // an index behind its logs (a bad key) would repeat numbers
+		snap.VersionIndex = max(snap.VersionIndex, l.Current().Index)
 	}
 	err = read(keys.Machines(), func(key string, val []byte, _ int64) error {
 		var r MachineRecord
