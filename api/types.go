@@ -15,6 +15,8 @@
 // "running").
 package api
 
+import "time"
+
 // EtcdUnreachableHeader is set on every answer of a leader that cannot
 // reach etcd, to the time (RFC 3339) since when: its answers come from its
 // memory, and it refuses writes (503, code "etcd_unreachable").
@@ -368,4 +370,75 @@ type TokenRequest struct {
 type NewToken struct {
 	Token
 	Secret string `json:"token"` // send as "Authorization: Bearer SECRET"
+}
+
+// Version is one version of a unit's file (GET /v1/units/{name}/versions).
+// Every change of a template's or plain unit's file makes one; instances
+// follow their template's.
+type Version struct {
+	Version int       `json:"version"`
+	Hash    string    `json:"hash"`          // the unit file's hash
+	Index   int64     `json:"index"`         // the cluster's version index when it was made
+	Time    time.Time `json:"time,omitzero"` // when it was made (zero: before versions were kept)
+	By      string    `json:"by,omitempty"`  // the token's or certificate's name that made it
+	Change  string    `json:"change"`        // created, replaced, reverted to N
+	Tag     string    `json:"tag,omitempty"` // a tag keeps it
+	Current bool      `json:"current,omitempty"`
+	File    string    `json:"file,omitempty"` // with ?files=true, or of one version
+}
+
+// VersionList is a unit's versions, oldest first.
+type VersionList struct {
+	Unit string `json:"unit"`
+	// Log is the unit whose versions they are: Unit, or an instance's template.
+	Log string `json:"log"`
+	// Index is the check index of the unit: its newest version's.
+	Index    int64     `json:"index"`
+	Keep     int       `json:"keep"` // versions kept of each unit (tagged ones besides)
+	Versions []Version `json:"versions"`
+}
+
+// Revert is the body of POST /v1/units/{name}/revert: the version to
+// return to (0 or absent: the newest earlier version with another file).
+type Revert struct {
+	Version int `json:"version,omitempty"`
+}
+
+// Tag is the body of PUT /v1/units/{name}/versions/{version}/tag.
+type Tag struct {
+	Tag string `json:"tag"`
+}
+
+// VersionsConfig is the cluster's versions setting (GET and PUT
+// /v1/config/versions): how many versions of each unit are kept.
+type VersionsConfig struct {
+	Keep int `json:"keep"`
+}
+
+// PlannedUnit is what a write would do to one unit (POST /v1/plan).
+type PlannedUnit struct {
+	Name string `json:"name"`
+	// Change is new, changed, unchanged or destroyed; Diff the unified
+	// diff of a changed unit's file against the cluster's.
+	Change       string `json:"change"`
+	Version      int    `json:"version,omitempty"` // its current version
+	Diff         string `json:"diff,omitempty"`
+	DesiredState string `json:"desiredState,omitempty"`
+	// Action is none, submit, update, start, restart, move, stop,
+	// destroy or not-placed.
+	Action  string `json:"action"`
+	Machine string `json:"machine,omitempty"` // where it is scheduled now
+	Target  string `json:"target,omitempty"`  // where it would run
+	Reason  string `json:"reason,omitempty"`  // why no machine can take it
+}
+
+// Plan is what a batch would do (POST /v1/plan, whose body is a Batch).
+type Plan struct {
+	// Index is the check index: the batch sent with ?check-index=Index is
+	// refused (409) if any of its units changed since.
+	Index int64         `json:"index"`
+	Units []PlannedUnit `json:"units"`
+	More  int           `json:"more,omitempty"` // units left out of Units (it lists 1,000)
+	// Counts are the units by change and by action.
+	Counts map[string]int `json:"counts"`
 }

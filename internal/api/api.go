@@ -233,6 +233,14 @@ func build(cfg Config) (http.Handler, *routes) {
 	mux.HandleFunc("DELETE /v1/units/{name}", s.leaderOnly(s.deleteUnit))
 	mux.HandleFunc("POST /v1/batch", s.leaderOnly(s.batch))
 	mux.HandleFunc("GET /v1/unit-states", s.leaderOnly(s.unitStates))
+	mux.HandleFunc("GET /v1/units/{name}/versions", s.leaderOnly(s.versions))
+	mux.HandleFunc("GET /v1/units/{name}/versions/{version}", s.leaderOnly(s.version))
+	mux.HandleFunc("PUT /v1/units/{name}/versions/{version}/tag", s.leaderOnly(s.tagVersion))
+	mux.HandleFunc("DELETE /v1/units/{name}/versions/{version}/tag", s.leaderOnly(s.tagVersion))
+	mux.HandleFunc("POST /v1/units/{name}/revert", s.leaderOnly(s.revert))
+	mux.HandleFunc("GET /v1/config/versions", s.leaderOnly(s.getVersionsConfig))
+	mux.HandleFunc("PUT /v1/config/versions", s.leaderOnly(s.putVersionsConfig))
+	mux.HandleFunc("POST /v1/plan", s.leaderOnly(s.plan))
 	mux.HandleFunc("GET /v1/state", s.stateHandler)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics.Handler())
@@ -441,9 +449,13 @@ func replaceQuery(w http.ResponseWriter, r *http.Request, changes []engine.Chang
 // the units they touched. On failure it has written the error answer.
 func (s *server) apply(w http.ResponseWriter, r *http.Request, changes []engine.Change, warnings []string) (apiv1.BatchResult, bool) {
 	noteUnits(r, changes)
+	opts, ok := applyOptions(w, r)
+	if !ok {
+		return apiv1.BatchResult{}, false
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
-	if err := s.cfg.Engine.Apply(ctx, changes); err != nil {
+	if err := s.cfg.Engine.ApplyWith(ctx, changes, opts); err != nil {
 		s.engineError(w, err)
 		return apiv1.BatchResult{}, false
 	}

@@ -61,7 +61,10 @@ func Required(method, path string) Role {
 	case http.MethodGet, http.MethodHead:
 		return RoleRead
 	}
-	if path == "/v1/scheduler" || strings.HasPrefix(path, "/v1/machines/") && strings.HasSuffix(path, "/enroll") {
+	if path == "/v1/plan" {
+		return RoleRead // changes nothing
+	}
+	if path == "/v1/scheduler" || strings.HasPrefix(path, "/v1/config/") || strings.HasPrefix(path, "/v1/machines/") && strings.HasSuffix(path, "/enroll") {
 		return RoleAdmin
 	}
 	return RoleWrite

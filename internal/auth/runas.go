@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -116,4 +117,21 @@ func CheckUnits(ctx context.Context, files ...*unit.File) error {
 		}
 	}
 	return nil
+}
+
+// Author names who makes request r, for the versions it makes: the name of
+// the token it was authorized with (its ID when unnamed), else the client
+// certificate's common name, else "". A request a follower forwarded
+// carries the client's token, but the follower's certificate.
+func Author(r *http.Request) string {
+	if t, ok := FromContext(r.Context()); ok {
+		if t.Name != "" {
+			return t.Name
+		}
+		return t.ID
+	}
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		return r.TLS.PeerCertificates[0].Subject.CommonName
+	}
+	return ""
 }

@@ -142,6 +142,10 @@ func Commands(g *Globals) []*cobra.Command {
 		newTokenCommand(g),
 		newAuditCommand(g),
 		newVersionCommand(g),
+		newHistoryCommand(g),
+		newRevertCommand(g),
+		newTagCommand(g),
+		newPlanCommand(g),
 	}
 }
 
@@ -152,6 +156,9 @@ type env struct {
 	errOut io.Writer
 	json   bool
 	g      *Globals
+	// checkIndex is the command's --check-index, for its first write
+	// (batch); nil without one.
+	checkIndex *int64
 }
 
 // setup validates the global flags and returns the command's environment

@@ -25,12 +25,18 @@ const (
 	ExitInactive = 3
 	// ExitUnavailable: the cluster could not be reached or has no leader.
 	ExitUnavailable = 4
+	// ExitPlanChanges: plan found changes (and every unit can be placed;
+	// some that cannot is ExitNotStarted, none at all ExitOK).
+	ExitPlanChanges = 5
 )
 
 // ExitCode is the exit code of a command that returned err.
 func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
+	}
+	if es, ok := errors.AsType[*exitStatus](err); ok {
+		return es.code
 	}
 	var we *waitError
 	if errors.As(err, &we) {

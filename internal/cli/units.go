@@ -12,8 +12,9 @@ import (
 
 func newSubmitCommand(g *Globals) *cobra.Command {
 	var (
-		replace bool
-		blk     block
+		replace    bool
+		blk        block
+		checkIndex int64
 	)
 	cmd := &cobra.Command{
 		Use:   "submit UNIT...",
@@ -37,10 +38,12 @@ refused, none is.`,
 			if err := blk.check(); err != nil {
 				return err
 			}
+			e.checkIndex = indexFlag(checkIndex)
 			return e.submit(ctx, args, replace, blk)
 		}),
 	}
 	cmd.Flags().BoolVar(&replace, "replace", false, replaceHelp)
+	addCheckIndex(cmd, &checkIndex)
 	blk.register(cmd.Flags(), "with --replace, on each machine, give up waiting for the replaced units after this long (0 means no limit)")
 	return cmd
 }
@@ -61,11 +64,7 @@ func (e *env) submit(ctx context.Context, args []string, replace bool, blk block
 		}
 	}
 	if len(b.Units) > 0 {
-		batch := e.c.Batch
-		if replace {
-			batch = e.c.ReplaceBatch
-		}
-		res, err := batch(ctx, b)
+		res, err := e.batch(ctx, b, replace)
 		if err != nil {
 			return err
 		}
@@ -167,9 +166,10 @@ unit is inactive unless --no-block.`,
 
 func newStateCommand(g *Globals, v stateVerb) *cobra.Command {
 	var (
-		noBlock bool
-		replace bool
-		blk     block
+		noBlock    bool
+		replace    bool
+		blk        block
+		checkIndex int64
 	)
 	cmd := &cobra.Command{
 		Use:          v.name + " [flags] UNIT...",
@@ -182,6 +182,7 @@ func newStateCommand(g *Globals, v stateVerb) *cobra.Command {
 			if err := blk.check(); err != nil {
 				return err
 			}
+			e.checkIndex = indexFlag(checkIndex)
 			return e.changeState(ctx, v, args, noBlock, blk, replace)
 		}),
 	}
@@ -189,6 +190,9 @@ func newStateCommand(g *Globals, v stateVerb) *cobra.Command {
 	blk.register(cmd.Flags(), "give up waiting after this long (0 means no limit)")
 	if v.submits {
 		cmd.Flags().BoolVar(&replace, "replace", false, replaceHelp)
+		addCheckIndex(cmd, &checkIndex)
+	} else {
+		checkIndex = -1
 	}
 	return cmd
 }
@@ -249,10 +253,8 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 	switch {
 	case len(b.Units) == 0:
 		res = &apiv1.BatchResult{}
-	case replace:
-		res, err = e.c.ReplaceBatch(ctx, b)
 	default:
-		res, err = e.c.Batch(ctx, b)
+		res, err = e.batch(ctx, b, replace)
 	}
 	if err != nil {
 		return err

@@ -301,6 +301,11 @@ func (t *term) validateRound(round []*applyReq) *roundPlan {
 			err = t.validateTag(p, w)
 		case *versionsWrite:
 			p.versions.keep = &w.keep
+		case *planWrite:
+			if err = t.plan(w); err == nil {
+				req.res <- applyRes{} // answered: a plan is never committed
+				continue
+			}
 		}
 		if err != nil {
 			req.res <- applyRes{err: err}

@@ -447,10 +447,12 @@ func fileOf(owner, name string, v *VersionInfo) string {
 	return inf.Hash
 }
 
-// Revert gives unit name the file of one of its versions (0: the one before
-// the current one), as a replace does, making a new version. It is refused
-// if the unit's versions changed since they were read.
-func (e *Engine) Revert(ctx context.Context, name string, version int, opts ApplyOptions) (int, error) {
+// Revert gives unit name the file of one of its versions (0: the newest
+// earlier one with another file), as a replace does, making a new version,
+// once allow (nil: anything) lets that file run. It is refused if the
+// unit's versions changed since they were read. It returns the version
+// reverted to.
+func (e *Engine) Revert(ctx context.Context, name string, version int, opts ApplyOptions, allow func(*unit.File) error) (int, error) {
 	if unit.IsInstance(name) {
 		return 0, fmt.Errorf("%w: %s is an instance: revert its template %s", ErrInvalid, name, unit.TemplateOf(name))
 	}
@@ -485,6 +487,11 @@ func (e *Engine) Revert(ctx context.Context, name string, version int, opts Appl
 	f, err := unit.Parse(name, []byte(to.File))
 	if err != nil {
 		return 0, fmt.Errorf("%w: version %d of %s no longer parses: %w", ErrInvalid, to.Version.Version, name, err)
+	}
+	if allow != nil {
+		if err := allow(f); err != nil {
+			return 0, err
+		}
 	}
 	idx := vs.Index
 	opts.CheckIndex = &idx

@@ -121,7 +121,7 @@ v4 replaced by=alice current file="[Service]\nExecStart=/bin/sleep 4"
 	if keep, err := e2.KeepVersions(); err != nil || keep != 2 {
 		t.Fatalf("keep after a leader change: %d %v", keep, err)
 	}
-	if n, err := e2.Revert(ctx, "db.service", 1, engine.ApplyOptions{By: "bob"}); err != nil || n != 1 {
+	if n, err := e2.Revert(ctx, "db.service", 1, engine.ApplyOptions{By: "bob"}, nil); err != nil || n != 1 {
 		t.Fatalf("revert: %d %v", n, err)
 	}
 	vs, err = e2.Versions("db.service")

@@ -287,7 +287,7 @@ func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
 func (s *server) apply(w http.ResponseWriter, r *http.Request, c engine.Change) bool {
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
-	if err := s.cfg.Engine.Apply(ctx, []engine.Change{c}); err != nil {
+	if err := s.cfg.Engine.ApplyWith(ctx, []engine.Change{c}, engine.ApplyOptions{By: auth.Author(r)}); err != nil {
 		s.engineError(w, err)
 		return false
 	}
