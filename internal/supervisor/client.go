@@ -28,6 +28,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/version"
@@ -725,7 +726,7 @@ func (c *Client) Journal(ctx context.Context, name string, lines int, follow boo
 		_, loaded = c.files[name]
 	}
 	c.mu.Unlock()
-	return execdriver.ReadJournal(ctx, c.cfg.Dir, name, lines, follow, w, loaded)
+	return service.ReadJournal(ctx, c.cfg.Dir, name, lines, follow, w, loaded)
 }
 
 // Fence sets the deadline at which the supervisor kills the named units,
