@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -143,17 +142,9 @@ const minFixedPort = 20000
 // ephemeralLow returns the lowest port of the kernel's ephemeral range,
 // when there is room below it above minFixedPort.
 func ephemeralLow() (int, bool) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
+	r, err := sysctlInts("net.ipv4.ip_local_port_range")
+	if err != nil || len(r) != 2 || r[0] <= minFixedPort+1000 {
 		return 0, false
 	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, false
-	}
-	lo, err := strconv.Atoi(f[0])
-	if err != nil || lo <= minFixedPort+1000 {
-		return 0, false
-	}
-	return lo, true
+	return r[0], true
 }

@@ -56,4 +56,13 @@ func processAlive(pid int) bool {
 	return err == nil && stat.State != "Z"
 }
 
+// sysctlInts reads the integers of a sysctl ("fs.nr_open") from /proc/sys.
+func sysctlInts(name string) ([]int, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return nil, err
+	}
+	return fs.SysctlInts(name)
+}
+
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,9 +1,6 @@
 package bench
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 )
 
@@ -20,10 +17,8 @@ const maxOpenFiles = 1 << 20
 // limit. Without the privilege, the limits stay as they are.
 func raiseFileLimit() {
 	n := uint64(maxOpenFiles)
-	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
-		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v < n {
-			n = v
-		}
+	if v, err := sysctlInts("fs.nr_open"); err == nil && len(v) == 1 && v[0] >= 0 && uint64(v[0]) < n {
+		n = uint64(v[0])
 	}
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Max >= n {

@@ -3,12 +3,13 @@
 package machine
 
 import (
-	"bufio"
 	"fmt"
-	"os"
+	"math"
+	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // Capacity is what a machine offers: CPU in percent of one CPU (400 = four
@@ -21,33 +22,30 @@ type Capacity struct {
 // Detect reads the host's CPUs and memory.
 func Detect() Capacity {
 	c := Capacity{CPUPercent: int64(runtime.NumCPU()) * 100}
-	if m, err := memTotal("/proc/meminfo"); err == nil {
+	if m, err := memTotal(procfs.DefaultMountPoint); err == nil {
 		c.MemoryBytes = m
 	}
 	return c
 }
 
-func memTotal(path string) (int64, error) {
-	f, err := os.Open(path)
+// memTotal is MemTotal, in bytes, from the meminfo of the proc file system
+// mounted at root.
+func memTotal(root string) (int64, error) {
+	fs, err := procfs.NewFS(root)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(fields[1], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s: MemTotal %q: %w", path, fields[1], err)
-			}
-			return kb * 1024, nil
-		}
+	m, err := fs.Meminfo()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Join(root, "meminfo"), err)
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
+	if m.MemTotalBytes == nil {
+		return 0, fmt.Errorf("%s has no MemTotal", filepath.Join(root, "meminfo"))
 	}
-	return 0, fmt.Errorf("%s has no MemTotal", path)
+	if *m.MemTotalBytes > math.MaxInt64 {
+		return 0, fmt.Errorf("%s: MemTotal %d bytes is out of range", filepath.Join(root, "meminfo"), *m.MemTotalBytes)
+	}
+	return int64(*m.MemTotalBytes), nil
 }
 
 // ParseCPUs parses a CPU count such as "4" or "0.5" into percent.

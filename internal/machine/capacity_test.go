@@ -26,13 +26,16 @@ func TestMemTotal(t *testing.T) {
 		{"MemTotal:       24576000 kB\nMemFree: 1 kB\n", 24576000 * 1024, false},
 		{"MemFree: 1 kB\n", 0, true},
 		{"MemTotal: lots kB\n", 0, true},
+		{"", 0, true},
 	} {
-		p := filepath.Join(dir, "meminfo")
-		os.WriteFile(p, []byte(tc.text), 0o644)
-		got, err := memTotal(p)
+		os.WriteFile(filepath.Join(dir, "meminfo"), []byte(tc.text), 0o644)
+		got, err := memTotal(dir)
 		if got != tc.want || (err != nil) != tc.wantErr {
 			t.Errorf("memTotal(%q) = %d, %v; want %d, error %v", tc.text, got, err, tc.want, tc.wantErr)
 		}
+	}
+	if _, err := memTotal(filepath.Join(dir, "missing")); err == nil {
+		t.Error("memTotal of a missing proc file system succeeded")
 	}
 }
 

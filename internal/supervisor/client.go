@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -28,10 +29,12 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/supervisorpb"
+	"github.com/prometheus/procfs"
 )
 
 // Defaults of Config.
@@ -725,7 +728,7 @@ func (c *Client) Journal(ctx context.Context, name string, lines int, follow boo
 		_, loaded = c.files[name]
 	}
 	c.mu.Unlock()
-	return execdriver.ReadJournal(ctx, c.cfg.Dir, name, lines, follow, w, loaded)
+	return service.ReadJournal(ctx, c.cfg.Dir, name, lines, follow, w, loaded)
 }
 
 // Fence sets the deadline at which the supervisor kills the named units,
@@ -841,10 +844,21 @@ func processGone(pid int) bool {
 	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 		return true
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return procGone(pid)
+}
+
+// procGone reports whether /proc says pid has ended: it has no
+// /proc/<pid>/stat or is a zombie. A stat procfs cannot parse does not say
+// the process has ended.
+func procGone(pid int) bool {
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return true
 	}
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+	st, err := p.Stat()
+	if err != nil {
+		var pe *fs.PathError
+		return errors.As(err, &pe)
+	}
+	return st.State == "Z"
 }

@@ -46,8 +46,8 @@
 // process ending by SIGTERM, SIGINT, SIGHUP or SIGPIPE, or exit 0, is a
 // clean exit. An out-of-memory kill is Result "oom-kill". Restart=,
 // RestartSec= and StartLimitBurst=/StartLimitIntervalSec= follow
-// systemd.service(5) as in the exec driver, whose rules this package uses
-// (execdriver.ShouldRestart, execdriver.StartLimiter). A stop that was asked
+// systemd.service(5) as in the exec driver: both use package service's
+// rules (service.ShouldRestart, service.StartLimiter). A stop that was asked
 // for ends inactive/dead, even when SIGKILL was needed. The driver sends the
 // signals itself (a short kill call each) rather than hold a "docker stop"
 // call open for TimeoutStopSec=; a driver that adopts a container whose

@@ -18,7 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/flotilla/flotilla/internal/driver"
-	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -38,8 +38,8 @@ var (
 
 // Defaults of Config.
 const (
-	DefaultMaxLogBytes = execdriver.DefaultMaxLogBytes
-	DefaultMaxLogFiles = execdriver.DefaultMaxLogFiles
+	DefaultMaxLogBytes = service.DefaultMaxLogBytes
+	DefaultMaxLogFiles = service.DefaultMaxLogFiles
 	DefaultPullTimeout = 2 * time.Minute
 	DefaultAPITimeout  = 30 * time.Second
 	// DefaultParallelStarts is the default Config.ParallelStarts.
@@ -198,7 +198,7 @@ func New(cfg Config) (*Driver, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	lock, err := execdriver.LockDir(cfg.Dir, "docker driver", ErrInUse)
+	lock, err := service.LockDir(cfg.Dir, "docker driver", ErrInUse)
 	if err != nil {
 		return nil, err
 	}
@@ -502,19 +502,19 @@ func (d *Driver) States() []unit.Status {
 // and the driver's messages) and with follow keeps writing new ones until
 // ctx is done. The log of an unloaded unit stays readable.
 func (d *Driver) Journal(ctx context.Context, name string, lines int, follow bool, w io.Writer) error {
-	if err := checkName(name); err != nil {
+	if err := service.CheckName(name); err != nil {
 		return fmt.Errorf("journal %s: %w", name, err)
 	}
 	d.mu.Lock()
 	loaded := d.units[name] != nil
 	d.mu.Unlock()
-	return execdriver.ReadJournal(ctx, d.cfg.Dir, name, lines, follow, w, loaded)
+	return service.ReadJournal(ctx, d.cfg.Dir, name, lines, follow, w, loaded)
 }
 
 // RemoveLog removes the log of a unit that is not loaded
 // (driver.LogRemover).
 func (d *Driver) RemoveLog(name string) error {
-	if err := checkName(name); err != nil {
+	if err := service.CheckName(name); err != nil {
 		return fmt.Errorf("remove log %s: %w", name, err)
 	}
 	d.mu.Lock()

@@ -9,7 +9,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
-	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -19,7 +19,7 @@ import (
 // container from the unit's current definition and starts it. It returns
 // the new container's ID, also when starting it failed.
 func (d *Driver) startContainer(ctx context.Context, f *unit.File, old string) (string, error) {
-	env, err := execdriver.Environment(&f.Service, d.cfg.Inaccessible...)
+	env, err := service.Environment(&f.Service, d.cfg.Inaccessible...)
 	if err != nil {
 		return "", err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/monotime"
 )
 
@@ -72,7 +73,7 @@ type fence struct {
 // detached.
 func (d *Driver) Fence(deadline monotime.Time, names []string) error {
 	for _, n := range names {
-		if err := checkName(n); err != nil {
+		if err := service.CheckName(n); err != nil {
 			return fmt.Errorf("fence: %w", err)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 
-	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -46,7 +46,7 @@ const (
 
 // checkFile rejects what the driver cannot run, at Load.
 func checkFile(f *unit.File) error {
-	if err := checkName(f.Name); err != nil {
+	if err := service.CheckName(f.Name); err != nil {
 		return err
 	}
 	if f.Container == nil {
@@ -60,19 +60,11 @@ func checkFile(f *unit.File) error {
 	default:
 		return fmt.Errorf("unknown Restart=%s", f.Service.Restart)
 	}
-	if _, err := execdriver.ParseSignal(f.Service.KillSignal); err != nil {
+	if _, err := service.ParseSignal(f.Service.KillSignal); err != nil {
 		return fmt.Errorf("KillSignal=: %w", err)
 	}
 	if wd := workingDir(f.Service.WorkingDirectory); wd != "" && !path.IsAbs(wd) {
 		return fmt.Errorf("WorkingDirectory=%s: a container's working directory must be an absolute path", f.Service.WorkingDirectory)
-	}
-	return nil
-}
-
-// checkName rejects a unit name the driver cannot make files of.
-func checkName(name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || len(name) > 240 {
-		return fmt.Errorf("unit name %q cannot be used as a file name", name)
 	}
 	return nil
 }
@@ -98,8 +90,8 @@ func containerName(machine, name string) string {
 // killSignal is KillSignal= as the engine takes it: "SIGTERM", or a number
 // for a signal without a name. The value was checked at Load.
 func killSignal(svc *unit.Service) string {
-	sig, _ := execdriver.ParseSignal(svc.KillSignal)
-	name := execdriver.SignalName(sig)
+	sig, _ := service.ParseSignal(svc.KillSignal)
+	name := service.SignalName(sig)
 	if _, err := strconv.Atoi(name); err == nil {
 		return name
 	}
@@ -127,7 +119,7 @@ type spec struct {
 // the driver's own.
 func containerSpec(machine string, f *unit.File, env []string, labels map[string]string) (*spec, error) {
 	c, svc := f.Container, &f.Service
-	if _, err := execdriver.ParseSignal(svc.KillSignal); err != nil {
+	if _, err := service.ParseSignal(svc.KillSignal); err != nil {
 		return nil, fmt.Errorf("KillSignal=: %w", err)
 	}
 	timeout := stopTimeout(svc.TimeoutStopSec)
@@ -221,7 +213,7 @@ func checkVolumes(c *unit.Container, hidden []string) error {
 			src = r
 		}
 		for _, h := range hidden {
-			if execdriver.Within(src, h) || execdriver.Within(h, src) {
+			if service.Within(src, h) || service.Within(h, src) {
 				return fmt.Errorf("[X-Container] Volumes=%s:%s would show the container %s, which Flotilla keeps from every unit", v.Source, v.Target, h)
 			}
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -23,19 +23,6 @@ var errGone = errors.New("unit is gone")
 
 // errUnloading is returned for a unit being unloaded.
 var errUnloading = errors.New("unit is being unloaded")
-
-// Results beyond the exec driver's.
-const (
-	resultSuccess       = "success"
-	resultResources     = "resources"
-	resultTimeout       = "timeout"
-	resultSignal        = "signal"
-	resultOOM           = "oom-kill"
-	resultStartLimitHit = "start-limit-hit"
-	resultFenced        = "fenced"
-)
-
-const fencedMessage = "killed: no word from a current leader before the LostAfter= deadline"
 
 // phase is where a unit's run is.
 type phase int
@@ -104,7 +91,7 @@ type ctr struct {
 	gen       int    // of the start under way
 	cancel    context.CancelFunc
 	timer     *time.Timer
-	limiter   execdriver.StartLimiter
+	limiter   service.StartLimiter
 	restarts  int
 	stopAsked bool
 	again     bool // a Start came while stopping
@@ -337,13 +324,13 @@ func (c *ctr) begin() error {
 	svc := &c.file.Service
 	if !c.limiter.Allow(time.Now(), svc.StartLimitBurst, svc.StartLimitInterval) {
 		c.event("%s: Start request repeated too quickly.", c.name)
-		c.event("%s: Failed with result '%s'.", c.name, resultStartLimitHit)
-		c.ph, c.failed, c.result, c.message, c.pid = phDead, true, resultStartLimitHit, "start request repeated too quickly", 0
+		c.event("%s: Failed with result '%s'.", c.name, service.ResultStartLimitHit)
+		c.ph, c.failed, c.result, c.message, c.pid = phDead, true, service.ResultStartLimitHit, "start request repeated too quickly", 0
 		c.notify(false)
 		return ErrStartLimitHit
 	}
 	if c.d.fenceDue(c.name) {
-		c.ph, c.failed, c.result, c.message, c.pid = phDead, false, resultFenced, fencedMessage, 0
+		c.ph, c.failed, c.result, c.message, c.pid = phDead, false, service.ResultFenced, service.FencedMessage, 0
 		c.notify(false)
 		return ErrFenced
 	}
@@ -393,12 +380,12 @@ func (c *ctr) started(id string, err error) {
 	}
 	if err != nil {
 		if c.stopAsked {
-			c.exitedWith(resultSuccess, "")
+			c.exitedWith(service.ResultSuccess, "")
 			return
 		}
-		res := resultResources
+		res := service.ResultResources
 		if errors.Is(err, errStartTimeout) {
-			res = resultTimeout
+			res = service.ResultTimeout
 		}
 		c.event("%s: Failed to start: %v", c.name, err)
 		c.end(res, err.Error())
@@ -452,7 +439,7 @@ func (c *ctr) refresh() {
 		// Removed behind the driver's back.
 		if c.ph == phRunning || c.ph == phStopping {
 			c.event("%s: Container %s was removed.", c.name, shortID(c.id))
-			c.exitedWith(resultSignal, "container removed")
+			c.exitedWith(service.ResultSignal, "container removed")
 		}
 		c.id = ""
 		return
@@ -484,9 +471,9 @@ func (c *ctr) exited(st *container.State) {
 		// The engine reports a process killed by signal N as 128+N.
 		code, sig = 0, syscall.Signal(code-128)
 	}
-	res, status := execdriver.ExitResult(code, sig)
+	res, status := service.ExitResult(code, sig)
 	if st.OOMKilled {
-		res, status = resultOOM, status+" (out of memory: MemoryMax= reached)"
+		res, status = service.ResultOOMKill, status+" (out of memory: MemoryMax= reached)"
 	}
 	c.event("%s: Main process exited, %s", c.name, status)
 	c.exitedWith(res, "Main process exited, "+status)
@@ -498,10 +485,10 @@ func (c *ctr) exitedWith(res, message string) {
 	switch {
 	case c.d.fenceDue(c.name):
 		c.event("Killed %s: no word from a current leader before the LostAfter= deadline.", c.describe())
-		c.ph, c.failed, c.result, c.message = phDead, false, resultFenced, fencedMessage
+		c.ph, c.failed, c.result, c.message = phDead, false, service.ResultFenced, service.FencedMessage
 		c.notify(false)
 	case c.stopAsked:
-		c.ph, c.failed, c.result, c.message = phDead, false, resultSuccess, ""
+		c.ph, c.failed, c.result, c.message = phDead, false, service.ResultSuccess, ""
 		if c.sigkill {
 			c.message = "stopped with SIGKILL after TimeoutStopSec="
 		}
@@ -517,7 +504,7 @@ func (c *ctr) exitedWith(res, message string) {
 // it starts again after RestartSec=.
 func (c *ctr) end(res, message string) {
 	c.result, c.message, c.pid = res, message, 0
-	if !c.quit && execdriver.ShouldRestart(c.file.Service.Restart, res) {
+	if !c.quit && service.ShouldRestart(c.file.Service.Restart, res) {
 		c.restarts++
 		c.ph = phRestart
 		c.event("%s: Scheduled restart job, restart counter is at %d.", c.name, c.restarts)
@@ -527,7 +514,7 @@ func (c *ctr) end(res, message string) {
 		return
 	}
 	c.ph = phDead
-	c.failed = res != resultSuccess
+	c.failed = res != service.ResultSuccess
 	if c.failed {
 		c.event("%s: Failed with result '%s'.", c.name, res)
 	} else {
@@ -585,7 +572,7 @@ func (c *ctr) kill() {
 	was := c.ph
 	c.removeContainer()
 	if was != phDead {
-		c.ph, c.result, c.message, c.failed, c.pid = phDead, resultSignal, "killed", false, 0
+		c.ph, c.result, c.message, c.failed, c.pid = phDead, service.ResultSignal, "killed", false, 0
 		c.event("Killed %s.", c.describe())
 		c.notify(false)
 	}
@@ -602,7 +589,7 @@ func (c *ctr) fenced() {
 	case phRestart:
 		c.stopTimer()
 		c.event("Killed %s: no word from a current leader before the LostAfter= deadline.", c.describe())
-		c.ph, c.failed, c.result, c.message = phDead, false, resultFenced, fencedMessage
+		c.ph, c.failed, c.result, c.message = phDead, false, service.ResultFenced, service.FencedMessage
 		c.notify(false)
 	}
 }
@@ -724,7 +711,7 @@ func (c *ctr) adopt(f *unit.File, ins container.InspectResponse) {
 	default:
 		c.startCopy() // what it wrote before it ended
 		if _, err := os.Stat(c.d.stopMarker(c.name)); err == nil {
-			c.ph, c.result = phDead, resultSuccess
+			c.ph, c.result = phDead, service.ResultSuccess
 			c.exitSeen = true
 			break
 		}

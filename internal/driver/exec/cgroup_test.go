@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -286,7 +287,7 @@ func TestCgroup1MemoryMax(t *testing.T) {
 		s.MemoryMax = 32 << 20
 	}))
 	st := rec.waitState(t, "hog.service", "failed", "failed")
-	if st.Result != resultOOMKill || !strings.Contains(st.Message, "ran out of memory") || !strings.Contains(st.Message, "MemoryMax=33554432") {
+	if st.Result != service.ResultOOMKill || !strings.Contains(st.Message, "ran out of memory") || !strings.Contains(st.Message, "MemoryMax=33554432") {
 		t.Errorf("status = %+v, want failed with result oom-kill and a message saying it ran out of memory", st)
 	}
 	waitLog(t, d, "hog.service", "killed by the OOM killer")
@@ -303,7 +304,7 @@ func TestCgroup1MemoryMax(t *testing.T) {
 		s.MemoryMax = 32 << 20
 	}))
 	st = rec.waitState(t, "child.service", "failed", "failed")
-	if st.Result != resultOOMKill || !strings.Contains(st.Message, "ran out of memory") || !strings.Contains(st.Message, "status=3") {
+	if st.Result != service.ResultOOMKill || !strings.Contains(st.Message, "ran out of memory") || !strings.Contains(st.Message, "status=3") {
 		t.Errorf("status = %+v, want failed with result oom-kill, saying the main process exited with status 3", st)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/user"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/driver"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -42,10 +42,10 @@ var ErrHandingOver = errors.New("execdriver: the driver is being handed over to 
 var errUnloading = errors.New("unit is being unloaded")
 
 // DefaultMaxLogBytes is the default Config.MaxLogBytes.
-const DefaultMaxLogBytes = 16 << 20
+const DefaultMaxLogBytes = service.DefaultMaxLogBytes
 
 // DefaultMaxLogFiles is the default Config.MaxLogFiles.
-const DefaultMaxLogFiles = 1
+const DefaultMaxLogFiles = service.DefaultMaxLogFiles
 
 // minMaxLogBytes is the smallest Config.MaxLogBytes accepted.
 const minMaxLogBytes = unit.MinLogMaxSize
@@ -98,7 +98,7 @@ type Config struct {
 	// Inaccessible are paths no unit may see: the daemon's data directory
 	// and key files. Run as root, the driver starts every process of every
 	// unit in a mount namespace of its own where they are covered, as
-	// systemd's InaccessiblePaths= does (see hide.go). Run as another
+	// systemd's InaccessiblePaths= does (see package unithide). Run as another
 	// user, units run as that user, whom file modes (0600, 0700) do not
 	// keep from the daemon's own files, and nothing is hidden.
 	Inaccessible []string
@@ -195,7 +195,7 @@ func New(cfg Config) (*Driver, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	lock, err := LockDir(cfg.Dir, "execdriver", ErrInUse)
+	lock, err := service.LockDir(cfg.Dir, "execdriver", ErrInUse)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func newDriver(cfg Config, lock *os.File, log *slog.Logger, cgroups *cgroupHost)
 }
 
 func (d *Driver) logPath(name string) string {
-	return filepath.Join(d.cfg.Dir, "logs", name+".log")
+	return service.LogPath(d.cfg.Dir, name)
 }
 
 func (d *Driver) pidPath(name string) string {
@@ -282,18 +282,9 @@ func (d *Driver) Load(f *unit.File) error {
 	}
 }
 
-// checkName rejects a unit name that cannot be used as a file name, which
-// the driver makes of it.
-func checkName(name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || len(name) > 240 {
-		return fmt.Errorf("unit name %q cannot be used as a file name", name)
-	}
-	return nil
-}
-
 // checkFile rejects what the driver cannot run.
 func checkFile(f *unit.File) error {
-	if err := checkName(f.Name); err != nil {
+	if err := service.CheckName(f.Name); err != nil {
 		return err
 	}
 	svc := &f.Service
@@ -325,7 +316,7 @@ func checkFile(f *unit.File) error {
 	default:
 		return fmt.Errorf("unknown KillMode=%s", svc.KillMode)
 	}
-	if _, err := parseSignal(svc.KillSignal); err != nil {
+	if _, err := service.ParseSignal(svc.KillSignal); err != nil {
 		return fmt.Errorf("KillSignal=: %w", err)
 	}
 	return nil
@@ -447,30 +438,7 @@ func (d *Driver) Journal(ctx context.Context, name string, lines int, follow boo
 	d.mu.Lock()
 	loaded := d.units[name] != nil
 	d.mu.Unlock()
-	return ReadJournal(ctx, d.cfg.Dir, name, lines, follow, w, loaded)
-}
-
-// ReadJournal is Driver.Journal for a process other than the driver's: it
-// reads the log of the unit in the driver state directory dir, which a
-// driver in another process writes. loaded tells whether that driver has
-// the unit loaded; a unit that is not and has no log is
-// driver.ErrUnknownUnit.
-func ReadJournal(ctx context.Context, dir, name string, lines int, follow bool, w io.Writer, loaded bool) error {
-	if err := checkName(name); err != nil {
-		return fmt.Errorf("journal %s: %w", name, err)
-	}
-	path := filepath.Join(dir, "logs", name+".log")
-	if !loaded {
-		_, err1 := os.Stat(path)
-		_, err2 := os.Stat(path + ".1")
-		if errors.Is(err1, fs.ErrNotExist) && errors.Is(err2, fs.ErrNotExist) {
-			return fmt.Errorf("journal %s: %w", name, driver.ErrUnknownUnit)
-		}
-	}
-	if err := writeJournal(ctx, path, lines, follow, w); err != nil {
-		return fmt.Errorf("journal %s: %w", name, err)
-	}
-	return nil
+	return service.ReadJournal(ctx, d.cfg.Dir, name, lines, follow, w, loaded)
 }
 
 // Close stops every unit, all at once, each as Stop does (ExecStop=, the

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/driver"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -596,7 +597,7 @@ func TestJournalFollow(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- d.Journal(ctx, "ticker.service", 0, true, &out) }()
-	time.Sleep(journalPoll) // let it reach the end before more is written
+	time.Sleep(service.JournalPoll) // let it reach the end before more is written
 	d.Stop("ticker.service")
 	rec.waitState(t, "ticker.service", "inactive", "dead")
 	waitUntil(t, func() bool { return strings.Contains(out.String(), "Stopped ticker.service.") }, "the followed journal to show the stop")

@@ -9,18 +9,13 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/driver"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/monotime"
 )
 
 // ErrFenced is returned by Start for a unit whose fence deadline has passed:
 // it may not run until a later Fence moves its deadline on.
 var ErrFenced = errors.New("execdriver: unit is fenced: its LostAfter= deadline has passed")
-
-// resultFenced is the Result of a run a fence deadline ended.
-const resultFenced = "fenced"
-
-// fencedMessage is the Status.Message of a unit a fence deadline killed.
-const fencedMessage = "killed: no word from a current leader before the LostAfter= deadline"
 
 var _ driver.Fencer = (*Driver)(nil)
 
@@ -45,7 +40,7 @@ type fence struct {
 // doing.
 func (d *Driver) Fence(deadline monotime.Time, names []string) error {
 	for _, n := range names {
-		if err := checkName(n); err != nil {
+		if err := service.CheckName(n); err != nil {
 			return fmt.Errorf("fence: %w", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -42,8 +43,8 @@ func TestFence(t *testing.T) {
 	if late := monotime.Since(deadline); late < 0 || late > 2*time.Second {
 		t.Errorf("fenced %v after the deadline, want within 2s and not before", late)
 	}
-	if st.Active != "inactive" || st.Sub != "dead" || st.Message != fencedMessage || st.Load != "loaded" {
-		t.Errorf("fenced status %+v, want loaded inactive/dead with message %q", st, fencedMessage)
+	if st.Active != "inactive" || st.Sub != "dead" || st.Message != service.FencedMessage || st.Load != "loaded" {
+		t.Errorf("fenced status %+v, want loaded inactive/dead with message %q", st, service.FencedMessage)
 	}
 	waitGone(t, main, "the fenced main process")
 	waitGone(t, childPID, "the fenced unit's background child")

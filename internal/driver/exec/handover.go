@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -137,7 +138,7 @@ func (h *Handover) Validate() error {
 	fds := map[int]bool{h.LockFD: true}
 	for i, u := range h.Units {
 		where := fmt.Sprintf("handover: unit %d (%q)", i, u.Name)
-		if err := checkName(u.Name); err != nil {
+		if err := service.CheckName(u.Name); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		if seen[u.Name] {
@@ -205,9 +206,10 @@ func (s *supervisor) handoverState(ctx context.Context) (UnitState, error) {
 	s.mu.Lock()
 	since := s.status.Since
 	s.mu.Unlock()
+	limBegin, limN := s.limiter.State()
 	u := UnitState{
 		Name: s.name, File: s.file, Cur: s.cur, Phase: name, Result: s.result, Message: s.message, Since: since,
-		Restarts: s.restarts, LimiterBegin: s.limiter.begin, LimiterN: s.limiter.n,
+		Restarts: s.restarts, LimiterBegin: limBegin, LimiterN: limN,
 	}
 	if s.ph == phaseAutoRestart {
 		u.RestartIn = max(time.Until(s.restartAt), 0)
@@ -496,7 +498,7 @@ func (s *supervisor) restore(u UnitState) error {
 	s.cur, s.ph = u.Cur, ph
 	s.result, s.message = u.Result, u.Message
 	s.restarts = u.Restarts
-	s.limiter = startLimiter{begin: u.LimiterBegin, n: u.LimiterN}
+	s.limiter = service.RestoreStartLimiter(u.LimiterBegin, u.LimiterN)
 	for _, g := range u.Groups {
 		s.groups = append(s.groups, pgroup{pgid: g.PGID, start: g.Start})
 	}

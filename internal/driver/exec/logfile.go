@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/driver/service"
 )
 
 // timeLayout stamps every log line, always in UTC.
@@ -146,20 +148,15 @@ func (l *unitLog) rotate() error {
 		return err
 	}
 	for k := keep - 1; k >= 1; k-- {
-		from := rotatedPath(l.path, k)
-		if rerr := os.Rename(from, rotatedPath(l.path, k+1)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		from := service.RotatedPath(l.path, k)
+		if rerr := os.Rename(from, service.RotatedPath(l.path, k+1)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			return fmt.Errorf("rotate log: %w", rerr)
 		}
 	}
-	if rerr := os.Rename(l.path, rotatedPath(l.path, 1)); rerr != nil {
+	if rerr := os.Rename(l.path, service.RotatedPath(l.path, 1)); rerr != nil {
 		return fmt.Errorf("rotate log: %w", rerr)
 	}
 	return err
-}
-
-// rotatedPath is the k-th newest rotated file of the log at path.
-func rotatedPath(path string, k int) string {
-	return path + "." + strconv.Itoa(k)
 }
 
 // removeRotated removes the rotated files of the log at path from the
@@ -168,7 +165,7 @@ func rotatedPath(path string, k int) string {
 func removeRotated(path string, from int) error {
 	var first error
 	for k := max(from, 1); k <= maxRotated+1; k++ {
-		if err := os.Remove(rotatedPath(path, k)); err != nil && !errors.Is(err, fs.ErrNotExist) && first == nil {
+		if err := os.Remove(service.RotatedPath(path, k)); err != nil && !errors.Is(err, fs.ErrNotExist) && first == nil {
 			first = err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	sdjournal "github.com/coreos/go-systemd/v22/journal"
 
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -120,7 +121,7 @@ var ErrUnitLoaded = errors.New("execdriver: unit is loaded")
 // unit that merely stops or moves away keeps its log). A unit without a log
 // is no error.
 func (d *Driver) RemoveLog(name string) error {
-	if err := checkName(name); err != nil {
+	if err := service.CheckName(name); err != nil {
 		return fmt.Errorf("remove log of %s: %w", name, err)
 	}
 	d.mu.Lock() // no Load of the unit meanwhile

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // pgroup is a process group a unit started: the group's ID (the pid of its
@@ -76,39 +78,47 @@ type procStat struct {
 	start uint64 // field 22, clock ticks after boot
 }
 
+// procFS is /proc, through procfs.
+var procFS = sync.OnceValues(procfs.NewDefaultFS)
+
+// readProcStat reads /proc/<pid>/stat. procfs parses it (counting the
+// fields from the last ')', as the command name may hold spaces and
+// parentheses); its Starttime is field 22 as the kernel writes it, in clock
+// ticks after boot, the unit pid files record start times in.
 func readProcStat(pid int) (procStat, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fs, err := procFS()
 	if err != nil {
 		return procStat{}, err
 	}
-	return parseProcStat(data)
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return procStat{}, err
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return procStat{}, err
+	}
+	if st.State == "" {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: no state", pid)
+	}
+	return procStat{state: st.State[0], ppid: st.PPID, pgrp: st.PGRP, start: st.Starttime}, nil
 }
 
-// parseProcStat parses /proc/<pid>/stat. The command name (field 2) is in
-// parentheses and may itself contain spaces and parentheses, so fields are
-// counted from the last ')'.
-func parseProcStat(data []byte) (procStat, error) {
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return procStat{}, errors.New("malformed /proc stat: no ')'")
-	}
-	f := strings.Fields(string(data[i+1:])) // f[0] is field 3
-	if len(f) < 20 {
-		return procStat{}, fmt.Errorf("malformed /proc stat: %d fields after the name", len(f))
-	}
-	ppid, err := strconv.Atoi(f[1])
+// allPids lists the processes in /proc.
+func allPids() []int {
+	fs, err := procFS()
 	if err != nil {
-		return procStat{}, fmt.Errorf("malformed /proc stat ppid %q", f[1])
+		return nil
 	}
-	pgrp, err := strconv.Atoi(f[2])
+	procs, err := fs.AllProcs()
 	if err != nil {
-		return procStat{}, fmt.Errorf("malformed /proc stat pgrp %q", f[2])
+		return nil
 	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return procStat{}, fmt.Errorf("malformed /proc stat start time %q", f[19])
+	pids := make([]int, len(procs))
+	for i, p := range procs {
+		pids[i] = p.PID
 	}
-	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp, start: start}, nil
+	return pids
 }
 
 // groupExists reports whether any process, zombies included, is in the
@@ -144,15 +154,7 @@ func (l *liveGroups) has(pgid int) bool {
 // scanLiveGroups walks /proc for the process groups with a non-zombie member.
 func scanLiveGroups() map[int]bool {
 	live := make(map[int]bool)
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return live
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range allPids() {
 		if st, err := readProcStat(pid); err == nil && st.state != 'Z' {
 			live[st.pgrp] = true
 		}

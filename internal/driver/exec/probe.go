@@ -6,6 +6,7 @@ import (
 	"os/user"
 	"syscall"
 
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/unithide"
 )
@@ -27,20 +28,20 @@ func ProbeCommand(f *unit.File, c unit.Command, hidden ...string) (*exec.Cmd, er
 	if err != nil {
 		return nil, err
 	}
-	env, err := unitEnviron(ee.base, svc, hidden...)
+	env, err := service.UnitEnviron(ee.base, svc, hidden...)
 	if err != nil {
 		return nil, err
 	}
-	argv := expandArgv(c.Argv, env)
-	pathVar, _ := env.get("PATH")
-	path, err := lookPath(argv[0], pathVar)
+	argv := service.ExpandArgv(c.Argv, env)
+	pathVar, _ := env.Get("PATH")
+	path, err := service.LookPath(argv[0], pathVar)
 	if err != nil {
 		return nil, err
 	}
 	cmd := &exec.Cmd{
 		Path: path,
 		Args: argv,
-		Env:  env.list(),
+		Env:  env.List(),
 		Dir:  ee.dir,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:    true,

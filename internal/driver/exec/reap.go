@@ -63,7 +63,10 @@ func (d *Driver) ReapOrphans() int {
 
 // childPids lists this process's children, from each thread's
 // /proc/self/task/<tid>/children, or by walking /proc where the kernel does
-// not provide those files.
+// not provide those files. The children files are read by hand: procfs
+// (github.com/prometheus/procfs) has no reader for them, and finding the
+// children through it would mean the walk of every process's stat that the
+// files spare.
 func childPids() []int {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err == nil {
@@ -89,16 +92,8 @@ func childPids() []int {
 		}
 	}
 	self := os.Getpid()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range allPids() {
 		if st, err := readProcStat(pid); err == nil && st.ppid == self {
 			pids = append(pids, pid)
 		}

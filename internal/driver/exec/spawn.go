@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/unithide"
 )
@@ -45,7 +46,7 @@ func (d *Driver) prepare(svc *unit.Service) (*execEnv, error) {
 		return nil, err
 	}
 	home := d.home
-	base := []string{"PATH=" + defaultPath}
+	base := []string{"PATH=" + service.DefaultPath}
 	if svc.User != "" {
 		home = id.home
 		base = append(base, "HOME="+home, "USER="+id.name, "LOGNAME="+id.name)
@@ -168,14 +169,14 @@ func workingDir(wd, home string) (string, error) {
 // line, to the unit's log. It returns the process and its group.
 func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*proc, pgroup, error) {
 	svc := &s.cur.Service
-	env, err := unitEnviron(s.env.base, svc, s.d.cfg.Inaccessible...)
+	env, err := service.UnitEnviron(s.env.base, svc, s.d.cfg.Inaccessible...)
 	if err != nil {
 		return nil, pgroup{}, err
 	}
-	env.add(extra)
-	argv := expandArgv(c.cmd.Argv, env)
-	pathVar, _ := env.get("PATH")
-	path, err := lookPath(argv[0], pathVar)
+	env.Add(extra)
+	argv := service.ExpandArgv(c.cmd.Argv, env)
+	pathVar, _ := env.Get("PATH")
+	path, err := service.LookPath(argv[0], pathVar)
 	if err != nil {
 		return nil, pgroup{}, err
 	}
@@ -186,7 +187,7 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*pro
 	cmd := &exec.Cmd{
 		Path:   path,
 		Args:   argv,
-		Env:    env.list(),
+		Env:    env.List(),
 		Dir:    s.env.dir,
 		Stdout: w,
 		Stderr: w,

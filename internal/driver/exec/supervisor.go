@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -58,7 +59,7 @@ func activeSub(p phase, result string) (active, sub string) {
 	case phaseAutoRestart:
 		return "activating", "auto-restart"
 	}
-	if result == "" || result == resultSuccess || result == resultFenced {
+	if result == "" || result == service.ResultSuccess || result == service.ResultFenced {
 		return "inactive", "dead"
 	}
 	return "failed", "failed"
@@ -106,7 +107,7 @@ var errGone = errors.New("unit unloaded")
 
 type exited struct {
 	p      *proc
-	status exitStatus
+	status service.ExitStatus
 }
 
 // supervisor runs one unit. Its goroutine (run) alone touches the fields
@@ -154,7 +155,7 @@ type supervisor struct {
 	fenced       bool      // this run is being killed by a fence: every process group, ending inactive/dead "fenced"
 	postKilled   bool      // the ExecStopPost= command timed out and was SIGKILLed
 	phaseAt      time.Time // when the current stop-sigterm or stop-sigkill began
-	limiter      startLimiter
+	limiter      service.StartLimiter
 	restarts     int
 	renotify     bool            // notify the status at the next publish even if unchanged
 	restartAt    time.Time       // phaseAutoRestart: when the timer restarts the unit
@@ -414,18 +415,18 @@ func (s *supervisor) handle(r request) error {
 // was answered.
 func (s *supervisor) start() error {
 	svc := &s.file.Service
-	if !s.limiter.allow(time.Now(), svc.StartLimitBurst, svc.StartLimitInterval) {
+	if !s.limiter.Allow(time.Now(), svc.StartLimitBurst, svc.StartLimitInterval) {
 		s.event("%s: Start request repeated too quickly.", s.name)
-		s.event("%s: Failed with result '%s'.", s.name, resultStartLimitHit)
+		s.event("%s: Failed with result '%s'.", s.name, service.ResultStartLimitHit)
 		s.event("Failed to start %s.", s.describe())
-		s.ph, s.result = phaseDead, resultStartLimitHit
+		s.ph, s.result = phaseDead, service.ResultStartLimitHit
 		s.message = fmt.Sprintf("start request repeated too quickly: more than %d starts within %s", svc.StartLimitBurst, svc.StartLimitInterval)
 		s.slog.Warn("start limit hit", "burst", svc.StartLimitBurst, "interval", svc.StartLimitInterval)
 		return ErrStartLimitHit
 	}
 	s.cur = s.file
 	s.ph = phaseStartPre
-	s.result, s.message, s.mainResult = resultSuccess, "", ""
+	s.result, s.message, s.mainResult = service.ResultSuccess, "", ""
 	s.stopReq, s.postKilled, s.fenced, s.abort = false, false, false, false
 	s.cmds = refs(s.cur.Service.ExecStartPre, "ExecStartPre")
 	s.kick = true
@@ -441,7 +442,7 @@ func (s *supervisor) begin() {
 	env, err := s.d.prepare(svc)
 	if err != nil {
 		s.event("%s: Failed to prepare the environment: %v", s.name, err)
-		s.fail(resultExitCode, err.Error())
+		s.fail(service.ResultExitCode, err.Error())
 		s.enterDead()
 		return
 	}
@@ -485,7 +486,7 @@ func (s *supervisor) advance() {
 					if c.cmd.IgnoreFailure {
 						continue
 					}
-					s.fail(resultExitCode, fmt.Sprintf("%s: %v", c.label, err))
+					s.fail(service.ResultExitCode, fmt.Sprintf("%s: %v", c.label, err))
 					s.enterStopSigterm()
 				}
 				return
@@ -496,7 +497,7 @@ func (s *supervisor) advance() {
 			case s.ph == phaseStartPre:
 				main := cmdRef{cmd: s.cur.Service.ExecStart[0], label: "ExecStart"}
 				if err := s.spawn(main, true); err != nil {
-					s.fail(resultExitCode, fmt.Sprintf("ExecStart: %v", err))
+					s.fail(service.ResultExitCode, fmt.Sprintf("ExecStart: %v", err))
 					s.enterStopSigterm()
 					return
 				}
@@ -545,7 +546,7 @@ func (s *supervisor) enterRunning() {
 	s.slog.Info("unit started", "pid", s.main.pidOrZero())
 	s.ph = phaseRunning
 	if s.main == nil { // it exited, cleanly, during start-post
-		s.mainGone(cmp.Or(s.mainResult, resultSuccess))
+		s.mainGone(cmp.Or(s.mainResult, service.ResultSuccess))
 	}
 }
 
@@ -593,10 +594,10 @@ func (s *supervisor) enterStop() {
 
 // fail records a failure of the run; the first one is the run's result.
 func (s *supervisor) fail(result, message string) {
-	if result == resultSuccess {
+	if result == service.ResultSuccess {
 		return
 	}
-	if s.result == resultSuccess || s.result == "" {
+	if s.result == service.ResultSuccess || s.result == "" {
 		s.result = result
 		s.message = message
 	}
@@ -624,7 +625,7 @@ func (s *supervisor) enterStopSigterm() {
 		s.afterSigterm()
 		return
 	}
-	sig, _ := parseSignal(s.cur.Service.KillSignal)
+	sig, _ := service.ParseSignal(s.cur.Service.KillSignal)
 	s.signal(sig, s.killMode() == "control-group")
 	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
 		s.signal(syscall.SIGCONT, s.killMode() == "control-group")
@@ -758,21 +759,21 @@ func (s *supervisor) enterDead() {
 
 	switch {
 	case s.fenced:
-		s.result, s.message = resultFenced, fencedMessage
+		s.result, s.message = service.ResultFenced, service.FencedMessage
 		s.event("Killed %s: no word from a current leader before the LostAfter= deadline.", s.describe())
 	case s.stopReq:
-		s.result = resultSuccess
+		s.result = service.ResultSuccess
 		s.event("Stopped %s.", s.describe())
 		s.slog.Info("unit stopped")
-	case !s.quit && !s.pendingStart && shouldRestart(def.Service.Restart, s.result):
-		if s.result != resultSuccess {
+	case !s.quit && !s.pendingStart && service.ShouldRestart(def.Service.Restart, s.result):
+		if s.result != service.ResultSuccess {
 			s.event("%s: Failed with result '%s'.", s.name, s.result)
 		}
 		s.ph = phaseAutoRestart
 		s.restartAt = time.Now().Add(def.Service.RestartSec)
 		s.timer.Reset(max(def.Service.RestartSec, time.Millisecond))
 		return
-	case s.result == resultSuccess:
+	case s.result == service.ResultSuccess:
 		s.event("%s: Deactivated successfully.", s.name)
 		s.slog.Info("unit exited")
 	default:
@@ -791,7 +792,7 @@ func (s *supervisor) onTimeout() {
 	switch s.ph {
 	case phaseStartPre, phaseStart, phaseStartPost:
 		s.event("%s: Start operation timed out. Terminating.", s.name)
-		s.fail(resultTimeout, fmt.Sprintf("start timed out after %s", s.cur.Service.TimeoutStartSec))
+		s.fail(service.ResultTimeout, fmt.Sprintf("start timed out after %s", s.cur.Service.TimeoutStartSec))
 		s.enterStopSigterm()
 	case phaseStop:
 		s.event("%s: Stopping timed out. Terminating.", s.name)
@@ -801,7 +802,7 @@ func (s *supervisor) onTimeout() {
 		if s.stopReq {
 			s.message = fmt.Sprintf("stop timed out after %s: killed with SIGKILL", s.cur.Service.TimeoutStopSec)
 		} else {
-			s.fail(resultTimeout, fmt.Sprintf("stop timed out after %s: killed with SIGKILL", s.cur.Service.TimeoutStopSec))
+			s.fail(service.ResultTimeout, fmt.Sprintf("stop timed out after %s: killed with SIGKILL", s.cur.Service.TimeoutStopSec))
 		}
 		s.enterStopSigkill()
 	case phaseStopSigkill:
@@ -848,8 +849,8 @@ func (s *supervisor) onExit(ev exited) {
 	switch s.ph {
 	case phaseStartPost:
 		if isMain {
-			res := ev.status.result(true)
-			if res != resultSuccess {
+			res := ev.status.Result(true)
+			if res != service.ResultSuccess {
 				s.mainFailed(ev.status, res)
 				s.enterStopSigterm()
 				return
@@ -859,7 +860,7 @@ func (s *supervisor) onExit(ev exited) {
 		}
 		fallthrough
 	case phaseStartPre, phaseStart:
-		if res := ev.status.result(false); res != resultSuccess {
+		if res := ev.status.Result(false); res != service.ResultSuccess {
 			if !p.cmd.IgnoreFailure {
 				s.event("%s: %s process exited, %s", s.name, controlOrMain(isMain), ev.status)
 				if !s.outOfMemory(p.label+"="+p.argv[0], ev.status) {
@@ -872,8 +873,8 @@ func (s *supervisor) onExit(ev exited) {
 		}
 		s.advance()
 	case phaseRunning:
-		res := ev.status.result(true)
-		if res != resultSuccess {
+		res := ev.status.Result(true)
+		if res != service.ResultSuccess {
 			s.mainFailed(ev.status, res)
 		}
 		s.mainGone(res)
@@ -881,7 +882,7 @@ func (s *supervisor) onExit(ev exited) {
 		if isMain {
 			return // gone during ExecStop=, as asked
 		}
-		if ev.status.result(false) != resultSuccess && !p.cmd.IgnoreFailure {
+		if ev.status.Result(false) != service.ResultSuccess && !p.cmd.IgnoreFailure {
 			s.event("%s: Control process exited, %s", s.name, ev.status)
 		}
 		s.advance()
@@ -900,7 +901,7 @@ func controlOrMain(main bool) string {
 	return "Control"
 }
 
-func (s *supervisor) mainFailed(st exitStatus, res string) {
+func (s *supervisor) mainFailed(st service.ExitStatus, res string) {
 	s.event("%s: Main process exited, %s", s.name, st)
 	if s.outOfMemory("main process", st) {
 		return
@@ -914,7 +915,7 @@ func (s *supervisor) mainFailed(st exitStatus, res string) {
 // what it is, as systemd does, rather than as the signal or exit code it
 // showed as. (Unlike systemd's OOMPolicy=stop, an OOM kill that does not
 // end the run does not stop the unit.)
-func (s *supervisor) outOfMemory(what string, st exitStatus) bool {
+func (s *supervisor) outOfMemory(what string, st service.ExitStatus) bool {
 	if s.cg == nil {
 		return false
 	}
@@ -923,7 +924,7 @@ func (s *supervisor) outOfMemory(what string, st exitStatus) bool {
 		return false
 	}
 	s.event("%s: A process of this unit has been killed by the OOM killer.", s.name)
-	s.fail(resultOOMKill, fmt.Sprintf("ran out of memory: the kernel's OOM killer killed %d process(es) of the unit over MemoryMax=%d; %s exited, %s",
+	s.fail(service.ResultOOMKill, fmt.Sprintf("ran out of memory: the kernel's OOM killer killed %d process(es) of the unit over MemoryMax=%d; %s exited, %s",
 		n, s.cur.Service.MemoryMax, what, st))
 	return true
 }
@@ -933,7 +934,7 @@ func (s *supervisor) outOfMemory(what string, st exitStatus) bool {
 // behind is stopped (without ExecStop=, which addresses a main process that
 // is no more) and the run ends.
 func (s *supervisor) mainGone(res string) {
-	if res == resultSuccess && s.cur.Service.RemainAfterExit {
+	if res == service.ResultSuccess && s.cur.Service.RemainAfterExit {
 		s.ph = phaseExited
 		return
 	}
@@ -1029,9 +1030,9 @@ func (s *supervisor) wait(p *proc) {
 	case <-p.out.drain():
 	case <-time.After(drainLimit):
 	}
-	status := exitStatus{Signal: syscall.SIGKILL}
+	status := service.ExitStatus{Signal: syscall.SIGKILL}
 	if err == nil {
-		status = exitStatusOf(st.Sys().(syscall.WaitStatus))
+		status = service.ExitStatusOf(st.Sys().(syscall.WaitStatus))
 	} else {
 		s.slog.Error("cannot wait for a process; taking it as killed", "pid", p.pid, "err", err)
 	}

@@ -21,7 +21,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/flotilla/flotilla/internal/driver"
-	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
+	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -333,7 +333,7 @@ func (d *Driver) Load(f *unit.File) error {
 		if r, err := filepath.EvalSymlinks(p); err == nil {
 			p = r
 		}
-		if h := execdriver.HiddenBy(p, d.cfg.Inaccessible); h != "" {
+		if h := service.HiddenBy(p, d.cfg.Inaccessible); h != "" {
 			return fmt.Errorf("systemddriver: load %s: EnvironmentFile=%s is inside %s, which Flotilla keeps from every unit", f.Name, ef.Path, h)
 		}
 	}

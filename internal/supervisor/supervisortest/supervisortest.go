@@ -9,7 +9,9 @@
 package supervisortest
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/supervisor"
+	"github.com/prometheus/procfs"
 )
 
 // Env marks a test binary started as a supervisor.
@@ -64,15 +67,17 @@ func Stop(t testing.TB, dir string) {
 	}
 }
 
-// zombie reports whether pid has exited but not been reaped.
+// zombie reports whether pid has exited but not been reaped (or has no
+// /proc/<pid>/stat at all).
 func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return true
 	}
-	i := len(b) - 1
-	for i > 0 && b[i] != ')' {
-		i--
+	st, err := p.Stat()
+	if err != nil {
+		var pe *fs.PathError
+		return errors.As(err, &pe)
 	}
-	return i+2 < len(b) && b[i+2] == 'Z'
+	return st.State == "Z"
 }

@@ -1,4 +1,4 @@
-package execdriver
+package service
 
 import (
 	"fmt"
@@ -10,59 +10,67 @@ import (
 
 // Results, in systemd's vocabulary (the Result= property of a service).
 const (
-	resultSuccess       = "success"
-	resultExitCode      = "exit-code"
-	resultSignal        = "signal"
-	resultCoreDump      = "core-dump"
-	resultTimeout       = "timeout"
-	resultStartLimitHit = "start-limit-hit"
-	resultResources     = "resources"
-	resultOOMKill       = "oom-kill" // the kernel's OOM killer killed a process of the unit
+	ResultSuccess       = "success"
+	ResultExitCode      = "exit-code"
+	ResultSignal        = "signal"
+	ResultCoreDump      = "core-dump"
+	ResultTimeout       = "timeout"
+	ResultStartLimitHit = "start-limit-hit"
+	ResultResources     = "resources"
+	ResultOOMKill       = "oom-kill" // the kernel's OOM killer killed a process of the unit
 )
 
-// exitStatus is how a process ended.
-type exitStatus struct {
+// ResultFenced is Flotilla's Result of a run a fence deadline ended (see
+// driver.Fencer); FencedMessage is the Status.Message of a unit it killed.
+const (
+	ResultFenced  = "fenced"
+	FencedMessage = "killed: no word from a current leader before the LostAfter= deadline"
+)
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
 	Code   int            // exit code; meaningful when Signal is 0
 	Signal syscall.Signal // the signal that killed the process, 0 if it exited
 	Dumped bool           // the process dumped core
 }
 
-func exitStatusOf(ws syscall.WaitStatus) exitStatus {
+// ExitStatusOf reads how a process ended from its wait status.
+func ExitStatusOf(ws syscall.WaitStatus) ExitStatus {
 	if ws.Signaled() {
-		return exitStatus{Signal: ws.Signal(), Dumped: ws.CoreDump()}
+		return ExitStatus{Signal: ws.Signal(), Dumped: ws.CoreDump()}
 	}
-	return exitStatus{Code: ws.ExitStatus()}
+	return ExitStatus{Code: ws.ExitStatus()}
 }
 
-// result classifies an exit as systemd does. For a daemon's main process
+// Result classifies an exit as systemd does. For a daemon's main process
 // (daemon set), being killed by SIGHUP, SIGINT, SIGTERM or SIGPIPE is a clean
 // exit; for a command (ExecStartPre=, Type=oneshot's ExecStart=, ...) only
 // SIGPIPE is.
-func (e exitStatus) result(daemon bool) string {
+func (e ExitStatus) Result(daemon bool) string {
 	switch {
 	case e.Signal == 0 && e.Code == 0:
-		return resultSuccess
+		return ResultSuccess
 	case e.Signal == 0:
-		return resultExitCode
+		return ResultExitCode
 	case e.Signal == syscall.SIGPIPE:
-		return resultSuccess
+		return ResultSuccess
 	case daemon && (e.Signal == syscall.SIGHUP || e.Signal == syscall.SIGINT || e.Signal == syscall.SIGTERM):
-		return resultSuccess
+		return ResultSuccess
 	case e.Dumped:
-		return resultCoreDump
+		return ResultCoreDump
 	}
-	return resultSignal
+	return ResultSignal
 }
 
 // String formats the status as systemd logs it:
 // "code=exited, status=1/FAILURE", "code=killed, status=9/KILL".
-func (e exitStatus) String() string {
+func (e ExitStatus) String() string {
 	if e.Signal != 0 {
 		code := "killed"
 		if e.Dumped {
 			code = "dumped"
 		}
-		return fmt.Sprintf("code=%s, status=%d/%s", code, int(e.Signal), signalName(e.Signal))
+		return fmt.Sprintf("code=%s, status=%d/%s", code, int(e.Signal), SignalName(e.Signal))
 	}
 	name := exitCodeNames[e.Code]
 	if name == "" {
@@ -83,17 +91,28 @@ var exitCodeNames = map[int]string{
 	7: "NOTRUNNING",
 }
 
-// shouldRestart reports whether a unit whose run ended with result is
+// ExitResult classifies how a unit's main process ended as systemd does: its
+// Result (success, exit-code, signal or core-dump; SIGHUP, SIGINT, SIGTERM
+// and SIGPIPE are clean exits of a main process) and the status as systemd
+// logs it ("code=exited, status=1/FAILURE", "code=killed, status=9/KILL").
+// sig is 0 when the process exited with code.
+func ExitResult(code int, sig syscall.Signal) (result, status string) {
+	e := ExitStatus{Code: code, Signal: sig}
+	return e.Result(true), e.String()
+}
+
+// ShouldRestart reports whether a unit whose run ended with result (a
+// systemd Result: success, exit-code, signal, core-dump, timeout, ...) is
 // restarted under the Restart= policy, following the table in
 // systemd.service(5). Watchdogs are not implemented, so on-watchdog never
 // restarts; a start-limit-hit is final whatever the policy.
-func shouldRestart(policy, result string) bool {
-	if result == resultStartLimitHit {
+func ShouldRestart(policy, result string) bool {
+	if result == ResultStartLimitHit {
 		return false
 	}
-	clean := result == resultSuccess
-	abnormal := result == resultSignal || result == resultCoreDump || result == resultTimeout || result == resultOOMKill
-	abort := result == resultSignal || result == resultCoreDump
+	clean := result == ResultSuccess
+	abnormal := result == ResultSignal || result == ResultCoreDump || result == ResultTimeout || result == ResultOOMKill
+	abort := result == ResultSignal || result == ResultCoreDump
 	switch policy {
 	case "always":
 		return true
@@ -109,18 +128,19 @@ func shouldRestart(policy, result string) bool {
 	return false // "", "no", "on-watchdog"
 }
 
-// startLimiter counts starts in a window the way systemd's ratelimit does: a
+// StartLimiter counts starts in a window the way systemd's ratelimit does: a
 // window opens at the first start and lasts interval; within it at most burst
 // starts are allowed. Refused attempts count too, so a unit that keeps being
-// started stays refused until the window ends.
-type startLimiter struct {
+// started stays refused until the window ends. The zero value is ready to
+// use; it is not safe for concurrent use.
+type StartLimiter struct {
 	begin time.Time
 	n     int
 }
 
-// allow records a start at now and reports whether it is within the limit.
+// Allow records a start at now and reports whether it is within the limit.
 // A burst or interval of zero or less disables the limit.
-func (l *startLimiter) allow(now time.Time, burst int, interval time.Duration) bool {
+func (l *StartLimiter) Allow(now time.Time, burst int, interval time.Duration) bool {
 	if burst <= 0 || interval <= 0 {
 		return true
 	}
@@ -130,6 +150,16 @@ func (l *startLimiter) allow(now time.Time, burst int, interval time.Duration) b
 	}
 	l.n++
 	return l.n <= burst
+}
+
+// State is the limiter's window: when it opened (zero before the first
+// start) and the starts counted in it, for RestoreStartLimiter.
+func (l *StartLimiter) State() (begin time.Time, n int) { return l.begin, l.n }
+
+// RestoreStartLimiter is a limiter in the state State returned, for a
+// process that takes over another's units.
+func RestoreStartLimiter(begin time.Time, n int) StartLimiter {
+	return StartLimiter{begin: begin, n: n}
 }
 
 // signals names the Linux signals a unit may use.
@@ -165,16 +195,16 @@ var signals = map[syscall.Signal]string{
 	syscall.SIGSYS:    "SYS",
 }
 
-// signalName is "TERM" for SIGTERM, or the number for a signal without a name.
-func signalName(sig syscall.Signal) string {
+// SignalName is "TERM" for SIGTERM, or the number for a signal without a name.
+func SignalName(sig syscall.Signal) string {
 	if n, ok := signals[sig]; ok {
 		return n
 	}
 	return strconv.Itoa(int(sig))
 }
 
-// parseSignal reads KillSignal=: "SIGTERM", "TERM" or "15". Empty means SIGTERM.
-func parseSignal(s string) (syscall.Signal, error) {
+// ParseSignal reads KillSignal=: "SIGTERM", "TERM" or "15". Empty means SIGTERM.
+func ParseSignal(s string) (syscall.Signal, error) {
 	if s == "" {
 		return syscall.SIGTERM, nil
 	}

@@ -1,4 +1,4 @@
-package execdriver
+package service
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 )
 
 func TestExpandArgv(t *testing.T) {
-	env := newEnviron()
-	env.add([]string{"ONE=1", "WORDS=a  b\t'c d'", "SPACED=x y", "EMPTY="})
+	env := NewEnviron()
+	env.Add([]string{"ONE=1", "WORDS=a  b\t'c d'", "SPACED=x y", "EMPTY="})
 	tests := []struct {
 		argv []string
 		want []string
@@ -36,8 +36,8 @@ func TestExpandArgv(t *testing.T) {
 		{[]string{"$ONE", "${ONE}"}, []string{"$ONE", "1"}}, // the program is never expanded
 	}
 	for _, tt := range tests {
-		if got := expandArgv(tt.argv, env); !slices.Equal(got, tt.want) {
-			t.Errorf("expandArgv(%q) = %q, want %q", tt.argv, got, tt.want)
+		if got := ExpandArgv(tt.argv, env); !slices.Equal(got, tt.want) {
+			t.Errorf("ExpandArgv(%q) = %q, want %q", tt.argv, got, tt.want)
 		}
 	}
 }
@@ -108,18 +108,18 @@ func TestUnitEnviron(t *testing.T) {
 			{Path: f2},
 		},
 	}
-	env, err := unitEnviron([]string{"PATH=" + defaultPath, "HOME=/root"}, svc)
+	env, err := UnitEnviron([]string{"PATH=" + DefaultPath, "HOME=/root"}, svc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"PATH=/opt/bin", "HOME=/root", "A=env", "B=file1", "C=file2"}
-	if got := env.list(); !slices.Equal(got, want) {
+	if got := env.List(); !slices.Equal(got, want) {
 		t.Errorf("environment = %q, want %q", got, want)
 	}
 
 	svc.EnvironmentFiles = append(svc.EnvironmentFiles, unit.EnvFile{Path: filepath.Join(dir, "required.env")})
-	if _, err := unitEnviron(nil, svc); err == nil || !strings.Contains(err.Error(), "required.env") {
-		t.Errorf("unitEnviron with a missing required file: error %v, want one naming required.env", err)
+	if _, err := UnitEnviron(nil, svc); err == nil || !strings.Contains(err.Error(), "required.env") {
+		t.Errorf("UnitEnviron with a missing required file: error %v, want one naming required.env", err)
 	}
 }
 
@@ -128,69 +128,17 @@ func TestLookPath(t *testing.T) {
 	exe := filepath.Join(dir, "tool")
 	os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755)
 	os.WriteFile(filepath.Join(dir, "data"), nil, 0o644)
-	if got, err := lookPath("tool", "/nonexistent:"+dir); err != nil || got != exe {
-		t.Errorf("lookPath(tool) = %q, %v; want %q", got, err, exe)
+	if got, err := LookPath("tool", "/nonexistent:"+dir); err != nil || got != exe {
+		t.Errorf("LookPath(tool) = %q, %v; want %q", got, err, exe)
 	}
-	if got, err := lookPath("./rel/x", dir); err != nil || got != "./rel/x" {
-		t.Errorf("lookPath(./rel/x) = %q, %v; want it unchanged", got, err)
+	if got, err := LookPath("./rel/x", dir); err != nil || got != "./rel/x" {
+		t.Errorf("LookPath(./rel/x) = %q, %v; want it unchanged", got, err)
 	}
-	if _, err := lookPath("data", dir); err == nil {
-		t.Error("lookPath found a file that is not executable")
+	if _, err := LookPath("data", dir); err == nil {
+		t.Error("LookPath found a file that is not executable")
 	}
-	if _, err := lookPath("tool", "relative:"+filepath.Join(dir, "nope")); err == nil || !strings.Contains(err.Error(), `"tool"`) {
-		t.Errorf("lookPath(tool) in the wrong PATH: error %v, want one naming the program", err)
-	}
-}
-
-func TestWorkingDir(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "f")
-	os.WriteFile(file, nil, 0o644)
-	tests := []struct {
-		wd, want string
-		err      bool
-	}{
-		{"", "/", false},
-		{"~", dir, false},
-		{dir, dir, false},
-		{"-" + filepath.Join(dir, "missing"), "/", false},
-		{filepath.Join(dir, "missing"), "", true},
-		{file, "", true},
-		{"relative", "", true},
-	}
-	for _, tt := range tests {
-		got, err := workingDir(tt.wd, dir)
-		if (err != nil) != tt.err || got != tt.want {
-			t.Errorf("workingDir(%q) = %q, %v; want %q, error %v", tt.wd, got, err, tt.want, tt.err)
-		}
-	}
-}
-
-func TestLookupIdentity(t *testing.T) {
-	if id, err := lookupIdentity("", "", 1000, 1000); err != nil || id.cred != nil {
-		t.Errorf("no User=/Group=: %+v, %v; want no credential", id, err)
-	}
-	if _, err := lookupIdentity("no-such-user-xyz", "", 0, 0); err == nil || !strings.Contains(err.Error(), "no-such-user-xyz") {
-		t.Errorf("unknown user: error %v, want one naming the user", err)
-	}
-	if _, err := lookupIdentity("", "no-such-group-xyz", 0, 0); err == nil || !strings.Contains(err.Error(), "no-such-group-xyz") {
-		t.Errorf("unknown group: error %v, want one naming the group", err)
-	}
-	// Not root: another user cannot be had.
-	if _, err := lookupIdentity("root", "", 1000, 1000); err == nil || !strings.Contains(err.Error(), "root") {
-		t.Errorf("User=root as uid 1000: error %v, want one saying root is needed", err)
-	}
-	// Not root: one's own user is fine, and needs no credential.
-	if id, err := lookupIdentity("nobody", "", 65534, 65534); err != nil || id.cred != nil || id.name != "nobody" {
-		t.Errorf("User=nobody as nobody: %+v, %v; want no credential", id, err)
-	}
-	// Root becomes the user, with its primary group.
-	if id, err := lookupIdentity("nobody", "", 0, 0); err != nil || id.cred == nil || id.cred.Uid != 65534 || id.cred.Gid != 65534 {
-		t.Errorf("User=nobody as root: %+v, %v; want uid and gid 65534", id, err)
-	}
-	id, err := lookupIdentity("0", "", 0, 0)
-	if err != nil || id.name != "root" {
-		t.Errorf("User=0: %+v, %v; want user root", id, err)
+	if _, err := LookPath("tool", "relative:"+filepath.Join(dir, "nope")); err == nil || !strings.Contains(err.Error(), `"tool"`) {
+		t.Errorf("LookPath(tool) in the wrong PATH: error %v, want one naming the program", err)
 	}
 }
 
@@ -231,11 +179,11 @@ func TestReadEnvFileRefusesSpecialFiles(t *testing.T) {
 			t.Fatalf("readEnvFile(%s) blocked", tt.path)
 		}
 	}
-	// The FIFO is refused through unitEnviron too, "-" or not: only a
+	// The FIFO is refused through UnitEnviron too, "-" or not: only a
 	// missing file is optional.
 	svc := &unit.Service{EnvironmentFiles: []unit.EnvFile{{Path: fifo, Optional: true}}}
-	if _, err := unitEnviron(nil, svc); err == nil || !strings.Contains(err.Error(), "EnvironmentFile=: "+fifo) {
-		t.Errorf("unitEnviron with a FIFO: error %v, want one naming EnvironmentFile= and the path", err)
+	if _, err := UnitEnviron(nil, svc); err == nil || !strings.Contains(err.Error(), "EnvironmentFile=: "+fifo) {
+		t.Errorf("UnitEnviron with a FIFO: error %v, want one naming EnvironmentFile= and the path", err)
 	}
 	// A file of exactly the limit is read.
 	data, err := readEnvFile(limit)

@@ -1,24 +1,81 @@
-package execdriver
+package service
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/driver"
+	"github.com/flotilla/flotilla/internal/unit"
 )
 
-// journalPoll is how often a followed journal looks for new lines.
-const journalPoll = 150 * time.Millisecond
+// DefaultMaxLogBytes is the size at which a driver rotates a unit's log by
+// default.
+const DefaultMaxLogBytes = 16 << 20
 
-// writeJournal writes the last n complete lines of the log at path (all of
+// DefaultMaxLogFiles is how many rotated files of a unit's log a driver
+// keeps by default.
+const DefaultMaxLogFiles = 1
+
+// CheckName rejects a unit name that cannot be used as a file name, which a
+// driver makes of it.
+func CheckName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || len(name) > 240 {
+		return fmt.Errorf("unit name %q cannot be used as a file name", name)
+	}
+	return nil
+}
+
+// LogPath is the log of the unit name in the driver state directory dir;
+// its rotated files are RotatedPath of it.
+func LogPath(dir, name string) string {
+	return filepath.Join(dir, "logs", name+".log")
+}
+
+// RotatedPath is the k-th newest rotated file of the log at path.
+func RotatedPath(path string, k int) string {
+	return path + "." + strconv.Itoa(k)
+}
+
+// ReadJournal writes the journal of the unit name from the log a driver
+// keeps in its state directory dir, as WriteJournal does; the driver may
+// run in another process. loaded tells whether that driver has the unit
+// loaded: a unit that is not and has no log is driver.ErrUnknownUnit.
+func ReadJournal(ctx context.Context, dir, name string, lines int, follow bool, w io.Writer, loaded bool) error {
+	if err := CheckName(name); err != nil {
+		return fmt.Errorf("journal %s: %w", name, err)
+	}
+	path := LogPath(dir, name)
+	if !loaded {
+		_, err1 := os.Stat(path)
+		_, err2 := os.Stat(RotatedPath(path, 1))
+		if errors.Is(err1, fs.ErrNotExist) && errors.Is(err2, fs.ErrNotExist) {
+			return fmt.Errorf("journal %s: %w", name, driver.ErrUnknownUnit)
+		}
+	}
+	if err := WriteJournal(ctx, path, lines, follow, w); err != nil {
+		return fmt.Errorf("journal %s: %w", name, err)
+	}
+	return nil
+}
+
+// JournalPoll is how often a followed journal looks for new lines.
+const JournalPoll = 150 * time.Millisecond
+
+// WriteJournal writes the last n complete lines of the log at path (all of
 // them when n < 0), reaching into the rotated path.1, path.2 and so on when
 // the current file holds fewer; with follow it then writes lines as they are appended, across
 // rotations, until ctx is done. A line is written only once it is complete.
 // Errors writing to w end it.
-func writeJournal(ctx context.Context, path string, n int, follow bool, w io.Writer) error {
+func WriteJournal(ctx context.Context, path string, n int, follow bool, w io.Writer) error {
 	t := &tailer{w: w}
 	defer t.close()
 	f, err := os.Open(path)
@@ -52,7 +109,7 @@ func writeJournal(ctx context.Context, path string, n int, follow bool, w io.Wri
 	if !follow {
 		return nil
 	}
-	tick := time.NewTicker(journalPoll)
+	tick := time.NewTicker(JournalPoll)
 	defer tick.Stop()
 	for {
 		select {
@@ -78,10 +135,10 @@ func rest(n, found int) int {
 // of the log at path from the k-th newest on, the oldest first: the older
 // files are read only when path.k holds fewer than n.
 func writeRotated(path string, k, n int, w io.Writer) error {
-	if n == 0 || k > maxRotated+1 {
+	if n == 0 || k > unit.MaxLogMaxFiles+1 {
 		return nil
 	}
-	f, err := os.Open(rotatedPath(path, k))
+	f, err := os.Open(RotatedPath(path, k))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

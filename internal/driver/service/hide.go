@@ -1,4 +1,4 @@
-package execdriver
+package service
 
 import (
 	"path/filepath"

@@ -1,4 +1,4 @@
-package execdriver
+package service
 
 import (
 	"bytes"
@@ -16,44 +16,46 @@ import (
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
-// defaultPath is the PATH systemd gives to services.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// DefaultPath is the PATH systemd gives to services.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// environ is an ordered environment in which a later assignment of a name
+// Environ is an ordered environment in which a later assignment of a name
 // replaces an earlier one in place.
-type environ struct {
+type Environ struct {
 	names []string
 	vals  map[string]string
 }
 
-func newEnviron() *environ { return &environ{vals: make(map[string]string)} }
+// NewEnviron is an empty environment.
+func NewEnviron() *Environ { return &Environ{vals: make(map[string]string)} }
 
-// set assigns name=value.
-func (e *environ) set(name, value string) {
+// Set assigns name=value.
+func (e *Environ) Set(name, value string) {
 	if _, ok := e.vals[name]; !ok {
 		e.names = append(e.names, name)
 	}
 	e.vals[name] = value
 }
 
-// add assigns each "NAME=value" entry in order; entries without "=" or with
+// Add assigns each "NAME=value" entry in order; entries without "=" or with
 // an empty name are skipped.
-func (e *environ) add(assignments []string) {
+func (e *Environ) Add(assignments []string) {
 	for _, kv := range assignments {
 		name, value, ok := strings.Cut(kv, "=")
 		if ok && name != "" {
-			e.set(name, value)
+			e.Set(name, value)
 		}
 	}
 }
 
-func (e *environ) get(name string) (string, bool) {
+// Get is the value of name and whether it is set.
+func (e *Environ) Get(name string) (string, bool) {
 	v, ok := e.vals[name]
 	return v, ok
 }
 
-// list is the environment as "NAME=value" entries for exec.
-func (e *environ) list() []string {
+// List is the environment as "NAME=value" entries for exec.
+func (e *Environ) List() []string {
 	out := make([]string, 0, len(e.names))
 	for _, n := range e.names {
 		out = append(out, n+"="+e.vals[n])
@@ -61,16 +63,29 @@ func (e *environ) list() []string {
 	return out
 }
 
-// unitEnviron builds a process's environment as systemd does: the base
+// Environment returns the environment a unit's processes get beyond the
+// driver's base: Environment= in file order, then each EnvironmentFile= in
+// order (read now, refused unless a regular file of at most 1 MiB; a missing
+// one is an error unless it has the "-" prefix, as is one inside hidden), a
+// later assignment winning.
+func Environment(svc *unit.Service, hidden ...string) ([]string, error) {
+	env, err := UnitEnviron(nil, svc, hidden...)
+	if err != nil {
+		return nil, err
+	}
+	return env.List(), nil
+}
+
+// UnitEnviron builds a process's environment as systemd does: the base
 // (PATH, HOME, and USER/LOGNAME when User= is set), then Environment= in file
 // order, then each EnvironmentFile= in order; a later assignment wins. A
 // missing EnvironmentFile= is an error unless it was marked optional ("-"),
-// as is one inside hidden (Config.Inaccessible), which the driver, reading
+// as is one inside hidden (the driver's Inaccessible paths), which the driver, reading
 // it as itself, would otherwise hand to the unit.
-func unitEnviron(base []string, svc *unit.Service, hidden ...string) (*environ, error) {
-	env := newEnviron()
-	env.add(base)
-	env.add(svc.Environment)
+func UnitEnviron(base []string, svc *unit.Service, hidden ...string) (*Environ, error) {
+	env := NewEnviron()
+	env.Add(base)
+	env.Add(svc.Environment)
 	for _, ef := range svc.EnvironmentFiles {
 		data, err := readEnvFile(ef.Path, hidden...)
 		if err != nil {
@@ -79,7 +94,7 @@ func unitEnviron(base []string, svc *unit.Service, hidden ...string) (*environ, 
 			}
 			return nil, fmt.Errorf("EnvironmentFile=: %w", err)
 		}
-		env.add(parseEnvFile(data))
+		env.Add(parseEnvFile(data))
 	}
 	return env, nil
 }
@@ -148,7 +163,7 @@ func fileKind(mode uint32) string {
 	return "a special file"
 }
 
-// expandArgv substitutes environment references in a command line as
+// ExpandArgv substitutes environment references in a command line as
 // systemd does (systemd.service(5), "Command lines"):
 //
 //   - a word that is exactly "$NAME" is replaced by the value of NAME split
@@ -159,14 +174,14 @@ func fileKind(mode uint32) string {
 //
 // The program (argv[0]) is not expanded, as systemd does not allow it to be
 // a variable.
-func expandArgv(argv []string, env *environ) []string {
+func ExpandArgv(argv []string, env *Environ) []string {
 	if len(argv) == 0 {
 		return nil
 	}
 	out := []string{argv[0]}
 	for _, w := range argv[1:] {
 		if len(w) > 1 && w[0] == '$' && w[1] != '{' && w[1] != '$' {
-			if v, ok := env.get(w[1:]); ok {
+			if v, ok := env.Get(w[1:]); ok {
 				out = append(out, splitWords(v)...)
 			}
 			continue
@@ -178,7 +193,7 @@ func expandArgv(argv []string, env *environ) []string {
 
 // expandWord replaces "${NAME}" by NAME's value and "$$" by "$". An
 // unterminated "${" is kept as it is.
-func expandWord(w string, env *environ) string {
+func expandWord(w string, env *Environ) string {
 	if !strings.Contains(w, "$") {
 		return w
 	}
@@ -197,7 +212,7 @@ func expandWord(w string, env *environ) string {
 				b.WriteString(w[i:])
 				return b.String()
 			}
-			v, _ := env.get(w[i+2 : i+2+end])
+			v, _ := env.Get(w[i+2 : i+2+end])
 			b.WriteString(v)
 			i += end + 3
 		default:
@@ -392,10 +407,10 @@ func validEnvName(s string) bool {
 	return true
 }
 
-// lookPath resolves a program name as systemd does: a name with a slash is
+// LookPath resolves a program name as systemd does: a name with a slash is
 // used as it is (relative to the working directory); otherwise it is searched
 // for in the unit's PATH.
-func lookPath(file, path string) (string, error) {
+func LookPath(file, path string) (string, error) {
 	if strings.Contains(file, "/") {
 		return file, nil
 	}
