@@ -13,7 +13,8 @@ import (
 )
 
 const replaceHelp = "replace units whose file differs from the cluster's in place (fleetctl's --replace): where such units run, " +
-	"they are restarted with the new file one machine at a time, the next machine once they run again (with --no-block, all at once)"
+	"they are restarted with the new file one machine at a time, the next machine once they run again (with --no-block, all at once); " +
+	"a template's instances made from its file are replaced with it (flotilla plan shows which)"
 
 // replaceGroup is the changed units of one machine, replaced together.
 type replaceGroup struct {

@@ -55,6 +55,9 @@ func (e *env) submit(ctx context.Context, args []string, replace bool, blk block
 	}
 	var roll []replaceGroup
 	if replace {
+		if refs, err = e.addFollowers(ctx, refs, known); err != nil {
+			return err
+		}
 		refs, roll = rollingPlan(refs, known)
 	}
 	var b apiv1.Batch
@@ -231,6 +234,11 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		}
 	}
 
+	if replace && v.submits {
+		if refs, err = e.addFollowers(ctx, refs, known); err != nil {
+			return err
+		}
+	}
 	var roll []replaceGroup
 	if replace && !noBlock {
 		refs, roll = rollingPlan(refs, known)

@@ -229,19 +229,28 @@ Exit codes: 0 no changes, 5 changes, 2 some units could not be placed.`,
 }
 
 // planBatch is the batch start would send for args.
-func (e *env) planBatch(ctx context.Context, args []string) (apiv1.Batch, error) {
+func (e *env) planBatch(ctx context.Context, args []string, replace bool) (apiv1.Batch, error) {
 	ranges, args, err := rangeArgs(args)
 	if err != nil {
 		return apiv1.Batch{}, err
 	}
 	var b apiv1.Batch
 	if len(args) > 0 {
-		refs, _, err := e.resolveUnitFiles(ctx, args)
+		refs, known, err := e.resolveUnitFiles(ctx, args)
 		if err != nil {
 			return b, err
 		}
+		if replace {
+			if refs, err = e.addFollowers(ctx, refs, known); err != nil {
+				return b, err
+			}
+		}
 		for _, r := range refs {
-			b.Units = append(b.Units, apiv1.UnitChange{Name: r.Name, File: r.File, DesiredState: stateLaunched})
+			ch := apiv1.UnitChange{Name: r.Name, File: r.File, DesiredState: stateLaunched}
+			if unit.IsTemplate(r.Name) {
+				ch.DesiredState = "" // stored: its instances run
+			}
+			b.Units = append(b.Units, ch)
 		}
 	}
 	tmpls, err := e.rangeTemplates(ctx, ranges)
@@ -256,7 +265,7 @@ func (e *env) planBatch(ctx context.Context, args []string) (apiv1.Batch, error)
 }
 
 func (e *env) plan(ctx context.Context, args []string, replace bool) error {
-	b, err := e.planBatch(ctx, args)
+	b, err := e.planBatch(ctx, args, replace)
 	if err != nil {
 		return err
 	}

@@ -94,13 +94,24 @@ func (t *term) plan(w *planWrite) error {
 			seen[c.Name] = true
 		}
 	}
-	for name := range seen {
-		out.Index = max(out.Index, t.indexOf(p, name))
+	for name := range seen { // as the units are: p has the write's versions
+		out.Index = max(out.Index, t.indexOf(&roundPlan{}, name))
 	}
 	names := make([]string, 0, len(p.recs))
-	for _, c := range w.uw.changes { // units given unchanged are in no recs
-		if _, ok := p.recs[c.Name]; !ok && c.Range == nil && t.units[c.Name] != nil {
-			names = append(names, c.Name)
+	unchanged := func(name string) { // units given unchanged are in no recs
+		if _, ok := p.recs[name]; !ok && t.units[name] != nil {
+			names = append(names, name)
+		}
+	}
+	for i, c := range w.uw.changes {
+		if c.Range == nil {
+			unchanged(c.Name)
+			continue
+		}
+		if i < len(w.uw.rangeNames) {
+			for _, name := range w.uw.rangeNames[i] {
+				unchanged(name)
+			}
 		}
 	}
 	for name := range p.recs {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // versionLine is one version as the tests compare it.
@@ -139,20 +141,25 @@ v6 reverted to 1 by=bob current file="[Service]\nExecStart=/bin/sleep 1"
 		t.Fatalf("db.service after the revert: %v %v", u.File, err)
 	}
 
-	// The files of the versions dropped are gone from etcd; those kept are there.
-	files, err := cli.Get(ctx, registry.Keys{}.Files(), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	texts := map[string]bool{}
-	for _, kv := range files.Kvs {
-		texts[strings.TrimSpace(string(kv.Value))] = true
-	}
-	for i, kept := range map[int]bool{1: true, 2: false, 3: false, 4: false, 5: true} {
-		if text := fmt.Sprintf("[Service]\nExecStart=/bin/sleep %d", i); texts[text] != kept {
-			t.Errorf("db.service's file %d stored: %v, want %v", i, texts[text], kept)
+	// The files of the versions dropped are gone from etcd (after the
+	// round is answered); those kept are there.
+	waitfor.Until(t, 10*time.Second, "db.service's files 1 and 5 alone stored", func() error {
+		files, err := cli.Get(ctx, registry.Keys{}.Files(), clientv3.WithPrefix())
+		if err != nil {
+			return err
 		}
-	}
+		texts := map[string]bool{}
+		for _, kv := range files.Kvs {
+			texts[strings.TrimSpace(string(kv.Value))] = true
+		}
+		for i := 1; i <= 5; i++ {
+			kept := i == 1 || i == 5
+			if text := fmt.Sprintf("[Service]\nExecStart=/bin/sleep %d", i); texts[text] != kept {
+				return fmt.Errorf("file %d stored: %v, want %v", i, texts[text], kept)
+			}
+		}
+		return nil
+	})
 
 	// Destroyed, its versions go; submitted again, it starts at version 1
 	// with an index above every earlier one.

@@ -12,7 +12,7 @@ import (
 // lines, where its simple algorithm is more than fast enough.
 func Diff(from, to, a, b string) string {
 	d, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(withNewline(a)), B: difflib.SplitLines(withNewline(b)),
+		A: lines(a), B: lines(b),
 		FromFile: from, ToFile: to, Context: 3,
 	})
 	if err != nil { // only a failed write to its strings.Builder
@@ -21,9 +21,15 @@ func Diff(from, to, a, b string) string {
 	return d
 }
 
-func withNewline(s string) string {
-	if s != "" && !strings.HasSuffix(s, "\n") {
-		return s + "\n"
+// lines splits s into lines that each end in a newline (difflib's
+// SplitLines adds an empty last line to a text that ends in one).
+func lines(s string) []string {
+	if s == "" {
+		return nil
 	}
-	return s
+	if !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	l := strings.SplitAfter(s, "\n")
+	return l[:len(l)-1] // the "" after the last newline
 }
