@@ -146,3 +146,41 @@ func TestRunAs(t *testing.T) {
 		}
 	}
 }
+
+// TestRevertRunAs: a revert is checked against the token as a submit is:
+// a token that may run units as app only cannot revert a unit to a version
+// an admin made that runs as root; plan is open to a read token, and the
+// version made names the token.
+func TestRevertRunAs(t *testing.T) {
+	c, admin := tokenCluster(t)
+	app := newTokenAs(t, c, admin, apiv1.TokenRequest{Name: "ci", Role: "write", RunAs: []string{"app"}})
+	reader := newTokenAs(t, c, admin, apiv1.TokenRequest{Name: "eyes", Role: "read"})
+	put := func(secret, file string) (int, string) {
+		body, _ := json.Marshal(apiv1.UnitChange{File: file})
+		resp, b := c.do(t, "PUT", "/v1/units/db.service?replace=true", string(body), "Authorization", "Bearer "+secret)
+		return resp.StatusCode, b
+	}
+	svc := "[Service]\nExecStart=/bin/sleep 1000\n"
+	if code, b := put(admin, svc+"User=root\n"); code != 200 {
+		t.Fatalf("admin's put = %d %s", code, b)
+	}
+	if code, b := put(app.Secret, svc+"User=app\n"); code != 200 {
+		t.Fatalf("ci's put = %d %s", code, b)
+	}
+	resp, b := c.do(t, "POST", "/v1/units/db.service/revert", `{"version":1}`, "Authorization", "Bearer "+app.Secret)
+	if resp.StatusCode != 403 || !strings.Contains(b, "User=root is root") {
+		t.Fatalf("ci's revert to root's version = %d %s, want 403", resp.StatusCode, b)
+	}
+	resp, b = c.do(t, "POST", "/v1/plan?replace=true", `{"units":[{"name":"db.service","file":"[Service]\nExecStart=/bin/true\nUser=app\n"}]}`, "Authorization", "Bearer "+reader.Secret)
+	if resp.StatusCode != 200 || !strings.Contains(b, `"change":"changed"`) {
+		t.Fatalf("a read token's plan = %d %s", resp.StatusCode, b)
+	}
+	resp, b = c.do(t, "GET", "/v1/units/db.service/versions", "", "Authorization", "Bearer "+reader.Secret)
+	var l apiv1.VersionList
+	if json.Unmarshal([]byte(b), &l); resp.StatusCode != 200 || len(l.Versions) != 2 || l.Versions[1].By != "ci" || !l.Versions[1].Current {
+		t.Fatalf("versions = %d %s", resp.StatusCode, b)
+	}
+	if resp, b := c.do(t, "PUT", "/v1/config/versions", `{"keep":3}`, "Authorization", "Bearer "+app.Secret); resp.StatusCode != 403 {
+		t.Fatalf("a write token's versions setting = %d %s, want 403", resp.StatusCode, b)
+	}
+}

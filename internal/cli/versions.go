@@ -116,7 +116,10 @@ func (e *env) diffVersions(ctx context.Context, name, a, b string) error {
 }
 
 func newRevertCommand(g *Globals) *cobra.Command {
-	var checkIndex int64 = -1
+	var (
+		checkIndex int64
+		blk        block
+	)
 	cmd := &cobra.Command{
 		Use:   "revert UNIT [VERSION]",
 		Short: "Give a unit the file of one of its earlier versions",
@@ -124,9 +127,10 @@ func newRevertCommand(g *Globals) *cobra.Command {
 versions, as history lists them: by default the newest earlier version with
 another file. The file is replaced in place, as submit --replace does (the
 unit keeps its desired state and its machine, which restarts it with the
-file), and the revert is a new version. Refused if the unit's versions
-changed while it was asked for, or with --check-index if they changed since
-that index.`,
+file), and the revert is a new version. A template's instances that
+followed its file are then replaced with it, one machine at a time, as
+submit --replace does. Refused if the unit's versions changed while it was
+asked for, or with --check-index if they changed since that index.`,
 		Example: `  flotilla revert web@.service
   flotilla revert db.service 3`,
 		Args:         cobra.RangeArgs(1, 2),
@@ -139,17 +143,55 @@ that index.`,
 					return fmt.Errorf("version %q: want a version number (as history lists them)", args[1])
 				}
 			}
-			l, err := e.c.Revert(ctx, args[0], n, indexFlag(checkIndex))
-			if err != nil {
-				return err
-			}
-			cur := l.Versions[len(l.Versions)-1]
-			fmt.Fprintf(e.out, "Unit %s %s: now version %d\n", args[0], cur.Change, cur.Version)
-			return nil
+			return e.revert(ctx, args[0], n, indexFlag(checkIndex), blk)
 		}),
 	}
 	addCheckIndex(cmd, &checkIndex)
+	blk.register(cmd.Flags(), "on each machine, give up waiting for the instances replaced after this long (0 means no limit)")
 	return cmd
+}
+
+// revert reverts unit name to version n, then, for a template, rolls the
+// instances that followed it onto the file reverted to, as submit
+// --replace would.
+func (e *env) revert(ctx context.Context, name string, n int, checkIndex *int64, blk block) error {
+	var before *apiv1.Unit
+	if unit.IsTemplate(name) {
+		var err error
+		if before, err = e.c.Unit(ctx, name); err != nil {
+			return err
+		}
+	}
+	l, err := e.c.Revert(ctx, name, n, checkIndex)
+	if err != nil {
+		return err
+	}
+	cur := l.Versions[len(l.Versions)-1]
+	fmt.Fprintf(e.out, "Unit %s %s: now version %d\n", name, cur.Change, cur.Version)
+	if before == nil || before.Hash == cur.Hash {
+		return nil
+	}
+	v, err := e.c.Version(ctx, name, cur.Version)
+	if err != nil {
+		return err
+	}
+	known := map[string]apiv1.Unit{}
+	r := unitRef{Arg: name, Name: name, Path: name, File: v.File}
+	refs, err := e.followers(ctx, r, before.File, nil, map[string]bool{name: true}, known)
+	if err != nil || len(refs) == 0 {
+		return err
+	}
+	rest, roll := rollingPlan(refs, known)
+	if len(rest) > 0 {
+		b := apiv1.Batch{}
+		for _, r := range rest {
+			b.Units = append(b.Units, apiv1.UnitChange{Name: r.Name, File: r.File})
+		}
+		if _, err := e.c.ReplaceBatch(ctx, b); err != nil {
+			return err
+		}
+	}
+	return e.roll(ctx, roll, "", blk)
 }
 
 func newTagCommand(g *Globals) *cobra.Command {

@@ -85,8 +85,14 @@ func TestPlanAndVersions(t *testing.T) {
 	}
 	run(t, srv, "tag", "web@.service", "1", "first").mustSucceed(t)
 	r = run(t, srv, "revert", "web@.service", "1").mustSucceed(t)
-	if want := "Unit web@.service reverted to 1: now version 4\n"; r.out != want {
+	if want := "Unit web@.service reverted to 1: now version 4\n"; !strings.HasPrefix(r.out, want) {
 		t.Fatalf("revert: %q, want %q", r.out, want)
+	}
+	if !strings.Contains(r.out, "Unit web@1.service replaced") {
+		t.Fatalf("revert did not roll the instances:\n%s", r.out)
+	}
+	if u, _ := srv.Unit(t, "web@2.service"); !strings.Contains(u.File, "sleep 1000") {
+		t.Fatalf("web@2.service after the revert: %q", u.File)
 	}
 	r = run(t, srv, "history", "web@1.service").mustSucceed(t)
 	if !strings.HasPrefix(r.out, "web@1.service follows the versions of its template web@.service:\n") || !strings.Contains(r.out, "first") {
