@@ -66,6 +66,11 @@ type unitsWrite struct {
 	check   *int64 // the check index it must match (ApplyOptions)
 	// revertTo is the version a revert returns to (0: not a revert).
 	revertTo int
+	// deploy is a deployment's record to write with the changes (a step
+	// of it: deploy.go); autoRevert says the changes roll a failed one
+	// back.
+	deploy     *registry.Deployment
+	autoRevert bool
 	// rangeNames are the names of each range change's instances, once
 	// validated (by change index).
 	rangeNames [][]string
@@ -241,8 +246,10 @@ type roundPlan struct {
 	// range (not destroying it), as flotilla start
 	// 'web@{1..1000000}.service' is: validated by index, not into recs.
 	single *rangeUnits
-	// versions are the versions of unit files the round makes.
+	// versions are the versions of unit files the round makes, deploys
+	// the deployments it writes (nil: deleted).
 	versions roundVersions
+	deploys  map[string]*registry.Deployment
 
 	ops       []registry.Op
 	entries   []roundEntry    // the round's units, read once, applied in this order
@@ -301,6 +308,8 @@ func (t *term) validateRound(round []*applyReq) *roundPlan {
 			err = t.validateTag(p, w)
 		case *versionsWrite:
 			p.versions.keep = &w.keep
+		case *deployCtl:
+			err = t.validateDeployCtl(p, w)
 		case *planWrite:
 			if err = t.plan(w); err == nil {
 				req.res <- applyRes{} // answered: a plan is never committed
@@ -401,6 +410,9 @@ func (t *term) validateUnitsWrite(p *roundPlan, req *unitsWrite) error {
 			p.recs[k] = v
 		}
 	}
+	if req.deploy != nil {
+		p.setDeploy(req.deploy.Unit, req.deploy)
+	}
 	if prev != nil {
 		t.noteVersions(p, req, prev, t.e.cfg.Now())
 	}
@@ -426,6 +438,7 @@ func (t *term) roundOps(p *roundPlan) {
 		t.entryOps(p, en)
 	}
 	t.versionOps(p)
+	t.deployOps(p)
 }
 
 // singleRangeEntries reads the entries of a round of one range change: one
@@ -599,6 +612,7 @@ func (t *term) applyPlan(p *roundPlan) {
 	}
 	t.standRanges(p.newRanges)
 	t.applyVersions(p)
+	t.applyDeploys(p)
 	woken := t.hold.release()
 	t.mu.Unlock()
 	wakeAll(woken)

@@ -305,6 +305,7 @@ type term struct {
 	protoMu    sync.Mutex
 	protos     map[*unit.File]*unit.File // template -> the instance its instances share
 	versions   versionsState             // versions.go
+	deploys    deployState               // deploy.go
 
 	// owned by the loop goroutine (it also holds mu when it changes them)
 	sched         *scheduler.Cluster
@@ -384,6 +385,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		standing:      standing{},
 		protos:        map[*unit.File]*unit.File{},
 		versions:      versionsState{logs: map[string]registry.VersionLog{}, keep: registry.DefaultKeepVersions},
+		deploys:       newDeployState(nil),
 		placeDirty:    true,
 		draining:      map[string]string{},
 		movedAt:       map[string]time.Time{},
@@ -495,6 +497,7 @@ func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
 		t.files[c] = &storedFile{text: snap.Files[c], stored: true}
 	}
 	t.loadVersions(snap)
+	t.deploys = newDeployState(snap.Deployments)
 	parser := storedParser{t: t, templates: map[[2]string]*unit.File{}}
 	t.units = make(map[string]*unitRec, len(snap.Units))
 	mk := recMaker{t: t}
@@ -691,7 +694,11 @@ func (t *term) loop() {
 			t.applyRound(round)
 		}
 		if t.leaseValid() {
-			if at := t.reconcile(); !at.IsZero() {
+			at := t.reconcile()
+			if dat := t.deploy(); !dat.IsZero() && (at.IsZero() || dat.Before(at)) {
+				at = dat
+			}
+			if !at.IsZero() {
 				recheck.Reset(max(at.Sub(t.e.cfg.Now()), 0) + time.Millisecond)
 			}
 		}

@@ -177,6 +177,9 @@ func (t *term) noteVersions(p *roundPlan, req *unitsWrite, prev map[string]*unit
 			if had {
 				p.versions.setLog(c.Name, nil)
 			}
+			if _, ok := t.deployOf(p, c.Name); ok {
+				p.setDeploy(c.Name, nil)
+			}
 			continue
 		}
 		if had && old.Current().Hash == next.file.Hash {
@@ -201,6 +204,15 @@ func (t *term) noteVersions(p *roundPlan, req *unitsWrite, prev map[string]*unit
 		l.Versions = append(l.Versions, t.version(p, next, n, now, req.by, change))
 		l = l.Trim(t.keepOf(p))
 		p.versions.setLog(c.Name, &l)
+		if cur := prev[c.Name]; cur != nil && unit.IsTemplate(c.Name) {
+			skip := make(map[string]*unitRec, len(req.changes))
+			for _, o := range req.changes {
+				if o.Range == nil {
+					skip[o.Name] = nil
+				}
+			}
+			t.noteDeployment(p, c.Name, cur, next, l, skip, req.autoRevert, now)
+		}
 	}
 }
 

@@ -46,6 +46,7 @@ type Follower struct {
 	machines   map[string]MachineRecord
 	config     []byte
 	versions   map[string]VersionLog
+	deploys    map[string]Deployment
 	vindex     int64
 	vconfig    []byte
 	bad        map[string]bool // keys whose value did not decode
@@ -107,6 +108,7 @@ func (f *Follower) reset(snap *Snapshot) {
 	f.machines = snap.Machines
 	f.config = snap.SchedulerConfig
 	f.versions, f.vindex, f.vconfig = snap.Versions, snap.VersionIndex, snap.VersionsConfig
+	f.deploys = snap.Deployments
 	f.bad = map[string]bool{}
 	for _, k := range snap.Skipped {
 		// A record whose file was missing when loaded is kept out until
@@ -215,6 +217,17 @@ func (f *Follower) apply(ev *clientv3.Event) {
 			return
 		}
 		f.versions[name] = l
+	case strings.HasPrefix(key, k.Deployments()):
+		delete(f.deploys, strings.TrimPrefix(key, k.Deployments()))
+		if del {
+			return
+		}
+		d, ok := k.decodeDeployment(key, ev.Kv.Value)
+		if !ok {
+			f.bad[key] = true
+			return
+		}
+		f.deploys[d.Unit] = d
 	case key == k.VersionIndex():
 		if n, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64); err == nil && !del {
 			f.vindex = max(f.vindex, n)
@@ -334,6 +347,10 @@ func (f *Follower) snapshot() *Snapshot {
 		snap.VersionIndex = max(snap.VersionIndex, l.Current().Index)
 	}
 	snap.VersionIndex = max(snap.VersionIndex, f.vindex)
+	snap.Deployments = make(map[string]Deployment, len(f.deploys))
+	for name, d := range f.deploys {
+		snap.Deployments[name] = d
+	}
 	if f.vconfig != nil {
 		snap.VersionsConfig = append([]byte(nil), f.vconfig...)
 	}

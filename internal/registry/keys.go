@@ -22,6 +22,9 @@
 //	config/scheduler JSON: the placement policy (strategy, roles) set through the API
 //	versions/<name>  JSON VersionLog: the versions of the unit's file, oldest
 //	                 first (versions.go); not for a template's instances
+//	deployments/<template>
+//	                 JSON Deployment: the latest roll of the template's
+//	                 file onto its instances (deployments.go)
 //	config/version-index
 //	                 the cluster's version index, in decimal: the Index of
 //	                 the newest version ever made

@@ -73,6 +73,7 @@ type Snapshot struct {
 	// VersionIndex is the cluster's version index and VersionsConfig the
 	// stored versions setting (nil if never set).
 	Versions       map[string]VersionLog
+	Deployments    map[string]Deployment // by template
 	VersionIndex   int64
 	VersionsConfig []byte
 	// Skipped names the keys whose values did not decode: they are left out
@@ -91,7 +92,7 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	}
 	rev := first.Header.Revision
 	snap := &Snapshot{Schedule: map[string]string{}, Legacy: map[string]bool{}, Files: map[string]string{},
-		Moves: map[string]string{}, Machines: map[string]MachineRecord{}, Versions: map[string]VersionLog{}, Revision: rev}
+		Moves: map[string]string{}, Machines: map[string]MachineRecord{}, Versions: map[string]VersionLog{}, Deployments: map[string]Deployment{}, Revision: rev}
 	read := func(prefix string, fn func(key string, val []byte, rev int64) error) error {
 		// Pages of 20,000 keys (about 4 MB of unit records), in etcd's
 		// own key order: asking etcd to sort made it sort every page in
@@ -164,6 +165,17 @@ func Load(ctx context.Context, cli *clientv3.Client, keys Keys) (*Snapshot, erro
 	err = read(keys.Versions(), func(key string, val []byte, _ int64) error {
 		if name, l, ok := keys.decodeVersionLog(key, val); ok {
 			snap.Versions[name] = l
+		} else {
+			snap.Skipped = append(snap.Skipped, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = read(keys.Deployments(), func(key string, val []byte, _ int64) error {
+		if d, ok := keys.decodeDeployment(key, val); ok {
+			snap.Deployments[d.Unit] = d
 		} else {
 			snap.Skipped = append(snap.Skipped, key)
 		}

@@ -150,7 +150,7 @@ func (p *parser) checkSection(o option) error {
 	}
 	typ := TypeOf(p.f.Name)
 	own := typeSections[typ]
-	if o.section == own || (o.section == sectionContainer || o.section == sectionCheck) && typ == "service" {
+	if o.section == own || (o.section == sectionContainer || o.section == sectionCheck || o.section == sectionUpdate) && typ == "service" {
 		return nil
 	}
 	if own == "" {
@@ -247,6 +247,9 @@ func (p *parser) checkType() error {
 	switch typ {
 	case "service":
 		if err := p.checkChecks(); err != nil {
+			return err
+		}
+		if err := p.checkUpdate(); err != nil {
 			return err
 		}
 		if p.f.Container != nil {

@@ -503,12 +503,13 @@ const (
 	sectionSwap      = "Swap"
 	sectionContainer = "X-Container"
 	sectionCheck     = "X-Check"
+	sectionUpdate    = "X-Update"
 )
 
 var sections = []string{
 	sectionUnit, sectionService, sectionInstall, sectionFleet,
 	sectionSocket, sectionTimer, sectionPath, sectionMount, sectionAutomount, sectionSwap,
-	sectionContainer, sectionCheck,
+	sectionContainer, sectionCheck, sectionUpdate,
 }
 
 // sectionIndex returns the position of section in sections, or -1.
@@ -543,6 +544,8 @@ func optionTable(section string) []string {
 		return containerOptions
 	case sectionCheck:
 		return checkOptions
+	case sectionUpdate:
+		return updateOptions
 	}
 	return nil
 }

@@ -196,6 +196,8 @@ func (p *parser) option(o option) error {
 		return p.containerOption(o)
 	case sectionCheck:
 		return p.checkOption(o)
+	case sectionUpdate:
+		return p.updateOption(o)
 	}
 	if !knownOption(o.section, o.name) {
 		if canon, ok := deprecatedFleetOptions[o.name]; ok {

@@ -45,6 +45,9 @@ type File struct {
 	// Check is the [X-Check] section of a service: how its health is
 	// judged beyond running, or nil.
 	Check *Check `json:",omitempty"`
+	// Update is the [X-Update] section: how a change of the file is
+	// rolled onto its instances (nil: DefaultUpdate).
+	Update *Update `json:",omitempty"`
 	// Triggers is the unit a .socket, .timer or .path unit activates (its
 	// Service= or Unit=, by default the service of the same name; for a
 	// socket with Accept=yes, the template "prefix@.service"), or "". Such a

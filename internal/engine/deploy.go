@@ -1,0 +1,604 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/health"
+	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/unit"
+)
+
+// Deployments (registry.Deployment). A round that gives a template a new
+// file makes a deployment of the instances that follow the template (their
+// file was made from one of its versions): the leader then replaces them a
+// few at a time, as the new file's [X-Update] says, judging each by its
+// health, after a pass of its loop (deploy). Which instances are replaced
+// is read from the instances' files, never from the record alone, so a
+// leader that takes over resumes without replacing an instance twice.
+//
+// The decision is stepDeployment, a pure function of the record, the
+// instances as the leader sees them and the time; deploy turns its
+// outcome into a round of writes (the instances' files, canaries made or
+// destroyed, a revert, the record) through applyRound, as the API's are.
+
+// deployState is the term's deployments. Changed by the loop under mu; the
+// times are the loop's own.
+type deployState struct {
+	recs map[string]registry.Deployment // by template
+	// replaced is when the loop gave an instance its new file, healthy
+	// since when it has been seen healthy with it: memory only (a new
+	// leader counts from when it took office).
+	replaced, healthy map[string]time.Time
+	lastReplace       map[string]time.Time // by template: Stagger=
+}
+
+func newDeployState(recs map[string]registry.Deployment) deployState {
+	if recs == nil {
+		recs = map[string]registry.Deployment{}
+	}
+	return deployState{recs: recs, replaced: map[string]time.Time{}, healthy: map[string]time.Time{}, lastReplace: map[string]time.Time{}}
+}
+
+// strategyOf is [X-Update] in the record's terms.
+func strategyOf(u unit.Update) registry.DeployStrategy {
+	return registry.DeployStrategy{MaxParallel: u.MaxParallel, MinHealthyTimeMs: u.MinHealthyTime.Milliseconds(),
+		HealthyDeadlineMs: u.HealthyDeadline.Milliseconds(), ProgressDeadlineMs: u.ProgressDeadline.Milliseconds(),
+		Canary: u.Canary, AutoPromote: u.AutoPromote, AutoRevert: u.AutoRevert, StaggerMs: u.Stagger.Milliseconds()}
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// deployInst is an instance of a deployment as the leader sees it.
+type deployInst struct {
+	exists   bool
+	launched bool // desired launched
+	isNew    bool // its file is the deployment's new one
+	healthy  bool // active, healthy, running the file it has
+	// healthyFor is how long it has been healthy with its file;
+	// replacedFor how long since it was given the new file.
+	healthyFor, replacedFor time.Duration
+}
+
+// deployStep is what stepDeployment decides.
+type deployStep struct {
+	rec      registry.Deployment
+	changed  bool     // rec differs from the record
+	replace  []string // instances to give the new file
+	canaries []string // canary instances to make, launched with the new file
+	destroy  []string // canaries to destroy
+	revert   bool     // give the template its From file again (AutoRevert)
+	// wake is how soon to look again though nothing changes (0: when
+	// something does).
+	wake time.Duration
+}
+
+// stepDeployment decides the next step of deployment d given its
+// instances (Instances and Canaries, by name), at now.
+func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time.Time) deployStep {
+	st := deployStep{rec: d}
+	if d.Status != registry.DeployRunning && d.Status != registry.DeployCanaries {
+		return st
+	}
+	s := d.Strategy
+	minHealthy := ms(s.MinHealthyTimeMs)
+	done := func(in deployInst) bool { return in.isNew && in.healthy && in.healthyFor >= minHealthy }
+	wakeAt := func(d time.Duration) {
+		if d > 0 && (st.wake == 0 || d < st.wake) {
+			st.wake = d
+		}
+	}
+	// late is the first instance given the new file that is not done
+	// within HealthyDeadline.
+	late := func(names []string) string {
+		for _, name := range names {
+			in := insts[name]
+			if !in.exists || !in.launched || !in.isNew || done(in) {
+				continue
+			}
+			if s.HealthyDeadlineMs > 0 && in.replacedFor > ms(s.HealthyDeadlineMs) {
+				return name
+			}
+			wakeAt(ms(s.HealthyDeadlineMs) - in.replacedFor)
+			if in.healthy {
+				wakeAt(minHealthy - in.healthyFor)
+			}
+		}
+		return ""
+	}
+	fail := func(msg string) deployStep {
+		st.rec.Status, st.rec.Message, st.changed = registry.DeployFailed, msg, true
+		st.destroy = append(st.destroy, d.Canaries...)
+		st.revert = s.AutoRevert && !d.Revert
+		return st
+	}
+
+	if s.Canary > 0 && !d.Promoted {
+		if len(d.Canaries) == 0 {
+			st.canaries = canaryNames(d, insts)
+			st.rec.Canaries, st.changed = st.canaries, true
+			return st
+		}
+		if name := late(d.Canaries); name != "" {
+			return fail(fmt.Sprintf("canary %s was not healthy for %v within %v of starting", name, minHealthy, ms(s.HealthyDeadlineMs)))
+		}
+		for _, name := range d.Canaries {
+			if !done(insts[name]) {
+				return st
+			}
+		}
+		if s.AutoPromote {
+			st.rec.Promoted, st.rec.Status, st.changed = true, registry.DeployRunning, true
+		} else if d.Status != registry.DeployCanaries {
+			st.rec.Status, st.rec.Message, st.changed = registry.DeployCanaries, "the canaries are healthy: promote to go on", true
+			return st
+		} else {
+			return st
+		}
+	}
+
+	if name := late(d.Instances); name != "" {
+		return fail(fmt.Sprintf("%s was not healthy for %v within %v of being replaced", name, minHealthy, ms(s.HealthyDeadlineMs)))
+	}
+	nDone, unhealthy, replaced := 0, 0, 0
+	var todo []string
+	for _, name := range d.Instances {
+		in := insts[name]
+		switch {
+		case !in.exists:
+			nDone++ // destroyed meanwhile: nothing to do
+		case in.isNew:
+			replaced++
+			if !in.launched || done(in) {
+				nDone++
+			} else {
+				unhealthy++
+			}
+		case !in.launched:
+			st.replace = append(st.replace, name) // not running: its file only
+			replaced++
+		default:
+			if !in.healthy {
+				unhealthy++
+			}
+			todo = append(todo, name)
+		}
+	}
+	if nDone > d.Done {
+		st.rec.Done, st.rec.Progress, st.changed = nDone, now, true
+	}
+	if s.ProgressDeadlineMs > 0 && len(todo)+unhealthy > 0 {
+		left := ms(s.ProgressDeadlineMs) - now.Sub(st.rec.Progress)
+		if left <= 0 {
+			return fail(fmt.Sprintf("no instance became healthy in %v (%d of %d done)", ms(s.ProgressDeadlineMs), nDone, len(d.Instances)))
+		}
+		wakeAt(left)
+	}
+	if d.Status == registry.DeployCanaries {
+		st.rec.Status, st.rec.Message, st.changed = registry.DeployRunning, "", true
+	}
+	for budget := max(s.MaxParallel, 1) - unhealthy; budget > 0 && len(todo) > 0; budget-- {
+		st.replace = append(st.replace, todo[0])
+		todo = todo[1:]
+		replaced++
+		if s.StaggerMs > 0 {
+			wakeAt(ms(s.StaggerMs))
+			break // one at a time, Stagger= apart (deploy holds it back)
+		}
+	}
+	if replaced > st.rec.Replaced {
+		st.rec.Replaced, st.changed = replaced, true
+	}
+	if nDone == len(d.Instances) {
+		st.rec.Status, st.changed = registry.DeploySucceeded, true
+		if !d.Revert {
+			st.rec.Message = ""
+		}
+		st.destroy = append(st.destroy, d.Canaries...)
+	}
+	return st
+}
+
+// canaryNames names d's canaries: the next numbers after the largest
+// numeric instance of the template, else canary-1, canary-2...
+func canaryNames(d registry.Deployment, insts map[string]deployInst) []string {
+	top, numeric := 0, true
+	for _, name := range d.Instances {
+		n, err := strconv.Atoi(unit.Instance(name))
+		if err != nil {
+			numeric = false
+			break
+		}
+		top = max(top, n)
+	}
+	var out []string
+	for i := 1; len(out) < d.Strategy.Canary; i++ {
+		inst := "canary-" + strconv.Itoa(i)
+		if numeric {
+			inst = strconv.Itoa(top + i)
+		}
+		name := unit.Prefix(d.Unit) + "@" + inst + strings.TrimPrefix(d.Unit, unit.Prefix(d.Unit)+"@")
+		if !insts[name].exists {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// templateFollowers returns the instances of template tmpl (as lookup sees them)
+// whose file was made from one of the versions in log, sorted, leaving
+// out those skip holds.
+func (t *term) templateFollowers(tmpl string, log registry.VersionLog, skip map[string]*unitRec, lookup func(string) *unitRec) []string {
+	var tmplFiles []*unit.File
+	for _, v := range log.Versions {
+		if f := t.files[v.Content]; f != nil && f.text != "" {
+			if tf, err := unit.Parse(tmpl, []byte(f.text)); err == nil {
+				tmplFiles = append(tmplFiles, tf)
+			}
+		}
+	}
+	if cur := lookup(tmpl); cur != nil {
+		tmplFiles = append(tmplFiles, cur.file)
+	}
+	shared := map[*unit.File]string{} // a Shareable template's instances' hash
+	var out []string
+	for name := range t.units {
+		if !unit.IsInstance(name) || unit.TemplateOf(name) != tmpl {
+			continue
+		}
+		if _, ok := skip[name]; ok {
+			continue
+		}
+		r := lookup(name)
+		if r == nil {
+			continue
+		}
+		for _, tf := range tmplFiles {
+			h, ok := shared[tf]
+			if !ok {
+				f, err := unit.Instantiate(tf, unit.Instance(name))
+				if err != nil {
+					continue
+				}
+				h = f.Hash
+				if unit.Shareable(tf) {
+					shared[tf] = h
+				}
+			}
+			if h == r.file.Hash {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// noteDeployment makes the deployment of template name's new file, next,
+// in round p, as a request replaces it. prev is the template as it was,
+// local the request's other changes (instances it changes itself are not
+// the deployment's).
+func (t *term) noteDeployment(p *roundPlan, name string, prev, next *unitRec, log registry.VersionLog, local map[string]*unitRec, revert bool, now time.Time) {
+	lookup := func(n string) *unitRec { return p.lookup(t)(nil, n) }
+	insts := t.templateFollowers(name, log, local, lookup)
+	var running []string
+	for _, n := range insts {
+		if r := lookup(n); r != nil && r.file.Hash != t.instanceHash(next.file, n) {
+			running = append(running, n)
+		}
+	}
+	if len(running) == 0 && !revert {
+		return // a revert is recorded even with nothing to roll back
+	}
+	cur := log.Current()
+	from := log.Versions[max(len(log.Versions)-2, 0)]
+	d := registry.Deployment{Unit: name, FromVersion: from.Version, ToVersion: cur.Version, From: from.Content, To: cur.Content,
+		Strategy: strategyOf(unit.UpdateOf(next.file)), Status: registry.DeployRunning, Instances: slices.Clip(running), Revert: revert,
+		Created: now.UTC(), Updated: now.UTC(), Progress: now.UTC()}
+	if old, ok := t.deployOf(p, name); ok && old.Active() {
+		d.Message = fmt.Sprintf("supersedes the deployment of version %d", old.ToVersion)
+	}
+	if revert {
+		d.Strategy.Canary = 0 // back to what ran: no canaries
+		if old, ok := t.deployOf(p, name); ok {
+			d.Message = fmt.Sprintf("rolls back the failed deployment of version %d: %s", old.ToVersion, old.Message)
+		}
+	}
+	p.setDeploy(name, &d)
+}
+
+// instanceHash is the hash of instance name's file made from template f.
+func (t *term) instanceHash(f *unit.File, name string) string {
+	inf, err := t.instanceFile(f, name)
+	if err != nil {
+		return ""
+	}
+	return inf.Hash
+}
+
+func (t *term) deployOf(p *roundPlan, name string) (registry.Deployment, bool) {
+	if d, ok := p.deploys[name]; ok {
+		if d == nil {
+			return registry.Deployment{}, false
+		}
+		return *d, true
+	}
+	d, ok := t.deploys.recs[name]
+	return d, ok
+}
+
+func (p *roundPlan) setDeploy(name string, d *registry.Deployment) {
+	if p.deploys == nil {
+		p.deploys = map[string]*registry.Deployment{}
+	}
+	p.deploys[name] = d
+}
+
+// deployOps adds the round's deployments to its operations.
+func (t *term) deployOps(p *roundPlan) {
+	for name, d := range p.deploys {
+		if d == nil {
+			p.ops = append(p.ops, registry.DeleteDeployment(t.keys, name))
+		} else {
+			p.ops = append(p.ops, registry.PutDeployment(t.keys, *d))
+		}
+	}
+}
+
+// applyDeploys makes memory follow a durable round. Callers hold mu.
+func (t *term) applyDeploys(p *roundPlan) {
+	for name, d := range p.deploys {
+		if d == nil {
+			delete(t.deploys.recs, name)
+		} else {
+			t.deploys.recs[name] = *d
+		}
+	}
+}
+
+// deployView is the instances of d as the leader sees them at now.
+func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deployInst {
+	tmpl := t.units[d.Unit]
+	out := make(map[string]deployInst, len(d.Instances)+len(d.Canaries))
+	for _, name := range append(slices.Clone(d.Instances), d.Canaries...) {
+		r := t.units[name]
+		if r == nil {
+			delete(t.deploys.replaced, name)
+			delete(t.deploys.healthy, name)
+			continue
+		}
+		in := deployInst{exists: true, launched: r.desired() == unit.Launched}
+		in.isNew = tmpl != nil && r.file.Hash == t.instanceHash(tmpl.file, name)
+		if in.isNew {
+			at, ok := t.deploys.replaced[name]
+			if !ok {
+				at = now
+				t.deploys.replaced[name] = at
+			}
+			in.replacedFor = now.Sub(at)
+		}
+		if m := t.machines[r.machine]; m != nil {
+			if s, ok := t.statusOf(m, name); ok && s.Active == "active" && s.Hash == r.file.Hash && s.Health == health.Healthy {
+				in.healthy = true
+			}
+		}
+		if in.healthy {
+			at, ok := t.deploys.healthy[name]
+			if !ok {
+				at = now
+				t.deploys.healthy[name] = at
+			}
+			in.healthyFor = now.Sub(at)
+		} else {
+			delete(t.deploys.healthy, name)
+		}
+		out[name] = in
+	}
+	return out
+}
+
+// deploy carries out the active deployments a step each. It runs on the
+// loop, after a pass, and returns when it would look again though nothing
+// changed (zero: not by time).
+func (t *term) deploy() time.Time {
+	now := t.e.cfg.Now()
+	var wake time.Time
+	t.mu.RLock()
+	var steps []deployStep
+	for _, d := range t.deploys.recs {
+		if !d.Active() {
+			continue
+		}
+		st := stepDeployment(d, t.deployView(d, now), now)
+		if last, ok := t.deploys.lastReplace[d.Unit]; ok && d.Strategy.StaggerMs > 0 && now.Sub(last) < ms(d.Strategy.StaggerMs) {
+			st.replace = nil // not yet
+			st.wake = ms(d.Strategy.StaggerMs) - now.Sub(last)
+		}
+		if st.wake > 0 && (wake.IsZero() || now.Add(st.wake).Before(wake)) {
+			wake = now.Add(st.wake)
+		}
+		if st.changed || len(st.replace)+len(st.canaries)+len(st.destroy) > 0 || st.revert {
+			steps = append(steps, st)
+		}
+	}
+	t.mu.RUnlock()
+	for _, st := range steps {
+		t.runStep(st, now)
+	}
+	return wake
+}
+
+// runStep writes a step's changes in one round.
+func (t *term) runStep(st deployStep, now time.Time) {
+	t.mu.RLock()
+	tmpl := t.units[st.rec.Unit]
+	var changes []Change
+	var revertTo int
+	if tmpl != nil {
+		for _, name := range st.replace {
+			if f, err := t.instanceFile(tmpl.file, name); err == nil {
+				changes = append(changes, Change{Name: name, File: f, Replace: true})
+			}
+		}
+		for _, name := range st.canaries {
+			if f, err := t.instanceFile(tmpl.file, name); err == nil {
+				changes = append(changes, Change{Name: name, File: f, DesiredState: unit.Launched})
+			}
+		}
+		if st.revert {
+			if f := t.files[st.rec.From]; f != nil && f.text != "" {
+				if tf, err := unit.Parse(st.rec.Unit, []byte(f.text)); err == nil {
+					changes = append(changes, Change{Name: st.rec.Unit, File: tf, Replace: true})
+					revertTo = st.rec.FromVersion
+				}
+			}
+		}
+	}
+	for _, name := range st.destroy {
+		changes = append(changes, Change{Name: name, Destroy: true})
+	}
+	t.mu.RUnlock()
+	rec := st.rec
+	rec.Updated = now.UTC()
+	uw := &unitsWrite{changes: changes, by: "deployment", revertTo: revertTo, deploy: &rec, autoRevert: st.revert}
+	req := &applyReq{w: uw, res: make(chan applyRes, 1), queued: now}
+	t.applyRound([]*applyReq{req})
+	if res := <-req.res; res.err != nil {
+		t.e.log.Warn("a deployment step failed; retrying on the next pass", "unit", rec.Unit, "err", res.err)
+		return
+	}
+	for _, name := range st.replace {
+		t.deploys.replaced[name] = now
+	}
+	if len(st.replace) > 0 {
+		t.deploys.lastReplace[rec.Unit] = now
+	}
+	t.e.log.Info("deployment step", "unit", rec.Unit, "status", rec.Status, "replaced", st.replace,
+		"canaries", st.canaries, "destroyed", st.destroy, "revert", st.revert, "done", rec.Done, "of", len(rec.Instances))
+}
+
+// deployCtl is a request to promote, pause, resume or abort a deployment.
+type deployCtl struct {
+	unit, action string
+}
+
+func (*deployCtl) isWrite() {}
+
+// Deployment actions.
+const (
+	DeployPromote = "promote"
+	DeployPause   = "pause"
+	DeployResume  = "resume"
+	DeployAbort   = "abort"
+)
+
+// validateDeployCtl validates a deployment action and records the
+// deployment it leaves.
+func (t *term) validateDeployCtl(p *roundPlan, w *deployCtl) error {
+	d, ok := t.deployOf(p, w.unit)
+	if !ok {
+		return fmt.Errorf("%w: %s has no deployment", ErrNotFound, w.unit)
+	}
+	if !d.Active() {
+		return fmt.Errorf("%w: the deployment of %s version %d has ended (%s)", ErrConflict, w.unit, d.ToVersion, d.Status)
+	}
+	switch w.action {
+	case DeployPromote:
+		if d.Strategy.Canary == 0 || d.Promoted {
+			return fmt.Errorf("%w: the deployment of %s has no canaries waiting", ErrConflict, w.unit)
+		}
+		d.Promoted = true
+		if d.Status == registry.DeployCanaries {
+			d.Status, d.Message = registry.DeployRunning, ""
+		}
+	case DeployPause:
+		d.Status, d.Message = registry.DeployPaused, "paused"
+	case DeployResume:
+		if d.Status != registry.DeployPaused {
+			return fmt.Errorf("%w: the deployment of %s is not paused (%s)", ErrConflict, w.unit, d.Status)
+		}
+		d.Status, d.Message, d.Progress = registry.DeployRunning, "", t.e.cfg.Now().UTC()
+	case DeployAbort:
+		d.Status, d.Message = registry.DeployAborted, "aborted: the instances keep the file they have"
+	default:
+		return fmt.Errorf("%w: deployment action %q: want promote, pause, resume or abort", ErrInvalid, w.action)
+	}
+	d.Updated = t.e.cfg.Now().UTC()
+	p.setDeploy(w.unit, &d)
+	return nil
+}
+
+// ControlDeployment promotes, pauses, resumes or aborts the deployment of
+// template name.
+func (e *Engine) ControlDeployment(ctx context.Context, name, action string) error {
+	return e.submit(ctx, &deployCtl{unit: name, action: action})
+}
+
+// DeploymentInfo is a deployment with its instances' progress.
+type DeploymentInfo struct {
+	registry.Deployment
+	// Healthy counts the instances of the deployment (and canaries)
+	// healthy now, Running those launched.
+	Healthy, Running int
+	// NewInstances are those with the new file.
+	NewInstances []string
+}
+
+// Deployments returns the latest deployment of each template, by template.
+func (e *Engine) Deployments() ([]DeploymentInfo, error) {
+	t := e.leader()
+	if t == nil {
+		return nil, ErrNotLeader
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]DeploymentInfo, 0, len(t.deploys.recs))
+	for _, d := range t.deploys.recs {
+		out = append(out, t.deploymentInfo(d))
+	}
+	slices.SortFunc(out, func(a, b DeploymentInfo) int { return strings.Compare(a.Unit, b.Unit) })
+	return out, nil
+}
+
+// Deployment returns template name's latest deployment.
+func (e *Engine) Deployment(name string) (DeploymentInfo, error) {
+	t := e.leader()
+	if t == nil {
+		return DeploymentInfo{}, ErrNotLeader
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	d, ok := t.deploys.recs[name]
+	if !ok {
+		return DeploymentInfo{}, fmt.Errorf("%w: %s has no deployment", ErrNotFound, name)
+	}
+	return t.deploymentInfo(d), nil
+}
+
+func (t *term) deploymentInfo(d registry.Deployment) DeploymentInfo {
+	info := DeploymentInfo{Deployment: d}
+	tmpl := t.units[d.Unit]
+	for _, name := range append(slices.Clone(d.Instances), d.Canaries...) {
+		r := t.units[name]
+		if r == nil {
+			continue
+		}
+		if r.desired() == unit.Launched {
+			info.Running++
+		}
+		if tmpl != nil && r.file.Hash == t.instanceHash(tmpl.file, name) {
+			info.NewInstances = append(info.NewInstances, name)
+		}
+		if m := t.machines[r.machine]; m != nil {
+			if s, ok := t.statusOf(m, name); ok && s.Active == "active" && s.Health == health.Healthy && s.Hash == r.file.Hash {
+				info.Healthy++
+			}
+		}
+	}
+	return info
+}
