@@ -430,6 +430,8 @@ type PlannedUnit struct {
 	Machine string `json:"machine,omitempty"` // where it is scheduled now
 	Target  string `json:"target,omitempty"`  // where it would run
 	Reason  string `json:"reason,omitempty"`  // why no machine can take it
+	// Deployment says which deployment would replace it, and how.
+	Deployment string `json:"deployment,omitempty"`
 }
 
 // Plan is what a batch would do (POST /v1/plan, whose body is a Batch).
@@ -441,4 +443,56 @@ type Plan struct {
 	More  int           `json:"more,omitempty"` // units left out of Units (it lists 1,000)
 	// Counts are the units by change and by action.
 	Counts map[string]int `json:"counts"`
+}
+
+// Deployment is the roll of a template's new file onto its instances, run
+// by the leader (GET /v1/deployments, /v1/deployments/{template}).
+type Deployment struct {
+	Unit        string `json:"unit"` // the template
+	FromVersion int    `json:"fromVersion"`
+	ToVersion   int    `json:"toVersion"`
+	// Status is running, paused, waiting-for-promotion, succeeded,
+	// failed, aborted or superseded.
+	Status   string             `json:"status"`
+	Message  string             `json:"message,omitempty"`
+	Strategy DeploymentStrategy `json:"strategy"`
+	// Instances are the instances it replaces; Canaries those it made to
+	// run the new file first; NewInstances those that have it.
+	Instances    []string  `json:"instances"`
+	Canaries     []string  `json:"canaries,omitempty"`
+	NewInstances []string  `json:"newInstances,omitempty"`
+	Promoted     bool      `json:"promoted,omitempty"`
+	Revert       bool      `json:"revert,omitempty"` // it rolls back a failed one
+	Done         int       `json:"done"`             // instances replaced and healthy for MinHealthyTime
+	Healthy      int       `json:"healthy"`          // of its instances and canaries, healthy now
+	Created      time.Time `json:"created"`
+	Updated      time.Time `json:"updated"`
+}
+
+// DeploymentStrategy is a template's [X-Update] as a deployment runs it;
+// durations as Go writes them (10s, 5m0s).
+type DeploymentStrategy struct {
+	MaxParallel      int    `json:"maxParallel"`
+	MinHealthyTime   string `json:"minHealthyTime"`
+	HealthyDeadline  string `json:"healthyDeadline"`
+	ProgressDeadline string `json:"progressDeadline"`
+	Canary           int    `json:"canary,omitempty"`
+	AutoPromote      bool   `json:"autoPromote,omitempty"`
+	AutoRevert       bool   `json:"autoRevert,omitempty"`
+	Stagger          string `json:"stagger,omitempty"`
+}
+
+// DeploymentList is GET /v1/deployments: the latest deployment of each
+// template that had one.
+type DeploymentList struct {
+	Deployments []Deployment `json:"deployments"`
+}
+
+// Active reports whether the deployment is still to be carried out.
+func (d Deployment) Active() bool {
+	switch d.Status {
+	case "running", "paused", "waiting-for-promotion":
+		return true
+	}
+	return false
 }

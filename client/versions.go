@@ -116,3 +116,31 @@ func (c *Client) SetVersionsConfig(ctx context.Context, v api.VersionsConfig) (*
 	}
 	return &out, nil
 }
+
+// Deployments returns the latest deployment of each template.
+func (c *Client) Deployments(ctx context.Context) (*api.DeploymentList, error) {
+	var l api.DeploymentList
+	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "deployments"), nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Deployment returns a template's latest deployment.
+func (c *Client) Deployment(ctx context.Context, template string) (*api.Deployment, error) {
+	var d api.Deployment
+	if err := c.call(ctx, http.MethodGet, c.url(nil, "v1", "deployments", template), nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// ControlDeployment promotes, pauses, resumes or aborts a template's
+// deployment (action "promote", "pause", "resume" or "abort").
+func (c *Client) ControlDeployment(ctx context.Context, template, action string) (*api.Deployment, error) {
+	var d api.Deployment
+	if err := c.call(ctx, http.MethodPost, c.url(nil, "v1", "deployments", template, action), struct{}{}, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}

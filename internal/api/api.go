@@ -241,6 +241,9 @@ func build(cfg Config) (http.Handler, *routes) {
 	mux.HandleFunc("GET /v1/config/versions", s.leaderOnly(s.getVersionsConfig))
 	mux.HandleFunc("PUT /v1/config/versions", s.leaderOnly(s.putVersionsConfig))
 	mux.HandleFunc("POST /v1/plan", s.leaderOnly(s.plan))
+	mux.HandleFunc("GET /v1/deployments", s.leaderOnly(s.deployments))
+	mux.HandleFunc("GET /v1/deployments/{unit}", s.leaderOnly(s.deployment))
+	mux.HandleFunc("POST /v1/deployments/{unit}/{action}", s.leaderOnly(s.controlDeployment))
 	mux.HandleFunc("GET /v1/state", s.stateHandler)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics.Handler())

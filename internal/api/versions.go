@@ -211,7 +211,7 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) {
 	out := apiv1.Plan{Index: p.Index, Units: make([]apiv1.PlannedUnit, 0, len(p.Units)), More: p.More, Counts: p.Counts}
 	for _, u := range p.Units {
 		out.Units = append(out.Units, apiv1.PlannedUnit{Name: u.Name, Change: u.Change, Version: u.Version, Diff: u.Diff,
-			DesiredState: u.DesiredState, Action: u.Action, Machine: u.Machine, Target: u.Target, Reason: u.Reason})
+			DesiredState: u.DesiredState, Action: u.Action, Machine: u.Machine, Target: u.Target, Reason: u.Reason, Deployment: u.Deployment})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

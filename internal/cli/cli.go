@@ -146,6 +146,7 @@ func Commands(g *Globals) []*cobra.Command {
 		newRevertCommand(g),
 		newTagCommand(g),
 		newPlanCommand(g),
+		newDeploymentCommand(g),
 	}
 }
 

@@ -28,6 +28,9 @@ const (
 	// ExitPlanChanges: plan found changes (and every unit can be placed;
 	// some that cannot is ExitNotStarted, none at all ExitOK).
 	ExitPlanChanges = 5
+	// ExitDeploymentFailed: the deployment a command followed failed,
+	// was aborted, or was rolled back.
+	ExitDeploymentFailed = 6
 )
 
 // ExitCode is the exit code of a command that returned err.
@@ -37,6 +40,9 @@ func ExitCode(err error) int {
 	}
 	if es, ok := errors.AsType[*exitStatus](err); ok {
 		return es.code
+	}
+	if _, ok := errors.AsType[*deploymentError](err); ok {
+		return ExitDeploymentFailed
 	}
 	var we *waitError
 	if errors.As(err, &we) {

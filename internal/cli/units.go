@@ -54,10 +54,8 @@ func (e *env) submit(ctx context.Context, args []string, replace bool, blk block
 		return err
 	}
 	var roll []replaceGroup
+	templates := changedTemplates(refs, known)
 	if replace {
-		if refs, err = e.addFollowers(ctx, refs, known); err != nil {
-			return err
-		}
 		refs, roll = rollingPlan(refs, known)
 	}
 	var b apiv1.Batch
@@ -78,7 +76,13 @@ func (e *env) submit(ctx context.Context, args []string, replace bool, blk block
 			}
 		}
 	}
-	return e.roll(ctx, roll, "", blk)
+	if err := e.roll(ctx, roll, "", blk); err != nil {
+		return err
+	}
+	if !replace {
+		return nil
+	}
+	return e.followDeployments(ctx, templates, false, blk)
 }
 
 // resolveUnitFiles resolves the UNIT arguments of submit, load and start,
@@ -234,10 +238,9 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		}
 	}
 
+	var templates []string
 	if replace && v.submits {
-		if refs, err = e.addFollowers(ctx, refs, known); err != nil {
-			return err
-		}
+		templates = changedTemplates(refs, known)
 	}
 	var roll []replaceGroup
 	if replace && !noBlock {
@@ -276,7 +279,7 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 		for _, r := range ranges {
 			fmt.Fprintf(e.out, "Triggered units %s %s (%d units)\n", r.name, v.name, r.n)
 		}
-		return nil
+		return e.followDeployments(ctx, templates, true, blk)
 	}
 	after := make(map[string]apiv1.Unit, len(res.Units))
 	for _, u := range res.Units {
@@ -302,7 +305,10 @@ func (e *env) changeState(ctx context.Context, v stateVerb, args []string, noBlo
 	if err := e.waitUnits(ctx, targets, ranges, v.target, blk); err != nil {
 		return err
 	}
-	return e.roll(ctx, roll, v.target, blk)
+	if err := e.roll(ctx, roll, v.target, blk); err != nil {
+		return err
+	}
+	return e.followDeployments(ctx, templates, false, blk)
 }
 
 // resolveExisting resolves UNIT arguments to names of units the cluster

@@ -128,8 +128,8 @@ versions, as history lists them: by default the newest earlier version with
 another file. The file is replaced in place, as submit --replace does (the
 unit keeps its desired state and its machine, which restarts it with the
 file), and the revert is a new version. A template's instances that
-followed its file are then replaced with it, one machine at a time, as
-submit --replace does. Refused if the unit's versions changed while it was
+followed its file are then replaced by a deployment, which the command
+follows, as submit --replace does. Refused if the unit's versions changed while it was
 asked for, or with --check-index if they changed since that index.`,
 		Example: `  flotilla revert web@.service
   flotilla revert db.service 3`,
@@ -147,51 +147,23 @@ asked for, or with --check-index if they changed since that index.`,
 		}),
 	}
 	addCheckIndex(cmd, &checkIndex)
-	blk.register(cmd.Flags(), "on each machine, give up waiting for the instances replaced after this long (0 means no limit)")
+	blk.register(cmd.Flags(), "give up following the deployment after this long; it goes on (0 means no limit)")
 	return cmd
 }
 
-// revert reverts unit name to version n, then, for a template, rolls the
-// instances that followed it onto the file reverted to, as submit
-// --replace would.
+// revert reverts unit name to version n and, for a template, follows the
+// deployment that replaces its instances.
 func (e *env) revert(ctx context.Context, name string, n int, checkIndex *int64, blk block) error {
-	var before *apiv1.Unit
-	if unit.IsTemplate(name) {
-		var err error
-		if before, err = e.c.Unit(ctx, name); err != nil {
-			return err
-		}
-	}
 	l, err := e.c.Revert(ctx, name, n, checkIndex)
 	if err != nil {
 		return err
 	}
 	cur := l.Versions[len(l.Versions)-1]
 	fmt.Fprintf(e.out, "Unit %s %s: now version %d\n", name, cur.Change, cur.Version)
-	if before == nil || before.Hash == cur.Hash {
+	if !unit.IsTemplate(name) {
 		return nil
 	}
-	v, err := e.c.Version(ctx, name, cur.Version)
-	if err != nil {
-		return err
-	}
-	known := map[string]apiv1.Unit{}
-	r := unitRef{Arg: name, Name: name, Path: name, File: v.File}
-	refs, err := e.followers(ctx, r, before.File, nil, map[string]bool{name: true}, known)
-	if err != nil || len(refs) == 0 {
-		return err
-	}
-	rest, roll := rollingPlan(refs, known)
-	if len(rest) > 0 {
-		b := apiv1.Batch{}
-		for _, r := range rest {
-			b.Units = append(b.Units, apiv1.UnitChange{Name: r.Name, File: r.File})
-		}
-		if _, err := e.c.ReplaceBatch(ctx, b); err != nil {
-			return err
-		}
-	}
-	return e.roll(ctx, roll, "", blk)
+	return e.followDeployments(ctx, []string{name}, false, blk)
 }
 
 func newTagCommand(g *Globals) *cobra.Command {
@@ -271,21 +243,16 @@ Exit codes: 0 no changes, 5 changes, 2 some units could not be placed.`,
 }
 
 // planBatch is the batch start would send for args.
-func (e *env) planBatch(ctx context.Context, args []string, replace bool) (apiv1.Batch, error) {
+func (e *env) planBatch(ctx context.Context, args []string) (apiv1.Batch, error) {
 	ranges, args, err := rangeArgs(args)
 	if err != nil {
 		return apiv1.Batch{}, err
 	}
 	var b apiv1.Batch
 	if len(args) > 0 {
-		refs, known, err := e.resolveUnitFiles(ctx, args)
+		refs, _, err := e.resolveUnitFiles(ctx, args)
 		if err != nil {
 			return b, err
-		}
-		if replace {
-			if refs, err = e.addFollowers(ctx, refs, known); err != nil {
-				return b, err
-			}
 		}
 		for _, r := range refs {
 			ch := apiv1.UnitChange{Name: r.Name, File: r.File, DesiredState: stateLaunched}
@@ -307,7 +274,7 @@ func (e *env) planBatch(ctx context.Context, args []string, replace bool) (apiv1
 }
 
 func (e *env) plan(ctx context.Context, args []string, replace bool) error {
-	b, err := e.planBatch(ctx, args, replace)
+	b, err := e.planBatch(ctx, args)
 	if err != nil {
 		return err
 	}
@@ -364,6 +331,9 @@ func writePlan(w io.Writer, p *apiv1.Plan) {
 		version := ""
 		if u.Version > 0 {
 			version = fmt.Sprintf(" (version %d)", u.Version)
+		}
+		if u.Deployment != "" {
+			what += " (" + u.Deployment + ")"
 		}
 		fmt.Fprintf(w, "%s %s%s: %s\n", planMark(u.Change), u.Name, version, what)
 		if u.Diff != "" {

@@ -15,8 +15,9 @@ import (
 // tag keeps a version and revert returns to it.
 func TestPlanAndVersions(t *testing.T) {
 	srv := newServer(t, testMachines[0])
-	v1 := "[Service]\nExecStart=/bin/sleep 1000\n"
-	v2 := "[Service]\nExecStart=/bin/sleep 2000\n"
+	strategy := "[X-Update]\nMaxParallel=2\nMinHealthyTime=50ms\n"
+	v1 := "[Service]\nExecStart=/bin/sleep 1000\n" + strategy
+	v2 := "[Service]\nExecStart=/bin/sleep 2000\n" + strategy
 	dir := writeUnits(t, map[string]string{"web@.service": v1})
 	t.Chdir(dir)
 	run(t, srv, "start", "web@{1..2}.service").mustSucceed(t)
@@ -41,8 +42,8 @@ func TestPlanAndVersions(t *testing.T) {
 	for _, want := range []string{
 		"~ web@.service (version 1): stored\n",
 		"-ExecStart=/bin/sleep 1000\n    +ExecStart=/bin/sleep 2000\n",
-		"~ web@1.service (version 1): restarts on " + m1 + " with the new file\n",
-		"~ web@2.service (version 1): restarts on " + m1 + " with the new file\n",
+		"~ web@1.service (version 1): restarts on " + m1 + " with the new file (the deployment of web@.service version 2 replaces it, 2 at a time)\n",
+		"~ web@2.service (version 1): restarts on " + m1 + " with the new file (the deployment of web@.service version 2 replaces it, 2 at a time)\n",
 		"0 new, 3 changed, 0 unchanged; 0 would start, 2 restart, 0 move, 0 cannot be placed\n",
 	} {
 		if !strings.Contains(r.out, want) {
@@ -59,7 +60,7 @@ func TestPlanAndVersions(t *testing.T) {
 	}
 
 	// Someone else changes the template: the plan's index is stale.
-	other := "[Service]\nExecStart=/bin/sleep 3000\n"
+	other := "[Service]\nExecStart=/bin/sleep 3000\n" + strategy
 	run(t, srv, "submit", "--replace", writeUnitsFile(t, "web@.service", other)).mustSucceed(t)
 	r = run(t, srv, "submit", "--replace", "--check-index", index, "web@.service")
 	r.mustFail(t, "check index "+index+" is stale: web@.service is at version 2")
@@ -80,7 +81,7 @@ func TestPlanAndVersions(t *testing.T) {
 		}
 	}
 	r = run(t, srv, "history", "web@.service", "--diff", "1", "3").mustSucceed(t)
-	if want := "--- web@.service version 1\n+++ web@.service version 3\n@@ -1,2 +1,2 @@\n [Service]\n-ExecStart=/bin/sleep 1000\n+ExecStart=/bin/sleep 2000\n"; r.out != want {
+	if want := "--- web@.service version 1\n+++ web@.service version 3\n@@ -1,5 +1,5 @@\n [Service]\n-ExecStart=/bin/sleep 1000\n+ExecStart=/bin/sleep 2000\n [X-Update]\n MaxParallel=2\n MinHealthyTime=50ms\n"; r.out != want {
 		t.Fatalf("history --diff:\n%s\nwant:\n%s", r.out, want)
 	}
 	run(t, srv, "tag", "web@.service", "1", "first").mustSucceed(t)
@@ -88,7 +89,7 @@ func TestPlanAndVersions(t *testing.T) {
 	if want := "Unit web@.service reverted to 1: now version 4\n"; !strings.HasPrefix(r.out, want) {
 		t.Fatalf("revert: %q, want %q", r.out, want)
 	}
-	if !strings.Contains(r.out, "Unit web@1.service replaced") {
+	if !strings.Contains(r.out, "Deployment of web@.service version 4: succeeded, 2 of 2 done\n") {
 		t.Fatalf("revert did not roll the instances:\n%s", r.out)
 	}
 	if u, _ := srv.Unit(t, "web@2.service"); !strings.Contains(u.File, "sleep 1000") {

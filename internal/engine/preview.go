@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/flotilla/flotilla/internal/unit"
@@ -51,6 +52,8 @@ type PlannedUnit struct {
 	Machine      string // where it is scheduled now
 	Target       string // where it would run
 	Reason       string // why it could not be placed
+	// Deployment says which deployment would replace it, and how.
+	Deployment string
 }
 
 // PlanResult is what a write would do.
@@ -117,6 +120,20 @@ func (t *term) plan(w *planWrite) error {
 	for name := range p.recs {
 		names = append(names, name)
 	}
+	deployed := map[string]string{} // instance -> how its deployment replaces it
+	for tmpl, d := range p.deploys {
+		if d == nil || !d.Active() {
+			continue
+		}
+		how := fmt.Sprintf("the deployment of %s version %d replaces it, %d at a time", tmpl, d.ToVersion, d.Strategy.MaxParallel)
+		if d.Strategy.Canary > 0 {
+			how += fmt.Sprintf(", after %d canaries", d.Strategy.Canary)
+		}
+		for _, name := range d.Instances {
+			deployed[name] = how
+			names = append(names, name)
+		}
+	}
 	slices.Sort(names)
 	names = slices.Compact(names)
 	for _, name := range names {
@@ -125,6 +142,20 @@ func (t *term) plan(w *planWrite) error {
 			next = t.units[name]
 		}
 		pu := t.planUnit(p, name, t.units[name], next)
+		if how, ok := deployed[name]; ok && next != nil {
+			pu.Deployment, pu.Change = how, PlanChanged
+			if tmpl := p.recs[unit.TemplateOf(name)]; tmpl != nil {
+				if f, err := t.instanceFile(tmpl.file, name); err == nil {
+					pu.Diff = unifiedDiff(name, next.file.Raw, f.Raw)
+				}
+			}
+			switch pu.Action {
+			case PlanNone:
+				pu.Action = PlanRestart
+			case PlanSubmit:
+				pu.Action = PlanUpdate
+			}
+		}
 		out.Counts[pu.Change]++
 		out.Counts[pu.Action]++
 		if len(out.Units) < MaxPlannedUnits {
