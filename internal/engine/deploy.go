@@ -34,14 +34,17 @@ type deployState struct {
 	// since when it has been seen healthy with it: memory only (a new
 	// leader counts from when it took office).
 	replaced, healthy map[string]time.Time
-	lastReplace       map[string]time.Time // by template: Stagger=
+	// seenNew is when the loop first saw an instance with its new file.
+	seenNew     map[string]time.Time
+	lastReplace map[string]time.Time // by template: Stagger=
 }
 
 func newDeployState(recs map[string]registry.Deployment) deployState {
 	if recs == nil {
 		recs = map[string]registry.Deployment{}
 	}
-	return deployState{recs: recs, replaced: map[string]time.Time{}, healthy: map[string]time.Time{}, lastReplace: map[string]time.Time{}}
+	return deployState{recs: recs, replaced: map[string]time.Time{}, healthy: map[string]time.Time{}, seenNew: map[string]time.Time{},
+		lastReplace: map[string]time.Time{}}
 }
 
 // strategyOf is [X-Update] in the record's terms.
@@ -369,22 +372,32 @@ func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deplo
 		r := t.units[name]
 		if r == nil {
 			delete(t.deploys.replaced, name)
+			delete(t.deploys.seenNew, name)
 			delete(t.deploys.healthy, name)
 			continue
 		}
 		in := deployInst{exists: true, launched: r.desired() == unit.Launched}
 		in.isNew = tmpl != nil && r.file.Hash == t.instanceHash(tmpl.file, name)
+		// mine: this term gave it the new file at replacedAt; it must have
+		// become active since, not merely report the new file while the
+		// old process still runs.
+		replacedAt, mine := t.deploys.replaced[name]
 		if in.isNew {
-			at, ok := t.deploys.replaced[name]
+			first, ok := t.deploys.seenNew[name]
 			if !ok {
-				at = now
-				t.deploys.replaced[name] = at
+				first = now
+				t.deploys.seenNew[name] = now
 			}
-			in.replacedFor = now.Sub(at)
+			if !mine {
+				replacedAt = first // replaced before this term: counted from when it was first seen
+			}
+			in.replacedFor = now.Sub(replacedAt)
 		}
+		var since time.Time
 		if m := t.machines[r.machine]; m != nil {
-			if s, ok := t.statusOf(m, name); ok && s.Active == "active" && s.Hash == r.file.Hash && s.Health == health.Healthy {
-				in.healthy = true
+			if s, ok := t.statusOf(m, name); ok && s.Active == "active" && s.Hash == r.file.Hash && s.Health == health.Healthy &&
+				(!mine || s.Since.After(replacedAt)) {
+				in.healthy, since = true, s.Since
 			}
 		}
 		if in.healthy {
@@ -394,6 +407,9 @@ func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deplo
 				t.deploys.healthy[name] = at
 			}
 			in.healthyFor = now.Sub(at)
+			if mine && !since.IsZero() { // active since then: at most that long
+				in.healthyFor = min(in.healthyFor, now.Sub(since))
+			}
 		} else {
 			delete(t.deploys.healthy, name)
 		}
@@ -474,6 +490,7 @@ func (t *term) runStep(st deployStep, now time.Time) {
 	}
 	for _, name := range st.replace {
 		t.deploys.replaced[name] = now
+		delete(t.deploys.healthy, name) // healthy with its old file: counts for nothing
 	}
 	if len(st.replace) > 0 {
 		t.deploys.lastReplace[rec.Unit] = now

@@ -161,6 +161,7 @@ type scenario struct {
 	units     []string // launched by "start", sorted
 	singleton map[string]bool
 	pids      map[string]unitCopy // recorded by record-pids
+	templates map[string]startedTemplate // by start, for replace
 	writer    *writer
 }
 
@@ -168,7 +169,7 @@ func newScenario(t *testing.T, name string) *scenario {
 	marker := fmt.Sprintf("%s%d-%d", nsPrefix, os.Getpid(), scenarioSeq.Add(1))
 	start := time.Now()
 	s := &scenario{t: t, name: strings.TrimSuffix(name, ".txt"), marker: marker, dir: t.TempDir(),
-		tl: &timeline{start: start}, aliases: map[string]*proc{}, singleton: map[string]bool{}}
+		tl: &timeline{start: start}, aliases: map[string]*proc{}, singleton: map[string]bool{}, templates: map[string]startedTemplate{}}
 	var err error
 	s.net, err = newNetwork(marker)
 	if err != nil {

@@ -113,6 +113,12 @@ func (s *scenario) run(cmd string, a args) (string, error) {
 		return s.cmdWaitCopies(a)
 	case "record-pids":
 		return s.cmdRecordPIDs(a)
+	case "replace":
+		return s.cmdReplace(a)
+	case "wait-deployment":
+		return s.cmdWaitDeployment(a)
+	case "mark-procs":
+		return s.cmdMarkProcs(a)
 	case "where":
 		return s.cmdWhere(a)
 	case "wait-leader":
@@ -173,7 +179,7 @@ func (s *scenario) run(cmd string, a args) (string, error) {
 		return "writer started: it writes through every daemon in turn", nil
 	case "check":
 		if len(a.pos) == 0 {
-			return "", errors.New("check what? at-most-one, no-restarts, lost-writes, reads, writes-refused, none-on")
+			return "", errors.New("check what? at-most-one, no-restarts, lost-writes, reads, writes-refused, none-on, started, min-running")
 		}
 		return s.cmdCheck(a.pos[0], args{pos: a.pos[1:], kv: a.kv})
 	}
@@ -268,6 +274,7 @@ func (s *scenario) unitFile(a args) (string, error) {
 			b.WriteString("Singleton=true\n")
 		case "global":
 			b.WriteString("Global=true\n")
+		case "auto-revert": // [X-Update]: updateSection
 		default:
 			return "", fmt.Errorf("start: unknown option %q (singleton, global, lost-after=, slow-stop=, meta=)", p)
 		}
@@ -295,7 +302,8 @@ func (s *scenario) cmdStart(a args) (string, error) {
 	}
 	var b apiv1.Batch
 	if tmpl != "" {
-		b.Units = append(b.Units, apiv1.UnitChange{Name: tmpl, File: file})
+		s.templates[tmpl] = startedTemplate{file: file, update: updateSection(a)}
+		b.Units = append(b.Units, apiv1.UnitChange{Name: tmpl, File: file + updateSection(a)})
 	}
 	for _, n := range names {
 		ch := apiv1.UnitChange{Name: n, DesiredState: "launched"}
@@ -808,6 +816,8 @@ func parseSize(v string) (int, error) {
 
 func (s *scenario) cmdCheck(what string, a args) (string, error) {
 	switch what {
+	case "started", "min-running":
+		return s.checkSinceMark(what, a)
 	case "at-most-one":
 		names := s.launched(a.kv["glob"])
 		var bad []string

@@ -103,12 +103,27 @@
 //	wait-not-leader NODE [within=5s]     NODE's /v1/status says another daemon leads
 //	record-pids [glob=G]                 remember each unit's one copy (PID and node)
 //	where UNIT as=ALIAS                  bind ALIAS to the node running UNIT's one copy
+//	mark-procs [glob=G]                  from now, count the copies each unit starts and
+//	                                     the fewest units of G running at once (/proc)
+//	wait-deployment NAME@ STATUS|reverted|done=N [within=60s]
+//	                                     the template's latest deployment has STATUS
+//	                                     (succeeded, failed...), was a revert that ended,
+//	                                     or has N instances done
+//
+// Deployments: "start NAME@1..N" also takes [X-Update] options
+// (max-parallel=N min-healthy=D healthy-deadline=D canary=N auto-revert), and
+//
+//	replace NAME@ version=N [failing-check] [X-Update options]
+//	                             give the template a new file (SCENARIO_VERSION=N in its
+//	                             environment), with failing-check a [X-Check] that never passes
 //
 // Checks, judged from outside:
 //
 //	check at-most-one [glob=G]    no unit ever had two copies at once, for the whole scenario
 //	check no-restarts [glob=G] [not-on=NODE]
 //	                              each unit recorded (except on NODE) still runs its recorded PID
+//	check started N [glob=G]      each unit started exactly N new copies since mark-procs
+//	check min-running N           never fewer than N units of mark-procs' glob ran at once
 //	check none-on NODE [glob=G]   no copy of a unit runs on NODE now
 //	check elsewhere NODE [glob=G] each unit has a copy on a node other than NODE now
 //	check lost-writes             stops the writer; every acknowledged write is in the state

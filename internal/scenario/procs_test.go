@@ -44,6 +44,11 @@ type sampler struct {
 	zeroFrom map[string]time.Time
 	last     time.Time
 	scans    int
+	// Since mark: the copies each unit started (nil before mark), and
+	// the fewest units of markGlob running at once.
+	starts   map[string]int
+	markGlob string
+	minUp    int
 
 	stop chan struct{}
 	done chan struct{}
@@ -149,12 +154,15 @@ func (s *sampler) sample() {
 		old, cs := s.cur[u], copies[u]
 		for _, c := range cs {
 			if !hasPID(old, c.pid) {
-				s.tl.addAt(now, "%s started on %s", u, c.node)
+				s.tl.addAt(now, "%s started on %s (pid %d)", u, c.node, c.pid)
+				if s.starts != nil {
+					s.starts[u]++
+				}
 			}
 		}
 		for _, c := range old {
 			if !hasPID(cs, c.pid) {
-				s.tl.addAt(now, "%s ended on %s", u, c.node)
+				s.tl.addAt(now, "%s ended on %s (pid %d)", u, c.node, c.pid)
 			}
 		}
 		if len(cs) > s.max[u] {
@@ -179,6 +187,41 @@ func (s *sampler) sample() {
 			s.cur[u] = cs
 		}
 	}
+	if s.starts != nil {
+		up := len(matchUnits(sortedKeys(s.cur), s.markGlob))
+		if s.minUp < 0 || up < s.minUp {
+			if s.minUp >= 0 {
+				s.tl.addAt(now, "fewest of %s running so far: %d", s.markGlob, up)
+			}
+			s.minUp = up
+		}
+	}
+}
+
+// mark starts counting each unit's new copies, and the fewest units of
+// glob running at once, from now.
+func (s *sampler) mark(glob string) {
+	s.sample() // the copies running now are not new
+	s.mu.Lock()
+	s.starts, s.markGlob = map[string]int{}, glob
+	s.minUp = len(matchUnits(sortedKeys(s.cur), glob))
+	s.mu.Unlock()
+}
+
+// sinceMark returns the copies each unit started and the fewest of the
+// mark's units running at once since mark.
+func (s *sampler) sinceMark() (map[string]int, int) {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.starts == nil {
+		return nil, -1 // not marked
+	}
+	out := make(map[string]int, len(s.starts))
+	for u, n := range s.starts {
+		out[u] = n
+	}
+	return out, s.minUp
 }
 
 func hasPID(cs []unitCopy, pid int) bool {

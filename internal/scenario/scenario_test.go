@@ -40,7 +40,7 @@ import (
 //	               within seconds of the partition ending, however long it
 //	               lasted (etcd's peer streams outlive a partition on stale
 //	               TCP connections: internal/daemon/peerstreams.go)
-var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin"}
+var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin", "deployments"}
 
 var (
 	flotillaBin string
@@ -124,7 +124,7 @@ func capabilities() map[string]bool {
 }
 
 // knownCaps are the names "requires" accepts.
-var knownCaps = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin"}
+var knownCaps = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin", "deployments"}
 
 // requirements reads the capabilities a scenario file requires: its
 // "requires" directives before its first other directive.
