@@ -16,7 +16,7 @@ func TestStepDeployment(t *testing.T) {
 	now := time.Unix(1000, 0)
 	base := registry.Deployment{Unit: "web@.service", Status: registry.DeployRunning, Progress: now.Add(-time.Second),
 		Instances: []string{"web@1.service", "web@2.service", "web@3.service", "web@4.service"},
-		Strategy: registry.DeployStrategy{MaxParallel: 2, MinHealthyTimeMs: 1000, HealthyDeadlineMs: 5000, ProgressDeadlineMs: 60000}}
+		Strategy:  registry.DeployStrategy{MaxParallel: 2, MinHealthyTimeMs: 1000, HealthyDeadlineMs: 5000, ProgressDeadlineMs: 60000}}
 	for _, tc := range []struct {
 		name  string
 		d     func(*registry.Deployment)
@@ -41,7 +41,9 @@ func TestStepDeployment(t *testing.T) {
 		}, "1:h 2:h 3:h 4:h 5:n,h1500,r2000", "replace [web@1.service web@2.service] promoted"},
 		{"canary late: fails, destroys it", func(d *registry.Deployment) { d.Strategy.Canary, d.Canaries = 1, []string{"web@5.service"} },
 			"1:h 2:h 3:h 4:h 5:n,r6000", "failed: canary web@5.service was not healthy for 1s within 5s of starting; destroy [web@5.service]"},
-		{"succeeded: canaries destroyed", func(d *registry.Deployment) { d.Canaries, d.Promoted, d.Strategy.Canary = []string{"web@5.service"}, true, 1 },
+		{"succeeded: canaries destroyed", func(d *registry.Deployment) {
+			d.Canaries, d.Promoted, d.Strategy.Canary = []string{"web@5.service"}, true, 1
+		},
 			"1:n,h2000 2:n,h2000 3:n,h2000 4:n,h2000 5:n,h2000", "succeeded done 4; destroy [web@5.service]"},
 		{"stagger: one at a time", func(d *registry.Deployment) { d.Strategy.StaggerMs = 500 }, "1:h 2:h 3:h 4:h", "replace [web@1.service]"},
 	} {

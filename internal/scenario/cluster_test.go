@@ -160,7 +160,7 @@ type scenario struct {
 
 	units     []string // launched by "start", sorted
 	singleton map[string]bool
-	pids      map[string]unitCopy // recorded by record-pids
+	pids      map[string]unitCopy        // recorded by record-pids
 	templates map[string]startedTemplate // by start, for replace
 	writer    *writer
 }
