@@ -293,3 +293,39 @@ func testEngineHandoverSurvivesLeaderChange(t *testing.T, reg string) {
 	})
 	_ = e2
 }
+
+// TestEngineDrainWaitsForHealth: a drained service's old copy stops only
+// once its new copy is healthy: one whose check never passes keeps its
+// old copy running, while a unit without checks moves.
+func TestEngineDrainWaitsForHealth(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "grpc", "e1")
+	a1 := startAgent(t, cli, "grpc", "m1")
+	a2 := startAgent(t, cli, "grpc", "m2")
+	waitMachines(t, e.Engine, 2)
+	sick := simple + "[X-Check]\nTCP=127.0.0.1:1\nInterval=100ms\nTimeout=50ms\n"
+	startOnM1(t, e.Engine, []engine.Change{
+		{Name: "sick.service", File: parse(t, "sick.service", sick), DesiredState: unit.Launched},
+		{Name: "fine.service", File: parse(t, "fine.service", simple), DesiredState: unit.Launched},
+	})
+	if err := e.DrainMachine(context.Background(), "m1", true, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 20*time.Second, "fine.service moved to m2 and sick.service started there", func() error {
+		running, active := copiesOf(a1)
+		_, active2 := copiesOf(a2)
+		if running["fine.service"] != 0 || active2["fine.service"] != 1 || active2["sick.service"] != 1 || active["sick.service"] != 1 {
+			return fmt.Errorf("m1 runs %v, m2 runs %v", active, active2)
+		}
+		return nil
+	})
+	e.waitPasses(t)
+	u, err := e.Unit("sick.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, active := copiesOf(a1); active["sick.service"] != 1 || u.State == nil || u.State.Health == "healthy" {
+		t.Fatalf("sick.service: m1 runs %v, its new copy %+v: the old copy must run until the new one is healthy", active, u.State)
+	}
+}

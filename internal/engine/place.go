@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -176,8 +177,10 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		},
 		MovedAt: t.movedAt,
 		Active: func(name, machine string) bool {
+			// Healthy too: a handover's old copy stops once the new one
+			// passes its checks ("": an agent that does not say).
 			s, ok := t.statusOn(name, machine)
-			return ok && s.Active == "active"
+			return ok && s.Active == "active" && (s.Health == "" || s.Health == health.Healthy)
 		},
 	}
 	t.planMachines(&in, now)

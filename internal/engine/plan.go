@@ -107,7 +107,7 @@ type planInput struct {
 	Stayed     map[string]string
 	PlaceDirty bool
 	// Active reports whether a reachable machine reports the unit active
-	// (started, not only starting).
+	// (started, not only starting) and healthy.
 	Active func(name, machine string) bool
 	// Unit describes a unit named in Machines' Units, Check or Moves. A
 	// function, not a map: at a million units started at once, a map
@@ -390,7 +390,8 @@ func (in *planInput) settled(name, from string, m planMachine) bool {
 }
 
 // handoverSteps says which handovers stop their old copy, and which are
-// done. A handover's old copy stops once the new copy is active, or once
+// done. A handover's old copy stops once the new copy is active and
+// healthy (its [X-Check] passes), or once
 // the unit no longer wants one running (stopped, destroyed, or placed back
 // on that machine); the handover is forgotten once that copy is gone. A
 // unit whose new machine was lost keeps its old copy until it is placed
