@@ -315,11 +315,14 @@ func content(f *unit.File, hidden []string) []byte {
 
 func (d *Driver) path(name string) string { return filepath.Join(d.cfg.UnitDir, name) }
 
-// Load writes the unit's file, reloads systemd and reports the unit as
-// systemd has loaded it. A unit systemd cannot load (a bad setting), or
-// reads from another file, is an error and is not kept. A running unit
-// keeps running; the new definition applies when it next starts.
+// Load writes the unit's file and reports the unit as systemd has loaded
+// it; it is LoadBatch of one file.
 func (d *Driver) Load(f *unit.File) error {
+	return d.LoadBatch([]*unit.File{f})[0]
+}
+
+// check refuses a file the driver cannot load.
+func (d *Driver) check(f *unit.File) error {
 	if f == nil {
 		return errors.New("systemddriver: load: nil unit file")
 	}
@@ -336,53 +339,6 @@ func (d *Driver) Load(f *unit.File) error {
 		if h := execdriver.HiddenBy(p, d.cfg.Inaccessible); h != "" {
 			return fmt.Errorf("systemddriver: load %s: EnvironmentFile=%s is inside %s, which Flotilla keeps from every unit", f.Name, ef.Path, h)
 		}
-	}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return fmt.Errorf("load %s: %w", f.Name, ErrClosed)
-	}
-	u := d.units[f.Name]
-	if u == nil {
-		u = &sdUnit{typ: unit.TypeOf(f.Name)}
-		d.units[f.Name] = u
-	}
-	u.hash, u.removed = f.Hash, false
-	d.mu.Unlock()
-
-	want := content(f, d.cfg.Inaccessible)
-	if have, err := os.ReadFile(d.path(f.Name)); err != nil || !bytes.Equal(have, want) {
-		if err := writeFile(d.path(f.Name), want); err != nil {
-			d.forget(f.Name)
-			return fmt.Errorf("load %s: %w", f.Name, err)
-		}
-	}
-	// systemd loads a unit it does not hold from its file when asked for
-	// it (as reading its state does), so a new unit needs no reload: one
-	// that systemd holds from an older file, or holds as not found, does.
-	var p props
-	ours := func(q props) bool {
-		p = q
-		return q.Load == "loaded" && q.Fragment == d.path(f.Name) && !q.NeedReload
-	}
-	d.refresh(f.Name, ours)
-	if !ours(p) {
-		if err := d.reloads.do(); err != nil {
-			return fmt.Errorf("load %s: reload systemd: %w", f.Name, err)
-		}
-		d.refresh(f.Name, func(q props) bool { p = q; return q.Load == "loaded" && q.Fragment == d.path(f.Name) })
-	}
-	var loadErr error
-	switch {
-	case p.Load != "loaded":
-		loadErr = fmt.Errorf("load %s: systemd could not load it (%s): %s", f.Name, p.Load, p.LoadError)
-	case p.Fragment != d.path(f.Name):
-		loadErr = fmt.Errorf("load %s: %w: %s takes precedence over %s", f.Name, ErrNotOurs, p.Fragment, d.path(f.Name))
-	}
-	if loadErr != nil {
-		d.forget(f.Name)
-		os.Remove(d.path(f.Name))
-		return loadErr
 	}
 	return nil
 }

@@ -105,7 +105,10 @@ func (d *Driver) refreshMany(dirty map[string]seen) {
 			d.log.Warn("read units' state", "units", len(chunk), "err", err)
 			continue
 		}
-		for _, s := range sts {
+		us := make([]*sdUnit, len(sts))
+		ps := make([]props, len(sts))
+		var reads []int // the units whose state changed
+		for k, s := range sts {
 			d.mu.Lock()
 			u := d.units[s.Name]
 			d.mu.Unlock()
@@ -117,7 +120,24 @@ func (d *Driver) refreshMany(dirty map[string]seen) {
 			sn := dirty[s.Name]
 			p.Started = p.Started || sn.started || p.Active != "inactive"
 			p.ChangeUsec = max(p.ChangeUsec, sn.changeUsec)
-			d.apply(s.Name, u, p)
+			us[k], ps[k] = u, p
+			if p.Load != u.props.Load || p.Active != u.props.Active || p.Sub != u.props.Sub || u.status.Name == "" {
+				reads = append(reads, k)
+			}
+		}
+		// A burst (a thousand units started) changes many units at once:
+		// their MainPID and Result are read with several calls in flight.
+		each(len(reads), func(j int) {
+			k := reads[j]
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			d.readTyped(ctx, sts[k].Name, us[k].typ, &ps[k])
+			cancel()
+		})
+		for k, s := range sts {
+			if us[k] != nil {
+				d.mu.Lock()
+				d.set(s.Name, us[k], ps[k])
+			}
 		}
 	}
 }
@@ -151,25 +171,14 @@ func (d *Driver) refresh(name string, check func(props) bool) {
 	d.set(name, u, p)
 }
 
-// apply reads MainPID and Result if the unit's state changed, then sets
-// its properties. d.rmu is held.
-func (d *Driver) apply(name string, u *sdUnit, p props) {
-	if p.Load != u.props.Load || p.Active != u.props.Active || p.Sub != u.props.Sub || u.status.Name == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		d.readTyped(ctx, name, u.typ, &p)
-		cancel()
-	}
-	d.mu.Lock()
-	d.set(name, u, p)
-}
-
-// readTyped reads a service's MainPID and a unit's Result.
+// readTyped reads a unit's Result and a service's MainPID, unless it is
+// inactive or failed (its status then shows no PID).
 func (d *Driver) readTyped(ctx context.Context, name, typ string, p *props) {
 	iface := typeInterfaces[typ]
 	if iface == "" || p.Load != "loaded" {
 		return
 	}
-	if typ == "service" {
+	if typ == "service" && p.Active != "inactive" && p.Active != "failed" {
 		if v, err := d.conn.GetUnitTypePropertyContext(ctx, name, iface, "MainPID"); err == nil {
 			if pid, ok := v.Value.Value().(uint32); ok {
 				p.PID = int(pid)
