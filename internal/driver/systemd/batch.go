@@ -216,6 +216,7 @@ func (d *Driver) loadNew(items []*batchItem) (rest []*batchItem) {
 			rest = append(rest, it)
 			continue
 		}
+		it.p.Result = "success" // as readTyped has it for an inactive unit
 		d.mu.Lock()
 		u := d.units[it.name]
 		if u == nil {

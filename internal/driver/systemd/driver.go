@@ -19,6 +19,7 @@ import (
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
 
 	"github.com/flotilla/flotilla/internal/driver"
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
@@ -145,7 +146,8 @@ type Driver struct {
 	cfg       Config
 	log       *slog.Logger
 	conn      *sddbus.Conn
-	userspace int64 // systemd's UserspaceTimestampMonotonic, µs
+	sigconn   *dbus.Conn // the signals' own connection, if on the system bus (subscribe)
+	userspace int64      // systemd's UserspaceTimestampMonotonic, µs
 
 	mu     sync.Mutex
 	units  map[string]*sdUnit
@@ -155,6 +157,7 @@ type Driver struct {
 	reloads reloader
 	fence   fence
 
+	jobs    chan struct{} // a place for each job queued and not yet ended (queueJob)
 	updates chan *sddbus.PropertiesUpdate
 	errs    chan error
 	stop    chan struct{}
@@ -202,16 +205,20 @@ func New(cfg Config) (*Driver, error) {
 		conn:    conn,
 		units:   map[string]*sdUnit{},
 		updates: make(chan *sddbus.PropertiesUpdate, 8192),
+		jobs:    make(chan struct{}, maxJobs),
 		errs:    make(chan error, 1),
 		stop:    make(chan struct{}),
 	}
 	d.reloads.conn = conn
 	fail := func(err error) (*Driver, error) {
+		if d.sigconn != nil {
+			d.sigconn.Close()
+			d.watched.Wait()
+		}
 		conn.Close()
 		return nil, fmt.Errorf("systemddriver: %w", err)
 	}
-	conn.SetPropertiesSubscriber(d.updates, d.errs)
-	if err := conn.Subscribe(); err != nil {
+	if err := d.subscribe(); err != nil {
 		return fail(fmt.Errorf("subscribe to systemd's signals: %w", err))
 	}
 	us, err := conn.GetManagerProperty("UserspaceTimestampMonotonic")
@@ -392,7 +399,7 @@ func (d *Driver) Start(name string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	if _, err := d.conn.StartUnitContext(ctx, name, "replace", nil); err != nil {
+	if _, err := d.queueJob(ctx, "start", name); err != nil {
 		os.Remove(d.startedPath(name))
 		return fmt.Errorf("start %s: %w", name, err)
 	}
@@ -421,7 +428,7 @@ func (d *Driver) Stop(name string) error {
 	os.Remove(d.startedPath(name))
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	if _, err := d.conn.StopUnitContext(ctx, name, "replace", nil); err != nil {
+	if _, err := d.queueJob(ctx, "stop", name); err != nil {
 		return fmt.Errorf("stop %s: %w", name, err)
 	}
 	return nil
@@ -429,13 +436,9 @@ func (d *Driver) Stop(name string) error {
 
 // stopJob queues a stop job and returns a channel that receives its result.
 func (d *Driver) stopJob(ctx context.Context, name string) (<-chan string, error) {
-	ch := make(chan string, 1)
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if _, err := d.conn.StopUnitContext(cctx, name, "replace", ch); err != nil {
-		return nil, err
-	}
-	return ch, nil
+	return d.queueJob(cctx, "stop", name)
 }
 
 // Unload stops the unit, waits for the stop job to finish, removes the
@@ -658,6 +661,9 @@ func (d *Driver) shut() {
 	d.closed = true
 	d.mu.Unlock()
 	close(d.stop)
+	if d.sigconn != nil {
+		d.sigconn.Close() // ends forward
+	}
 	d.watched.Wait()
 	d.conn.Close()
 }
