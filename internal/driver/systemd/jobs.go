@@ -12,8 +12,9 @@ import (
 // allows it 512 (dbus-daemon's max_match_rules_per_connection): with
 // more, systemd was cut off the bus ("Got disconnect on API bus") and
 // every call in flight failed. A thousand starts queued from several
-// goroutines, or the stops of Close, outrun the jobs systemd runs.
-const maxJobs = 256
+// goroutines, or the stops of Close, outrun the jobs systemd runs; 64
+// keep it busy.
+const maxJobs = 64
 
 // jobHold is how long a job keeps its place among maxJobs when its end is
 // not heard (a stop that waits for TimeoutStopSec=): it still runs, but

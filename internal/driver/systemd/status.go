@@ -61,6 +61,8 @@ func (d *Driver) watch() {
 		}
 		d.mu.Unlock()
 	}
+	gather := time.NewTimer(gatherFor)
+	defer gather.Stop()
 	for {
 		select {
 		case <-d.stop:
@@ -70,6 +72,10 @@ func (d *Driver) watch() {
 		case err := <-d.errs:
 			all(err)
 		}
+		// systemd signals each unit's changes as it makes them: read at
+		// once, a thousand units starting cost a read each. The signals
+		// of the next few milliseconds are taken with the first.
+		gather.Reset(gatherFor)
 	drain:
 		for {
 			select {
@@ -77,8 +83,10 @@ func (d *Driver) watch() {
 				add(up)
 			case err := <-d.errs:
 				all(err)
-			default:
+			case <-gather.C:
 				break drain
+			case <-d.stop:
+				return
 			}
 		}
 		if len(dirty) > 0 {
@@ -87,6 +95,10 @@ func (d *Driver) watch() {
 		}
 	}
 }
+
+// gatherFor is how long the watcher gathers signals after the first
+// before it reads the units' states.
+const gatherFor = 10 * time.Millisecond
 
 // refreshMany reads the current state of the dirty units and applies it.
 func (d *Driver) refreshMany(dirty map[string]seen) {
@@ -130,6 +142,11 @@ func (d *Driver) refreshMany(dirty map[string]seen) {
 		}
 		// A burst (a thousand units started) changes many units at once:
 		// their MainPID and Result are read with several calls in flight.
+		// A unit going from active to deactivating keeps its MainPID
+		// and Result until it has stopped: nothing to read.
+		reads = slices.DeleteFunc(reads, func(k int) bool {
+			return ps[k].Active == "deactivating" && us[k].props.Active == "active" && ps[k].Load == us[k].props.Load
+		})
 		each(len(reads), func(j int) {
 			k := reads[j]
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
