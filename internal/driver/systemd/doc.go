@@ -58,8 +58,9 @@
 // every interface's and reads the unit of each ended job). A signal only
 // marks its unit dirty; 10 ms after the first, the current states of the
 // dirty units are read with one ListUnitsByNames call, and MainPID and
-// Result of those whose state changed (an inactive unit's Result is
-// success: systemd puts a unit with any other in failed). Reading the state, rather than taking it from the
+// Result of those whose state changed (an inactive or active unit's
+// Result is success, not read: systemd resets it when the unit starts and
+// puts a unit with any other in failed, or activating to restart it). Reading the state, rather than taking it from the
 // signal, matters: godbus hands signals over from goroutines of its own
 // once its buffer is full, so they may arrive out of order. When the
 // subscription's buffer overflows, every loaded unit is read once, so a

@@ -191,25 +191,29 @@ func (d *Driver) refresh(name string, check func(props) bool) {
 	d.set(name, u, p)
 }
 
-// readTyped reads a unit's Result and a service's MainPID. An inactive
-// unit's Result is "success" (systemd puts a unit whose result is any
-// other in failed), and an inactive or failed unit's status shows no PID:
-// a thousand units stopping cost a thousand calls fewer.
+// readTyped reads a unit's Result and a service's MainPID. The Result of
+// an inactive or active unit is "success" (systemd resets it when the
+// unit starts, and puts a unit whose result is any other in failed or,
+// restarting, activating), and an inactive or failed unit's status shows
+// no PID: a thousand units starting, or stopping, cost a thousand calls
+// fewer.
 func (d *Driver) readTyped(ctx context.Context, name, typ string, p *props) {
 	iface := typeInterfaces[typ]
 	if iface == "" || p.Load != "loaded" {
 		return
 	}
-	if p.Active == "inactive" {
+	if p.Active == "inactive" || p.Active == "active" {
 		p.Result = "success"
-		return
 	}
-	if typ == "service" && p.Active != "failed" {
+	if typ == "service" && p.Active != "inactive" && p.Active != "failed" {
 		if v, err := d.conn.GetUnitTypePropertyContext(ctx, name, iface, "MainPID"); err == nil {
 			if pid, ok := v.Value.Value().(uint32); ok {
 				p.PID = int(pid)
 			}
 		}
+	}
+	if p.Active == "inactive" || p.Active == "active" {
+		return
 	}
 	if v, err := d.conn.GetUnitTypePropertyContext(ctx, name, iface, "Result"); err == nil {
 		p.Result, _ = v.Value.Value().(string)
