@@ -1100,18 +1100,94 @@ func (a *Agent) watchdog() {
 // something else. A driver that keeps the file is given one named for the
 // unit. f is never changed once parsed, so mu need not be held.
 func (a *Agent) load(d driver.Driver, name string, f *unit.File) error {
-	if have := a.cfg.Machine.Drivers; have != 0 && !have.Runs(f.Drivers()) {
-		return fmt.Errorf("this machine runs the %v driver; %s needs %s", have, name, unit.DriversReason(name, f.Drivers()))
+	if err := a.runnable(name, f); err != nil {
+		return err
 	}
 	if sl, ok := d.(sharedLoader); ok {
 		return sl.LoadShared(name, f)
 	}
-	if f.Name != name {
-		named := *f
-		named.Name = name
-		f = &named
+	return d.Load(named(name, f))
+}
+
+// runnable says why none of the machine's drivers can run unit name (nil
+// when one can).
+func (a *Agent) runnable(name string, f *unit.File) error {
+	if have := a.cfg.Machine.Drivers; have != 0 && !have.Runs(f.Drivers()) {
+		return fmt.Errorf("this machine runs the %v driver; %s needs %s", have, name, unit.DriversReason(name, f.Drivers()))
 	}
-	return d.Load(f)
+	return nil
+}
+
+// named returns f, or a copy of it named name.
+func named(name string, f *unit.File) *unit.File {
+	if f.Name != name {
+		c := *f
+		c.Name = name
+		f = &c
+	}
+	return f
+}
+
+// loadBatch carries out the load actions of a pass, all in one LoadBatch
+// (driver.BatchLoader); do then skips them. Each unit's outcome is the
+// one do's load would have had.
+func (a *Agent) loadBatch(bl driver.BatchLoader, acts []action) {
+	var names []string
+	var files, given []*unit.File // the parsed files, and those given to LoadBatch
+	for _, act := range acts {
+		if act.Kind != actLoad {
+			continue
+		}
+		f := a.beginLoad(act.Name)
+		if f == nil {
+			continue
+		}
+		if err := a.runnable(act.Name, f); err != nil {
+			a.loadFailed(act.Name, f, err)
+			continue
+		}
+		names = append(names, act.Name)
+		files = append(files, f)
+		given = append(given, named(act.Name, f))
+	}
+	if len(given) == 0 {
+		return
+	}
+	errs := bl.LoadBatch(given)
+	for i, err := range errs {
+		if err != nil {
+			a.loadFailed(names[i], files[i], err)
+		}
+	}
+}
+
+// beginLoad records that unit name is being loaded and returns its file;
+// nil when the leader no longer assigns it.
+func (a *Agent) beginLoad(name string) *unit.File {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f := a.files[name]
+	if f == nil {
+		return nil
+	}
+	a.haves[name] = have{Hash: f.Hash, Applied: unit.Loaded}
+	a.dirty[name] = true
+	return f
+}
+
+// loadFailed reports a unit the driver did not load as failed.
+func (a *Agent) loadFailed(name string, f *unit.File, err error) {
+	// systemd shows a unit it cannot load as load=error; it is
+	// reported failed so that whoever waits for it stops waiting.
+	a.failed("load failed", name, err)
+	a.mu.Lock()
+	if h, ok := a.haves[name]; ok {
+		h.Broken = true
+		a.haves[name] = h
+	}
+	a.mu.Unlock()
+	a.setStatus(unit.Status{Name: name, Hash: f.Hash, Load: "error", Active: "failed", Sub: "failed", Result: "load-error", Message: err.Error()})
+	a.setApplied(name, unit.DesiredState(a.wantState(name)))
 }
 
 // failed logs an action's failure. Only a failure logs: a logger made
@@ -1127,27 +1203,12 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 	d := a.cfg.Driver
 	switch act.Kind {
 	case actLoad:
-		a.mu.Lock()
-		f := a.files[act.Name]
+		f := a.beginLoad(act.Name)
 		if f == nil {
-			a.mu.Unlock()
 			return
 		}
-		a.haves[act.Name] = have{Hash: f.Hash, Applied: unit.Loaded}
-		a.dirty[act.Name] = true
-		a.mu.Unlock()
 		if err := a.load(d, act.Name, f); err != nil {
-			// systemd shows a unit it cannot load as load=error; it is
-			// reported failed so that whoever waits for it stops waiting.
-			a.failed("load failed", act.Name, err)
-			a.mu.Lock()
-			if h, ok := a.haves[act.Name]; ok {
-				h.Broken = true
-				a.haves[act.Name] = h
-			}
-			a.mu.Unlock()
-			a.setStatus(unit.Status{Name: act.Name, Hash: f.Hash, Load: "error", Active: "failed", Sub: "failed", Result: "load-error", Message: err.Error()})
-			a.setApplied(act.Name, unit.DesiredState(a.wantState(act.Name)))
+			a.loadFailed(act.Name, f, err)
 		}
 	case actStart:
 		a.mu.Lock()

@@ -4,7 +4,10 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/driver"
 )
 
 // The agent's own goroutines are few and waiting ones cost memory: a host
@@ -159,6 +162,38 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 }
 
+// passWorkers is how many of a pass's starts and stops a driver that
+// loads in batches (driver.BatchLoader) is given at once.
+const passWorkers = 8
+
+// batchPass carries out a pass's actions on a driver that loads in
+// batches: every load in one LoadBatch, then the starts, stops and
+// unloads from up to passWorkers goroutines. A unit's start still comes
+// after its load, and is skipped when the load failed.
+func (a *Agent) batchPass(ctx context.Context, bl driver.BatchLoader, acts []action, wg *sync.WaitGroup) {
+	a.loadBatch(bl, acts)
+	rest := make([]action, 0, len(acts))
+	for _, act := range acts {
+		if act.Kind != actLoad {
+			rest = append(rest, act)
+		}
+	}
+	var next atomic.Int64
+	var workers sync.WaitGroup
+	for range min(len(rest), passWorkers) {
+		workers.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(rest) {
+					return
+				}
+				a.do(ctx, rest[i], wg)
+			}
+		})
+	}
+	workers.Wait()
+}
+
 // pass plans and carries out one reconciliation pass; wg counts the
 // unloads it starts in the background.
 func (a *Agent) pass(ctx context.Context, wg *sync.WaitGroup) {
@@ -170,8 +205,12 @@ func (a *Agent) pass(ctx context.Context, wg *sync.WaitGroup) {
 	buf := actsPool.Get().(*[]action)
 	acts := appendPlan((*buf)[:0], a.wants, a.haves)
 	a.mu.Unlock()
-	for _, act := range acts {
-		a.do(ctx, act, wg)
+	if bl, ok := a.cfg.Driver.(driver.BatchLoader); ok {
+		a.batchPass(ctx, bl, acts, wg)
+	} else {
+		for _, act := range acts {
+			a.do(ctx, act, wg)
+		}
 	}
 	if cap(acts) <= maxPooledActs {
 		clear(acts) // the names are not kept alive

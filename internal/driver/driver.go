@@ -45,6 +45,19 @@ type Driver interface {
 	Close(ctx context.Context) error
 }
 
+// BatchLoader is implemented by drivers that load many units at once for
+// much less than loading each alone: the systemd driver has systemd read
+// its unit directory once for a batch, not once per unit. LoadBatch loads
+// each file as Load would and returns one error per file, in order (nil:
+// that unit is loaded); a unit that cannot be loaded fails alone. The
+// agent hands a reconciliation pass's loads to LoadBatch together, and
+// then issues that pass's starts and stops from several goroutines at
+// once, so that a driver that waits on another process for each (a D-Bus
+// round trip to systemd) has several in flight.
+type BatchLoader interface {
+	LoadBatch(files []*unit.File) []error
+}
+
 // Killer is implemented by drivers that can end a unit at once, skipping its
 // stop commands and stop timeout, and forget it. An agent cut off from the
 // leader kills its units this way: they are being started elsewhere, and a

@@ -23,10 +23,11 @@ type Entry struct {
 }
 
 // Mux is a driver.Driver over several drivers. It implements the optional
-// driver interfaces (Killer, Fencer, Detacher, LogRemover, StartRecorder)
-// by passing each call to the drivers that implement them; a driver that does not is
-// treated as driver.Driver alone would be (Kill unloads, no fence: the
-// agent's own watchdog then stops its singleton units).
+// driver interfaces (BatchLoader, Killer, Fencer, Detacher, LogRemover,
+// StartRecorder) by passing each call to the drivers that implement them;
+// a driver that does not is treated as driver.Driver alone would be (a
+// Load per unit of a batch, Kill unloads, no fence: the agent's own
+// watchdog then stops its singleton units).
 type Mux struct {
 	entries []Entry
 
@@ -99,6 +100,59 @@ func (m *Mux) Load(f *unit.File) error {
 	m.owner[f.Name] = i
 	m.mu.Unlock()
 	return nil
+}
+
+// LoadBatch loads each unit on the driver that runs it, as Load does
+// (driver.BatchLoader): a driver that loads in batches gets its units in
+// one LoadBatch, the others a Load per unit. A unit whose new definition
+// needs another driver moves as with Load.
+func (m *Mux) LoadBatch(files []*unit.File) []error {
+	errs := make([]error, len(files))
+	per := make([][]int, len(m.entries)) // indexes in files, per driver
+	for i, f := range files {
+		if f == nil {
+			errs[i] = errors.New("mux: load: nil unit file")
+			continue
+		}
+		m.mu.Lock()
+		j, err := m.pick(f)
+		old, had := m.owner[f.Name]
+		m.mu.Unlock()
+		switch {
+		case err != nil:
+			errs[i] = err
+		case had && old != j:
+			errs[i] = m.Load(f)
+		default:
+			per[j] = append(per[j], i)
+		}
+	}
+	for j, idx := range per {
+		if len(idx) == 0 {
+			continue
+		}
+		d := m.entries[j].Driver
+		out := make([]error, len(idx))
+		if bl, ok := d.(driver.BatchLoader); ok {
+			batch := make([]*unit.File, len(idx))
+			for k, i := range idx {
+				batch[k] = files[i]
+			}
+			out = bl.LoadBatch(batch)
+		} else {
+			for k, i := range idx {
+				out[k] = d.Load(files[i])
+			}
+		}
+		m.mu.Lock()
+		for k, i := range idx {
+			if errs[i] = out[k]; errs[i] == nil {
+				m.owner[files[i].Name] = j
+			}
+		}
+		m.mu.Unlock()
+	}
+	return errs
 }
 
 // of returns the driver holding the unit.
@@ -262,11 +316,12 @@ func (m *Mux) Close(ctx context.Context) error {
 }
 
 var (
-	_ driver.Driver     = (*Mux)(nil)
-	_ driver.Killer     = (*Mux)(nil)
-	_ driver.Fencer     = (*Mux)(nil)
-	_ driver.Detacher   = (*Mux)(nil)
-	_ driver.LogRemover = (*Mux)(nil)
+	_ driver.Driver      = (*Mux)(nil)
+	_ driver.BatchLoader = (*Mux)(nil)
+	_ driver.Killer      = (*Mux)(nil)
+	_ driver.Fencer      = (*Mux)(nil)
+	_ driver.Detacher    = (*Mux)(nil)
+	_ driver.LogRemover  = (*Mux)(nil)
 
 	_ driver.StartRecorder = (*Mux)(nil)
 )

@@ -3,6 +3,7 @@ package mux
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -150,6 +151,69 @@ func TestMuxStartedAsksTheUnitsDriver(t *testing.T) {
 	} {
 		if s, k := m.Started(name); s != want[0] || k != want[1] {
 			t.Errorf("Started(%s) = %v, %v; want %v, %v", name, s, k, want[0], want[1])
+		}
+	}
+}
+
+// batching is a sim driver that loads in batches.
+type batching struct {
+	*sim.Driver
+	batches [][]string
+}
+
+func (b *batching) LoadBatch(files []*unit.File) []error {
+	var names []string
+	errs := make([]error, len(files))
+	for i, f := range files {
+		names = append(names, f.Name)
+		errs[i] = b.Load(f)
+	}
+	b.batches = append(b.batches, names)
+	return errs
+}
+
+// A batch is split by driver: the one that loads in batches gets its units
+// in one LoadBatch, the other a Load each; a unit no driver runs, and a
+// nil file, fail alone; a unit whose new definition needs the other driver
+// moves.
+func TestMuxLoadBatch(t *testing.T) {
+	notify := func(unit.Status) {}
+	execLike, _ := sim.New(sim.Config{Machine: "m", Notify: notify})
+	dockerSim, _ := sim.New(sim.Config{Machine: "m", Notify: notify})
+	dockerLike := &batching{Driver: dockerSim}
+	m, err := New(Entry{unit.DriverExec, execLike}, Entry{unit.DriverDocker, dockerLike})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Load(parse(t, "moved.service", "[Service]\nExecStart=/bin/web\n")); err != nil {
+		t.Fatal(err)
+	}
+	files := []*unit.File{
+		parse(t, "web.service", "[Service]\nExecStart=/bin/web\n"),
+		parse(t, "db.service", "[X-Container]\nImage=db:1\n"),
+		parse(t, "t.timer", "[Timer]\nOnActiveSec=1s\n"),
+		nil,
+		parse(t, "cache.service", "[X-Container]\nImage=cache:1\n"),
+		parse(t, "moved.service", "[X-Container]\nImage=moved:2\n"),
+	}
+	errs := m.LoadBatch(files)
+	for i, want := range []string{"", "", "no driver of this machine", "nil unit file", "", ""} {
+		if got := errs[i]; (want == "") != (got == nil) || got != nil && !strings.Contains(got.Error(), want) {
+			t.Errorf("file %d: error %v, want %q", i, got, want)
+		}
+	}
+	if got := fmt.Sprint(dockerLike.batches); got != "[[db.service cache.service]]" {
+		t.Errorf("batches %s, want db and cache in one (moved.service moves by Load)", got)
+	}
+	if got := fmt.Sprint(names(execLike.States())); got != "[web.service=inactive]" {
+		t.Errorf("exec states %s", got)
+	}
+	if got := fmt.Sprint(names(dockerLike.States())); got != "[cache.service=inactive db.service=inactive moved.service=inactive]" {
+		t.Errorf("docker states %s", got)
+	}
+	for _, n := range []string{"web.service", "db.service", "cache.service", "moved.service"} {
+		if err := m.Start(n); err != nil {
+			t.Errorf("Start(%s) after the batch: %v", n, err)
 		}
 	}
 }

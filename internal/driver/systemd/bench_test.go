@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +20,10 @@ import (
 const benchEnv = "FLOTILLA_SYSTEMD_BENCH"
 
 // BenchmarkStartStop starts and then stops 1,000 units (ExecStart=/bin/sleep
-// infinity) through the driver in a systemd container, and the same with a
-// plain loop of systemd-run and systemctl stop, and reports the seconds each
-// took. Run it once:
+// infinity) through the driver in a systemd container, as the agent drives
+// it (one LoadBatch, then the starts and the stops from several
+// goroutines), and the same with a plain loop of systemd-run and systemctl
+// stop, and reports the seconds each took. Run it once:
 //
 //	go test -run '^$' -bench BenchmarkStartStop -benchtime 1x ./internal/driver/systemd/
 func BenchmarkStartStop(b *testing.B) {
@@ -71,6 +73,34 @@ func (c *counter) count(state string) int {
 	return n
 }
 
+// agentWorkers is how many starts or stops the agent has in flight on a
+// driver.BatchLoader (internal/agent's passWorkers).
+const agentWorkers = 8
+
+// fanOut calls f(0) ... f(n-1) from agentWorkers goroutines.
+func fanOut(t *testing.T, n int, f func(i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range agentWorkers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
 func TestInsideBench(t *testing.T) {
 	inside(t)
 	n, _ := strconv.Atoi(os.Getenv(benchEnv))
@@ -93,29 +123,30 @@ func TestInsideBench(t *testing.T) {
 		})
 	}
 
-	// As the agent does: each unit loaded then started, one after another;
-	// the time runs until the driver has reported every one running.
+	// As the agent does with a driver.BatchLoader: the pass's loads in one
+	// LoadBatch, then its starts from agentWorkers goroutines (the agent's
+	// passWorkers); the time runs until the driver has reported every unit
+	// running. Then the same with the stops.
 	start := time.Now()
+	files := make([]*unit.File, n)
 	for i := range n {
 		f, err := unit.Parse(name(i), []byte("[Service]\nExecStart=/bin/sleep infinity\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Load(f); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Start(f.Name); err != nil {
-			t.Fatal(err)
+		files[i] = f
+	}
+	for i, err := range d.LoadBatch(files) {
+		if err != nil {
+			t.Fatalf("load %s: %v", files[i].Name, err)
 		}
 	}
+	result("driver-load", time.Since(start))
+	fanOut(t, n, func(i int) error { return d.Start(name(i)) })
 	waitCount("active/running")
 	result("driver-start", time.Since(start))
 	start = time.Now()
-	for i := range n {
-		if err := d.Stop(name(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fanOut(t, n, func(i int) error { return d.Stop(name(i)) })
 	waitCount("inactive/dead")
 	result("driver-stop", time.Since(start))
 	start = time.Now()

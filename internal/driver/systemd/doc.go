@@ -1,6 +1,6 @@
 // Package systemddriver runs units as the machine's own systemd units, over
-// D-Bus, the way fleet did. It implements driver.Driver, driver.Killer,
-// driver.Fencer, driver.Detacher and driver.StartRecorder.
+// D-Bus, the way fleet did. It implements driver.Driver, driver.BatchLoader,
+// driver.Killer, driver.Fencer, driver.Detacher and driver.StartRecorder.
 //
 // # Using it
 //
@@ -14,12 +14,24 @@
 //     assignments do). systemd loads a new unit from its file when asked
 //     for it, so Load reloads systemd only for a unit systemd holds from an
 //     older file (or as not found); reloads are batched (callers that
-//     arrive while one runs share the next). An instance of a template
+//     arrive while one runs share the next). LoadBatch (the agent's
+//     loads of one pass) writes every file of the batch before systemd
+//     reads any: systemd rebuilds its map of unit files (a scan of every
+//     file in its unit directories) when it finds a directory changed,
+//     so files written one at a time cost a scan each. The new units are
+//     then loaded with one ListUnitsByNames call per 512, and each
+//     unit's FragmentPath read; units systemd already held are checked
+//     as Load does, with one reload for all. Load is LoadBatch of one.
+//     An instance of a template
 //     (web@1.service) is written as an instance file holding the
 //     template's text, as fleet wrote them; systemd resolves %i from the
 //     file's name.
 //  3. Start and Stop queue systemd jobs (StartUnit, StopUnit with mode
 //     "replace") and return; the outcome arrives through Config.Notify.
+//     At most 64 of the driver's jobs are queued at once (a Start waits
+//     for a place): on the system bus systemd adds a match rule per
+//     queued job to watch its client, dbus-daemon allows it 512, and past
+//     them systemd is cut off the bus.
 //     Start records that the agent started the unit (a file under
 //     Config.StateDir, removed by Stop), which Started reports
 //     (driver.StartRecorder): systemd also starts units by itself (a
@@ -39,11 +51,16 @@
 // LoadState, ActiveState and SubState; PID is a service's MainPID; Result
 // is the unit's Result (for units that were started at least once: a unit
 // that never left inactive shows none). The driver follows them through one
-// subscription to systemd's PropertiesChanged signals (dbus.Conn
-// SetPropertiesSubscriber); nothing polls. A signal only marks its unit
-// dirty; once no signal waits, the current states of the dirty units are
-// read with one ListUnitsByNames call, and MainPID and Result of those
-// whose state changed. Reading the state, rather than taking it from the
+// subscription to systemd's PropertiesChanged signals; nothing polls. On
+// the system bus the signals come over a connection of the driver's own
+// whose match rule takes only those of units' org.freedesktop.systemd1.Unit
+// interface (go-systemd's subscription, used without a system bus, takes
+// every interface's and reads the unit of each ended job). A signal only
+// marks its unit dirty; 10 ms after the first, the current states of the
+// dirty units are read with one ListUnitsByNames call, and MainPID and
+// Result of those whose state changed (an inactive or active unit's
+// Result is success, not read: systemd resets it when the unit starts and
+// puts a unit with any other in failed, or activating to restart it). Reading the state, rather than taking it from the
 // signal, matters: godbus hands signals over from goroutines of its own
 // once its buffer is full, so they may arrive out of order. When the
 // subscription's buffer overflows, every loaded unit is read once, so a

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/driver/service"
@@ -145,7 +146,8 @@ type Driver struct {
 	cfg       Config
 	log       *slog.Logger
 	conn      *sddbus.Conn
-	userspace int64 // systemd's UserspaceTimestampMonotonic, µs
+	sigconn   *dbus.Conn // the signals' own connection, if on the system bus (subscribe)
+	userspace int64      // systemd's UserspaceTimestampMonotonic, µs
 
 	mu     sync.Mutex
 	units  map[string]*sdUnit
@@ -155,6 +157,7 @@ type Driver struct {
 	reloads reloader
 	fence   fence
 
+	jobs    chan struct{} // a place for each job queued and not yet ended (queueJob)
 	updates chan *sddbus.PropertiesUpdate
 	errs    chan error
 	stop    chan struct{}
@@ -202,16 +205,20 @@ func New(cfg Config) (*Driver, error) {
 		conn:    conn,
 		units:   map[string]*sdUnit{},
 		updates: make(chan *sddbus.PropertiesUpdate, 8192),
+		jobs:    make(chan struct{}, maxJobs),
 		errs:    make(chan error, 1),
 		stop:    make(chan struct{}),
 	}
 	d.reloads.conn = conn
 	fail := func(err error) (*Driver, error) {
+		if d.sigconn != nil {
+			d.sigconn.Close()
+			d.watched.Wait()
+		}
 		conn.Close()
 		return nil, fmt.Errorf("systemddriver: %w", err)
 	}
-	conn.SetPropertiesSubscriber(d.updates, d.errs)
-	if err := conn.Subscribe(); err != nil {
+	if err := d.subscribe(); err != nil {
 		return fail(fmt.Errorf("subscribe to systemd's signals: %w", err))
 	}
 	us, err := conn.GetManagerProperty("UserspaceTimestampMonotonic")
@@ -315,11 +322,14 @@ func content(f *unit.File, hidden []string) []byte {
 
 func (d *Driver) path(name string) string { return filepath.Join(d.cfg.UnitDir, name) }
 
-// Load writes the unit's file, reloads systemd and reports the unit as
-// systemd has loaded it. A unit systemd cannot load (a bad setting), or
-// reads from another file, is an error and is not kept. A running unit
-// keeps running; the new definition applies when it next starts.
+// Load writes the unit's file and reports the unit as systemd has loaded
+// it; it is LoadBatch of one file.
 func (d *Driver) Load(f *unit.File) error {
+	return d.LoadBatch([]*unit.File{f})[0]
+}
+
+// check refuses a file the driver cannot load.
+func (d *Driver) check(f *unit.File) error {
 	if f == nil {
 		return errors.New("systemddriver: load: nil unit file")
 	}
@@ -336,53 +346,6 @@ func (d *Driver) Load(f *unit.File) error {
 		if h := service.HiddenBy(p, d.cfg.Inaccessible); h != "" {
 			return fmt.Errorf("systemddriver: load %s: EnvironmentFile=%s is inside %s, which Flotilla keeps from every unit", f.Name, ef.Path, h)
 		}
-	}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return fmt.Errorf("load %s: %w", f.Name, ErrClosed)
-	}
-	u := d.units[f.Name]
-	if u == nil {
-		u = &sdUnit{typ: unit.TypeOf(f.Name)}
-		d.units[f.Name] = u
-	}
-	u.hash, u.removed = f.Hash, false
-	d.mu.Unlock()
-
-	want := content(f, d.cfg.Inaccessible)
-	if have, err := os.ReadFile(d.path(f.Name)); err != nil || !bytes.Equal(have, want) {
-		if err := writeFile(d.path(f.Name), want); err != nil {
-			d.forget(f.Name)
-			return fmt.Errorf("load %s: %w", f.Name, err)
-		}
-	}
-	// systemd loads a unit it does not hold from its file when asked for
-	// it (as reading its state does), so a new unit needs no reload: one
-	// that systemd holds from an older file, or holds as not found, does.
-	var p props
-	ours := func(q props) bool {
-		p = q
-		return q.Load == "loaded" && q.Fragment == d.path(f.Name) && !q.NeedReload
-	}
-	d.refresh(f.Name, ours)
-	if !ours(p) {
-		if err := d.reloads.do(); err != nil {
-			return fmt.Errorf("load %s: reload systemd: %w", f.Name, err)
-		}
-		d.refresh(f.Name, func(q props) bool { p = q; return q.Load == "loaded" && q.Fragment == d.path(f.Name) })
-	}
-	var loadErr error
-	switch {
-	case p.Load != "loaded":
-		loadErr = fmt.Errorf("load %s: systemd could not load it (%s): %s", f.Name, p.Load, p.LoadError)
-	case p.Fragment != d.path(f.Name):
-		loadErr = fmt.Errorf("load %s: %w: %s takes precedence over %s", f.Name, ErrNotOurs, p.Fragment, d.path(f.Name))
-	}
-	if loadErr != nil {
-		d.forget(f.Name)
-		os.Remove(d.path(f.Name))
-		return loadErr
 	}
 	return nil
 }
@@ -436,7 +399,7 @@ func (d *Driver) Start(name string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	if _, err := d.conn.StartUnitContext(ctx, name, "replace", nil); err != nil {
+	if _, err := d.queueJob(ctx, "start", name); err != nil {
 		os.Remove(d.startedPath(name))
 		return fmt.Errorf("start %s: %w", name, err)
 	}
@@ -465,7 +428,7 @@ func (d *Driver) Stop(name string) error {
 	os.Remove(d.startedPath(name))
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	if _, err := d.conn.StopUnitContext(ctx, name, "replace", nil); err != nil {
+	if _, err := d.queueJob(ctx, "stop", name); err != nil {
 		return fmt.Errorf("stop %s: %w", name, err)
 	}
 	return nil
@@ -473,13 +436,9 @@ func (d *Driver) Stop(name string) error {
 
 // stopJob queues a stop job and returns a channel that receives its result.
 func (d *Driver) stopJob(ctx context.Context, name string) (<-chan string, error) {
-	ch := make(chan string, 1)
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if _, err := d.conn.StopUnitContext(cctx, name, "replace", ch); err != nil {
-		return nil, err
-	}
-	return ch, nil
+	return d.queueJob(cctx, "stop", name)
 }
 
 // Unload stops the unit, waits for the stop job to finish, removes the
@@ -702,6 +661,9 @@ func (d *Driver) shut() {
 	d.closed = true
 	d.mu.Unlock()
 	close(d.stop)
+	if d.sigconn != nil {
+		d.sigconn.Close() // ends forward
+	}
 	d.watched.Wait()
 	d.conn.Close()
 }

@@ -61,6 +61,8 @@ func (d *Driver) watch() {
 		}
 		d.mu.Unlock()
 	}
+	gather := time.NewTimer(gatherFor)
+	defer gather.Stop()
 	for {
 		select {
 		case <-d.stop:
@@ -70,6 +72,10 @@ func (d *Driver) watch() {
 		case err := <-d.errs:
 			all(err)
 		}
+		// systemd signals each unit's changes as it makes them: read at
+		// once, a thousand units starting cost a read each. The signals
+		// of the next few milliseconds are taken with the first.
+		gather.Reset(gatherFor)
 	drain:
 		for {
 			select {
@@ -77,8 +83,10 @@ func (d *Driver) watch() {
 				add(up)
 			case err := <-d.errs:
 				all(err)
-			default:
+			case <-gather.C:
 				break drain
+			case <-d.stop:
+				return
 			}
 		}
 		if len(dirty) > 0 {
@@ -87,6 +95,10 @@ func (d *Driver) watch() {
 		}
 	}
 }
+
+// gatherFor is how long the watcher gathers signals after the first
+// before it reads the units' states.
+const gatherFor = 10 * time.Millisecond
 
 // refreshMany reads the current state of the dirty units and applies it.
 func (d *Driver) refreshMany(dirty map[string]seen) {
@@ -105,7 +117,10 @@ func (d *Driver) refreshMany(dirty map[string]seen) {
 			d.log.Warn("read units' state", "units", len(chunk), "err", err)
 			continue
 		}
-		for _, s := range sts {
+		us := make([]*sdUnit, len(sts))
+		ps := make([]props, len(sts))
+		var reads []int // the units whose state changed
+		for k, s := range sts {
 			d.mu.Lock()
 			u := d.units[s.Name]
 			d.mu.Unlock()
@@ -117,7 +132,32 @@ func (d *Driver) refreshMany(dirty map[string]seen) {
 			sn := dirty[s.Name]
 			p.Started = p.Started || sn.started || p.Active != "inactive"
 			p.ChangeUsec = max(p.ChangeUsec, sn.changeUsec)
-			d.apply(s.Name, u, p)
+			us[k], ps[k] = u, p
+			// A state left and entered again between two reads (a
+			// oneshot run by its timer) changed its time and Result.
+			if p.Load != u.props.Load || p.Active != u.props.Active || p.Sub != u.props.Sub || u.status.Name == "" ||
+				p.ChangeUsec != u.props.ChangeUsec || p.Started != u.props.Started {
+				reads = append(reads, k)
+			}
+		}
+		// A burst (a thousand units started) changes many units at once:
+		// their MainPID and Result are read with several calls in flight.
+		// A unit going from active to deactivating keeps its MainPID
+		// and Result until it has stopped: nothing to read.
+		reads = slices.DeleteFunc(reads, func(k int) bool {
+			return ps[k].Active == "deactivating" && us[k].props.Active == "active" && ps[k].Load == us[k].props.Load
+		})
+		each(len(reads), func(j int) {
+			k := reads[j]
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			d.readTyped(ctx, sts[k].Name, us[k].typ, &ps[k])
+			cancel()
+		})
+		for k, s := range sts {
+			if us[k] != nil {
+				d.mu.Lock()
+				d.set(s.Name, us[k], ps[k])
+			}
 		}
 	}
 }
@@ -151,30 +191,29 @@ func (d *Driver) refresh(name string, check func(props) bool) {
 	d.set(name, u, p)
 }
 
-// apply reads MainPID and Result if the unit's state changed, then sets
-// its properties. d.rmu is held.
-func (d *Driver) apply(name string, u *sdUnit, p props) {
-	if p.Load != u.props.Load || p.Active != u.props.Active || p.Sub != u.props.Sub || u.status.Name == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		d.readTyped(ctx, name, u.typ, &p)
-		cancel()
-	}
-	d.mu.Lock()
-	d.set(name, u, p)
-}
-
-// readTyped reads a service's MainPID and a unit's Result.
+// readTyped reads a unit's Result and a service's MainPID. The Result of
+// an inactive or active unit is "success" (systemd resets it when the
+// unit starts, and puts a unit whose result is any other in failed or,
+// restarting, activating), and an inactive or failed unit's status shows
+// no PID: a thousand units starting, or stopping, cost a thousand calls
+// fewer.
 func (d *Driver) readTyped(ctx context.Context, name, typ string, p *props) {
 	iface := typeInterfaces[typ]
 	if iface == "" || p.Load != "loaded" {
 		return
 	}
-	if typ == "service" {
+	if p.Active == "inactive" || p.Active == "active" {
+		p.Result = "success"
+	}
+	if typ == "service" && p.Active != "inactive" && p.Active != "failed" {
 		if v, err := d.conn.GetUnitTypePropertyContext(ctx, name, iface, "MainPID"); err == nil {
 			if pid, ok := v.Value.Value().(uint32); ok {
 				p.PID = int(pid)
 			}
 		}
+	}
+	if p.Active == "inactive" || p.Active == "active" {
+		return
 	}
 	if v, err := d.conn.GetUnitTypePropertyContext(ctx, name, iface, "Result"); err == nil {
 		p.Result, _ = v.Value.Value().(string)
