@@ -194,6 +194,9 @@ type UnitChange struct {
 type Batch struct {
 	Units   []UnitChange `json:"units,omitempty"`   // units to create or change
 	Destroy []string     `json:"destroy,omitempty"` // names of units to destroy
+	// Update overrides options of the [X-Update] sections of the templates
+	// whose new files the batch deploys: {"MaxParallel": "2", "AutoRevert": "true"}.
+	Update map[string]string `json:"update,omitempty"`
 }
 
 // BatchResult is the answer of POST /v1/batch.
@@ -402,6 +405,9 @@ type VersionList struct {
 // return to (0 or absent: the newest earlier version with another file).
 type Revert struct {
 	Version int `json:"version,omitempty"`
+	// Update overrides options of the template's [X-Update] for the
+	// deployment the revert starts (as Batch.Update).
+	Update map[string]string `json:"update,omitempty"`
 }
 
 // Tag is the body of PUT /v1/units/{name}/versions/{version}/tag.

@@ -74,10 +74,10 @@ func (c *Client) Version(ctx context.Context, name string, version int) (*api.Ve
 // Revert gives a unit the file of one of its versions (0: the newest
 // earlier one with another file), making a new version, and returns its
 // versions.
-func (c *Client) Revert(ctx context.Context, name string, version int, checkIndex *int64) (*api.VersionList, error) {
+func (c *Client) Revert(ctx context.Context, name string, version int, checkIndex *int64, update map[string]string) (*api.VersionList, error) {
 	var l api.VersionList
 	u := c.url(BatchOptions{CheckIndex: checkIndex}.query(), "v1", "units", name, "revert")
-	if err := c.call(ctx, http.MethodPost, u, api.Revert{Version: version}, &l); err != nil {
+	if err := c.call(ctx, http.MethodPost, u, api.Revert{Version: version, Update: update}, &l); err != nil {
 		return nil, err
 	}
 	return &l, nil

@@ -393,7 +393,7 @@ func (s *server) putUnit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := changes[0].Name
-	res, ok := s.apply(w, r, changes, warnings)
+	res, ok := s.apply(w, r, changes, warnings, nil)
 	if !ok {
 		return
 	}
@@ -414,17 +414,17 @@ func (s *server) deleteUnit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if _, ok := s.apply(w, r, changes, nil); ok {
+	if _, ok := s.apply(w, r, changes, nil, nil); ok {
 		writeJSON(w, http.StatusOK, struct{}{})
 	}
 }
 
 func (s *server) batch(w http.ResponseWriter, r *http.Request) {
-	changes, warnings, ok := s.readBatch(w, r)
+	changes, warnings, update, ok := s.readBatchUpdate(w, r)
 	if !ok || !mayRun(w, r, changes) || !replaceQuery(w, r, changes) {
 		return
 	}
-	if res, ok := s.apply(w, r, changes, warnings); ok {
+	if res, ok := s.apply(w, r, changes, warnings, update); ok {
 		writeJSON(w, http.StatusOK, res)
 	}
 }
@@ -450,9 +450,9 @@ func replaceQuery(w http.ResponseWriter, r *http.Request, changes []engine.Chang
 
 // apply commits changes (read by prepare) through the engine and returns
 // the units they touched. On failure it has written the error answer.
-func (s *server) apply(w http.ResponseWriter, r *http.Request, changes []engine.Change, warnings []string) (apiv1.BatchResult, bool) {
+func (s *server) apply(w http.ResponseWriter, r *http.Request, changes []engine.Change, warnings []string, update map[string]string) (apiv1.BatchResult, bool) {
 	noteUnits(r, changes)
-	opts, ok := applyOptions(w, r)
+	opts, ok := applyOptionsWith(w, r, update)
 	if !ok {
 		return apiv1.BatchResult{}, false
 	}

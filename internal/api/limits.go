@@ -73,11 +73,26 @@ func (s *server) readPutUnit(w http.ResponseWriter, r *http.Request) ([]engine.C
 
 // readBatch reads POST /v1/batch.
 func (s *server) readBatch(w http.ResponseWriter, r *http.Request) ([]engine.Change, []string, bool) {
+	changes, warnings, _, ok := s.readBatchUpdate(w, r)
+	return changes, warnings, ok
+}
+
+// readBatchUpdate is readBatch, with the batch's [X-Update] overrides.
+func (s *server) readBatchUpdate(w http.ResponseWriter, r *http.Request) ([]engine.Change, []string, map[string]string, bool) {
 	var b apiv1.Batch
 	if !s.decode(w, r, &b) {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
-	return prepare(w, b)
+	if len(b.Update) > limits.UpdateOptions {
+		writeLimitError(w, tooLarge("the batch overrides %d [X-Update] options; there are %d", len(b.Update), limits.UpdateOptions))
+		return nil, nil, nil, false
+	}
+	if _, err := unit.OverrideUpdate(unit.DefaultUpdate, b.Update); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "update: "+err.Error())
+		return nil, nil, nil, false
+	}
+	changes, warnings, ok := prepare(w, b)
+	return changes, warnings, b.Update, ok
 }
 
 // prepare checks a batch against the limits and validates it (toChanges).

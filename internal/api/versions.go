@@ -16,7 +16,12 @@ import (
 
 // applyOptions reads ?check-index=N of a write.
 func applyOptions(w http.ResponseWriter, r *http.Request) (engine.ApplyOptions, bool) {
-	opts := engine.ApplyOptions{By: auth.Author(r)}
+	return applyOptionsWith(w, r, nil)
+}
+
+// applyOptionsWith is applyOptions with a batch's [X-Update] overrides.
+func applyOptionsWith(w http.ResponseWriter, r *http.Request, update map[string]string) (engine.ApplyOptions, bool) {
+	opts := engine.ApplyOptions{By: auth.Author(r), Update: update}
 	v, set := r.URL.Query()["check-index"]
 	if !set {
 		return opts, true
@@ -150,7 +155,11 @@ func (s *server) revert(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("version %d: want a version number, or 0 for the one before", rv.Version))
 		return
 	}
-	opts, ok := applyOptions(w, r)
+	if _, err := unit.OverrideUpdate(unit.DefaultUpdate, rv.Update); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "update: "+err.Error())
+		return
+	}
+	opts, ok := applyOptionsWith(w, r, rv.Update)
 	if !ok {
 		return
 	}
@@ -197,13 +206,13 @@ func (s *server) putVersionsConfig(w http.ResponseWriter, r *http.Request) {
 
 // plan answers what a batch would do, changing nothing.
 func (s *server) plan(w http.ResponseWriter, r *http.Request) {
-	changes, _, ok := s.readBatch(w, r)
+	changes, _, update, ok := s.readBatchUpdate(w, r)
 	if !ok || !replaceQuery(w, r, changes) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
-	p, err := s.cfg.Engine.Plan(ctx, changes)
+	p, err := s.cfg.Engine.Plan(ctx, changes, engine.ApplyOptions{Update: update})
 	if err != nil {
 		s.engineError(w, err)
 		return

@@ -160,6 +160,9 @@ type env struct {
 	// checkIndex is the command's --check-index, for its first write
 	// (batch); nil without one.
 	checkIndex *int64
+	// update is the command's --update: [X-Update] options overriding
+	// the templates' own for the deployments it starts.
+	update map[string]string
 }
 
 // setup validates the global flags and returns the command's environment

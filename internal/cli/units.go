@@ -15,6 +15,7 @@ func newSubmitCommand(g *Globals) *cobra.Command {
 		replace    bool
 		blk        block
 		checkIndex int64
+		update     map[string]string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit UNIT...",
@@ -38,12 +39,13 @@ refused, none is.`,
 			if err := blk.check(); err != nil {
 				return err
 			}
-			e.checkIndex = indexFlag(checkIndex)
+			e.checkIndex, e.update = indexFlag(checkIndex), update
 			return e.submit(ctx, args, replace, blk)
 		}),
 	}
 	cmd.Flags().BoolVar(&replace, "replace", false, replaceHelp)
 	addCheckIndex(cmd, &checkIndex)
+	addUpdate(cmd, &update)
 	blk.register(cmd.Flags(), "with --replace, on each machine, give up waiting for the replaced units after this long (0 means no limit)")
 	return cmd
 }
@@ -177,6 +179,7 @@ func newStateCommand(g *Globals, v stateVerb) *cobra.Command {
 		replace    bool
 		blk        block
 		checkIndex int64
+		update     map[string]string
 	)
 	cmd := &cobra.Command{
 		Use:          v.name + " [flags] UNIT...",
@@ -189,7 +192,7 @@ func newStateCommand(g *Globals, v stateVerb) *cobra.Command {
 			if err := blk.check(); err != nil {
 				return err
 			}
-			e.checkIndex = indexFlag(checkIndex)
+			e.checkIndex, e.update = indexFlag(checkIndex), update
 			return e.changeState(ctx, v, args, noBlock, blk, replace)
 		}),
 	}
@@ -198,6 +201,7 @@ func newStateCommand(g *Globals, v stateVerb) *cobra.Command {
 	if v.submits {
 		cmd.Flags().BoolVar(&replace, "replace", false, replaceHelp)
 		addCheckIndex(cmd, &checkIndex)
+		addUpdate(cmd, &update)
 	} else {
 		checkIndex = -1
 	}

@@ -119,6 +119,7 @@ func newRevertCommand(g *Globals) *cobra.Command {
 	var (
 		checkIndex int64
 		blk        block
+		update     map[string]string
 	)
 	cmd := &cobra.Command{
 		Use:   "revert UNIT [VERSION]",
@@ -143,10 +144,12 @@ asked for, or with --check-index if they changed since that index.`,
 					return fmt.Errorf("version %q: want a version number (as history lists them)", args[1])
 				}
 			}
+			e.update = update
 			return e.revert(ctx, args[0], n, indexFlag(checkIndex), blk)
 		}),
 	}
 	addCheckIndex(cmd, &checkIndex)
+	addUpdate(cmd, &update)
 	blk.register(cmd.Flags(), "give up following the deployment after this long; it goes on (0 means no limit)")
 	return cmd
 }
@@ -154,7 +157,7 @@ asked for, or with --check-index if they changed since that index.`,
 // revert reverts unit name to version n and, for a template, follows the
 // deployment that replaces its instances.
 func (e *env) revert(ctx context.Context, name string, n int, checkIndex *int64, blk block) error {
-	l, err := e.c.Revert(ctx, name, n, checkIndex)
+	l, err := e.c.Revert(ctx, name, n, checkIndex, e.update)
 	if err != nil {
 		return err
 	}
@@ -211,6 +214,12 @@ func addCheckIndex(cmd *cobra.Command, v *int64) {
 	cmd.Flags().Int64Var(v, "check-index", -1, "refuse the change (nothing is changed) if any of its units changed since a plan gave this index (flotilla plan)")
 }
 
+// addUpdate registers --update, the [X-Update] options that override the
+// templates' own for the deployments a command starts.
+func addUpdate(cmd *cobra.Command, v *map[string]string) {
+	cmd.Flags().StringToStringVar(v, "update", nil, "[X-Update] options for the deployments of templates this replaces, over their files' own: MaxParallel=2,Canary=1,AutoRevert=true,...")
+}
+
 func indexFlag(v int64) *int64 {
 	if v < 0 {
 		return nil
@@ -219,7 +228,10 @@ func indexFlag(v int64) *int64 {
 }
 
 func newPlanCommand(g *Globals) *cobra.Command {
-	var replace bool
+	var (
+		replace bool
+		update  map[string]string
+	)
 	cmd := &cobra.Command{
 		Use:   "plan UNIT...",
 		Short: "Show what starting units would do, changing nothing",
@@ -235,9 +247,11 @@ Exit codes: 0 no changes, 5 changes, 2 some units could not be placed.`,
 		Args:         unitArgs,
 		SilenceUsage: true,
 		RunE: g.runE(func(ctx context.Context, e *env, args []string) error {
+			e.update = update
 			return e.plan(ctx, args, replace)
 		}),
 	}
+	addUpdate(cmd, &update)
 	cmd.Flags().BoolVar(&replace, "replace", true, "plan as start --replace: files that differ replace the cluster's (false: as start, which refuses them)")
 	return cmd
 }
@@ -278,6 +292,7 @@ func (e *env) plan(ctx context.Context, args []string, replace bool) error {
 	if err != nil {
 		return err
 	}
+	b.Update = e.update
 	p, err := e.c.Plan(ctx, b, replace)
 	if err != nil {
 		return err
@@ -375,5 +390,8 @@ func (e *exitStatus) Error() string { return "" }
 func (e *env) batch(ctx context.Context, b apiv1.Batch, replace bool) (*apiv1.BatchResult, error) {
 	opts := client.BatchOptions{Replace: replace, CheckIndex: e.checkIndex}
 	e.checkIndex = nil
+	if replace {
+		b.Update = e.update
+	}
 	return e.c.BatchWith(ctx, b, opts)
 }

@@ -71,7 +71,12 @@ func TestPlanAndVersions(t *testing.T) {
 	// Planned again, the write goes through.
 	r = run(t, srv, "plan", "web@.service")
 	index = regexp.MustCompile(`Check index: (\d+) `).FindStringSubmatch(r.out)[1]
-	run(t, srv, "submit", "--replace", "--check-index", index, "web@.service").mustSucceed(t)
+	run(t, srv, "submit", "--replace", "--update", "Bogus=1", "web@.service").mustFail(t, `update: `)
+	run(t, srv, "submit", "--replace", "--check-index", index, "--update", "MaxParallel=1", "web@.service").mustSucceed(t)
+	r = run(t, srv, "deployment", "status", "web@.service").mustSucceed(t)
+	if !strings.Contains(r.out, ": succeeded\n") || !strings.Contains(r.out, "Strategy: MaxParallel=1 MinHealthyTime=50ms") {
+		t.Fatalf("deployment status:\n%s", r.out)
+	}
 
 	// history, --diff, tag, revert.
 	r = run(t, srv, "history", "web@.service").mustSucceed(t)

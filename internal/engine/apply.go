@@ -71,6 +71,7 @@ type unitsWrite struct {
 	// back.
 	deploy     *registry.Deployment
 	autoRevert bool
+	update     map[string]string // ApplyOptions.Update
 	// rangeNames are the names of each range change's instances, once
 	// validated (by change index).
 	rangeNames [][]string
@@ -115,11 +116,17 @@ type ApplyOptions struct {
 	// its units (or an instance's template) has a version newer than it:
 	// the index a plan showed (UnitVersions.Index, PlanResult.Index).
 	CheckIndex *int64
+	// Update overrides [X-Update] options of the templates whose new files
+	// the write deploys (option name to value).
+	Update map[string]string
 }
 
 // ApplyWith is Apply with options.
 func (e *Engine) ApplyWith(ctx context.Context, changes []Change, opts ApplyOptions) error {
-	return e.submit(ctx, &unitsWrite{changes: changes, by: opts.By, check: opts.CheckIndex})
+	if _, err := unit.OverrideUpdate(unit.DefaultUpdate, opts.Update); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return e.submit(ctx, &unitsWrite{changes: changes, by: opts.By, check: opts.CheckIndex, update: opts.Update})
 }
 
 // PatchMachine changes a machine's metadata durably: each key of patch is

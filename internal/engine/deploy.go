@@ -283,10 +283,10 @@ func (t *term) templateFollowers(tmpl string, log registry.VersionLog, skip map[
 }
 
 // noteDeployment makes the deployment of template name's new file, next,
-// in round p, as a request replaces it. prev is the template as it was,
-// local the request's other changes (instances it changes itself are not
-// the deployment's).
-func (t *term) noteDeployment(p *roundPlan, name string, prev, next *unitRec, log registry.VersionLog, local map[string]*unitRec, revert bool, now time.Time) {
+// in round p, as req replaces it. local holds the request's other changes
+// (instances it changes itself are not the deployment's).
+func (t *term) noteDeployment(p *roundPlan, name string, next *unitRec, log registry.VersionLog, local map[string]*unitRec, req *unitsWrite, now time.Time) {
+	revert := req.autoRevert
 	lookup := func(n string) *unitRec { return p.lookup(t)(nil, n) }
 	insts := t.templateFollowers(name, log, local, lookup)
 	var running []string
@@ -300,8 +300,12 @@ func (t *term) noteDeployment(p *roundPlan, name string, prev, next *unitRec, lo
 	}
 	cur := log.Current()
 	from := log.Versions[max(len(log.Versions)-2, 0)]
+	update, err := unit.OverrideUpdate(unit.UpdateOf(next.file), req.update)
+	if err != nil { // checked by ApplyWith against the defaults: a file's own may still clash
+		update = unit.UpdateOf(next.file)
+	}
 	d := registry.Deployment{Unit: name, FromVersion: from.Version, ToVersion: cur.Version, From: from.Content, To: cur.Content,
-		Strategy: strategyOf(unit.UpdateOf(next.file)), Status: registry.DeployRunning, Instances: slices.Clip(running), Revert: revert,
+		Strategy: strategyOf(update), Status: registry.DeployRunning, Instances: slices.Clip(running), Revert: revert,
 		Created: now.UTC(), Updated: now.UTC(), Progress: now.UTC()}
 	if old, ok := t.deployOf(p, name); ok && old.Active() {
 		d.Message = fmt.Sprintf("supersedes the deployment of version %d", old.ToVersion)

@@ -77,9 +77,9 @@ type planWrite struct {
 func (*planWrite) isWrite() {}
 
 // Plan returns what Apply(changes) would do, changing nothing.
-func (e *Engine) Plan(ctx context.Context, changes []Change) (PlanResult, error) {
+func (e *Engine) Plan(ctx context.Context, changes []Change, opts ApplyOptions) (PlanResult, error) {
 	var out PlanResult
-	err := e.submit(ctx, &planWrite{uw: unitsWrite{changes: changes}, out: &out})
+	err := e.submit(ctx, &planWrite{uw: unitsWrite{changes: changes, update: opts.Update}, out: &out})
 	return out, err
 }
 

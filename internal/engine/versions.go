@@ -211,7 +211,7 @@ func (t *term) noteVersions(p *roundPlan, req *unitsWrite, prev map[string]*unit
 					skip[o.Name] = nil
 				}
 			}
-			t.noteDeployment(p, c.Name, cur, next, l, skip, req.autoRevert, now)
+			t.noteDeployment(p, c.Name, next, l, skip, req, now)
 		}
 	}
 }
@@ -507,8 +507,11 @@ func (e *Engine) Revert(ctx context.Context, name string, version int, opts Appl
 	}
 	idx := vs.Index
 	opts.CheckIndex = &idx
+	if _, err := unit.OverrideUpdate(unit.DefaultUpdate, opts.Update); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	err = e.submit(ctx, &unitsWrite{changes: []Change{{Name: name, File: f, Replace: true}},
-		by: opts.By, check: opts.CheckIndex, revertTo: to.Version.Version})
+		by: opts.By, check: opts.CheckIndex, revertTo: to.Version.Version, update: opts.Update})
 	return to.Version.Version, err
 }
 

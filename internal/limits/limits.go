@@ -61,6 +61,10 @@ const (
 
 // The HTTP API.
 const (
+	// UpdateOptions (8) bounds the [X-Update] options a batch overrides:
+	// the section has 8.
+	UpdateOptions = 8
+
 	// BatchUnits (100,000) bounds the changes of one POST /v1/batch
 	// (units and destroy together): the batch is validated and its units
 	// parsed before the answer, all in the leader's memory. flotilla bench

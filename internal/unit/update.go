@@ -1,6 +1,8 @@
 package unit
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,4 +140,60 @@ func (p *parser) checkUpdate() error {
 			Msg: linePrefix(p.lastLine["HealthyDeadline"]) + "must be longer than MinHealthyTime=" + u.MinHealthyTime.String()}
 	}
 	return nil
+}
+
+// OverrideUpdate returns base with the [X-Update] options of opts (option
+// name to value, as in a unit file) in place of its own, checked as the
+// section is.
+func OverrideUpdate(base Update, opts map[string]string) (Update, error) {
+	if len(opts) == 0 {
+		return base, nil
+	}
+	var b strings.Builder
+	b.WriteString("[Service]\nExecStart=/bin/true\n[X-Update]\n")
+	for _, k := range sortedKeys(opts) {
+		if strings.ContainsAny(k+opts[k], "\n\r") {
+			return base, fmt.Errorf("[X-Update] %s=%q: one line each", k, opts[k])
+		}
+		fmt.Fprintf(&b, "%s=%s\n", k, opts[k])
+	}
+	f, err := Parse("override.service", []byte(b.String()))
+	if err != nil {
+		return base, err
+	}
+	o := *f.Update
+	out := base
+	for k := range opts {
+		switch k {
+		case "MaxParallel":
+			out.MaxParallel = o.MaxParallel
+		case "MinHealthyTime":
+			out.MinHealthyTime = o.MinHealthyTime
+		case "HealthyDeadline":
+			out.HealthyDeadline = o.HealthyDeadline
+		case "ProgressDeadline":
+			out.ProgressDeadline = o.ProgressDeadline
+		case "Canary":
+			out.Canary = o.Canary
+		case "AutoPromote":
+			out.AutoPromote = o.AutoPromote
+		case "AutoRevert":
+			out.AutoRevert = o.AutoRevert
+		case "Stagger":
+			out.Stagger = o.Stagger
+		}
+	}
+	if out.HealthyDeadline != 0 && out.HealthyDeadline <= out.MinHealthyTime {
+		return base, fmt.Errorf("[X-Update] HealthyDeadline=%v must be longer than MinHealthyTime=%v", out.HealthyDeadline, out.MinHealthyTime)
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
