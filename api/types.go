@@ -280,7 +280,7 @@ type StateUnit struct {
 // follow on from this event).
 type Event struct {
 	ID       string `json:"id"`                // position in the stream, for ?since= and Last-Event-ID
-	Type     string `json:"type"`              // unit, state, machine or reset
+	Type     string `json:"type"`              // unit, state, machine, deployment or reset
 	Time     string `json:"time"`              // RFC 3339, the leader's clock
 	Revision int64  `json:"revision"`          // etcd revision of the durable record when it happened
 	Unit     string `json:"unit,omitempty"`    // the unit of a unit or state event
@@ -297,6 +297,13 @@ type Event struct {
 	Active string `json:"active,omitempty"` // systemd's ActiveState
 	Sub    string `json:"sub,omitempty"`    // systemd's SubState
 	Health string `json:"health,omitempty"` // healthy, unhealthy, unknown (see UnitState)
+
+	// A deployment event's deployment (of the template Unit) as it now is
+	// (see Deployment).
+	Status  string `json:"status,omitempty"`
+	Version int    `json:"version,omitempty"` // the version it deploys
+	Done    int    `json:"done,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Scheduler is the cluster's placement policy (GET and PUT /v1/scheduler).

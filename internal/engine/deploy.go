@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -357,14 +358,22 @@ func (t *term) deployOps(p *roundPlan) {
 	}
 }
 
-// applyDeploys makes memory follow a durable round. Callers hold mu.
+// applyDeploys makes memory follow a durable round, telling /v1/events
+// and counting ended deployments. Callers hold mu.
 func (t *term) applyDeploys(p *roundPlan) {
 	for name, d := range p.deploys {
+		old, had := t.deploys.recs[name]
 		if d == nil {
 			delete(t.deploys.recs, name)
-		} else {
-			t.deploys.recs[name] = *d
+			t.events.append(apiv1.Event{Type: "deployment", Unit: name, Removed: true, Revision: t.committer.Revision()})
+			continue
 		}
+		t.deploys.recs[name] = *d
+		if !d.Active() && (!had || old.Active() || old.ToVersion != d.ToVersion) {
+			t.e.cfg.Metrics.DeploymentSteps.WithLabelValues(d.Status).Inc()
+		}
+		t.events.append(apiv1.Event{Type: "deployment", Unit: name, Status: d.Status, Version: d.ToVersion, Done: d.Done,
+			Message: d.Message, Revision: t.committer.Revision()})
 	}
 }
 
@@ -496,6 +505,10 @@ func (t *term) runStep(st deployStep, now time.Time) {
 		t.deploys.replaced[name] = now
 		delete(t.deploys.healthy, name) // healthy with its old file: counts for nothing
 	}
+	steps := t.e.cfg.Metrics.DeploymentSteps
+	steps.WithLabelValues("replace").Add(float64(len(st.replace)))
+	steps.WithLabelValues("canary").Add(float64(len(st.canaries)))
+	steps.WithLabelValues("destroy").Add(float64(len(st.destroy)))
 	if len(st.replace) > 0 {
 		t.deploys.lastReplace[rec.Unit] = now
 	}

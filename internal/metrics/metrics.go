@@ -54,6 +54,10 @@ type Set struct {
 	// EtcdRequests counts the daemon's etcd client calls by gRPC method and
 	// status code; see EtcdDialOptions.
 	EtcdRequests *prometheus.CounterVec
+	// DeploymentSteps counts what the leader's deployments did, by action:
+	// replace (an instance given its new file), canary (made), destroy (a
+	// canary), and by outcome (succeeded, failed, aborted) as they end.
+	DeploymentSteps *prometheus.CounterVec
 	// BuildInfo is always 1; its labels say which build runs (version,
 	// revision, build_date, goversion), as prometheus_build_info does.
 	BuildInfo prometheus.Gauge
@@ -91,7 +95,10 @@ func New() *Set {
 		Help: "Unix time at which the daemon's certificate (cert=machine, as last loaded) or its cluster CA (cert=ca) expires."}, []string{"cert"})
 	s.EtcdRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flotilla_etcd_requests_total",
 		Help: "The daemon's etcd client calls, by gRPC method and status code (OK, Unavailable, DeadlineExceeded, ...)."}, []string{"method", "code"})
+	s.DeploymentSteps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flotilla_deployment_steps_total",
+		Help: "What the leader's deployments did: instances replaced (action=replace), canaries made (canary) and destroyed (destroy), and deployments ended (succeeded, failed, aborted)."}, []string{"action"})
 	s.touch = []func(){
+		func() { s.DeploymentSteps.WithLabelValues("") },
 		func() { s.Units.WithLabelValues("", "", "") },
 		func() { s.SchedulingLatency.WithLabelValues("") },
 		func() { s.EtcdRequestDuration.WithLabelValues("") },
@@ -104,7 +111,7 @@ func New() *Set {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Commit, "build_date": bi.BuildDate, "goversion": bi.GoVersion}})
 	s.BuildInfo.Set(1)
 	for _, c := range []prometheus.Collector{s.BuildInfo, s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.SchedulingLatency, s.ReconcileDuration,
-		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.StateRequestDuration, s.StateResponseBytes, s.EtcdRequests, s.CertExpiry,
+		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.StateRequestDuration, s.StateResponseBytes, s.EtcdRequests, s.CertExpiry, s.DeploymentSteps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
