@@ -3,6 +3,12 @@
 // for the module, so every test waits the same way and says the same
 // thing when the bound passes: what it waited for, and the condition's
 // last word.
+//
+// Where a test asserts that something does not happen, it should first
+// wait for a positive event that proves the system had the chance (a
+// later heartbeat, a pass counted). Where there is none, Never keeps the
+// observation window explicit: the test reads as an assertion over a
+// bounded time, and fails as soon as the thing happens.
 package waitfor
 
 import (
@@ -58,4 +64,27 @@ func True(t testing.TB, within time.Duration, what string, cond func() bool) {
 		}
 		return errFalse
 	})
+}
+
+// Never fails the test if cond holds at any of its calls during the
+// window: polled as Poll does, and once more when the window has passed.
+// It is for asserting that something does not happen where no positive
+// event proves that the system had the chance to do it; it always takes
+// the whole window unless it fails.
+func Never(t testing.TB, window time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(window)
+	pause := firstPause
+	for {
+		if cond() {
+			t.Fatalf("%s, within %v", what, window)
+			return
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, maxPause)
+	}
 }

@@ -56,3 +56,32 @@ func TestTrueNamesWhat(t *testing.T) {
 		t.Errorf("True failed on a condition that held: %q", f.msg)
 	}
 }
+
+func TestNeverHolds(t *testing.T) {
+	f := &fakeT{}
+	start := time.Now()
+	n := 0
+	Never(f, 50*time.Millisecond, "a restart", func() bool { n++; return false })
+	if f.msg != "" {
+		t.Errorf("Never failed on a condition that never held: %q", f.msg)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("Never returned after %v, before its window", took)
+	}
+	if n < 2 {
+		t.Errorf("Never called the condition %d times, want it polled and checked at the end", n)
+	}
+}
+
+func TestNeverFailsAtOnce(t *testing.T) {
+	f := &fakeT{}
+	start := time.Now()
+	n := 0
+	Never(f, 5*time.Second, "a restart", func() bool { n++; return n == 3 })
+	if f.msg != "a restart" {
+		t.Errorf("Never's failure = %q; want it to name what happened", f.msg)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Never failed after %v; want it to fail as soon as the condition held", took)
+	}
+}
