@@ -28,6 +28,11 @@ const (
 // Poll calls cond until it returns nil, and returns nil; or, once within
 // has passed since the first call, returns an error wrapping cond's last.
 func Poll(within time.Duration, cond func() error) error {
+	return poll(within, maxPause, cond)
+}
+
+// poll is Poll with the longest pause between two calls of cond.
+func poll(within, maxPause time.Duration, cond func() error) error {
 	deadline := time.Now().Add(within)
 	pause := firstPause
 	for {
@@ -48,6 +53,17 @@ func Poll(within time.Duration, cond func() error) error {
 func Until(t testing.TB, within time.Duration, what string, cond func() error) {
 	t.Helper()
 	if err := Poll(within, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// Watch is Until for a condition that also checks an invariant at each
+// call (failing the test there): it calls cond every few milliseconds
+// throughout, never backing off, so that a breach that lasts only a
+// moment (a unit running on two machines mid-move) is seen.
+func Watch(t testing.TB, within time.Duration, what string, cond func() error) {
+	t.Helper()
+	if err := poll(within, firstPause, cond); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }

@@ -85,3 +85,18 @@ func TestNeverFailsAtOnce(t *testing.T) {
 		t.Errorf("Never failed after %v; want it to fail as soon as the condition held", took)
 	}
 }
+
+func TestWatchKeepsLooking(t *testing.T) {
+	n := 0
+	f := &fakeT{}
+	Watch(f, 300*time.Millisecond, "the move done", func() error {
+		n++
+		return errors.New("still moving")
+	})
+	if f.msg != "the move done" {
+		t.Errorf("Watch's failure = %q; want it to name what it waited for", f.msg)
+	}
+	if n < 20 {
+		t.Errorf("Watch called its condition %d times in 300ms, want it called every few milliseconds", n)
+	}
+}
