@@ -12,6 +12,7 @@
 package waitfor
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ func Watch(t testing.TB, within time.Duration, what string, cond func() error) {
 }
 
 // errFalse is the last word of a condition that says only no.
-var errFalse = fmt.Errorf("condition false")
+var errFalse = errors.New("condition false")
 
 // True fails the test unless cond holds within the bound.
 func True(t testing.TB, within time.Duration, what string, cond func() bool) {
@@ -82,18 +83,18 @@ func True(t testing.TB, within time.Duration, what string, cond func() bool) {
 	})
 }
 
-// Never fails the test if cond holds at any of its calls during the
-// window: polled as Poll does, and once more when the window has passed.
-// It is for asserting that something does not happen where no positive
-// event proves that the system had the chance to do it; it always takes
-// the whole window unless it fails.
-func Never(t testing.TB, window time.Duration, what string, cond func() bool) {
+// Holds fails the test if invariant returns an error at any of its calls
+// during the window, with that error: polled as Poll does, and once more
+// when the window has passed. It is for asserting that something does not
+// happen where no positive event proves that the system had the chance
+// to do it; it always takes the whole window unless it fails.
+func Holds(t testing.TB, window time.Duration, what string, invariant func() error) {
 	t.Helper()
 	end := time.Now().Add(window)
 	pause := firstPause
 	for {
-		if cond() {
-			t.Fatalf("%s, within %v", what, window)
+		if err := invariant(); err != nil {
+			t.Fatalf("%s: %v, within %v", what, err, window)
 			return
 		}
 		left := time.Until(end)
@@ -103,4 +104,19 @@ func Never(t testing.TB, window time.Duration, what string, cond func() bool) {
 		time.Sleep(min(pause, left))
 		pause = min(2*pause, maxPause)
 	}
+}
+
+// errHappened is the word of a condition Never saw hold.
+var errHappened = errors.New("it happened")
+
+// Never fails the test if cond holds at any of its calls during the
+// window, as Holds does; what names the thing that must not happen.
+func Never(t testing.TB, window time.Duration, what string, cond func() bool) {
+	t.Helper()
+	Holds(t, window, what, func() error {
+		if cond() {
+			return errHappened
+		}
+		return nil
+	})
 }

@@ -100,3 +100,11 @@ func TestWatchKeepsLooking(t *testing.T) {
 		t.Errorf("Watch called its condition %d times in 300ms, want it called every few milliseconds", n)
 	}
 }
+
+func TestHoldsNamesTheBreach(t *testing.T) {
+	f := &fakeT{}
+	Holds(f, time.Second, "one leader", func() error { return errors.New("two leaders") })
+	if f.msg != "one leader" {
+		t.Errorf("Holds' failure = %q; want it to name what must hold", f.msg)
+	}
+}
