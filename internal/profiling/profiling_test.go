@@ -1,15 +1,18 @@
 package profiling
 
 import (
+	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestOnSignals: SIGUSR1 starts a CPU profile, SIGUSR2 ends it and writes
@@ -18,36 +21,55 @@ func TestOnSignals(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := OnSignals(ctx, dir, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	var logged lockedBuffer
+	if err := OnSignals(ctx, dir, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
 		t.Fatal(err)
 	}
 	self, _ := os.FindProcess(os.Getpid())
 	self.Signal(syscall.SIGUSR1)
-	time.Sleep(200 * time.Millisecond) // the CPU profile starts
+	waitfor.True(t, 10*time.Second, "the CPU profile started", func() bool { return strings.Contains(logged.String(), "CPU profile started") })
 	self.Signal(syscall.SIGUSR2)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cpu, err1 := os.Stat(filepath.Join(dir, CPUFile))
-		heap, err2 := os.Stat(filepath.Join(dir, HeapFile))
-		if err1 == nil && err2 == nil {
-			if cpu.Size() == 0 || heap.Size() == 0 {
-				t.Fatalf("profiles of %d and %d bytes", cpu.Size(), heap.Size())
-			}
-			// The memory classes are written before the heap profile.
-			mem, err := os.ReadFile(filepath.Join(dir, MemoryFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, want := range []string{"/memory/classes/total:bytes ", "/memory/classes/heap/stacks:bytes ", "/sched/goroutines:goroutines "} {
-				if !strings.Contains(string(mem), want) {
-					t.Errorf("%s has no %q:\n%s", MemoryFile, want, mem)
-				}
-			}
-			return
+	waitfor.Until(t, 10*time.Second, "the profiles written", func() error {
+		cpu, err := os.Stat(filepath.Join(dir, CPUFile))
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("profiles not written within 10s: %v, %v", err1, err2)
+		heap, err := os.Stat(filepath.Join(dir, HeapFile))
+		if err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
+		if cpu.Size() == 0 || heap.Size() == 0 {
+			t.Fatalf("profiles of %d and %d bytes", cpu.Size(), heap.Size())
+		}
+		return nil
+	})
+	// The memory classes are written before the heap profile.
+	mem, err := os.ReadFile(filepath.Join(dir, MemoryFile))
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, want := range []string{"/memory/classes/total:bytes ", "/memory/classes/heap/stacks:bytes ", "/sched/goroutines:goroutines "} {
+		if !strings.Contains(string(mem), want) {
+			t.Errorf("%s has no %q:\n%s", MemoryFile, want, mem)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a logger may write from another
+// goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
