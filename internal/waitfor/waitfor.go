@@ -34,15 +34,26 @@ func Poll(within time.Duration, cond func() error) error {
 
 // poll is Poll with the longest pause between two calls of cond.
 func poll(within, maxPause time.Duration, cond func() error) error {
+	var last error
+	if calls(within, maxPause, func() bool { last = cond(); return last == nil }) {
+		return nil
+	}
+	return fmt.Errorf("not within %v: %w", within, last)
+}
+
+// calls calls f until it returns true, and returns true; or, once within
+// has passed since the first call (and a call after it), returns false.
+// The pause between two calls starts at firstPause and doubles up to
+// maxPause.
+func calls(within, maxPause time.Duration, f func() bool) bool {
 	deadline := time.Now().Add(within)
 	pause := firstPause
 	for {
-		err := cond()
-		if err == nil {
-			return nil
+		if f() {
+			return true
 		}
 		if !time.Now().Before(deadline) {
-			return fmt.Errorf("not within %v: %w", within, err)
+			return false
 		}
 		time.Sleep(min(pause, time.Until(deadline)+time.Millisecond))
 		pause = min(2*pause, maxPause)
@@ -90,19 +101,9 @@ func True(t testing.TB, within time.Duration, what string, cond func() bool) {
 // to do it; it always takes the whole window unless it fails.
 func Holds(t testing.TB, window time.Duration, what string, invariant func() error) {
 	t.Helper()
-	end := time.Now().Add(window)
-	pause := firstPause
-	for {
-		if err := invariant(); err != nil {
-			t.Fatalf("%s: %v, within %v", what, err, window)
-			return
-		}
-		left := time.Until(end)
-		if left <= 0 {
-			return
-		}
-		time.Sleep(min(pause, left))
-		pause = min(2*pause, maxPause)
+	var breach error
+	if calls(window, maxPause, func() bool { breach = invariant(); return breach != nil }) {
+		t.Fatalf("%s: %v, within %v", what, breach, window)
 	}
 }
 
