@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/cli"
 	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // daemonRun runs a daemon with cfg until the returned stop is called (or
@@ -104,15 +106,15 @@ func waitLeader(t *testing.T, endpoint, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.Until(t, 60*time.Second, id+" leading", func() error {
 		st, err := c.Status(context.Background())
-		if err == nil && st.Leader == id {
-			if _, err := c.Machines(context.Background()); err == nil {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not lead within 60s (last error %v)", id, err)
+		if st.Leader != id {
+			return fmt.Errorf("the leader is %q", st.Leader)
 		}
-	}
+		_, err = c.Machines(context.Background())
+		return err
+	})
 }
