@@ -1,18 +1,21 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestSSEReader(t *testing.T) {
@@ -261,6 +264,19 @@ func TestEventsIdle(t *testing.T) {
 	}
 }
 
+// parkedInNext is nil once a goroutine waits inside EventStream.Next.
+func parkedInNext() error {
+	var b bytes.Buffer
+	pprof.Lookup("goroutine").WriteTo(&b, 2)
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(g, "client.(*EventStream).Next(") && !strings.Contains(head, "[running") && !strings.Contains(head, "[runnable") {
+			return nil
+		}
+	}
+	return errors.New("no goroutine waiting in Next")
+}
+
 // TestEventsCancel: Next returns as soon as the context ends or the
 // stream is closed, even mid-wait.
 func TestEventsCancel(t *testing.T) {
@@ -268,7 +284,9 @@ func TestEventsCancel(t *testing.T) {
 		f := &fakeEvents{t: t, conns: []func(http.ResponseWriter, *http.Request){stream(": hello\n\n", true)}}
 		s, cancel := startEvents(t, f, "")
 		go func() {
-			time.Sleep(50 * time.Millisecond)
+			// Mid-wait: once Next is parked reading the stream (or the
+			// bound passed, and Next fails below if it was not).
+			waitfor.Poll(5*time.Second, parkedInNext)
 			if how == "cancel" {
 				cancel()
 			} else {
