@@ -86,12 +86,17 @@ var errFalse = errors.New("condition false")
 // True fails the test unless cond holds within the bound.
 func True(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	Until(t, within, what, func() error {
-		if cond() {
-			return nil
+	Until(t, within, what, errWhen(cond, false, errFalse))
+}
+
+// errWhen is a condition that returns err when cond returns when, else nil.
+func errWhen(cond func() bool, when bool, err error) func() error {
+	return func() error {
+		if cond() == when {
+			return err
 		}
-		return errFalse
-	})
+		return nil
+	}
 }
 
 // Holds fails the test if invariant returns an error at any of its calls
@@ -114,10 +119,5 @@ var errHappened = errors.New("it happened")
 // window, as Holds does; what names the thing that must not happen.
 func Never(t testing.TB, window time.Duration, what string, cond func() bool) {
 	t.Helper()
-	Holds(t, window, what, func() error {
-		if cond() {
-			return errHappened
-		}
-		return nil
-	})
+	Holds(t, window, what, errWhen(cond, true, errHappened))
 }
