@@ -168,28 +168,37 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
+// failOver runs an agent (until the test ends) whose leader, old, dies;
+// once the agent has dialled the dead leader redials times, the leader
+// source names newer, and failOver returns when the agent streams to it:
+// the address old had, the source, and the agent's dials.
+func failOver(t *testing.T, old, newer *silentEngine, redials int) (oldAddr string, src leaderSource, dc *dialCounter) {
+	t.Helper()
+	oldAddr, kill := stoppableEngine(t, old, "")
+	newAddr, _ := stoppableEngine(t, newer, "")
+	old.engines = []string{oldAddr, newAddr}
+	newer.engines = old.engines // a new leader may still list the old one
+	src = make(leaderSource, 4)
+	src <- election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}
+	dc = &dialCounter{}
+	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: src.leaders, TTL: 10 * time.Second, DialOptions: dc.options()})
+	t.Cleanup(running(t, a))
+	waitfor.True(t, 10*time.Second, "a stream to the leader", func() bool { return old.streams.Load() > 0 })
+	kill()
+	// The agent retries the dead leader until the source names another.
+	waitfor.True(t, 5*time.Second, fmt.Sprintf("%d dials of the dead leader", redials), func() bool { return dc.count(oldAddr) >= redials })
+	src <- election.Info{Machine: "e2", GRPCAddr: newAddr, Rev: 9}
+	waitfor.True(t, 5*time.Second, "a stream to the new leader", func() bool { return newer.streams.Load() > 0 })
+	return oldAddr, src, dc
+}
+
 // TestDeadLeaderNotRedialled: once the leader source names a new leader,
 // the agent no longer dials the address of the old one, which died: gRPC
 // kept redialling a failed connection in the background (every 1 s, then
 // up to every 15 s), and the 10,000 agents of a bench doing so throughout
 // a failover took a quarter of their CPU from the new leader.
 func TestDeadLeaderNotRedialled(t *testing.T) {
-	old, newer := &silentEngine{}, &silentEngine{}
-	oldAddr, kill := stoppableEngine(t, old, "")
-	newAddr, _ := stoppableEngine(t, newer, "")
-	old.engines = []string{oldAddr, newAddr}
-	newer.engines = old.engines // a new leader may still list the old one
-	src := make(leaderSource, 4)
-	src <- election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}
-	dc := &dialCounter{}
-	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: src.leaders, TTL: 10 * time.Second, DialOptions: dc.options()})
-	defer running(t, a)()
-	waitfor.True(t, 10*time.Second, "a stream to the leader", func() bool { return old.streams.Load() > 0 })
-	kill()
-	// The agent retries the dead leader until the source names another.
-	waitfor.True(t, 5*time.Second, "redials of the dead leader", func() bool { return dc.count(oldAddr) >= 3 })
-	src <- election.Info{Machine: "e2", GRPCAddr: newAddr, Rev: 9}
-	waitfor.True(t, 5*time.Second, "a stream to the new leader", func() bool { return newer.streams.Load() > 0 })
+	oldAddr, _, dc := failOver(t, &silentEngine{}, &silentEngine{}, 3)
 	before := dc.count(oldAddr)
 	// gRPC's own redialling of the failed connection would dial it at
 	// least twice in 5 s (its backoff is 1.6 and 2.6 s by then); nothing
@@ -246,21 +255,9 @@ func TestQuestionsSkipDeadEngine(t *testing.T) {
 // a leader that died, and leading again, is reached at once, although the
 // agent closed its connection to that address and no longer asks it.
 func TestLeaderRestartedAtSameAddress(t *testing.T) {
-	old, newer, back := &silentEngine{}, &silentEngine{}, &silentEngine{}
-	oldAddr, kill := stoppableEngine(t, old, "")
-	newAddr, _ := stoppableEngine(t, newer, "")
-	old.engines = []string{oldAddr, newAddr}
-	newer.engines, back.engines = old.engines, old.engines
-	src := make(leaderSource, 4)
-	src <- election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}
-	dc := &dialCounter{}
-	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: src.leaders, TTL: 10 * time.Second, DialOptions: dc.options()})
-	defer running(t, a)()
-	waitfor.True(t, 10*time.Second, "a stream to the leader", func() bool { return old.streams.Load() > 0 })
-	kill()
-	waitfor.True(t, 5*time.Second, "a redial of the dead leader", func() bool { return dc.count(oldAddr) >= 2 })
-	src <- election.Info{Machine: "e2", GRPCAddr: newAddr, Rev: 9}
-	waitfor.True(t, 5*time.Second, "a stream to the new leader", func() bool { return newer.streams.Load() > 0 })
+	old, back := &silentEngine{}, &silentEngine{}
+	oldAddr, src, _ := failOver(t, old, &silentEngine{}, 2)
+	back.engines = old.engines
 	stoppableEngine(t, back, oldAddr)
 	start := time.Now()
 	src <- election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 11}
