@@ -12,8 +12,11 @@
 package waitfor
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 )
@@ -120,4 +123,24 @@ var errHappened = errors.New("it happened")
 func Never(t testing.TB, window time.Duration, what string, cond func() bool) {
 	t.Helper()
 	Holds(t, window, what, errWhen(cond, true, errHappened))
+}
+
+// Parked is a condition for Poll and Until: nil once a goroutine waits
+// (is neither running nor runnable) inside the function fn, named as the
+// goroutine profile names it ("client.(*EventStream).Next"). It is the
+// positive event for asserting that a call blocks: once it is parked,
+// it has had its chance to return.
+func Parked(fn string) func() error {
+	frame := fn + "("
+	return func() error {
+		var b bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&b, 2)
+		for _, g := range strings.Split(b.String(), "\n\n") {
+			head, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(g, frame) && !strings.Contains(head, "[running") && !strings.Contains(head, "[runnable") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no goroutine waits in %s", fn)
+	}
 }

@@ -108,3 +108,17 @@ func TestHoldsNamesTheBreach(t *testing.T) {
 		t.Errorf("Holds' failure = %q; want it to name what must hold", f.msg)
 	}
 }
+
+//go:noinline
+func parkHere(ch chan struct{}) { <-ch }
+
+func TestParked(t *testing.T) {
+	cond := Parked("waitfor.parkHere")
+	if err := cond(); err == nil {
+		t.Fatal("Parked before any goroutine waits there = nil")
+	}
+	ch := make(chan struct{})
+	go parkHere(ch)
+	Until(t, 5*time.Second, "a goroutine parked in parkHere", cond)
+	close(ch)
+}
