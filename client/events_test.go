@@ -1,14 +1,12 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -264,19 +262,6 @@ func TestEventsIdle(t *testing.T) {
 	}
 }
 
-// parkedInNext is nil once a goroutine waits inside EventStream.Next.
-func parkedInNext() error {
-	var b bytes.Buffer
-	pprof.Lookup("goroutine").WriteTo(&b, 2)
-	for _, g := range strings.Split(b.String(), "\n\n") {
-		head, _, _ := strings.Cut(g, "\n")
-		if strings.Contains(g, "client.(*EventStream).Next(") && !strings.Contains(head, "[running") && !strings.Contains(head, "[runnable") {
-			return nil
-		}
-	}
-	return errors.New("no goroutine waiting in Next")
-}
-
 // TestEventsCancel: Next returns as soon as the context ends or the
 // stream is closed, even mid-wait.
 func TestEventsCancel(t *testing.T) {
@@ -286,7 +271,7 @@ func TestEventsCancel(t *testing.T) {
 		go func() {
 			// Mid-wait: once Next is parked reading the stream (or the
 			// bound passed, and Next fails below if it was not).
-			waitfor.Poll(5*time.Second, parkedInNext)
+			waitfor.Poll(5*time.Second, waitfor.Parked("client.(*EventStream).Next"))
 			if how == "cancel" {
 				cancel()
 			} else {
