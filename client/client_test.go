@@ -18,6 +18,7 @@ import (
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestMain lets this test binary be the supervisor of the units the
@@ -319,7 +320,7 @@ func TestJournal(t *testing.T) {
 	// The product's lines are "TIME UNIT[PID]: TEXT", the unit's output
 	// among the daemon's own lines ("flotilla[PID]: Started ...").
 	var all []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.Until(t, 30*time.Second, "the unit's l1, l2, l3 in its journal", func() error {
 		all = journal(100)
 		var text []string
 		for _, l := range all {
@@ -328,13 +329,11 @@ func TestJournal(t *testing.T) {
 				text = append(text, after)
 			}
 		}
-		if strings.Join(text, ",") == "l1,l2,l3" {
-			break
+		if strings.Join(text, ",") != "l1,l2,l3" {
+			return fmt.Errorf("journal %q", all)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("journal within 30s = %q, want the unit's l1, l2, l3", all)
-		}
-	}
+		return nil
+	})
 	if last := journal(2); strings.Join(last, "\n") != strings.Join(all[len(all)-2:], "\n") {
 		t.Errorf("journal -n 2 = %q, want the last two of %q", last, all)
 	}

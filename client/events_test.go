@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestSSEReader(t *testing.T) {
@@ -268,7 +269,9 @@ func TestEventsCancel(t *testing.T) {
 		f := &fakeEvents{t: t, conns: []func(http.ResponseWriter, *http.Request){stream(": hello\n\n", true)}}
 		s, cancel := startEvents(t, f, "")
 		go func() {
-			time.Sleep(50 * time.Millisecond)
+			// Mid-wait: once Next is parked reading the stream (or the
+			// bound passed, and Next fails below if it was not).
+			waitfor.Poll(5*time.Second, waitfor.Parked("client.(*EventStream).Next"))
 			if how == "cancel" {
 				cancel()
 			} else {

@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"regexp"
 	"runtime/pprof"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -127,11 +130,16 @@ func runUntilStream(t *testing.T, a *Agent, e *silentEngine) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.streams.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	opened := waitfor.Poll(10*time.Second, func() error {
+		if e.streams.Load() == 0 {
+			return errors.New("no stream")
+		}
+		return nil
+	})
 	cancel()
+	if opened != nil {
+		t.Errorf("a stream to the engine: %v", opened)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -236,34 +244,35 @@ func TestAgentGoroutines(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(active(d)) < 3 || eng.updates.Load() == 0 || eng.heartbeats.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("units %v, %d updates, %d heartbeats after 10s: want 3 active, an update and heartbeats", active(d), eng.updates.Load(), eng.heartbeats.Load())
+	waitfor.Until(t, 10*time.Second, "3 units active, an update and heartbeats", func() error {
+		if n, u, h := len(active(d)), eng.updates.Load(), eng.heartbeats.Load(); n < 3 || u == 0 || h < 2 {
+			return fmt.Errorf("%d units active, %d updates, %d heartbeats", n, u, h)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	least := -1
-	for range 10 { // a timer's run may be under way at any one look
-		if n := agentGoroutines(); least < 0 || n < least {
-			least = n
+		return nil
+	})
+	// A timer's run may be under way at any one look: the agent idles
+	// once one look finds no more than want.
+	var stacks bytes.Buffer
+	idle := waitfor.Poll(2*time.Second, func() error {
+		if n := agentGoroutines(); n > want {
+			stacks.Reset()
+			pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			return fmt.Errorf("%d goroutines run the agent's code", n)
 		}
-		time.Sleep(7 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if least > want {
-		var b bytes.Buffer
-		pprof.Lookup("goroutine").WriteTo(&b, 1)
-		t.Fatalf("%d goroutines run the agent's code while it idles, want at most %d:\n%s", least, want, b.String())
+	if idle != nil {
+		t.Fatalf("while the agent idles, want at most %d goroutines running its code: %v:\n%s", want, idle, stacks.String())
 	}
 	// The stream's goroutines end once they see its context done.
-	for n := agentGoroutines(); n != 0; n = agentGoroutines() {
-		if time.Now().After(deadline.Add(5 * time.Second)) {
-			t.Fatalf("%d goroutines run the agent's code after Run returned, want none", n)
+	waitfor.Until(t, 5*time.Second, "no goroutine running the agent's code after Run returned", func() error {
+		if n := agentGoroutines(); n != 0 {
+			return fmt.Errorf("%d goroutines", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -86,15 +87,13 @@ func startElected(t *testing.T, cli *clientv3.Client, electionTTL time.Duration,
 	ts.Start()
 	t.Cleanup(func() { ts.Close(); cancel(); <-done; <-done; gs.Stop() })
 	c := &cluster{url: ts.URL, eng: eng}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ms, _ := eng.Machines(); len(ms) == 1 {
-			return c
+	waitfor.Until(t, 10*time.Second, "the engine leading with one machine", func() error {
+		if ms, err := eng.Machines(); len(ms) != 1 {
+			return fmt.Errorf("machines %v, %v", ms, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("the engine did not lead with one machine within 10s")
-	return nil
+		return nil
+	})
+	return c
 }
 
 func (c *cluster) do(t *testing.T, method, path, body string, hdr ...string) (*http.Response, string) {
@@ -211,8 +210,7 @@ func TestStateAndEvents(t *testing.T) {
 
 	var st apiv1.State
 	var etag string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	waitfor.Until(t, 10*time.Second, "5 units active in /v1/state", func() error {
 		resp, body := c.do(t, "GET", "/v1/state", "")
 		json.Unmarshal([]byte(body), &st)
 		etag = resp.Header.Get("ETag")
@@ -222,17 +220,17 @@ func TestStateAndEvents(t *testing.T) {
 				active++
 			}
 		}
-		if active == 5 {
-			break
+		if active != 5 {
+			return fmt.Errorf("%d active", active)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if len(st.Units) != 6 || st.Total != 6 || len(st.Machines) != 1 || st.Leader != "m1" || st.Revision == 0 {
 		t.Fatalf("state = %+v", st)
 	}
 	// A read may get the state as it was and start a fresh one: a 200 with
 	// a new ETag means the state moved on, and the new one is the current.
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for got304 := false; !got304; {
 		resp, _ := c.do(t, "GET", "/v1/state", "", "If-None-Match", etag)
 		switch newTag := resp.Header.Get("ETag"); {

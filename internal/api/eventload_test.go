@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestManyEventStreamsDoNotStallTheLeader (issue 23, finding 6): with
@@ -74,8 +75,7 @@ func TestManyEventStreamsDoNotStallTheLeader(t *testing.T) {
 		t.Fatalf("batch = %d %s", resp.StatusCode, body)
 	}
 	var slowest time.Duration
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	waitfor.Until(t, 3*time.Minute, fmt.Sprintf("the %d units active", units), func() error {
 		began := time.Now()
 		resp, body := c.do(t, "GET", "/v1/machines", "")
 		slowest = max(slowest, time.Since(began))
@@ -89,14 +89,11 @@ func TestManyEventStreamsDoNotStallTheLeader(t *testing.T) {
 			t.Fatalf("GET /v1/machines = %d %s", resp.StatusCode, body)
 		}
 		_, body = c.do(t, "GET", "/v1/state?state=active&limit=1", "")
-		if strings.Contains(body, fmt.Sprintf(`"total":%d`, units)) {
-			break
+		if !strings.Contains(body, fmt.Sprintf(`"total":%d`, units)) {
+			return fmt.Errorf("%.300s", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the %d units were not active within 3 minutes: %.300s", units, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	after := reconcileBuckets(t, c)
 	passes, over := after["+Inf"]-before["+Inf"], (after["+Inf"]-after[bound])-(before["+Inf"]-before[bound])
 	overHalf := (after["+Inf"] - after[halfSecond]) - (before["+Inf"] - before[halfSecond])

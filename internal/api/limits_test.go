@@ -16,6 +16,7 @@ import (
 	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestLimits: a request over one of the limits is refused with 400 or 413
@@ -127,17 +128,18 @@ func TestLimits(t *testing.T) {
 		{"PUT", "/v1/scheduler", roles(limits.SchedulerRoles, apiv1.RolePolicy{Weight: limits.MaxRoleWeight,
 			Quota: apiv1.Resources{CPUPercent: limits.MaxCPUPercent, MemoryBytes: limits.MaxMemoryBytes}}, limits.RoleNameBytes)},
 	} {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			resp, body := c.do(t, tc.method, tc.path, tc.body)
-			if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
-				time.Sleep(100 * time.Millisecond) // a new term is being elected
-				continue
+		var code int
+		var body string
+		waitfor.Until(t, 15*time.Second, tc.method+" "+tc.path+" answered by a leader", func() error {
+			var resp *http.Response
+			resp, body = c.do(t, tc.method, tc.path, tc.body)
+			if code = resp.StatusCode; code == http.StatusServiceUnavailable {
+				return fmt.Errorf("503 %.300s (a new term is being elected)", body)
 			}
-			if resp.StatusCode != 200 {
-				t.Errorf("%s %s at the limits = %d %.300s, want 200", tc.method, tc.path, resp.StatusCode, body)
-			}
-			break
+			return nil
+		})
+		if code != 200 {
+			t.Errorf("%s %s at the limits = %d %.300s, want 200", tc.method, tc.path, code, body)
 		}
 	}
 }

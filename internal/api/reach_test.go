@@ -22,7 +22,12 @@ import (
 // "leader_unreachable" at once (nothing was forwarded).
 func TestForwardLeaderUnreachable(t *testing.T) {
 	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
 	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
 		<-release // a leader whose answers never come back
 	}))
 	t.Cleanup(func() { close(release); leader.Close() })
@@ -46,9 +51,10 @@ func TestForwardLeaderUnreachable(t *testing.T) {
 		}
 		return resp.StatusCode, e, time.Since(start)
 	}
-	// The request is sent; then nothing reaches the leader's address any
-	// more (its listener is gone, the connection stays, silent).
-	go func() { time.Sleep(100 * time.Millisecond); leader.Listener.Close() }()
+	// The request reaches the leader; then nothing reaches the leader's
+	// address any more (its listener is gone, the connection stays,
+	// silent).
+	go func() { <-arrived; leader.Listener.Close() }()
 	code, e, took := get("/v1/units")
 	if code != 503 || e.Code != "unavailable" || !strings.Contains(e.Error, "cannot reach the engine leader m1 at "+addr) ||
 		!strings.Contains(e.Error, "may or may not have reached it") || took > 2*time.Second {

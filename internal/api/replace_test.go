@@ -2,11 +2,13 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestReplace(t *testing.T) {
@@ -27,14 +29,16 @@ func TestReplace(t *testing.T) {
 	}
 	waitState := func(hash string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		waitfor.Until(t, 10*time.Second, "r.service running the file of hash "+hash, func() error {
 			u, err := c.eng.Unit("r.service")
-			if err == nil && u.State != nil && u.State.Hash == hash && u.State.Active == "active" {
-				return
+			if err != nil {
+				return err
 			}
-		}
-		u, _ := c.eng.Unit("r.service")
-		t.Fatalf("r.service did not run the file of hash %s within 10s: %+v", hash, u.State)
+			if u.State == nil || u.State.Hash != hash || u.State.Active != "active" {
+				return fmt.Errorf("state %+v", u.State)
+			}
+			return nil
+		})
 	}
 	waitState(u1.Hash)
 	if code, _, body := put("/v1/units/r.service", apiv1.UnitChange{File: v2}); code != 409 || !strings.Contains(body, "replace") {
@@ -55,13 +59,14 @@ func TestReplace(t *testing.T) {
 	if resp, body := c.do(t, "POST", "/v1/batch?replace=true", string(b)); resp.StatusCode != 200 {
 		t.Fatalf("POST /v1/batch?replace=true: %d %s", resp.StatusCode, body)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitfor.Until(t, 10*time.Second, "r.service with new constraints unplaced with a reason naming disk", func() error {
 		u, err := c.eng.Unit("r.service")
-		if err == nil && u.Machine == "" && strings.Contains(u.Reason, "disk") {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("r.service with new constraints: %+v, want it unplaced with a reason naming disk", u)
+		if u.Machine != "" || !strings.Contains(u.Reason, "disk") {
+			return fmt.Errorf("%+v", u)
 		}
-	}
+		return nil
+	})
 }

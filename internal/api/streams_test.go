@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestFollowLimit: a daemon serves at most cap(follows) journal follows at
@@ -71,20 +72,19 @@ func TestFollowLimit(t *testing.T) {
 		t.Errorf("a read without follow beside %d follows: %v %v, want 200", n, resp, err)
 	}
 	first() // the first follower leaves: its slot frees
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitfor.Until(t, 5*time.Second, "a follow taken after one left", func() error {
 		fctx, fcancel := context.WithCancel(ctx)
-		defer fcancel()
+		t.Cleanup(fcancel)
 		resp, err := get(fctx, "?follow=true")
-		if err == nil && resp.StatusCode == 200 {
-			<-entered
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no follow taken after one left: %v %v", resp, err)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s", resp.Status)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	<-entered
 }
 
 // TestLongLivedStreams: the server's read and write timeouts end ordinary

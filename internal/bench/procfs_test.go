@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestReadProcStatsSelf(t *testing.T) {
@@ -60,13 +63,7 @@ func TestProcessAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	deadline := time.Now().Add(5 * time.Second)
-	for processAlive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d (true) still alive after 5 s", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, 5*time.Second, fmt.Sprintf("process %d (true) exited", pid), func() bool { return !processAlive(pid) })
 	cmd.Wait()
 	if processAlive(pid) {
 		t.Errorf("process %d alive after it was reaped", pid)

@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -71,12 +74,15 @@ func TestProcessEnv(t *testing.T) {
 
 func TestStatePollers(t *testing.T) {
 	body := strings.Repeat("x", 1000)
+	var answered, missed atomic.Int64 // requests answered, of /v1/state and of other paths
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/state" {
+			missed.Add(1)
 			http.NotFound(w, r)
 			return
 		}
-		time.Sleep(time.Millisecond)
+		defer answered.Add(1)
+		time.Sleep(time.Millisecond) // an engine takes a while to answer
 		w.Header().Set("ETag", `"1.1"`)
 		if r.Header.Get("If-None-Match") == `"1.1"` {
 			w.WriteHeader(http.StatusNotModified)
@@ -86,10 +92,16 @@ func TestStatePollers(t *testing.T) {
 	}))
 	defer srv.Close()
 
+	// answers waits for n more answers of /v1/state.
+	answers := func(n int64, what string) {
+		t.Helper()
+		from := answered.Load()
+		waitfor.True(t, 10*time.Second, what, func() bool { return answered.Load() >= from+n })
+	}
 	p := startStatePollers(t.Context(), 3, srv.URL+"/v1/state", false, nil)
-	time.Sleep(200 * time.Millisecond)
+	answers(20, "20 answers to the pollers")
 	p.allActive()
-	time.Sleep(100 * time.Millisecond)
+	answers(10, "10 answers once all were active")
 	r := p.stop()
 	if r.After == nil || r.After.Requests == 0 || r.After.Requests >= r.Requests {
 		t.Errorf("pollers marked all active midway: After = %+v of %d answers; want some, not all", r.After, r.Requests)
@@ -107,14 +119,14 @@ func TestStatePollers(t *testing.T) {
 
 	// Conditional pollers get the body once each, then 304s.
 	p = startStatePollers(t.Context(), 2, srv.URL+"/v1/state", true, nil)
-	time.Sleep(100 * time.Millisecond)
+	answers(10, "10 answers to the conditional pollers")
 	r = p.stop()
 	if !r.Conditional || r.NotModified != r.Requests-2 || r.Bytes != 1000 {
 		t.Errorf("conditional pollers: %+v; want all but the first answer of each 304, the body's size remembered", r)
 	}
 
 	p = startStatePollers(t.Context(), 1, srv.URL+"/v1/nothing", false, nil)
-	time.Sleep(150 * time.Millisecond)
+	waitfor.True(t, 10*time.Second, "3 requests of the missing endpoint", func() bool { return missed.Load() >= 3 })
 	r = p.stop()
 	if r.Requests != 0 || r.Errors == 0 || !strings.Contains(r.Error, "404 Not Found: the engine does not serve /v1/nothing") || r.After != nil {
 		t.Errorf("pollers of a missing endpoint: %+v; want errors naming the 404, no After", r)

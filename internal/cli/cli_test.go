@@ -500,21 +500,24 @@ func TestListEmpty(t *testing.T) {
 // gives them, once it holds a line of the unit's own that ends with last.
 func journalOf(t *testing.T, srv *testServer, name string, n int, last string) string {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	var journal string
+	waitfor.Until(t, 30*time.Second, fmt.Sprintf("a line %q of %s in its journal", last, name), func() error {
 		// Until the unit runs there may be no journal.
-		var b []byte
 		rc, err := srv.api.Journal(context.Background(), name, client.JournalOptions{Lines: n})
-		if err == nil {
-			b, err = io.ReadAll(rc)
-			rc.Close()
+		if err != nil {
+			return err
 		}
-		if err == nil && strings.Contains(string(b), name+"[") && strings.Contains(string(b), "]: "+last+"\n") {
-			return string(b)
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("journal of %s within 30s = %q (%v), want a line %q of the unit", name, b, err, last)
+		if journal = string(b); !strings.Contains(journal, name+"[") || !strings.Contains(journal, "]: "+last+"\n") {
+			return fmt.Errorf("journal %q", journal)
 		}
-	}
+		return nil
+	})
+	return journal
 }
 
 // The journal lines are the product's: "TIME UNIT[PID]: TEXT" for the

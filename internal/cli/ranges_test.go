@@ -10,6 +10,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // conflictingWeb is a template of which no two instances share a machine.
@@ -105,13 +106,21 @@ func TestRangeWaitBounds(t *testing.T) {
 	defer cancel()
 	go func() {
 		// Interrupt once the command has counted the range.
-		for len(srv.Batches()) < 4 {
-			time.Sleep(time.Millisecond)
+		if waitfor.Poll(10*time.Second, func() error {
+			if n := len(srv.Batches()); n < 4 {
+				return fmt.Errorf("%d batches", n)
+			}
+			return nil
+		}) != nil {
+			return // the command's failure below tells
 		}
 		polled := srv.Requests("GET /v1/state")
-		for srv.Requests("GET /v1/state") < polled+6 {
-			time.Sleep(time.Millisecond)
-		}
+		waitfor.Poll(10*time.Second, func() error {
+			if n := srv.Requests("GET /v1/state"); n < polled+6 {
+				return fmt.Errorf("%d polls", n-polled)
+			}
+			return nil
+		})
 		cancel()
 	}()
 	r = runContext(ctx, t, srv, "start", "slow@{1..2}.service")

@@ -2,16 +2,24 @@ package cli_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/cli"
 	"github.com/flotilla/flotilla/internal/daemon"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // daemonRun runs a daemon with cfg until the returned stop is called (or
@@ -67,23 +75,68 @@ func TestRetryThroughLeaderChange(t *testing.T) {
 	if err := os.WriteFile(unit, []byte("[Service]\nExecStart=/bin/sleep 1000\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The commands go through a proxy that counts the front daemon's
+	// refusals. Once a command has been refused for want of a leader, the
+	// leader's daemon restarts while the proxy holds the command's
+	// retries, until the new leader hears from its machine: a leader that
+	// has just come answers with the machines whose agents have reached
+	// it, which may be none yet (start would then say "cannot be placed:
+	// no machines available" and give up).
+	var refused atomic.Int64
+	// held is what requests wait on while the proxy holds them; next is
+	// what it becomes at the next refusal.
+	var held, next atomic.Pointer[chan struct{}]
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		if r.StatusCode >= 500 {
+			refused.Add(1)
+			if h := next.Swap(nil); h != nil {
+				held.Store(h)
+			}
+		}
+		return nil
+	}
+	px := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := held.Load(); h != nil {
+			<-*h
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer px.Close()
 	// A read, then a write (a batch, safe to send again), each while the
 	// leader's daemon restarts.
 	for _, args := range [][]string{{"list-machines", "--no-legend"}, {"start", "--block-timeout", "30s", unit}} {
 		stop()
-		restarted := make(chan func())
+		before := refused.Load()
+		hold := make(chan struct{})
+		next.Store(&hold)
+		restarted := make(chan func(), 1)
 		go func() {
-			time.Sleep(500 * time.Millisecond)
+			defer func() { next.Store(nil); held.Store(nil); close(hold) }()
+			waitfor.Poll(30*time.Second, func() error {
+				if refused.Load() == before {
+					return errors.New("no refusal yet")
+				}
+				return nil
+			})
 			_, s := daemonRun(t, leader)
 			restarted <- s
+			waitfor.Poll(30*time.Second, func() error { return leads(endpoint, "lead") })
 		}()
 		start := time.Now()
-		code, stdout, stderr := flotilla(t, endpoint, args...)
+		code, stdout, stderr := flotilla(t, px.URL, args...)
 		stop = <-restarted
+		if refused.Load() == before {
+			t.Errorf("%s was never refused: it ran through no leader's absence", args[0])
+		}
 		if code != cli.ExitOK || !strings.Contains(stdout, "lead") {
 			t.Fatalf("%s during the restart: exit %d, stdout %q, stderr %q; want exit 0 once the new leader answers", args[0], code, stdout, stderr)
 		}
-		t.Logf("%s answered after %v", args[0], time.Since(start))
+		t.Logf("%s answered after %v, refused %d times", args[0], time.Since(start), refused.Load()-before)
 	}
 
 	// With no leader to come, the command gives up with exit 4 after the
@@ -97,22 +150,35 @@ func TestRetryThroughLeaderChange(t *testing.T) {
 	}
 }
 
-// waitLeader waits until the daemon at endpoint says id leads.
+// waitLeader waits until the daemon at endpoint says id leads and lists
+// id's machine.
 func waitLeader(t *testing.T, endpoint, id string) {
 	t.Helper()
+	waitfor.Until(t, 60*time.Second, id+" leading", func() error { return leads(endpoint, id) })
+}
+
+// leads is nil once the daemon at endpoint says id leads and lists id's
+// machine.
+func leads(endpoint, id string) error {
 	c, err := client.New(endpoint)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := c.Status(context.Background())
-		if err == nil && st.Leader == id {
-			if _, err := c.Machines(context.Background()); err == nil {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not lead within 60s (last error %v)", id, err)
+	st, err := c.Status(context.Background())
+	if err != nil {
+		return err
+	}
+	if st.Leader != id {
+		return fmt.Errorf("the leader is %q", st.Leader)
+	}
+	ms, err := c.Machines(context.Background())
+	if err != nil {
+		return err
+	}
+	for _, m := range ms.Machines {
+		if m.ID == id {
+			return nil
 		}
 	}
+	return fmt.Errorf("machines %+v", ms.Machines)
 }

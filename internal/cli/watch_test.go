@@ -198,6 +198,9 @@ func TestListUnitsWatch(t *testing.T) {
 		{ID: "5.12", Type: "state", Unit: "web.service", Machine: watchM3, Load: "loaded", Active: "active", Sub: "running", Health: "healthy"},
 		// A new leader: everything is read again, and what differs printed.
 		{ID: "6.20", Type: "reset"},
+		// api.service's checks pass: its row, printed once all the above
+		// has been.
+		{ID: "6.21", Type: "state", Unit: "api.service", Machine: m1, Load: "loaded", Active: "active", Sub: "running", Health: "healthy"},
 	} {
 		srv.events <- ev
 	}
@@ -209,8 +212,10 @@ func TestListUnitsWatch(t *testing.T) {
 		"web.service\t3d0d0d0d.../172.17.8.103\tactive\trunning\tunknown\n" +
 		"web.service\t3d0d0d0d.../172.17.8.103\tactive\trunning\thealthy\n" +
 		"api.service\t113f16a7.../172.17.8.101\tactive\trunning\t-\n"
-	waitfor.True(t, 10*time.Second, "the changes", func() bool { return strings.Count(out.String(), "\n") >= strings.Count(table+changes, "\n") })
-	time.Sleep(50 * time.Millisecond) // nothing more comes
+	last := "api.service\t113f16a7.../172.17.8.101\tactive\trunning\thealthy\n"
+	changes += last
+	// The row of the last event ends what the events print.
+	waitfor.True(t, 10*time.Second, "the changes", func() bool { return strings.HasSuffix(out.String(), last) })
 	if got := out.String(); got != table+changes {
 		t.Errorf("list-units --watch printed:\n%s\nwant:\n%s", got, table+changes)
 	}

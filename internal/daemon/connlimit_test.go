@@ -18,6 +18,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/auth"
 	"github.com/flotilla/flotilla/internal/limits"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // dialIdle opens n connections to addr that send nothing, closed when the
@@ -40,6 +41,17 @@ func dialIdle(t *testing.T, addr string, n int) []net.Conn {
 	return conns
 }
 
+// heardFrom waits until the daemon sends something on cn: gRPC's server
+// speaks first, once the daemon has accepted the connection.
+func heardFrom(t *testing.T, cn net.Conn, what string) {
+	t.Helper()
+	cn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer cn.SetReadDeadline(time.Time{})
+	if _, err := io.ReadFull(cn, make([]byte, 1)); err != nil {
+		t.Fatalf("%s: the daemon's first bytes: %v", what, err)
+	}
+}
+
 // closedWithin reports whether the daemon closes cn within d (reading
 // what it sends meanwhile: gRPC's server speaks first).
 func closedWithin(cn net.Conn, d time.Duration) bool {
@@ -56,7 +68,9 @@ func closedWithin(cn net.Conn, d time.Duration) bool {
 func TestIdleGRPCConnections(t *testing.T) {
 	a := startDaemon(t, Config{APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"})
 	idle := dialIdle(t, a.GRPC, limits.GRPCPendingConns)
-	time.Sleep(200 * time.Millisecond) // accepted
+	for i, cn := range idle {
+		heardFrom(t, cn, fmt.Sprintf("idle connection %d", i))
+	}
 	extra, err := net.Dial("tcp", a.GRPC)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +166,17 @@ func TestLowFDLimit(t *testing.T) {
 		}
 		flood = append(flood, cn)
 	}
-	time.Sleep(3 * time.Second)
+	// The daemon has taken the whole flood once it refuses a connection
+	// made after it: it holds all it may, and has accepted (and closed)
+	// the rest queued before that one.
+	after, err := net.DialTimeout("tcp", addrs.API, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if !closedWithin(after, 20*time.Second) {
+		t.Fatalf("a connection made after a flood of %d was not refused within 20s", len(flood))
+	}
 	select {
 	case err := <-exited:
 		t.Fatalf("the daemon exited under the flood: %v\n%s", err, stderr.Bytes())
@@ -173,21 +197,19 @@ func TestLowFDLimit(t *testing.T) {
 	}
 	// The flood gone, a write reaches etcd.
 	body := `{"units":[{"name":"after.service","file":"[Service]\nExecStart=/bin/true\n"}]}`
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := waitfor.Poll(30*time.Second, func() error {
 		resp, err := http.Post("http://"+addrs.API+"/v1/batch", "application/json", bytes.NewReader([]byte(body)))
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-			err = fmt.Errorf("%s: %s", resp.Status, b)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no write after the flood: %v\n%s", err, stderr.Bytes())
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s: %s", resp.Status, b)
 		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("a write after the flood: %v\n%s", err, stderr.Bytes())
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/machine"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestEmbeddedMaxTxnOps: --etcd-max-txn-ops reaches the embedded etcd
@@ -74,21 +75,20 @@ func TestEmbeddedMaxTxnOps(t *testing.T) {
 	status := func() apiv1.Status {
 		t.Helper()
 		var st apiv1.Status
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		waitfor.Until(t, 10*time.Second, "a leader", func() error {
 			resp, err := http.Get(api + "/v1/status")
-			if err == nil {
-				json.NewDecoder(resp.Body).Decode(&st)
-				resp.Body.Close()
-				if st.IsLeader {
-					return st
-				}
+			if err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no leader within 10s: %+v, %v", st, err)
+			st = apiv1.Status{}
+			json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if !st.IsLeader {
+				return fmt.Errorf("%+v", st)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return st
 	}
 	before := status()
 	var b apiv1.Batch

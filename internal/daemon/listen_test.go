@@ -81,11 +81,12 @@ func call(t *testing.T, c *http.Client, method, url, body string, hdr ...string)
 	return resp.StatusCode, string(b)
 }
 
-// waitLeader waits until the daemon behind c is the engine leader.
-func waitLeader(t *testing.T, c *http.Client) {
+// waitLeader waits until the daemon at base (its API's URL) behind c is
+// the engine leader.
+func waitLeader(t *testing.T, c *http.Client, base string) {
 	t.Helper()
 	waitfor.Until(t, 20*time.Second, "a leader", func() error {
-		if code, b := call(t, c, "GET", "http://fleet.sock/v1/status", ""); code != 200 || !strings.Contains(b, `"isLeader":true`) {
+		if code, b := call(t, c, "GET", base+"/v1/status", ""); code != 200 || !strings.Contains(b, `"isLeader":true`) {
 			return fmt.Errorf("%d %s", code, b)
 		}
 		return nil
@@ -118,7 +119,7 @@ func TestAPISocket(t *testing.T) {
 			t.Errorf("%s has mode %v, want a socket with 0600", sock, fi.Mode())
 		}
 		c := unixClient(sock)
-		waitLeader(t, c)
+		waitLeader(t, c, "http://fleet.sock")
 		for _, host := range []string{"fleet.sock", "localhost", "anything.example"} {
 			for _, path := range []string{"/v1/status", "/fleet/v1/machines", "/fleet/v1/units", "/metrics", "/ui/"} {
 				if code, b := call(t, c, "GET", "http://"+host+path, ""); code != 200 {
@@ -187,12 +188,13 @@ func TestAPISocketACL(t *testing.T) {
 		Secret string `json:"token"`
 	}
 	json.Unmarshal([]byte(b), &tok)
-	deadline := time.Now().Add(20 * time.Second)
-	code, b = call(t, c, "GET", "http://fleet.sock/fleet/v1/units", "", "Authorization", "Bearer "+tok.Secret)
-	for code == 503 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // no leader yet
+	waitfor.Until(t, 20*time.Second, "a leader to answer", func() error {
 		code, b = call(t, c, "GET", "http://fleet.sock/fleet/v1/units", "", "Authorization", "Bearer "+tok.Secret)
-	}
+		if code == 503 {
+			return fmt.Errorf("503 %s", b)
+		}
+		return nil
+	})
 	if code != 200 {
 		t.Errorf("GET /fleet/v1/units over the socket with the admin token = %d %s, want 200", code, b)
 	}
@@ -256,19 +258,18 @@ func TestSocketActivation(t *testing.T) {
 		if name == "unix" {
 			url = "http://fleet.sock/fleet/v1/machines"
 		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		if err := waitfor.Poll(60*time.Second, func() error {
 			resp, err := c.Get(url)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					break
-				}
+			if err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the activated %s socket did not answer 200 within 60s: %v\n%s", name, err, out.String())
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("%s", resp.Status)
 			}
-			time.Sleep(100 * time.Millisecond)
+			return nil
+		}); err != nil {
+			t.Fatalf("the activated %s socket answering 200: %v\n%s", name, err, out.String())
 		}
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "unused.sock")); !os.IsNotExist(err) {

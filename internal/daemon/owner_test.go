@@ -83,13 +83,7 @@ func TestLocalUser(t *testing.T) {
 	a := startDaemon(t, Config{APIAddr: "127.0.0.1:0", MetricsPublic: true})
 	base := "http://" + a.API
 	c := &http.Client{Timeout: 10 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for code, b := call(t, c, "GET", base+"/v1/status", ""); code != 200 || !strings.Contains(b, `"isLeader":true`); code, b = call(t, c, "GET", base+"/v1/status", "") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no leader within 20s: %d %s", code, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitLeader(t, c, base)
 	unit := `{"file":"[Service]\nExecStart=/bin/id\n","desiredState":"launched"}`
 	for _, req := range [][2]string{{"PUT", "/v1/units/pwn.service"}, {"POST", "/v1/batch"}, {"GET", "/v1/units"}, {"PUT", "/fleet/v1/units/pwn.service"}} {
 		body := ""

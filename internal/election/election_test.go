@@ -2,6 +2,8 @@ package election_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestCampaignAndObserve: an observer sees each leader in turn, and a
@@ -85,9 +88,11 @@ func TestValidEndsWithTheLease(t *testing.T) {
 	if !a.Valid(time.Now()) {
 		t.Fatalf("Valid right after Campaign = false (valid until %v)", a.ValidUntil())
 	}
-	time.Sleep(1500 * time.Millisecond) // renewals keep it valid past one TTL
+	// Renewals keep it valid past the first TTL.
+	first := a.ValidUntil()
+	waitfor.True(t, 10*time.Second, "the term's first TTL over", func() bool { return time.Now().After(first) })
 	if !a.Valid(time.Now()) {
-		t.Fatalf("Valid after 1.5s of renewals = false (valid until %v)", a.ValidUntil())
+		t.Fatalf("Valid past the first TTL (until %v) = false (valid until %v)", first, a.ValidUntil())
 	}
 	resp, err := cli.Get(ctx, a.Info.Key)
 	if err != nil || len(resp.Kvs) != 1 {
@@ -107,13 +112,9 @@ func TestValidEndsWithTheLease(t *testing.T) {
 	if until := a.ValidUntil(); until.Sub(revoked) > granted {
 		t.Errorf("ValidUntil is %v after the lease was revoked, more than its granted TTL %v", until.Sub(revoked), granted)
 	}
-	deadline := revoked.Add(granted)
-	for a.Valid(time.Now()) {
-		if time.Now().After(deadline) {
-			t.Fatal("still valid a whole TTL after the lease was revoked")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, time.Until(revoked.Add(granted)), "the term no longer valid a whole TTL after the lease was revoked", func() bool {
+		return !a.Valid(time.Now())
+	})
 }
 
 // TestObserveKeepsLeaderWhileEtcdUnreachable: an observer cut off from
@@ -179,26 +180,35 @@ func TestCampaignOutlivesExpiredLease(t *testing.T) {
 		b, err := election.Campaign(ctx, cli, prefix, time.Second, election.Info{Machine: "b"})
 		bDone <- result{b, err}
 	}()
-	var bLease clientv3.LeaseID
-	for bLease == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("b's candidacy never appeared")
-		}
+	// bLease is the lease of b's candidacy, once there is one.
+	bLease := func() (clientv3.LeaseID, error) {
 		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		for _, kv := range resp.Kvs {
 			if kv.CreateRevision != a.Info.Rev {
-				bLease = clientv3.LeaseID(kv.Lease)
+				return clientv3.LeaseID(kv.Lease), nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		return 0, errors.New("no candidacy of b")
 	}
-	if _, err := cli.Revoke(ctx, bLease); err != nil { // as etcd expires it
+	var expired clientv3.LeaseID
+	waitfor.Until(t, 10*time.Second, "b's candidacy", func() (err error) {
+		expired, err = bLease()
+		return err
+	})
+	if _, err := cli.Revoke(ctx, expired); err != nil { // as etcd expires it
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // b's session hears its lease is gone
+	// b's session hears its lease is gone, and b campaigns again.
+	waitfor.Until(t, 10*time.Second, "b's candidacy with a new lease", func() error {
+		l, err := bLease()
+		if err == nil && l == expired {
+			return fmt.Errorf("still lease %x", l)
+		}
+		return err
+	})
 	resigned := time.Now()
 	if err := a.Resign(ctx); err != nil {
 		t.Fatal(err)

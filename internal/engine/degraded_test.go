@@ -109,8 +109,22 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 	if since.Before(cutAt) || since.After(time.Now()) {
 		t.Errorf("etcd unreachable since %v, want between the cut (%v) and now", since, cutAt)
 	}
-	// Stay cut for longer than the lease (etcd grants at least 2s): etcd expires it.
-	time.Sleep(time.Until(cutAt.Add(4 * time.Second)))
+	// Stay cut until etcd has expired the leases of the cut-off engine
+	// and agents (etcd grants at least 2s).
+	waitfor.Until(t, 15*time.Second, "etcd to expire the cut-off leases", func() error {
+		snap, err := registry.Load(ctx, direct, registry.Keys{})
+		if err != nil {
+			return err
+		}
+		cs, _, err := election.Candidates(ctx, direct, registry.Keys{}.Election())
+		if err != nil {
+			return err
+		}
+		if len(snap.Machines) != 0 || len(cs) != 0 {
+			return fmt.Errorf("machines %v and candidates %v still in etcd", snap.Machines, cs)
+		}
+		return nil
+	})
 
 	if ok, rev := e1.IsLeader(); !ok || rev != rev0 {
 		t.Errorf("IsLeader() = %v, %d during the outage, want true, %d (the degraded term)", ok, rev, rev0)
@@ -387,18 +401,20 @@ func TestEngineElectionOwnConnection(t *testing.T) {
 
 	px.Cut() // the data connection stalls; etcd and the election's connection do not
 	cutAt := time.Now()
-	for time.Since(cutAt) < 4*time.Second { // 4 TTLs
+	// Nothing tells that the engine would have been deposed by now but
+	// time: the term is watched for 4 TTLs.
+	waitfor.Holds(t, 4*time.Second, "the term while only the data connection stalls", func() error {
 		if ok, rev := e.IsLeader(); !ok || rev != rev0 {
-			t.Fatalf("IsLeader() = %v, %d %v after the data connection stalled, want true, %d", ok, rev, time.Since(cutAt).Round(time.Millisecond), rev0)
+			return fmt.Errorf("IsLeader() = %v, %d %v after the stall, want true, %d", ok, rev, time.Since(cutAt).Round(time.Millisecond), rev0)
 		}
 		if since, degraded := e.EtcdUnreachableSince(); degraded {
-			t.Fatalf("degraded (etcd unreachable since %v) while only the data connection stalled", since)
+			return fmt.Errorf("degraded (etcd unreachable since %v)", since)
 		}
 		if us, err := e.Units(nil); err != nil || len(us) != 3 {
-			t.Fatalf("Units() = %d units, %v while the data connection stalled", len(us), err)
+			return fmt.Errorf("Units() = %d units, %v", len(us), err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	px.Restore()
 	if err := e.Apply(context.Background(), launch(t, 1, "after")); err != nil {
 		t.Fatalf("a write once the data connection moves: %v", err)

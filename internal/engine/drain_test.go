@@ -87,8 +87,7 @@ func TestEngineDrain(t *testing.T) {
 	if err := e.DrainMachine(ctx, "m1", true, 0); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitfor.Watch(t, 20*time.Second, "m1 drained", func() error {
 		running, active := copiesOf(a1, a2)
 		for _, name := range services {
 			if active[name] == 0 {
@@ -111,13 +110,10 @@ func TestEngineDrain(t *testing.T) {
 			t.Fatalf("%d instances of web@.service were mid-move at once, want at most 1", webs)
 		}
 		if placed, err := allActive(e.Engine, 8); err == nil && len(placed["m1"]) == 1 && running["solo.service"] == 1 && len(a1.driver.States()) == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("m1 still runs %v 20s into its drain", a1.driver.States())
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return fmt.Errorf("m1 still runs %v", a1.driver.States())
+	})
 	u, err := e.Unit("pinned.service")
 	if err != nil {
 		t.Fatal(err)
@@ -270,21 +266,17 @@ func testEngineHandoverSurvivesLeaderChange(t *testing.T, reg string) {
 		t.Errorf("api.service mid-handover: machine %q, moving from %q; want m2, m1", u.Machine, u.MovingFrom)
 	}
 	e1.stop() // resigns: e2 leads at once, while m2 still starts api
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	waitfor.Watch(t, 15*time.Second, "api.service's handover to end under the new leader", func() error {
 		_, active := copiesOf(a1, a2)
 		_, on2 := copiesOf(a2)
 		if active["api.service"] == 0 {
 			t.Fatal("api.service had no active copy while the leader changed mid-handover")
 		}
 		if on2["api.service"] == 1 && active["api.service"] == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("api.service's handover did not end under the new leader")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("%d active copies, %d on m2", active["api.service"], on2["api.service"])
+	})
 	waitfor.Until(t, 5*time.Second, "the old copy stopped", func() error {
 		if running, _ := copiesOf(a1); running["api.service"] != 0 {
 			return errors.New("still running on m1")

@@ -12,11 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/agent"
@@ -763,8 +765,7 @@ func TestEngineMoveWaitsForStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	sawReason := false
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	waitfor.Watch(t, 10*time.Second, "db.service to move to m2", func() error {
 		// m2 first: m1's copy runs from before the move until it stops,
 		// once, so running there after m2's was seen running means both
 		// ran at once. (Read m1 first, a test preempted between the two
@@ -779,13 +780,10 @@ func TestEngineMoveWaitsForStop(t *testing.T) {
 			sawReason = true
 		}
 		if r2 && !r1 {
-			break
+			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !running(a2) {
-		t.Fatal("db.service did not move to m2")
-	}
+		return fmt.Errorf("running on m1 %v, on m2 %v", r1, r2)
+	})
 	if !sawReason {
 		t.Error("while m1 stopped db.service, its reason never said so")
 	}
@@ -836,21 +834,17 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 		return nil
 	})
 	e1.stop() // resigns: e2 leads at once, while m1 still stops db
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	waitfor.Watch(t, 15*time.Second, "db.service to move to m2 under the new leader", func() error {
 		r2 := running(a2) // m2 first, as in TestEngineMoveWaitsForStop
 		r1 := running(a1)
 		if r1 && r2 {
 			t.Fatal("db.service runs on m1 and m2 at once after the leader changed")
 		}
 		if r2 && !r1 {
-			break
+			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !running(a2) {
-		t.Fatal("db.service did not move to m2 under the new leader")
-	}
+		return fmt.Errorf("running on m1 %v, on m2 %v", r1, r2)
+	})
 	// The move is forgotten once done.
 	waitfor.Until(t, 5*time.Second, "the move's key to go", func() error {
 		resp, err := cli.Get(ctx, registry.Keys{}.Moves(), clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -877,7 +871,9 @@ func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heard := &enginesHeard{}
 	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: agentTTL, Logger: testLogger(t),
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStreamInterceptor(heard.intercept)},
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			ch := make(chan election.Info, 1)
 			ch <- first
@@ -906,7 +902,7 @@ func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(500 * time.Millisecond)
+	waitfor.True(t, 10*time.Second, "the agent told of both engines", func() bool { return heard.most.Load() >= 2 })
 	pids := map[string]int{}
 	for _, s := range d.States() {
 		pids[s.Name] = s.PID
@@ -978,4 +974,36 @@ func TestEngineMachineBackChanged(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// enginesHeard is a gRPC stream interceptor for an agent that records the
+// most engines a message on its streams named.
+type enginesHeard struct {
+	most atomic.Int64
+}
+
+func (h *enginesHeard) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &enginesHeardStream{ClientStream: cs, h: h}, nil
+}
+
+type enginesHeardStream struct {
+	grpc.ClientStream
+	h *enginesHeard
+}
+
+func (s *enginesHeardStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if msg, ok := m.(*agentpb.EngineMessage); ok && err == nil {
+		for n := int64(len(msg.Engines)); ; {
+			cur := s.h.most.Load()
+			if n <= cur || s.h.most.CompareAndSwap(cur, n) {
+				break
+			}
+		}
+	}
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // readAll reads c until it has want events or a few seconds passed.
@@ -51,9 +52,7 @@ func TestEventLog(t *testing.T) {
 	for i := range 3 {
 		l.append(apiv1.Event{Type: "unit", Unit: fmt.Sprintf("u%d.service", i)})
 	}
-	for l.published.Load() < 3 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, 5*time.Second, "3 events published", func() bool { return l.published.Load() >= 3 })
 	ra, _ := a.Read()
 	rb, _ := b.Read()
 	if len(ra) == 0 || &ra[0] != &rb[0] {
@@ -79,10 +78,7 @@ func TestEventLog(t *testing.T) {
 	for range maxReaderLag + 10 {
 		l.append(apiv1.Event{Type: "state", Unit: "u.service"})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for l.published.Load() < 3+maxReaderLag+10 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, 5*time.Second, "the events past the slow reader published", func() bool { return l.published.Load() >= 3+maxReaderLag+10 })
 	if _, err := slow.Read(); !errors.Is(err, ErrSlowReader) || !strings.Contains(err.Error(), "resume from 7.3") {
 		t.Errorf("a reader %d events behind: %v, want ErrSlowReader resuming from 7.3", maxReaderLag+10, err)
 	}
@@ -107,9 +103,7 @@ func TestEventAppendNeverWaitsForReaders(t *testing.T) {
 		l.subscribe("")
 	}
 	l.append(apiv1.Event{Type: "unit", Unit: "first.service"})
-	for l.published.Load() < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, 5*time.Second, "the first event published", func() bool { return l.published.Load() >= 1 })
 	l.winMu.RLock() // a reader finding its page
 	encoding := make(chan struct{})
 	release := make(chan struct{})

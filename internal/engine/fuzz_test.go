@@ -18,6 +18,7 @@ import (
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -90,13 +91,7 @@ func FuzzAgentMessages(f *testing.F) {
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
 	f.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(10 * time.Second)
-	for ok, _ := e.IsLeader(); !ok; ok, _ = e.IsLeader() {
-		if time.Now().After(deadline) {
-			f.Fatal("the engine did not lead within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(f, 10*time.Second, "the engine leads", func() bool { ok, _ := e.IsLeader(); return ok })
 	_, rev0 := e.IsLeader()
 
 	f.Fuzz(func(t *testing.T, helloBytes, update1, update2 []byte, huge bool) {

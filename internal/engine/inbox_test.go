@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -59,19 +61,15 @@ func TestReportDoesNotWaitForTheLock(t *testing.T) {
 		t.Errorf("state applied while the pass held the lock")
 	}
 	tm.mu.RUnlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitfor.Until(t, 10*time.Second, "the latest report applied once the lock was free", func() error {
 		tm.mu.RLock()
 		got, _ := tm.statusOf(tm.machines["m1"], "a.service")
 		tm.mu.RUnlock()
-		if got.Active == "active" {
-			break
+		if got.Active != "active" {
+			return fmt.Errorf("state %q", got.Active)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the latest report was not applied once the lock was free: state %q", got.Active)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// A report of a stream its machine no longer has (replaced by a new
 	// Hello) is dropped.

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -36,17 +35,10 @@ func BenchmarkTermLoad(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		e := startEngine(b, cli, "grpc", "e1")
-		for !isLeader(e) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitLeader(b, e)
 		e.stop()
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/unit")
-}
-
-func isLeader(e *testEngine) bool {
-	ok, _ := e.IsLeader()
-	return ok
 }
 
 // writeInstances stores n placed instances of one template, as records

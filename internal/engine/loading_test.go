@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestLeaderOnceLoaded: an agent's stream that reaches an engine elected
@@ -19,10 +21,11 @@ func TestLeaderOnceLoaded(t *testing.T) {
 	e.loading.Store(&ready)
 	got := make(chan *term, 1)
 	go func() { got <- e.leaderOnceLoaded(context.Background()) }()
+	waitfor.Until(t, 5*time.Second, "the stream waiting for the term", waitfor.Parked("engine.(*Engine).leaderOnceLoaded"))
 	select {
 	case <-got:
 		t.Fatal("answered before the term was loaded")
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -156,13 +157,7 @@ func TestStateDoesNotWait(t *testing.T) {
 		t.Fatal("a read of a stale state waited for the rebuild")
 	}
 	tm.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for tm.state() == first {
-		if time.Now().After(deadline) {
-			t.Fatal("the rebuild a stale read started never came")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, 10*time.Second, "the rebuild a stale read started", func() bool { return tm.state() != first })
 	if got := tm.state(); len(got.Units) != 11 || tm.e.generation.Load() != gen+1 {
 		t.Errorf("rebuilt state has %d units, %d builds since; want 11 units from one build", len(got.Units), tm.e.generation.Load()-gen)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestFreshTermChecksNothing: the term's check of every placed unit
@@ -23,13 +24,7 @@ func TestFreshTermChecksNothing(t *testing.T) {
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.leader() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the engine did not lead within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, 10*time.Second, "the engine leads", func() bool { return e.leader() != nil })
 	tm := e.leader()
 	tm.mu.RLock()
 	rechecked := tm.rechecked

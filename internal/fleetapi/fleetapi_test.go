@@ -148,17 +148,17 @@ func TestUnplaceableReason(t *testing.T) {
 		u    struct{ MachineID, CurrentState, Reason string }
 		body string
 	)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	waitfor.Until(t, 10*time.Second, "ssd.service with a reason", func() error {
 		var code int
 		code, body = do(t, url, "GET", "/fleet/v1/units/ssd.service", "", false)
 		if err := json.Unmarshal([]byte(body), &u); code != 200 || err != nil {
 			t.Fatalf("GET ssd.service: %d %s", code, body)
 		}
-		if u.Reason != "" || time.Now().After(deadline) {
-			break
+		if u.Reason == "" {
+			return fmt.Errorf("%s", body)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if u.MachineID != "" || u.CurrentState != "inactive" || !strings.Contains(u.Reason, "disk") {
 		t.Errorf("GET ssd.service = %s, want no machineID, currentState inactive and a reason naming the metadata disk", body)
 	}

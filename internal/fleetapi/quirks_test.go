@@ -18,6 +18,7 @@ import (
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // fleetMetadataOp is the op of fleet's functional tests
@@ -221,14 +222,12 @@ func TestFleetctlRestartShape(t *testing.T) {
 		fleetctlPut(t, c.URL, name, `{"name":"`+name+`","desiredState":"launched"}`)
 		fleetctlWait(t, c.URL, name, "launched", 10*time.Second)
 		var now int
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if now = pidOf(t, c.URL, name); now != 0 && now != pid {
-				break
+		waitfor.Until(t, 10*time.Second, fmt.Sprintf("restart %d: the unit running a new process", i+1), func() error {
+			if now = pidOf(t, c.URL, name); now == 0 || now == pid {
+				return fmt.Errorf("pid %d, was %d", now, pid)
 			}
-		}
-		if now == 0 || now == pid {
-			t.Fatalf("restart %d: pid %d, was %d: want the unit running a new process", i+1, now, pid)
-		}
+			return nil
+		})
 		pid = now
 	}
 
@@ -276,15 +275,21 @@ func TestFleetctlDetectMachineId(t *testing.T) {
 	bin := fleetctlBin(t)
 	c := daemontest.Start(t, daemontest.Machine{ID: "e", NoAgent: true})
 	first := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.1"})
-	time.Sleep(time.Second) // the leader hears from the first a
+	waitfor.Until(t, 10*time.Second, "the leader hearing from the first a", func() error {
+		if code, body := do(t, c.URL, "GET", "/fleet/v1/machines", "", false); code != 200 || !strings.Contains(body, "10.0.0.1") {
+			return fmt.Errorf("GET /fleet/v1/machines = %d %s", code, body)
+		}
+		return nil
+	})
 	second := c.Add(t, daemontest.Machine{ID: "a", IP: "10.0.0.2"})
 	var out string
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if out, err = runFleetctl(bin, c.URLs[second], t.TempDir(), "list-machines", "--no-legend"); err != nil {
-			break
+	waitfor.Poll(10*time.Second, func() error {
+		if out, err = runFleetctl(bin, c.URLs[second], t.TempDir(), "list-machines", "--no-legend"); err == nil {
+			return errors.New("fleetctl list-machines succeeded")
 		}
-	}
+		return nil
+	})
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(out, "fleet server unable to communicate with etcd") {
 		t.Fatalf("fleetctl list-machines against the second a: %v\n%s\nwant exit 1 and fleetd's message", err, out)
@@ -292,15 +297,16 @@ func TestFleetctlDetectMachineId(t *testing.T) {
 	if err := c.Stop(t, first); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		out, err = runFleetctl(bin, c.URLs[second], t.TempDir(), "list-machines", "--no-legend")
-		if err == nil && strings.Contains(out, "10.0.0.2") {
-			break
+	waitfor.Until(t, 20*time.Second, "fleetctl list-machines once the first a is gone", func() error {
+		out, err := runFleetctl(bin, c.URLs[second], t.TempDir(), "list-machines", "--no-legend")
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fleetctl list-machines once the first a is gone: %v\n%s", err, out)
+		if !strings.Contains(out, "10.0.0.2") {
+			return fmt.Errorf("%s", out)
 		}
-	}
+		return nil
+	})
 }
 
 // TestFleetctlRestart runs the unmodified fleetctl (built from coreos/fleet

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestOnSignals: SIGUSR1 starts a CPU profile, SIGUSR2 ends it and writes
@@ -23,31 +25,34 @@ func TestOnSignals(t *testing.T) {
 	}
 	self, _ := os.FindProcess(os.Getpid())
 	self.Signal(syscall.SIGUSR1)
-	time.Sleep(200 * time.Millisecond) // the CPU profile starts
+	// The profile starts into a temporary file, renamed when it ends.
+	waitfor.True(t, 10*time.Second, "the CPU profile started", func() bool {
+		started, _ := filepath.Glob(filepath.Join(dir, CPUFile+".*"))
+		return len(started) > 0
+	})
 	self.Signal(syscall.SIGUSR2)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cpu, err1 := os.Stat(filepath.Join(dir, CPUFile))
-		heap, err2 := os.Stat(filepath.Join(dir, HeapFile))
-		if err1 == nil && err2 == nil {
-			if cpu.Size() == 0 || heap.Size() == 0 {
-				t.Fatalf("profiles of %d and %d bytes", cpu.Size(), heap.Size())
-			}
-			// The memory classes are written before the heap profile.
-			mem, err := os.ReadFile(filepath.Join(dir, MemoryFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, want := range []string{"/memory/classes/total:bytes ", "/memory/classes/heap/stacks:bytes ", "/sched/goroutines:goroutines "} {
-				if !strings.Contains(string(mem), want) {
-					t.Errorf("%s has no %q:\n%s", MemoryFile, want, mem)
-				}
-			}
-			return
+	waitfor.Until(t, 10*time.Second, "the profiles written", func() error {
+		cpu, err := os.Stat(filepath.Join(dir, CPUFile))
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("profiles not written within 10s: %v, %v", err1, err2)
+		heap, err := os.Stat(filepath.Join(dir, HeapFile))
+		if err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
+		if cpu.Size() == 0 || heap.Size() == 0 {
+			t.Fatalf("profiles of %d and %d bytes", cpu.Size(), heap.Size())
+		}
+		return nil
+	})
+	// The memory classes are written before the heap profile.
+	mem, err := os.ReadFile(filepath.Join(dir, MemoryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"/memory/classes/total:bytes ", "/memory/classes/heap/stacks:bytes ", "/sched/goroutines:goroutines "} {
+		if !strings.Contains(string(mem), want) {
+			t.Errorf("%s has no %q:\n%s", MemoryFile, want, mem)
+		}
 	}
 }

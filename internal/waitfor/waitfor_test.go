@@ -56,3 +56,69 @@ func TestTrueNamesWhat(t *testing.T) {
 		t.Errorf("True failed on a condition that held: %q", f.msg)
 	}
 }
+
+func TestNeverHolds(t *testing.T) {
+	f := &fakeT{}
+	start := time.Now()
+	n := 0
+	Never(f, 50*time.Millisecond, "a restart", func() bool { n++; return false })
+	if f.msg != "" {
+		t.Errorf("Never failed on a condition that never held: %q", f.msg)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("Never returned after %v, before its window", took)
+	}
+	if n < 2 {
+		t.Errorf("Never called the condition %d times, want it polled and checked at the end", n)
+	}
+}
+
+func TestNeverFailsAtOnce(t *testing.T) {
+	f := &fakeT{}
+	start := time.Now()
+	n := 0
+	Never(f, 5*time.Second, "a restart", func() bool { n++; return n == 3 })
+	if f.msg != "a restart" {
+		t.Errorf("Never's failure = %q; want it to name what happened", f.msg)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Never failed after %v; want it to fail as soon as the condition held", took)
+	}
+}
+
+func TestWatchKeepsLooking(t *testing.T) {
+	n := 0
+	f := &fakeT{}
+	Watch(f, 300*time.Millisecond, "the move done", func() error {
+		n++
+		return errors.New("still moving")
+	})
+	if f.msg != "the move done" {
+		t.Errorf("Watch's failure = %q; want it to name what it waited for", f.msg)
+	}
+	if n < 20 {
+		t.Errorf("Watch called its condition %d times in 300ms, want it called every few milliseconds", n)
+	}
+}
+
+func TestHoldsNamesTheBreach(t *testing.T) {
+	f := &fakeT{}
+	Holds(f, time.Second, "one leader", func() error { return errors.New("two leaders") })
+	if f.msg != "one leader" {
+		t.Errorf("Holds' failure = %q; want it to name what must hold", f.msg)
+	}
+}
+
+//go:noinline
+func parkHere(ch chan struct{}) { <-ch }
+
+func TestParked(t *testing.T) {
+	cond := Parked("waitfor.parkHere")
+	if err := cond(); err == nil {
+		t.Fatal("Parked before any goroutine waits there = nil")
+	}
+	ch := make(chan struct{})
+	go parkHere(ch)
+	Until(t, 5*time.Second, "a goroutine parked in parkHere", cond)
+	close(ch)
+}

@@ -2,6 +2,7 @@ package daemontest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/flotilla/flotilla/client"
 	"github.com/flotilla/flotilla/internal/daemon/daemontest"
 	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestMain(m *testing.M) { supervisortest.Main(m) }
@@ -60,9 +62,17 @@ func TestFreeze(t *testing.T) {
 	if _, err := cl.PutUnit(ctx, api.UnitChange{Name: "s.service", File: file, DesiredState: "launched"}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	u, err := cl.Unit(ctx, "s.service")
-	if err != nil || u.Machine != "b" || u.CurrentState == "launched" || (u.State != nil && u.State.Active == "active") {
-		t.Fatalf("s.service on a frozen machine after 500ms: %+v, %v; want placed on b, not launched", u, err)
-	}
+	daemontest.WaitUnit(t, cl, "s.service", func(u *api.Unit) bool { return u.Machine == "b" })
+	// Nothing tells that b's agent has tried and failed to start it but
+	// time: the unit is watched for half a second.
+	waitfor.Holds(t, 500*time.Millisecond, "s.service placed on the frozen machine b and not launched", func() error {
+		u, err := cl.Unit(ctx, "s.service")
+		if err != nil {
+			return err
+		}
+		if u.Machine != "b" || u.CurrentState == "launched" || (u.State != nil && u.State.Active == "active") {
+			return fmt.Errorf("%+v", u)
+		}
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package daemontest_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -44,15 +45,16 @@ func TestStopUnitsOnExit(t *testing.T) {
 		pids[name] = u.State.PID
 	}
 	c.Add(t, daemontest.Machine{ID: "c", Exec: true})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.Until(t, 30*time.Second, "machine c joining", func() error {
 		ml, err := cl.Machines(ctx)
-		if err == nil && len(ml.Machines) == 2 {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("machine c did not join: %+v, %v", ml, err)
+		if len(ml.Machines) != 2 {
+			return fmt.Errorf("machines %+v", ml.Machines)
 		}
-	}
+		return nil
+	})
 
 	if err := c.Stop(t, 1); err != nil {
 		t.Fatalf("daemon b stopped with %v", err)
