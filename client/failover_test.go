@@ -39,14 +39,17 @@ func daemonAnswering(t *testing.T, code int, apiCode string) (*httptest.Server, 
 // answered; a write that may have reached the leader is not sent again,
 // a read is.
 func TestFailover(t *testing.T) {
+	// The daemons listen first: the closed port, free once closed, is
+	// then none of theirs (made first, the kernel gave it to one of them).
+	good, goodN := daemonAnswering(t, http.StatusOK, "")
+	cutOff, cutOffN := daemonAnswering(t, http.StatusServiceUnavailable, "leader_unreachable")
+	midway, midwayN := daemonAnswering(t, http.StatusServiceUnavailable, "unavailable")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	closed := "http://" + ln.Addr().String()
 	ln.Close()
-	good, goodN := daemonAnswering(t, http.StatusOK, "")
-	cutOff, cutOffN := daemonAnswering(t, http.StatusServiceUnavailable, "leader_unreachable")
 	ctx := context.Background()
 
 	c := newClient(t, closed+", "+cutOff.URL+","+good.URL)
@@ -63,7 +66,6 @@ func TestFailover(t *testing.T) {
 
 	// A daemon whose request to the leader was cut off mid-way: the
 	// write may have landed, so it is not sent again; a read is.
-	midway, midwayN := daemonAnswering(t, http.StatusServiceUnavailable, "unavailable")
 	c = newClient(t, midway.URL+","+good.URL)
 	_, err = c.PutUnit(ctx, api.UnitChange{Name: "web.service", DesiredState: "launched"})
 	if ae, ok := err.(*client.APIError); !ok || ae.Code != "unavailable" || midwayN.Load() != 1 {

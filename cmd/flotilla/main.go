@@ -34,8 +34,8 @@ Every flag can also be set by the environment variable FLOTILLA_<FLAG>, the
 flag's name in capitals with '-' as '_' (FLOTILLA_ENDPOINT for --endpoint);
 a flag on the command line wins. Exit codes: 0 success, 1 error, 2 a unit
 could not be placed or failed to start, 3 status of a unit that is not
-active, 4 the cluster is unreachable or has no leader, 5 plan found changes
-(docs/cli.md).`,
+active, 4 the cluster is unreachable or has no leader, 5 plan found changes, 6 a
+deployment failed (docs/cli.md).`,
 		Version:       version.Get().Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
