@@ -128,11 +128,17 @@ func (e *deploymentError) Error() string {
 	return msg
 }
 
-// changedTemplates are the templates among refs whose file changes.
+// changedTemplates are the units among refs whose change makes a
+// deployment: templates whose file changes, and running units of their own
+// (not instances, not Global=) whose file changes.
 func changedTemplates(refs []unitRef, known map[string]apiv1.Unit) []string {
 	var out []string
 	for _, r := range refs {
-		if cur, ok := known[r.Name]; ok && unit.IsTemplate(r.Name) && r.Path != "" && fileChanged(r, cur) {
+		cur, ok := known[r.Name]
+		if !ok || r.Path == "" || unit.IsInstance(r.Name) || !fileChanged(r, cur) {
+			continue
+		}
+		if unit.IsTemplate(r.Name) || cur.DesiredState == stateLaunched && !cur.Global {
 			out = append(out, r.Name)
 		}
 	}

@@ -288,13 +288,16 @@ func (t *term) templateFollowers(tmpl string, log registry.VersionLog, skip map[
 // (instances it changes itself are not the deployment's).
 func (t *term) noteDeployment(p *roundPlan, name string, next *unitRec, log registry.VersionLog, local map[string]*unitRec, req *unitsWrite, now time.Time) {
 	revert := req.autoRevert
-	lookup := func(n string) *unitRec { return p.lookup(t)(nil, n) }
-	insts := t.templateFollowers(name, log, local, lookup)
 	var running []string
-	for _, n := range insts {
-		if r := lookup(n); r != nil && r.file.Hash != t.instanceHash(next.file, n) {
-			running = append(running, n)
+	if unit.IsTemplate(name) {
+		lookup := func(n string) *unitRec { return p.lookup(t)(nil, n) }
+		for _, n := range t.templateFollowers(name, log, local, lookup) {
+			if r := lookup(n); r != nil && r.file.Hash != t.instanceHash(next.file, n) {
+				running = append(running, n)
+			}
 		}
+	} else {
+		running = []string{name} // replaced by this round: watched until healthy
 	}
 	if len(running) == 0 && !revert {
 		return // a revert is recorded even with nothing to roll back
@@ -305,19 +308,38 @@ func (t *term) noteDeployment(p *roundPlan, name string, next *unitRec, log regi
 	if err != nil { // checked by ApplyWith against the defaults: a file's own may still clash
 		update = unit.UpdateOf(next.file)
 	}
-	d := registry.Deployment{Unit: name, FromVersion: from.Version, ToVersion: cur.Version, From: from.Content, To: cur.Content,
+	d := registry.Deployment{Unit: name, FromVersion: from.Version, ToVersion: cur.Version, From: from.Content, To: cur.Content, ToHash: cur.Hash,
 		Strategy: strategyOf(update), Status: registry.DeployRunning, Instances: slices.Clip(running), Revert: revert,
 		Created: now.UTC(), Updated: now.UTC(), Progress: now.UTC()}
 	if old, ok := t.deployOf(p, name); ok && old.Active() {
 		d.Message = fmt.Sprintf("supersedes the deployment of version %d", old.ToVersion)
 	}
+	if revert || !unit.IsTemplate(name) {
+		d.Strategy.Canary = 0 // back to what ran, or one unit: no canaries
+	}
 	if revert {
-		d.Strategy.Canary = 0 // back to what ran: no canaries
 		if old, ok := t.deployOf(p, name); ok {
 			d.Message = fmt.Sprintf("rolls back the failed deployment of version %d: %s", old.ToVersion, old.Message)
 		}
 	}
 	p.setDeploy(name, &d)
+}
+
+// deployable reports whether replacing a unit of its own, cur, with next
+// is watched as a deployment: it runs (launched, not Global=) before and
+// after. Its deployment has one instance, the unit, which the round
+// replaces itself; the deployment judges its health and reverts it.
+func deployable(cur, next *unitRec) bool {
+	return cur.desired() == unit.Launched && next.desired() == unit.Launched && !next.file.Fleet.Global && !unit.IsInstance(next.name())
+}
+
+// newFile reports whether unit name (r) of deployment d has d's new file.
+func (t *term) newFile(d registry.Deployment, name string, r *unitRec) bool {
+	if name == d.Unit { // a unit of its own
+		return r.file.Hash == d.ToHash
+	}
+	tmpl := t.units[d.Unit]
+	return tmpl != nil && r.file.Hash == t.instanceHash(tmpl.file, name)
 }
 
 // instanceHash is the hash of instance name's file made from template f.
@@ -369,6 +391,10 @@ func (t *term) applyDeploys(p *roundPlan) {
 			continue
 		}
 		t.deploys.recs[name] = *d
+		if d.Active() && !unit.IsTemplate(name) && (!had || old.ToVersion != d.ToVersion) {
+			t.deploys.replaced[name] = t.e.cfg.Now() // replaced by this round
+			delete(t.deploys.healthy, name)
+		}
 		if !d.Active() && (!had || old.Active() || old.ToVersion != d.ToVersion) {
 			t.e.cfg.Metrics.DeploymentSteps.WithLabelValues(d.Status).Inc()
 		}
@@ -379,7 +405,6 @@ func (t *term) applyDeploys(p *roundPlan) {
 
 // deployView is the instances of d as the leader sees them at now.
 func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deployInst {
-	tmpl := t.units[d.Unit]
 	out := make(map[string]deployInst, len(d.Instances)+len(d.Canaries))
 	for _, name := range append(slices.Clone(d.Instances), d.Canaries...) {
 		r := t.units[name]
@@ -390,7 +415,7 @@ func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deplo
 			continue
 		}
 		in := deployInst{exists: true, launched: r.desired() == unit.Launched}
-		in.isNew = tmpl != nil && r.file.Hash == t.instanceHash(tmpl.file, name)
+		in.isNew = t.newFile(d, name, r)
 		// mine: this term gave it the new file at replacedAt; it must have
 		// become active since, not merely report the new file while the
 		// old process still runs.
@@ -470,6 +495,9 @@ func (t *term) runStep(st deployStep, now time.Time) {
 	var revertTo int
 	if tmpl != nil {
 		for _, name := range st.replace {
+			if !unit.IsInstance(name) {
+				continue // a unit of its own: its write replaced it
+			}
 			if f, err := t.instanceFile(tmpl.file, name); err == nil {
 				changes = append(changes, Change{Name: name, File: f, Replace: true})
 			}
@@ -616,7 +644,6 @@ func (e *Engine) Deployment(name string) (DeploymentInfo, error) {
 
 func (t *term) deploymentInfo(d registry.Deployment) DeploymentInfo {
 	info := DeploymentInfo{Deployment: d}
-	tmpl := t.units[d.Unit]
 	for _, name := range append(slices.Clone(d.Instances), d.Canaries...) {
 		r := t.units[name]
 		if r == nil {
@@ -625,7 +652,7 @@ func (t *term) deploymentInfo(d registry.Deployment) DeploymentInfo {
 		if r.desired() == unit.Launched {
 			info.Running++
 		}
-		if tmpl != nil && r.file.Hash == t.instanceHash(tmpl.file, name) {
+		if t.newFile(d, name, r) {
 			info.NewInstances = append(info.NewInstances, name)
 		}
 		if m := t.machines[r.machine]; m != nil {

@@ -288,3 +288,41 @@ func TestDeploymentSurvivesLeader(t *testing.T) {
 		t.Errorf("deployment %+v", d.Deployment)
 	}
 }
+
+// TestDeploymentPlainUnit: a unit of its own replaced is watched as a
+// deployment of one: a healthy file succeeds; one whose check fails is
+// reverted (AutoRevert=), the unit back on its former file.
+func TestDeploymentPlainUnit(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	e := startEngine(t, cli, "grpc", "e1")
+	startAgent(t, cli, "grpc", "m1")
+	waitLeader(t, e)
+	waitMachines(t, e.Engine, 1)
+	ctx := context.Background()
+	file := func(n int, extra string) *unit.File {
+		return parse(t, "db.service", fmt.Sprintf("[Service]\nExecStart=/bin/sleep %d\n%s[X-Update]\nMinHealthyTime=200ms\nHealthyDeadline=2s\nAutoRevert=true\n", n, extra))
+	}
+	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: file(1, ""), DesiredState: unit.Launched}}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 10*time.Second, "db.service active", func() error { _, err := allActive(e.Engine, 1); return err })
+	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: file(2, ""), Replace: true}}); err != nil {
+		t.Fatal(err)
+	}
+	d := waitDeployment(t, func() *engine.Engine { return e.Engine }, "db.service", registry.DeploySucceeded)
+	if d.ToVersion != 2 || len(d.Instances) != 1 || d.Revert {
+		t.Fatalf("deployment of db.service: %+v", d.Deployment)
+	}
+	bad := file(3, "[X-Check]\nTCP=127.0.0.1:1\nInterval=100ms\nTimeout=50ms\n")
+	if err := e.Apply(ctx, []engine.Change{{Name: "db.service", File: bad, Replace: true}}); err != nil {
+		t.Fatal(err)
+	}
+	d = waitDeployment(t, func() *engine.Engine { return e.Engine }, "db.service", registry.DeploySucceeded)
+	if !d.Revert || d.ToVersion != 4 {
+		t.Fatalf("after the failing file: %+v", d.Deployment)
+	}
+	if u, err := e.Unit("db.service"); err != nil || !strings.Contains(u.File, "sleep 2") {
+		t.Fatalf("db.service after the revert: %q %v", u.File, err)
+	}
+}

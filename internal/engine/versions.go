@@ -204,7 +204,7 @@ func (t *term) noteVersions(p *roundPlan, req *unitsWrite, prev map[string]*unit
 		l.Versions = append(l.Versions, t.version(p, next, n, now, req.by, change))
 		l = l.Trim(t.keepOf(p))
 		p.versions.setLog(c.Name, &l)
-		if cur := prev[c.Name]; cur != nil && unit.IsTemplate(c.Name) {
+		if cur := prev[c.Name]; cur != nil && (unit.IsTemplate(c.Name) || deployable(cur, next)) {
 			skip := make(map[string]*unitRec, len(req.changes))
 			for _, o := range req.changes {
 				if o.Range == nil {

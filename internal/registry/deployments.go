@@ -7,7 +7,8 @@ import (
 )
 
 // Deployment is the roll of a template's new file onto the instances that
-// ran its former one, carried out by the leader (package engine,
+// ran its former one (or, for a unit of its own, the watch of its new
+// file until it is healthy), carried out by the leader (package engine,
 // deploy.go), stored under deployments/<template>: the latest one of each
 // template, running or ended. What is done is read from the instances
 // themselves (an instance whose file is the new one has been replaced),
@@ -22,6 +23,8 @@ type Deployment struct {
 	ToVersion   int    `json:"toVersion"`
 	From        string `json:"from"`
 	To          string `json:"to"`
+	// ToHash is the new file's hash (unit.File.Hash).
+	ToHash string `json:"toHash"`
 	// Strategy is the new file's [X-Update], with the request's overrides.
 	Strategy DeployStrategy `json:"strategy"`
 	Status   string         `json:"status"` // Deploy*
