@@ -16,6 +16,8 @@ import (
 //   - not active: none ("");
 //   - active, with [X-Check]: what its checks decided, "unknown" until
 //     they have;
+//   - active, without [X-Check], whose driver judges its health (a Docker
+//     image's HEALTHCHECK): what the driver says;
 //   - active, without [X-Check]: "healthy". The rule lives here, where the
 //     file is known, so that the leader, the API and the CLI show what the
 //     agent says and need not know the file.
@@ -53,6 +55,9 @@ func (a *Agent) healthLocked(name string, s report) string {
 	}
 	if c := a.checks[name]; c != nil {
 		return c.state
+	}
+	if h := s.states[4]; h != "" && (a.files[name] == nil || a.files[name].Check == nil) {
+		return h // the driver's own judgement (Docker's HEALTHCHECK); [X-Check] wins
 	}
 	if f := a.files[name]; f != nil && f.Check != nil && f.Hash == s.hash {
 		return health.Unknown // its checks are about to start

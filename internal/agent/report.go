@@ -20,8 +20,9 @@ type report struct {
 	message string
 }
 
-// reportStates are a report's Load, Active, Sub and Result.
-type reportStates [4]string
+// reportStates are a report's Load, Active, Sub and Result, and the
+// health its driver judged (a Docker image's HEALTHCHECK), "" for none.
+type reportStates [5]string
 
 // maxInterned bounds the distinct states kept once for all units: a driver
 // reports a few dozen; past the bound, a report keeps its own.
@@ -55,7 +56,7 @@ func internStates(k reportStates) *reportStates {
 
 // compact keeps s as a report.
 func compact(s unit.Status) report {
-	c := report{hash: s.Hash, states: internStates(reportStates{s.Load, s.Active, s.Sub, s.Result}), pid: int32(s.PID), message: s.Message}
+	c := report{hash: s.Hash, states: internStates(reportStates{s.Load, s.Active, s.Sub, s.Result, s.Health}), pid: int32(s.PID), message: s.Message}
 	if !s.Since.IsZero() {
 		c.since = s.Since.UnixNano()
 	}

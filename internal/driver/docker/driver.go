@@ -253,10 +253,11 @@ type subscription struct {
 }
 
 // subscribe opens the engine's event stream for this machine's containers'
-// starts, deaths and removals, from since (an engine timestamp) or now.
+// starts, deaths, removals and health changes (an image's HEALTHCHECK),
+// from since (an engine timestamp) or now.
 func (d *Driver) subscribe(since string) subscription {
 	ctx, cancel := context.WithCancel(d.ctx)
-	f := d.filters().Add("type", "container").Add("event", "start", "die", "destroy")
+	f := d.filters().Add("type", "container").Add("event", "start", "die", "destroy", "health_status")
 	return subscription{EventsResult: d.cli.Events(ctx, client.EventsListOptions{Filters: f, Since: since}), cancel: cancel}
 }
 

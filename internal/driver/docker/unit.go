@@ -87,6 +87,9 @@ type ctr struct {
 	message   string
 	pid       int
 	startedAt string // State.StartedAt of the run followed
+	// health is the run's health by its image's HEALTHCHECK, in
+	// Flotilla's words (unknown, healthy, unhealthy); "" without one.
+	health string
 	exitSeen  bool   // the run's exit was handled
 	gen       int    // of the start under way
 	cancel    context.CancelFunc
@@ -201,7 +204,7 @@ func (c *ctr) notify(force bool) {
 	case phStarting:
 		st.Active, st.Sub = "activating", "start"
 	case phRunning:
-		st.Active, st.Sub = "active", "running"
+		st.Active, st.Sub, st.Health = "active", "running", c.health
 	case phStopping:
 		st.Active, st.Sub = "deactivating", "stop-sigterm"
 		if c.sigkill {
@@ -373,6 +376,7 @@ var errStartTimeout = errors.New("start timed out")
 
 // started handles the end of the start goroutine.
 func (c *ctr) started(id string, err error) {
+	c.health = "" // a new run: its HEALTHCHECK has not spoken yet
 	c.cancel()
 	c.cancel = nil
 	if id != "" {
@@ -445,6 +449,10 @@ func (c *ctr) refresh() {
 		return
 	}
 	st := ins.Container.State
+	if h := dockerHealth(st); h != c.health && st.Running {
+		c.health = h
+		defer c.notify(false)
+	}
 	switch {
 	case st.Running && st.StartedAt != c.startedAt:
 		// Started anew behind the driver's back (docker start): follow it.
@@ -458,6 +466,23 @@ func (c *ctr) refresh() {
 	case !st.Running && (c.ph == phRunning || c.ph == phStopping):
 		c.exited(st)
 	}
+}
+
+// dockerHealth is a container's health by its image's HEALTHCHECK, in
+// Flotilla's words: starting is unknown; "" without a HEALTHCHECK.
+func dockerHealth(st *container.State) string {
+	if st == nil || st.Health == nil {
+		return ""
+	}
+	switch st.Health.Status {
+	case container.Healthy:
+		return "healthy"
+	case container.Unhealthy:
+		return "unhealthy"
+	case container.Starting:
+		return "unknown"
+	}
+	return ""
 }
 
 // exited handles the end of the container's run.

@@ -13,7 +13,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Println("usage: app run|crash CODE|ignore-term|count|env")
+		fmt.Println("usage: app run|crash CODE|exit CODE|ignore-term|count|env")
 		os.Exit(2)
 	}
 	term := make(chan os.Signal, 1)
@@ -43,6 +43,9 @@ func main() {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+	case "exit": // exit at once with the code (a HEALTHCHECK's probe)
+		code, _ := strconv.Atoi(os.Args[2])
+		os.Exit(code)
 	case "env":
 		for _, kv := range os.Environ() {
 			fmt.Println(kv)
