@@ -168,7 +168,7 @@ func (s *scenario) run(cmd string, a args) (string, error) {
 		if err != nil || d <= 0 {
 			return "", fmt.Errorf("sleep wants a duration: %v", err)
 		}
-		time.Sleep(d)
+		time.Sleep(d) // the story's own pause: what follows says what it must
 		return "", nil
 	case "start-writer":
 		w, err := startWriter(s)
@@ -777,22 +777,41 @@ func (s *scenario) cmdOversized(a args) (string, error) {
 		answer = "no answer"
 		s.tl.add("oversized PATCH: %v", err)
 	}
-	// A term that ended shows within a few election TTLs.
-	time.Sleep(3 * time.Second)
+	// A term that ended shows within a few election TTLs: watched for
+	// three, or until it shows; there is no event that proves a term lasts.
+	ttl, err := time.ParseDuration(electionTTL)
+	if err != nil {
+		return "", fmt.Errorf("election TTL %q: %w", electionTTL, err)
+	}
 	var after *apiv1.Status
-	err = waitfor.Poll(30*time.Second, func() error {
+	status := func() error {
 		nl := s.leader()
 		if nl == nil {
 			return errors.New("no leader")
 		}
-		after, err = nl.client(5 * time.Second).Status(context.Background())
+		st, err := nl.client(5 * time.Second).Status(context.Background())
+		if err == nil {
+			after = st
+		}
 		return err
+	}
+	ended := func() bool { return after.ElectionRev != before.ElectionRev || after.Leader != before.Leader }
+	waitfor.Poll(3*ttl, func() error {
+		if err := status(); err != nil {
+			return err
+		}
+		if !ended() {
+			return errors.New("the same term")
+		}
+		return nil
 	})
-	if err != nil {
-		return "", err
+	if after == nil || !ended() {
+		if err := waitfor.Poll(30*time.Second, status); err != nil {
+			return "", err
+		}
 	}
 	rev := "unchanged"
-	if after.ElectionRev != before.ElectionRev || after.Leader != before.Leader {
+	if ended() {
 		rev = "changed: the term ended"
 		s.tl.add("election revision %d (%s) became %d (%s)", before.ElectionRev, before.Leader, after.ElectionRev, after.Leader)
 	}
@@ -949,9 +968,13 @@ func (s *scenario) checkReads(etcdGone bool) string {
 		}
 		n, hdr, err := s.readState(p)
 		// A read may get the state as it was and start a fresh one.
-		for deadline := time.Now().Add(5 * time.Second); err == nil && n != len(s.units) && time.Now().Before(deadline); {
-			time.Sleep(100 * time.Millisecond)
-			n, hdr, err = s.readState(p)
+		if err == nil && n != len(s.units) {
+			waitfor.Poll(5*time.Second, func() error {
+				if n, hdr, err = s.readState(p); err == nil && n != len(s.units) {
+					return errors.New("not every unit")
+				}
+				return nil
+			})
 		}
 		switch {
 		case err != nil:

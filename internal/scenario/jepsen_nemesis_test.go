@@ -132,6 +132,8 @@ func (n *nemesis) run(t *testing.T, cfg jepsenConfig) {
 	}
 }
 
+// sleep is the nemesis's schedule (how long a fault lasts, the quiet
+// after it): the checker judges the history it makes, not these times.
 func (n *nemesis) sleep(d time.Duration) { time.Sleep(d) }
 
 // fault injects one fault for d, undoes it, and waits for quiet.

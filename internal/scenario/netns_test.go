@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // nsPrefix starts the name of every network namespace the scenarios make:
@@ -133,20 +135,18 @@ func removeNS(ns string) error {
 	}
 	ino, err := nsInode(filepath.Join("/run/netns", ns))
 	if err == nil {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		if err := waitfor.Poll(10*time.Second, func() error {
 			pids := pidsInNet(ino)
 			if len(pids) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("namespace %s: processes %v do not die", ns, pids)
+				return nil
 			}
 			for _, p := range pids {
 				syscall.Kill(p, syscall.SIGCONT)
 				syscall.Kill(p, syscall.SIGKILL)
 			}
-			time.Sleep(50 * time.Millisecond)
+			return fmt.Errorf("processes %v do not die", pids)
+		}); err != nil {
+			return fmt.Errorf("namespace %s: %w", ns, err)
 		}
 	}
 	return run("ip", "netns", "del", ns)

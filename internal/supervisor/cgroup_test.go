@@ -2,15 +2,16 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // unitCgroupDir finds the directory of the cgroup the exec driver made for
@@ -60,10 +61,13 @@ func TestCgroupAdopted(t *testing.T) {
 	if !strings.HasSuffix(cg, "/capped.service") {
 		t.Fatalf("unit pid %d is in cgroup %q, want one of its own", st.PID, cg)
 	}
+	sup := supervisorPID(t, dir)
+	conns := sockets(t, sup)
 	if err := c1.Detach(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The supervisor has seen the detach once it closed its end.
+	waitfor.True(t, waitTimeout, "the supervisor to close the detached connection", func() bool { return sockets(t, sup) < conns })
 
 	c2, _ := newClient(t, dir)
 	if got := stateOf(t, c2, "capped.service"); got.PID != st.PID || got.Active != "active" {
@@ -86,4 +90,21 @@ func TestCgroupAdopted(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(cg)); !os.IsNotExist(err) {
 		t.Errorf("the units' cgroup parent %s left after the supervisor closed: %v", filepath.Dir(cg), err)
 	}
+}
+
+// sockets is the number of sockets process pid holds open.
+func sockets(t *testing.T, pid int) int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("open files of %d: %v", pid, err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			n++
+		}
+	}
+	return n
 }

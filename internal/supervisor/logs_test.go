@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -118,7 +119,7 @@ func TestUnloadIsFinal(t *testing.T) {
 	cfg.beforeApply = func(ev *supervisorpb.Event) {
 		for _, u := range ev.GetUnits() {
 			if u.GetName() == name && u.GetActive() != "active" {
-				time.Sleep(200 * time.Millisecond)
+				time.Sleep(200 * time.Millisecond) // the slow apply the test is about, not a wait
 				return
 			}
 		}
@@ -140,14 +141,15 @@ func TestUnloadIsFinal(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := filepath.Join(dir, "logs", name+".log")
-	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+	waitfor.Holds(t, time.Second, "the log gone after Unload and RemoveLog", func() error {
 		if _, err := os.Stat(log); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("log after Unload and RemoveLog: %v, want it gone", err)
+			return fmt.Errorf("log: %v, want it gone", err)
 		}
 		if err := c.Journal(context.Background(), name, -1, false, io.Discard); !errors.Is(err, driver.ErrUnknownUnit) {
-			t.Fatalf("Journal after Unload and RemoveLog = %v, want ErrUnknownUnit", err)
+			return fmt.Errorf("Journal = %v, want ErrUnknownUnit", err)
 		}
-	}
+		return nil
+	})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	for _, st := range rec.seen[heard:] {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestSupervisorRSS measures the supervisor's memory per running unit. It
@@ -23,30 +25,26 @@ func TestSupervisorRSS(t *testing.T) {
 	dir := newTestDir(t)
 	c, _ := newClient(t, dir)
 	sup := supervisorPID(t, dir)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a measurement: the RSS of a supervisor settled, no condition to wait for
 	base := vmRSS(t, sup)
 
 	for i := range n {
 		name := fmt.Sprintf("sleep%04d.service", i)
 		mustLoadStart(t, c, parseUnit(t, name, "[Service]\nExecStart=/bin/sleep 3600\n"))
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	waitfor.Until(t, 5*time.Minute, fmt.Sprintf("%d units active", n), func() error {
 		active := 0
 		for _, st := range c.States() {
 			if st.Active == "active" && st.PID != 0 {
 				active++
 			}
 		}
-		if active == n {
-			break
+		if active != n {
+			return fmt.Errorf("%d of %d active", active, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d units active after 5 minutes", active, n)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	time.Sleep(5 * time.Second) // let the heap settle
+		return nil
+	})
+	time.Sleep(5 * time.Second) // a measurement: let the heap settle before reading RSS
 	rss := vmRSS(t, sup)
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", sup))
 	threads, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", sup))

@@ -80,17 +80,21 @@ func runHelper(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	for range 500 {
+	var pid int
+	if err := waitfor.Poll(5*time.Second, func() error {
 		for _, st := range c.States() {
 			if st.Name == "helper.service" && st.Active == "active" && st.PID != 0 {
-				fmt.Printf("pid=%d\n", st.PID)
-				select {}
+				pid = st.PID
+				return nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		return errors.New("helper.service not active")
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	fmt.Fprintln(os.Stderr, "helper.service did not become active")
-	return 1
+	fmt.Printf("pid=%d\n", pid)
+	select {}
 }
 
 func clientConfig(dir string, notify driver.Notify) Config {
@@ -120,21 +124,19 @@ func (r *recorder) notify(st unit.Status) {
 // wait waits for a notified status of the unit that satisfies ok.
 func (r *recorder) wait(t *testing.T, name, what string, ok func(unit.Status) bool) unit.Status {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	var found unit.Status
+	waitfor.True(t, waitTimeout, name+" to be "+what, func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		for _, st := range r.seen {
 			if st.Name == name && ok(st) {
-				r.mu.Unlock()
-				return st
+				found = st
+				return true
 			}
 		}
-		r.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s to be %s", name, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
+	return found
 }
 
 // activePID waits for the unit to be active with a main process and
@@ -190,14 +192,14 @@ func stopSupervisor(t *testing.T, dir string) {
 	}
 	syscall.Kill(pid, syscall.SIGCONT)
 	syscall.Kill(pid, syscall.SIGTERM)
-	deadline := time.Now().Add(waitTimeout)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			t.Errorf("supervisor %d still runs %s after SIGTERM; killing it", pid, waitTimeout)
-			syscall.Kill(pid, syscall.SIGKILL)
-			return
+	if err := waitfor.Poll(waitTimeout, func() error {
+		if !processGone(pid) {
+			return fmt.Errorf("supervisor %d still runs after SIGTERM", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Errorf("%v; killing it", err)
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
@@ -263,30 +265,22 @@ func alive(pid int) bool {
 func freeze(t *testing.T, pid int) {
 	t.Helper()
 	syscall.Kill(pid, syscall.SIGSTOP)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitfor.Until(t, 10*time.Second, fmt.Sprintf("every thread of %d stopped after SIGSTOP", pid), func() error {
 		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 		if err != nil {
 			t.Fatalf("threads of %d: %v", pid, err)
 		}
-		stopped := true
 		for _, task := range tasks {
 			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/stat")
 			if err != nil {
 				continue // the thread ended
 			}
 			if st := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); st[0] != "T" && st[0] != "t" {
-				stopped = false
+				return fmt.Errorf("thread %s is %s", task.Name(), st[0])
 			}
 		}
-		if stopped {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d not stopped 10 s after SIGSTOP", pid)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func supervisorPID(t *testing.T, dir string) int {
@@ -296,6 +290,13 @@ func supervisorPID(t *testing.T, dir string) int {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// readLog is the unit's current log file as the supervisor writes it,
+// read with no client.
+func readLog(dir, name string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
+	return string(b)
 }
 
 func journal(t *testing.T, c *Client, name string) string {
@@ -335,11 +336,15 @@ func TestAdoptAfterDetach(t *testing.T) {
 	if err := c1.Start("web.service"); err == nil {
 		t.Error("Start on a detached client succeeded")
 	}
+	// The unit goes on writing with no client.
 	ticks := strings.Count(journal(t, c1, "web.service"), "tick")
-	time.Sleep(300 * time.Millisecond)
+	waitfor.True(t, waitTimeout, "the log to go on with no client", func() bool {
+		return strings.Count(journal(t, c1, "web.service"), "tick") > ticks+3
+	})
 	if !alive(st.PID) {
 		t.Fatalf("unit pid %d died when its client detached", st.PID)
 	}
+	ticks = strings.Count(journal(t, c1, "web.service"), "tick")
 
 	c2, rec2 := newClient(t, dir)
 	got := c2.States() // at once: adoption needs no wait
@@ -440,7 +445,11 @@ func TestAdoptAfterDaemonKilled(t *testing.T) {
 	sup := supervisorPID(t, dir)
 	helper.Process.Kill()
 	helper.Wait()
-	time.Sleep(200 * time.Millisecond)
+	// The unit goes on writing with its daemon gone.
+	ticks := strings.Count(readLog(dir, "helper.service"), "tick")
+	waitfor.True(t, waitTimeout, "the log to go on with the daemon killed", func() bool {
+		return strings.Count(readLog(dir, "helper.service"), "tick") > ticks+3
+	})
 	if !alive(pid) || !alive(sup) {
 		t.Fatalf("after the daemon was killed: unit %d alive %v, supervisor %d alive %v; want both running", pid, alive(pid), sup, alive(sup))
 	}
@@ -464,7 +473,11 @@ func TestRestartWhileDetached(t *testing.T) {
 	old := rec.activePID(t, "always.service")
 	c1.Detach(context.Background())
 	syscall.Kill(old, syscall.SIGKILL)
-	time.Sleep(500 * time.Millisecond) // RestartSec= passes with no client
+	waitfor.True(t, waitTimeout, "always.service restarted with no client", func() bool {
+		log := readLog(dir, "always.service")
+		i := strings.Index(log, "restart counter is at 1")
+		return i >= 0 && strings.Contains(log[i:], "Started ")
+	})
 
 	c2, _ := newClient(t, dir)
 	st := stateOf(t, c2, "always.service")

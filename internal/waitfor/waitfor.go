@@ -126,7 +126,8 @@ func Never(t testing.TB, window time.Duration, what string, cond func() bool) {
 }
 
 // Parked is a condition for Poll and Until: nil once a goroutine waits
-// (is neither running nor runnable) inside the function fn, named as the
+// (is neither running, runnable nor in a system call, which may be a
+// file being read) inside the function fn, named as the
 // goroutine profile names it ("client.(*EventStream).Next"). It is the
 // positive event for asserting that a call blocks: once it is parked,
 // it has had its chance to return.
@@ -137,7 +138,7 @@ func Parked(fn string) func() error {
 		pprof.Lookup("goroutine").WriteTo(&b, 2)
 		for _, g := range strings.Split(b.String(), "\n\n") {
 			head, _, _ := strings.Cut(g, "\n")
-			if strings.Contains(g, frame) && !strings.Contains(head, "[running") && !strings.Contains(head, "[runnable") {
+			if strings.Contains(g, frame) && !strings.Contains(head, "[running") && !strings.Contains(head, "[runnable") && !strings.Contains(head, "[syscall") {
 				return nil
 			}
 		}

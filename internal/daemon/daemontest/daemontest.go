@@ -9,6 +9,7 @@ package daemontest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/flotilla/flotilla/internal/daemon"
 	"github.com/flotilla/flotilla/internal/supervisor"
 	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // Machine describes one machine of a test cluster.
@@ -234,18 +236,26 @@ func Start(t testing.TB, machines ...Machine) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.Until(t, timeout, fmt.Sprintf("daemontest: a leader with %d machines up", agents), func() error {
 		st, err := cl.Status(context.Background())
-		if err == nil && st.Leader == machines[0].ID {
-			var ml *api.MachineList
-			if ml, err = cl.Machines(context.Background()); err == nil && len(ml.Machines) == agents && c.allKnowLeader(machines[0].ID) {
-				return c
-			}
+		switch {
+		case err != nil:
+			return err
+		case st.Leader != machines[0].ID:
+			return fmt.Errorf("leader %q, want %s", st.Leader, machines[0].ID)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemontest: no leader with %d machines up within %v (last error: %v)", agents, timeout, err)
+		ml, err := cl.Machines(context.Background())
+		switch {
+		case err != nil:
+			return err
+		case len(ml.Machines) != agents:
+			return fmt.Errorf("%d machines", len(ml.Machines))
+		case !c.allKnowLeader(machines[0].ID):
+			return errors.New("not every daemon knows the leader")
 		}
-	}
+		return nil
+	})
+	return c
 }
 
 // allKnowLeader reports whether every daemon of the cluster says id leads:
@@ -318,13 +328,16 @@ func run(t testing.TB, cfg daemon.Config) (*proc, daemon.Addrs, string) {
 // write returns.
 func WaitUnit(t testing.TB, c *client.Client, name string, ok func(*api.Unit) bool) *api.Unit {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		u, err := c.Unit(context.Background(), name)
-		if err == nil && ok(u) {
-			return u
+	var u *api.Unit
+	waitfor.Until(t, 30*time.Second, "unit "+name+" as wanted", func() error {
+		var err error
+		switch u, err = c.Unit(context.Background(), name); {
+		case err != nil:
+			return err
+		case !ok(u):
+			return fmt.Errorf("unit %+v", u)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("unit %s not as wanted within 30s: %+v, %v", name, u, err)
-		}
-	}
+		return nil
+	})
+	return u
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // BenchmarkStartStop starts $FLOTILLA_BENCH_CONTAINERS (default 100)
@@ -88,26 +89,19 @@ func BenchmarkStartStop(b *testing.B) {
 }
 
 func waitAllStates(b *testing.B, d *Driver, n int, within time.Duration, ok func(unit.Status) bool, what string) {
-	deadline := time.Now().Add(within)
-	for {
+	b.Helper()
+	waitfor.Until(b, within, fmt.Sprintf("%d units %s", n, what), func() error {
 		good := 0
-		var bad unit.Status
 		for _, s := range d.States() {
 			if ok(s) {
 				good++
 			} else if s.Active == "failed" {
-				bad = s
+				b.Fatalf("%s failed: %+v", s.Name, s)
 			}
 		}
-		if bad.Name != "" {
-			b.Fatalf("%s failed: %+v", bad.Name, bad)
+		if good != n {
+			return fmt.Errorf("only %d of %d", good, n)
 		}
-		if good == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d units %s after %s", good, n, what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

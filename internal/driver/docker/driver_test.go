@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestStartStop(t *testing.T) {
@@ -139,13 +140,12 @@ func TestCrashAndRestartPolicy(t *testing.T) {
 	if err := d.Start("always.service"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(journal(t, d, "always.service"), "crashing with 0") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Restart=always did not restart a clean exit:\n%s", journal(t, d, "always.service"))
+	waitfor.Until(t, 30*time.Second, "Restart=always to restart a clean exit", func() error {
+		if j := journal(t, d, "always.service"); strings.Count(j, "crashing with 0") < 2 {
+			return fmt.Errorf("journal:\n%s", j)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := d.Stop("always.service"); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,9 @@ func TestAdoptAfterRestart(t *testing.T) {
 	if err := d1.Detach(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the container writes while no driver copies
+	// The container writes while no driver copies.
+	detached := h.lastLine("count.service")
+	waitfor.True(t, 15*time.Second, "the container to write while detached", func() bool { return h.lastLine("count.service") >= detached+10 })
 	d2 := h.driver()
 	var st2 unit.Status
 	for _, s := range d2.States() {
@@ -282,8 +284,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wait(d2, "count.service", 30*time.Second, "stopped", dead)
-	time.Sleep(200 * time.Millisecond)
-	j := journal(t, d2, "count.service")
+	j := waitJournal(t, d2, "count.service", fmt.Sprintf("line %d\n", h.lastLine("count.service")))
 	seq := regexp.MustCompile(`count\.service\[\d+\]: line (\d+)`).FindAllStringSubmatch(j, -1)
 	for i, m := range seq {
 		if n, _ := strconv.Atoi(m[1]); n != i+1 {
@@ -321,7 +322,10 @@ func TestAdoptExitedWhileAway(t *testing.T) {
 	if err := d1.Detach(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // flaky exits meanwhile
+	waitfor.True(t, 15*time.Second, "flaky.service's container to exit while detached", func() bool {
+		_, _, running := h.inspect("flaky.service")
+		return !running
+	})
 	d2 := h.driver()
 	if got := len(d2.States()); got != 2 {
 		t.Fatalf("adopted %d units, want 2: %+v", got, d2.States())
@@ -482,16 +486,12 @@ func TestFenceHoldsWithoutDaemon(t *testing.T) {
 	if err := d1.Detach(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		_, _, running := h.inspect("single.service")
-		if !running {
-			break
+	waitfor.Until(t, monotime.Until(deadline)+3*time.Second, "the watchdog to end the container after its fence deadline", func() error {
+		if _, _, running := h.inspect("single.service"); running {
+			return fmt.Errorf("container still runs %s after its fence deadline, with no driver", monotime.Since(deadline))
 		}
-		if late := monotime.Since(deadline); late > 3*time.Second {
-			t.Fatalf("container still runs %s after its fence deadline, with no driver", late)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if early := monotime.Until(deadline); early > 0 {
 		t.Fatalf("container ended %s before its fence deadline", early)
 	}
@@ -501,10 +501,10 @@ func TestFenceHoldsWithoutDaemon(t *testing.T) {
 	if st.Active != "inactive" {
 		t.Errorf("adopted fenced unit: %+v", st)
 	}
-	time.Sleep(500 * time.Millisecond)
-	if _, _, running := h.inspect("single.service"); running {
-		t.Error("the adopting driver restarted a fenced unit")
-	}
+	waitfor.Never(t, 500*time.Millisecond, "the adopting driver restarting a fenced unit", func() bool {
+		_, _, running := h.inspect("single.service")
+		return running
+	})
 }
 
 func TestInUse(t *testing.T) {

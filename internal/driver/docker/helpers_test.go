@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,9 +22,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // envFence marks the test binary started as the fence watchdog.
@@ -274,17 +277,38 @@ func journal(t *testing.T, d *Driver, name string) string {
 // waitJournal waits until the unit's log holds want.
 func waitJournal(t *testing.T, d *Driver, name, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		j := journal(t, d, name)
-		if strings.Contains(j, want) {
-			return j
+	var j string
+	waitfor.Until(t, 15*time.Second, fmt.Sprintf("%q in the journal of %s", want, name), func() error {
+		if j = journal(t, d, name); !strings.Contains(j, want) {
+			return fmt.Errorf("journal:\n%s", j)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("journal of %s lacks %q after 15s:\n%s", name, want, j)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	return j
+}
+
+// lastLine is the number of the last "line N" in the output of the unit's
+// container, as the engine kept it (0 if none): what the count command
+// wrote, whether or not a driver copied it.
+func (h *harness) lastLine(name string) int {
+	h.t.Helper()
+	id, _, _ := h.inspect(name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rc, err := h.cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true})
+	if err != nil {
+		h.t.Fatalf("logs of %s: %v", name, err)
 	}
+	defer rc.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, io.Discard, rc); err != nil {
+		h.t.Fatalf("logs of %s: %v", name, err)
+	}
+	n := 0
+	for _, m := range regexp.MustCompile(`(?m)^line (\d+)$`).FindAllStringSubmatch(out.String(), -1) {
+		n, _ = strconv.Atoi(m[1])
+	}
+	return n
 }
 
 // inspect returns the unit's container, found by its labels.

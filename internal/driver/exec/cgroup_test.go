@@ -336,9 +336,10 @@ func TestCgroup1CPUQuota(t *testing.T) {
 		}
 		return v, time.Now()
 	}
+	// Both sleeps are the measurement: a CPU share over a window of time.
 	time.Sleep(100 * time.Millisecond) // past the first period
 	u0, t0 := usage()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the window the share is measured over
 	u1, t1 := usage()
 	share := float64(u1-u0) / float64(t1.Sub(t0))
 	t.Logf("CPUQuota=20%%: used %v of CPU in %v (%.0f%%)", u1-u0, t1.Sub(t0), share*100)

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/driver"
-	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -513,11 +513,11 @@ func TestLoadNewHashWhileRunning(t *testing.T) {
 		if err := d.Load(f); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, func() bool {
+		waitfor.True(t, waitTimeout, "a status after Load", func() bool {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			return len(rec.seen) > before && rec.seen[len(rec.seen)-1].PID == st.PID
-		}, "a status after Load")
+		})
 	}
 	d.Stop("app.service")
 	st = rec.waitState(t, "app.service", "inactive", "dead")
@@ -574,7 +574,7 @@ func TestUnloadHonoursContext(t *testing.T) {
 		t.Errorf("Start while unloading = %v, want an error", err)
 	}
 	rec.waitState(t, "slow.service", "inactive", "dead")
-	waitUntil(t, func() bool { return len(d.States()) == 0 }, "the unit to be forgotten")
+	waitfor.True(t, waitTimeout, "the unit to be forgotten", func() bool { return len(d.States()) == 0 })
 }
 
 func TestJournalFollow(t *testing.T) {
@@ -597,10 +597,11 @@ func TestJournalFollow(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- d.Journal(ctx, "ticker.service", 0, true, &out) }()
-	time.Sleep(service.JournalPoll) // let it reach the end before more is written
+	// Once it waits for the next poll, it has reached the end: what is written now is new.
+	waitfor.Until(t, waitTimeout, "the follower to reach the end", waitfor.Parked("service.WriteJournal"))
 	d.Stop("ticker.service")
 	rec.waitState(t, "ticker.service", "inactive", "dead")
-	waitUntil(t, func() bool { return strings.Contains(out.String(), "Stopped ticker.service.") }, "the followed journal to show the stop")
+	waitfor.True(t, waitTimeout, "the followed journal to show the stop", func() bool { return strings.Contains(out.String(), "Stopped ticker.service.") })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -767,7 +768,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	if err := d.Start("a.service"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Start after Close = %v, want ErrClosed", err)
 	}
-	waitUntil(t, func() bool { return runtime.NumGoroutine() <= before }, "the driver's goroutines to end")
+	waitfor.True(t, waitTimeout, "the driver's goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func TestCloseHonoursContext(t *testing.T) {

@@ -2,6 +2,7 @@ package execdriver
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestFence: units in the fence are SIGKILLed, every process group, when
@@ -51,10 +53,13 @@ func TestFence(t *testing.T) {
 	if !alive(otherPID) {
 		t.Errorf("a unit outside the fence was killed")
 	}
-	time.Sleep(300 * time.Millisecond) // RestartSec= is 100ms: no restart may follow
-	if got := d.States(); len(got) != 2 || got[1].Name != "single.service" || got[1].Active != "inactive" {
-		t.Errorf("States after the fence = %+v, want single.service still loaded and inactive", got)
-	}
+	// RestartSec= is 100ms: no restart may follow.
+	waitfor.Holds(t, 300*time.Millisecond, "single.service loaded and inactive after the fence", func() error {
+		if got := d.States(); len(got) != 2 || got[1].Name != "single.service" || got[1].Active != "inactive" {
+			return fmt.Errorf("States = %+v", got)
+		}
+		return nil
+	})
 	if fileExists(filepath.Join(dir, "stop-post-ran")) {
 		t.Error("ExecStopPost= ran for a fenced unit")
 	}
@@ -94,10 +99,8 @@ func TestFence(t *testing.T) {
 	}
 	third := rec.waitState(t, "single.service", "active", "running")
 	defer killGroup(third.PID)
-	time.Sleep(400 * time.Millisecond)
-	if !alive(third.PID) {
-		t.Error("a replaced fence's timer killed the unit")
-	}
+	// Past the replaced fence's deadline (200ms) and then some.
+	waitfor.Never(t, 400*time.Millisecond, "a replaced fence's timer killing the unit", func() bool { return !alive(third.PID) })
 	if err := d.Fence(0, []string{"bad/name"}); err == nil {
 		t.Error("Fence accepted a name that cannot be a unit")
 	}

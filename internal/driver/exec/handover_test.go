@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // TestHandoverValidate: a handover that cannot be adopted is refused with
@@ -131,13 +132,9 @@ func TestHandoverBusy(t *testing.T) {
 		t.Fatalf("Handover with a unit in start-pre: %v, want ErrBusy naming it", err)
 	}
 	ticks := strings.Count(journal(t, d, "web.service"), "tick")
-	deadline := time.Now().Add(waitTimeout)
-	for strings.Count(journal(t, d, "web.service"), "tick") <= ticks+3 {
-		if time.Now().After(deadline) {
-			t.Fatal("web.service's log stopped after a failed handover")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, waitTimeout, "web.service's log to go on after a failed handover", func() bool {
+		return strings.Count(journal(t, d, "web.service"), "tick") > ticks+3
+	})
 	for _, st := range d.States() {
 		if st.Name == "web.service" && (st.PID != web.PID || st.Active != "active") {
 			t.Errorf("web.service after a failed handover: %+v, want active with pid %d", st, web.PID)

@@ -203,21 +203,21 @@ func alive(pid int) bool {
 // waitGone waits for pid to be gone (or a zombie).
 func waitGone(t *testing.T, pid int, what string) {
 	t.Helper()
-	waitUntil(t, func() bool { return !alive(pid) }, what+" to be gone")
+	waitfor.True(t, waitTimeout, what+" to be gone", func() bool { return !alive(pid) })
 }
 
 // readPid reads a number a unit wrote to a file.
 func readPid(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
-	waitUntil(t, func() bool {
+	waitfor.True(t, waitTimeout, "a pid in "+path, func() bool {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return false
 		}
 		_, err = fmt.Sscan(string(data), &pid)
 		return err == nil && pid > 0
-	}, "a pid in "+path)
+	})
 	return pid
 }
 

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/waitfor"
@@ -115,12 +114,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// waitUntil polls cond for up to 10 seconds.
-func waitUntil(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	waitfor.True(t, 10*time.Second, what, cond)
-}
-
 func readFile(path string) string {
 	data, _ := os.ReadFile(path)
 	return string(data)
@@ -138,7 +131,7 @@ func TestWriteJournalFollowAcrossRotation(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- service.WriteJournal(ctx, path, 1, true, &out) }()
-	waitUntil(t, func() bool { return strings.Contains(out.String(), "before 2") }, "the journal to begin")
+	waitfor.True(t, waitTimeout, "the journal to begin", func() bool { return strings.Contains(out.String(), "before 2") })
 
 	// Written in bursts between polls: each burst rotates the log at most once,
 	// and only one older file is kept.
@@ -146,9 +139,9 @@ func TestWriteJournalFollowAcrossRotation(t *testing.T) {
 		for i := range 8 {
 			l.line("u", 1, fmt.Appendf(nil, "after %02d", burst*8+i))
 		}
-		time.Sleep(service.JournalPoll + 50*time.Millisecond)
+		last := fmt.Sprintf("after %02d\n", burst*8+7)
+		waitfor.True(t, waitTimeout, "the followed journal to show "+last, func() bool { return strings.Contains(out.String(), last) })
 	}
-	waitUntil(t, func() bool { return strings.Contains(out.String(), "after 47\n") }, "the followed journal to show the last line")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("service.WriteJournal: %v", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // chatty is a oneshot-like unit printing "line 0" to "line <n-1>" and exiting.
@@ -44,16 +45,17 @@ func TestLogMaxFiles(t *testing.T) {
 	// rotation under way) when the unit is reported ended: wait until the
 	// journal holds the last one and the unit's end after it.
 	var got, all string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitfor.Until(t, waitTimeout, "the last line and the unit's end in the journal", func() error {
 		got = strings.Join(logFiles(t, d, "three.service"), " ")
 		all = journal(t, d, "three.service")
-		if got == " .1 .2 .3" && strings.Contains(all, ": line 299\n") && strings.HasSuffix(all, "Deactivated successfully.\n") || time.Now().After(deadline) {
-			break
+		switch {
+		case got != " .1 .2 .3":
+			return fmt.Errorf("log files %q, want the current one and .1 to .3", got)
+		case !strings.Contains(all, ": line 299\n") || !strings.HasSuffix(all, "Deactivated successfully.\n"):
+			return fmt.Errorf("journal ends:\n%s", all[max(len(all)-300, 0):])
 		}
-	}
-	if got != " .1 .2 .3" {
-		t.Fatalf("log files %q, want the current one and .1 to .3", got)
-	}
+		return nil
+	})
 	for _, suf := range []string{"", ".1", ".2", ".3"} {
 		if fi, err := os.Stat(d.logPath("three.service") + suf); err != nil || fi.Size() > 1024 {
 			t.Errorf("log file %q: %v, size over 1024", suf, err)
@@ -206,10 +208,10 @@ func TestJournald(t *testing.T) {
 	name := fmt.Sprintf("journald-test-%d.service", os.Getpid())
 	mustLoadStart(t, d, newUnit(name, []string{"/bin/echo", "hello journald"}, nil))
 	rec.waitEnded(t, name, "inactive")
-	waitUntil(t, func() bool {
+	waitfor.True(t, waitTimeout, "journalctl to show the unit's line", func() bool {
 		out, _ := exec.Command("journalctl", "--no-pager", "-o", "cat", "FLOTILLA_UNIT="+name, "FLOTILLA_MACHINE=m1", "SYSLOG_IDENTIFIER="+name).Output()
 		return strings.Contains(string(out), "hello journald")
-	}, "journalctl to show the unit's line")
+	})
 }
 
 // TestOutputLoggedBeforeEnd: all a process wrote is in the log before its
@@ -242,8 +244,10 @@ func TestOutputLoggedBeforeEnd(t *testing.T) {
 	if err := d.RemoveLog("flood.service"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if got := logFiles(t, d, "flood.service"); len(got) != 0 {
-		t.Fatalf("log files %q written after Unload and RemoveLog", got)
-	}
+	waitfor.Holds(t, 200*time.Millisecond, "no log written after Unload and RemoveLog", func() error {
+		if got := logFiles(t, d, "flood.service"); len(got) != 0 {
+			return fmt.Errorf("log files %q", got)
+		}
+		return nil
+	})
 }

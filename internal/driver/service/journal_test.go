@@ -113,9 +113,10 @@ func TestWriteJournalFollowWaitsForFile(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- WriteJournal(ctx, path, 10, true, &out) }()
-	time.Sleep(JournalPoll)
+	// Once it waits for the next poll, it has looked for the file and not found it.
+	waitfor.Until(t, 10*time.Second, "the follower to wait for the file", waitfor.Parked("service.WriteJournal"))
 	os.WriteFile(path, []byte("hello\nhalf"), 0o644)
-	waitUntil(t, func() bool { return out.String() == "hello\n" }, "the journal to show the new file's complete line")
+	waitfor.True(t, 10*time.Second, "the journal to show the new file's complete line", func() bool { return out.String() == "hello\n" })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -133,10 +134,4 @@ func TestWriteJournalWriterError(t *testing.T) {
 	if err := WriteJournal(context.Background(), path, -1, true, errWriter{}); err == nil {
 		t.Error("WriteJournal into a failing writer returned nil")
 	}
-}
-
-// waitUntil polls cond for up to 10 seconds.
-func waitUntil(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	waitfor.True(t, 10*time.Second, what, cond)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/systemdtest"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // The tests named TestInside* run inside a container whose PID 1 is
@@ -443,18 +444,22 @@ ExecStart=/bin/sleep infinity
 		r.wait(t, n, "active", "running", 10*time.Second)
 	}
 	// Re-armed before its first deadline: the unit outlives it.
-	if err := d.Fence(monotime.Now().Add(time.Second), []string{"single.service"}); err != nil {
+	first := monotime.Now().Add(time.Second)
+	if err := d.Fence(first, []string{"single.service"}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	deadline := monotime.Now().Add(1500 * time.Millisecond)
+	deadline := first.Add(time.Second)
 	if err := d.Fence(deadline, []string{"single.service"}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(800 * time.Millisecond) // past the first deadline
-	if got := systemctl(t, "show", "-P", "ActiveState", "single.service"); got != "active" {
-		t.Fatalf("single.service is %s after the first deadline was moved on, want active", got)
-	}
+	// Watched until the monotonic clock is 300ms past the first deadline
+	// (and still 700ms before the second).
+	waitfor.Holds(t, monotime.Until(first)+300*time.Millisecond, "single.service active after its first deadline was moved on", func() error {
+		if got := systemctl(t, "show", "-P", "ActiveState", "single.service"); got != "active" {
+			return fmt.Errorf("single.service is %s", got)
+		}
+		return nil
+	})
 	if got := systemctl(t, "list-units", "--all", "--plain", "--no-legend", fencePrefix+"*.timer"); strings.Count(got, fencePrefix) != 1 {
 		t.Errorf("fence timers armed: %q, want exactly one", got)
 	}

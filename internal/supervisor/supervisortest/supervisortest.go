@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/supervisor"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/prometheus/procfs"
 )
 
@@ -56,14 +57,14 @@ func Stop(t testing.TB, dir string) {
 	}
 	syscall.Kill(pid, syscall.SIGCONT)
 	syscall.Kill(pid, syscall.SIGTERM)
-	deadline := time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
-		if time.Now().After(deadline) {
-			t.Errorf("supervisor %d still runs 30s after SIGTERM; killing it", pid)
-			syscall.Kill(pid, syscall.SIGKILL)
-			return
+	if err := waitfor.Poll(30*time.Second, func() error {
+		if syscall.Kill(pid, 0) == nil && !zombie(pid) {
+			return fmt.Errorf("supervisor %d still runs after SIGTERM", pid)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Errorf("%v; killing it", err)
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

@@ -27,7 +27,7 @@ func main() {
 	case "crash": // exit with the code after a moment
 		code, _ := strconv.Atoi(os.Args[2])
 		fmt.Println("crashing with", code)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the app's behaviour: a run that lasts a moment
 		os.Exit(code)
 	case "ignore-term": // only SIGKILL ends it
 		fmt.Println("ignoring SIGTERM")
