@@ -58,7 +58,7 @@ type File struct {
 // Service is the [Service] section, reduced to what drivers act on.
 // Durations are zero when the option is absent; Defaults() fills systemd's defaults.
 type Service struct {
-	Type             string    // simple (default), exec, oneshot, forking (systemd driver only), notify, … (run as simple by exec)
+	Type             string    // simple (default), exec, oneshot, notify, notify-reload, forking (systemd driver only), dbus and idle (run as simple by exec)
 	ExecStartPre     []Command // run in order before ExecStart; a failing one fails the start unless IgnoreFailure
 	ExecStart        []Command // exactly one unless Type=oneshot
 	ExecStartPost    []Command
@@ -84,6 +84,27 @@ type Service struct {
 	CPUQuotaPercent int
 	// MemoryMax in bytes; 0 means unlimited.
 	MemoryMax int64
+	// WatchdogSec is how long the main process may go without sending
+	// WATCHDOG=1 (sd_notify) before it is killed with SIGABRT; 0 (also
+	// for "0" and "infinity") means no watchdog.
+	WatchdogSec time.Duration `json:",omitempty"`
+	// NotifyAccess is whose sd_notify messages are heeded: none, main,
+	// exec or all; "" means systemd's default (main for Type=notify and
+	// notify-reload or with WatchdogSec=, none otherwise). See
+	// NotifyAccessOf.
+	NotifyAccess string `json:",omitempty"`
+}
+
+// NotifyAccessOf is whose sd_notify messages a run of svc heeds, with
+// systemd's default filled in: "none", "main", "exec" or "all".
+func NotifyAccessOf(svc *Service) string {
+	if svc.NotifyAccess != "" {
+		return svc.NotifyAccess
+	}
+	if svc.Type == "notify" || svc.Type == "notify-reload" || svc.WatchdogSec > 0 {
+		return "main"
+	}
+	return "none"
 }
 
 // Command is one Exec*= line.

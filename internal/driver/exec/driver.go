@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -180,6 +181,14 @@ type Driver struct {
 	handing  bool // a handover is under way: Load is refused
 
 	cgroups *cgroupHost
+
+	// The sd_notify socket (notify.go), bound on first use.
+	notifyMu   sync.Mutex
+	notifyConn *net.UnixConn
+	notifyAddr string
+	notifyErr  error
+	notifyDone chan struct{}       // closed when its reader has returned
+	notifyPids map[int]*supervisor // the processes whose messages are read, by PID
 }
 
 var (
@@ -220,6 +229,8 @@ func newDriver(cfg Config, lock *os.File, log *slog.Logger, cgroups *cgroupHost)
 		live:  &liveGroups{maxAge: 100 * time.Millisecond},
 		units: make(map[string]*supervisor),
 		kids:  children{pids: make(map[int]bool)},
+
+		notifyPids: make(map[int]*supervisor),
 
 		cgroups: cgroups,
 	}
@@ -479,6 +490,7 @@ func (d *Driver) Close(ctx context.Context) error {
 		}
 	}
 	d.cgroups.removeParent()
+	d.closeNotify()
 	d.lock.Close()
 	return err
 }
