@@ -101,7 +101,7 @@ func (a *Agent) syncChecksLocked(name string, stop []*health.Runner) []*health.R
 	if pc := a.cfg.ProbeCommand; pc != nil {
 		cmd = func(x unit.Command) (*exec.Cmd, error) { return pc(f, x) }
 	}
-	probes, err := health.Probes(c, cmd)
+	probes, err := health.Probes(c, cmd, a.cfg.ProbeRunner)
 	if err != nil {
 		// The parser checked the URLs; one that net/url refuses still
 		// leaves the unit unhealthy, never silently healthy.

@@ -79,7 +79,7 @@ func run(t *testing.T, p Probe, timeout time.Duration) error {
 func TestExecProbe(t *testing.T) {
 	dir := t.TempDir()
 	flag := filepath.Join(dir, "flag")
-	test := Exec(unit.Command{Argv: []string{"/usr/bin/test", "-f", flag}}, nil)
+	test := Exec(unit.Command{Argv: []string{"/usr/bin/test", "-f", flag}}, nil, nil)
 	if err := run(t, test, 5*time.Second); err == nil {
 		t.Fatal("test -f of a missing file passed")
 	}
@@ -89,11 +89,11 @@ func TestExecProbe(t *testing.T) {
 	if err := run(t, test, 5*time.Second); err != nil {
 		t.Fatalf("test -f of an existing file: %v", err)
 	}
-	out := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "echo broken pipe here; exit 3"}}, nil)
+	out := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "echo broken pipe here; exit 3"}}, nil, nil)
 	if err := run(t, out, 5*time.Second); err == nil || !strings.Contains(err.Error(), "broken pipe here") {
 		t.Fatalf("failing command: %v, want its exit and output", err)
 	}
-	missing := Exec(unit.Command{Argv: []string{filepath.Join(dir, "nope")}}, nil)
+	missing := Exec(unit.Command{Argv: []string{filepath.Join(dir, "nope")}}, nil, nil)
 	if err := run(t, missing, 5*time.Second); err == nil {
 		t.Fatal("a missing program passed")
 	}
@@ -103,7 +103,7 @@ func TestExecProbe(t *testing.T) {
 // and its whole process group (a shell's child too) is gone.
 func TestExecProbeKilledAtTimeout(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	slow := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}}, nil)
+	slow := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}}, nil, nil)
 	start := time.Now()
 	err := RunAll(context.Background(), []Probe{slow}, 300*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "killed: Timeout= passed") {
@@ -200,7 +200,7 @@ func TestRunner(t *testing.T) {
 	}
 	c := &unit.Check{Exec: []unit.Command{{Argv: []string{"/usr/bin/test", "-f", flag}}},
 		Interval: 20 * time.Millisecond, Timeout: 10 * time.Second, UnhealthyAfter: 3, OnUnhealthy: "none"}
-	probes, err := Probes(c, nil)
+	probes, err := Probes(c, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestRunnerAfterRestart(t *testing.T) {
 	flag, runs := filepath.Join(dir, "ok"), filepath.Join(dir, "runs")
 	c := &unit.Check{Exec: []unit.Command{{Argv: []string{"/bin/sh", "-c", "echo run >> " + runs + "; test -f " + flag}}},
 		Interval: 20 * time.Millisecond, Timeout: 10 * time.Second, UnhealthyAfter: 2, OnUnhealthy: "restart"}
-	probes, err := Probes(c, nil)
+	probes, err := Probes(c, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
