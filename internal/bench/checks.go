@@ -80,7 +80,8 @@ type HoldReport struct {
 	HoldSeconds      float64 `json:"hold_seconds"`
 	DaemonCPUSeconds float64 `json:"daemon_cpu_seconds"`
 	// ProbesCPUSeconds is the CPU time of the daemon's children reaped
-	// during the hold: the Exec= probes (and the steps they pass through).
+	// during the hold and of its probe spawner (as root) and the children
+	// that reaped: the Exec= probes.
 	ProbesCPUSeconds     float64 `json:"probes_cpu_seconds"`
 	SupervisorCPUSeconds float64 `json:"supervisor_cpu_seconds"`
 	// ListenerCPUSeconds is the bench process's CPU time during the hold:
@@ -115,6 +116,19 @@ func (d *benchDaemon) sample() cpuSample {
 		if st, err := p.Stat(); err == nil {
 			s.daemon = seconds(st.CPUTime())
 			s.children = time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
+		}
+	}
+	// The probe spawner (as root), a child of the daemon, and the probes
+	// it reaped.
+	if procs, err := procfs.AllProcs(); err == nil {
+		for _, p := range procs {
+			st, err := p.Stat()
+			if err != nil || st.PPID != d.proc.pid() {
+				continue
+			}
+			if args, err := p.CmdLine(); err == nil && len(args) > 0 && args[0] == "flotilla-unit-spawner" {
+				s.children += seconds(st.CPUTime()) + time.Duration(st.CUTime+st.CSTime)*time.Second/clockTicks
+			}
 		}
 	}
 	if pid := d.supervisorPID(); pid > 0 {
