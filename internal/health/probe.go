@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -179,9 +180,20 @@ func HTTP(rawURL string) (Probe, error) {
 }
 
 // TCP is a probe that passes when addr (host:port) accepts a connection.
+// The connection is closed at once, so it has no keep-alives (they cost
+// system calls); an address with an IP is parsed once, not at every run.
 func TCP(addr string) Probe {
+	d := net.Dialer{KeepAlive: -1}
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		return Probe{Name: "tcp " + addr, run: func(ctx context.Context) error {
+			c, err := d.DialTCP(ctx, "tcp", netip.AddrPort{}, ap)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		}}
+	}
 	return Probe{Name: "tcp " + addr, run: func(ctx context.Context) error {
-		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return err

@@ -86,6 +86,14 @@ func RunAll(ctx context.Context, probes []Probe, timeout time.Duration) error {
 	if len(probes) == 0 {
 		return errNoProbes
 	}
+	if len(probes) == 1 { // the usual case: no goroutine to start
+		pctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+		defer cancel()
+		if err := probes[0].Run(pctx); err != nil {
+			return &ProbeError{Probe: probes[0].Name, Err: err}
+		}
+		return nil
+	}
 	errs := make([]error, len(probes))
 	var wg sync.WaitGroup
 	for i, p := range probes {
