@@ -140,6 +140,7 @@ See docs/benchmarks.md.`,
 	fs.StringVar(&cfg.Check, "check", "", "give every unit an [X-Check]: tcp (TCP= to a listener of the bench's) or exec (Exec=/bin/true)")
 	fs.DurationVar(&cfg.CheckInterval, "check-interval", 5*time.Second, "the checks' Interval=")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "once every unit is active, measure the CPU the checks cost for this long")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "with --hold: keep the daemon's CPU and heap profiles of the hold in this directory")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the report as one JSON object")
 	return cmd
 }

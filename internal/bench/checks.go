@@ -157,6 +157,10 @@ func (d *benchDaemon) hold(ctx context.Context, cfg *DriverConfig, l *checkListe
 	if l != nil {
 		conns0 = l.accepted.Load()
 	}
+	if cfg.ProfileDir != "" {
+		d.proc.cmd.Process.Signal(syscall.SIGUSR1) // start the CPU profile
+		defer d.proc.cmd.Process.Signal(syscall.SIGUSR2)
+	}
 	s0 := d.sample()
 	deadline := time.Now().Add(cfg.Hold)
 	for time.Now().Before(deadline) {

@@ -61,6 +61,9 @@ type DriverConfig struct {
 	Check         string
 	CheckInterval time.Duration
 	Hold          time.Duration
+	// ProfileDir, with Hold, keeps the daemon's CPU and heap profiles of
+	// the hold there (the daemon's --profile-dir).
+	ProfileDir string
 	// JSON prints the report as one JSON object on one line.
 	JSON bool
 	// Out receives the report (default os.Stdout); Progress the progress
@@ -311,7 +314,7 @@ func runDriver(ctx context.Context, cfg *DriverConfig, prog *progress) (*DriverR
 	d.proc, err = startProcess("daemon", cfg.Binary, []string{"daemon", "--name", "bench",
 		"--etcd-embed", "--driver", cfg.Driver, "--log-level", "warn",
 		"--api-addr", addrs[0], "--grpc-addr", addrs[1], "--etcd-client-addr", addrs[2], "--etcd-peer-addr", addrs[3],
-		"--data-dir", d.dataDir}, filepath.Join(dir, "daemon.log"))
+		"--data-dir", d.dataDir, "--profile-dir", cfg.ProfileDir}, filepath.Join(dir, "daemon.log"))
 	if err != nil {
 		return nil, err
 	}
