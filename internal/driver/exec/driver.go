@@ -189,6 +189,9 @@ type Driver struct {
 	notifyErr  error
 	notifyDone chan struct{}       // closed when its reader has returned
 	notifyPids map[int]*supervisor // the processes whose messages are read, by PID
+	flushSeq   uint64
+	flushes    map[string]chan struct{} // notifyFlush's waits, by id
+	notifyLag  time.Duration            // tests: how long the reader waits before each message
 }
 
 var (

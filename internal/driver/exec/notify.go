@@ -38,7 +38,7 @@ import (
 // WATCHDOG=trigger (the watchdog fires at once) and WATCHDOG_USEC=… (the
 // run's watchdog limit). Others (MAINPID=, STOPPING=1, RELOADING=1,
 // EXTEND_TIMEOUT_USEC=, FDSTORE=1, …) are ignored, and descriptors sent
-// along are closed.
+// along are closed, which answers BARRIER=1.
 
 // notifyMaxMessage is the largest message read, as systemd's
 // NOTIFY_BUFFER_MAX; longer ones are dropped.
@@ -156,8 +156,73 @@ func (d *Driver) readNotify(c *net.UnixConn, done chan struct{}) {
 		if pid <= 0 || n > notifyMaxMessage || flags&unix.MSG_TRUNC != 0 {
 			continue
 		}
+		if pid == d.pid && d.flushed(string(buf[:n])) {
+			continue
+		}
+		if d.notifyLag > 0 {
+			time.Sleep(d.notifyLag) // tests: a reader that falls behind
+		}
 		d.deliverNotify(notifyMsg{pid: pid, text: string(buf[:n])})
 	}
+}
+
+// flushPrefix begins the message notifyFlush sends itself.
+const flushPrefix = "FLOTILLA_FLUSH="
+
+// notifyFlush returns once every message sent to the socket before it was
+// called has been queued for its unit (or a second has passed): it sends
+// the socket a message of its own and waits for the reader to reach it.
+// A process that sends READY=1 and exits (systemd-notify as the main
+// process) is then seen ready before its exit is acted on, as systemd
+// reads its notify socket before it handles a child's exit.
+func (d *Driver) notifyFlush() {
+	d.notifyMu.Lock()
+	c, addr := d.notifyConn, d.notifyAddr
+	if c == nil {
+		d.notifyMu.Unlock()
+		return
+	}
+	d.flushSeq++
+	id := strconv.FormatUint(d.flushSeq, 10)
+	done := make(chan struct{})
+	if d.flushes == nil {
+		d.flushes = map[string]chan struct{}{}
+	}
+	d.flushes[id] = done
+	d.notifyMu.Unlock()
+	defer func() {
+		d.notifyMu.Lock()
+		delete(d.flushes, id)
+		d.notifyMu.Unlock()
+	}()
+	w, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		return
+	}
+	_, err = w.Write([]byte(flushPrefix + id))
+	w.Close()
+	if err != nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+}
+
+// flushed takes a message the driver sent itself (notifyFlush).
+func (d *Driver) flushed(text string) bool {
+	id, ok := strings.CutPrefix(text, flushPrefix)
+	if !ok {
+		return false
+	}
+	d.notifyMu.Lock()
+	if ch := d.flushes[id]; ch != nil {
+		close(ch)
+		delete(d.flushes, id)
+	}
+	d.notifyMu.Unlock()
+	return true
 }
 
 // deliverNotify queues m for the unit whose process (or, for

@@ -246,3 +246,27 @@ func TestWatchdogSIGABRT(t *testing.T) {
 		t.Errorf("the main process got %q, want SIGABRT", got)
 	}
 }
+
+// A main process that sends READY=1 and exits at once is seen ready, its
+// message read before its exit is acted on (as systemd does): with
+// RemainAfterExit=yes it is active/exited, not failed with protocol.
+func TestNotifyReadyThenExit(t *testing.T) {
+	notify := "/usr/bin/systemd-notify"
+	if _, err := os.Stat(notify); err != nil {
+		t.Skip("no systemd-notify")
+	}
+	d, rec := newTestDriver(t, nil)
+	d.notifyLag = 200 * time.Millisecond // the exit comes first unless the driver waits for the message
+	for i := range 3 {
+		// --no-block: no BARRIER=1, which would wait for the driver to
+		// read the message.
+		f := newUnit(fmt.Sprintf("quick%d.service", i), []string{"/bin/sh", "-c", notify + " --no-block --ready --status=done; exit 0"}, func(s *unit.Service) {
+			s.Type, s.RemainAfterExit = "notify", true
+		})
+		mustLoadStart(t, d, f)
+		st := rec.wait(t, f.Name, "settled", func(st unit.Status) bool { return st.Active == "active" && st.Sub == "exited" || st.Active == "failed" })
+		if st.Active != "active" || st.Sub != "exited" {
+			t.Fatalf("%s: %s/%s result %q message %q, want active/exited\n%s", f.Name, st.Active, st.Sub, st.Result, st.Message, rec.history(f.Name))
+		}
+	}
+}

@@ -866,6 +866,11 @@ func (s *supervisor) onTimeout() {
 // onExit handles the exit of a process the supervisor started.
 func (s *supervisor) onExit(ev exited) {
 	p := ev.p
+	if p == s.main && s.ph == phaseStart && notifyType(s.cur) && !s.ready {
+		// A READY=1 it sent just before it exited counts.
+		s.d.notifyFlush()
+		s.takeNotes()
+	}
 	isMain := p == s.main
 	s.unwatchNotify(p.pid)
 	switch {
