@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
@@ -276,5 +277,46 @@ func TestRunnerAfterRestart(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return strings.Join(states, " ") == Healthy
+	})
+}
+
+// TestRunnerSpreads: runners started together run their checks at once,
+// then each a random part of Interval later, then every Interval: the
+// runs of units started together do not stay together.
+func TestRunnerSpreads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 10 * time.Second
+		const n = 20
+		t0 := time.Now()
+		var mu sync.Mutex
+		runs := make([][]time.Duration, n)
+		var runners []*Runner
+		for i := range n {
+			p := Probe{Name: "record", run: func(context.Context) error {
+				mu.Lock()
+				runs[i] = append(runs[i], time.Since(t0))
+				mu.Unlock()
+				return nil
+			}}
+			runners = append(runners, Start(&unit.Check{Interval: interval, Timeout: time.Second, UnhealthyAfter: 1}, []Probe{p}, nil, false, func(string, error) {}))
+		}
+		time.Sleep(4*interval - time.Millisecond) // virtual time
+		for _, r := range runners {
+			r.Stop()
+		}
+		seconds := map[time.Duration]bool{}
+		for i, r := range runs {
+			ok := len(r) >= 4 && r[0] == 0 && r[1] > 0 && r[1] <= interval
+			for j := 2; ok && j < len(r); j++ {
+				ok = r[j]-r[j-1] == interval
+			}
+			if !ok {
+				t.Fatalf("runner %d ran at %v, want at once, within an interval, then every %v", i, r, interval)
+			}
+			seconds[r[1]] = true
+		}
+		if len(seconds) < n/2 {
+			t.Errorf("the second runs of %d runners came at %d distinct times, want them spread", n, len(seconds))
+		}
 	})
 }
