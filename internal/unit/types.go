@@ -184,10 +184,12 @@ type Status struct {
 	Message string    `json:"message,omitempty"`
 	// Health is the unit's health while it is active, as its agent judges
 	// it: "healthy", "unhealthy" or "unknown" (its [X-Check] has not
-	// decided yet); a unit without [X-Check] is healthy while active. ""
-	// while it is not active (but for a unit restarted for being
-	// unhealthy, which stays unhealthy through its restart), and from
-	// agents that do not report it.
+	// decided yet); a unit without [X-Check] is healthy while active (a
+	// Type=notify unit is active once it sent READY=1). "" while it is
+	// not active (but for a unit restarted for being unhealthy, which
+	// stays unhealthy through its restart, and one whose WatchdogSec=
+	// passed, unhealthy until it starts again), and from agents that do
+	// not report it.
 	Health string `json:"health,omitempty"`
 }
 
