@@ -192,6 +192,10 @@ type Driver struct {
 	flushSeq   uint64
 	flushes    map[string]chan struct{} // notifyFlush's waits, by id
 	notifyLag  time.Duration            // tests: how long the reader waits before each message
+	spawnLag   time.Duration            // tests: how long a process goes unwatched after it started
+	// spawning is held shared while a process that gets NOTIFY_SOCKET is
+	// started and not yet watched; the reader takes it to wait for them.
+	spawning sync.RWMutex
 }
 
 var (

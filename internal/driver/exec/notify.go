@@ -232,6 +232,15 @@ func (d *Driver) deliverNotify(m notifyMsg) {
 	s := d.notifyPids[m.pid]
 	d.notifyMu.Unlock()
 	if s == nil {
+		// A process may speak before its start has returned: wait for
+		// the starts under way, then look again.
+		d.spawning.Lock()
+		d.spawning.Unlock()
+		d.notifyMu.Lock()
+		s = d.notifyPids[m.pid]
+		d.notifyMu.Unlock()
+	}
+	if s == nil {
 		pgid, err := unix.Getpgid(m.pid)
 		if err != nil {
 			return

@@ -270,3 +270,16 @@ func TestNotifyReadyThenExit(t *testing.T) {
 		}
 	}
 }
+
+// A main process that sends READY=1 before the driver has finished
+// starting it (its start has not returned) is heard.
+func TestNotifyBeforeWatched(t *testing.T) {
+	d, rec := newTestDriver(t, nil)
+	d.spawnLag = 300 * time.Millisecond
+	f, dir := helperUnit(t, "eager.service", nil)
+	touch(t, dir, "go") // READY=1 as soon as it runs
+	mustLoadStart(t, d, f)
+	if st := rec.wait(t, f.Name, "active or failed", func(st unit.Status) bool { return st.Active == "active" || st.Active == "failed" }); st.Active != "active" {
+		t.Fatalf("%s/%s %q, want active", st.Active, st.Sub, st.Message)
+	}
+}

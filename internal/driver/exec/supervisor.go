@@ -1044,6 +1044,12 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 		return err
 	}
 	extra = append(extra, nenv...)
+	if nenv != nil {
+		// Until the process is watched (watchNotify), the socket's reader
+		// waits for it before it drops a message from an unknown process.
+		s.d.spawning.RLock()
+		defer s.d.spawning.RUnlock()
+	}
 	p, g, err := s.startProcess(c, extra, s.cg)
 	if err != nil && s.cg != nil && errors.Is(err, errCgroupPlacement) {
 		// Never let cgroups stop a unit from starting.
@@ -1061,6 +1067,9 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 		s.main = p
 	} else {
 		s.control = p
+	}
+	if s.d.spawnLag > 0 {
+		time.Sleep(s.d.spawnLag) // tests: a process that speaks before it is watched
 	}
 	s.watchNotify(p.pid)
 	if asMain && s.cur.Service.Type != "oneshot" {
