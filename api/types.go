@@ -77,8 +77,10 @@ type UnitState struct {
 	Message    string `json:"message,omitempty"` // why the unit failed, in words
 	// Health is the unit's health while active, as its machine judges it
 	// ([X-Check]): healthy, unhealthy or unknown (not decided yet); a unit
-	// without [X-Check] is healthy while active. Absent while not active
-	// (but for a unit restarted for being unhealthy, through its restart).
+	// without [X-Check] is healthy while active (Type=notify: once it sent
+	// READY=1). Absent while not active (but for a unit restarted for
+	// being unhealthy, through its restart, and one whose WatchdogSec=
+	// passed, until it starts again).
 	Health string `json:"health,omitempty"`
 }
 

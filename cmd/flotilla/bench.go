@@ -96,6 +96,12 @@ failed), both by the units' observedAt. It reports both, with the CPU time
 the daemon and the supervisor it started spent on each. The units run /bin/sleep infinity
 unless --unit-file gives another unit (a container for a container driver).
 
+--check tcp|exec gives every unit an [X-Check] run every --check-interval
+(TCP= to a listener of the bench's, or Exec=/bin/true), and --hold D
+measures, once every unit is active and an interval has passed, the CPU the
+daemon, its probe processes, the supervisor and the listener spend over D,
+as a share of one core.
+
 --baseline exec also times a plain loop starting and then stopping N
 /bin/sleep infinity processes from the bench itself; --baseline command times
 --baseline-start and then --baseline-stop run once per unit, one after
@@ -103,6 +109,7 @@ another, with {} replaced by the unit's name (a plain systemd-run or docker
 run loop). Everything the run made is removed when it ends, also on Ctrl-C.
 See docs/benchmarks.md.`,
 		Example: `  flotilla bench driver --driver exec --units 1000 --baseline exec
+  flotilla bench driver --driver exec --units 1000 --check tcp --hold 60s
   flotilla bench driver --driver systemd --units 1000 --baseline command \
     --baseline-start 'systemd-run --unit {} /bin/sleep infinity' --baseline-stop 'systemctl stop {}'
   flotilla bench driver --driver docker --units 1000 --unit-file sleeper.service --baseline command \
@@ -130,6 +137,10 @@ See docs/benchmarks.md.`,
 	fs.StringVar(&cfg.BaselineStart, "baseline-start", "", "command starting one unit in the plain loop; {} is the unit's name")
 	fs.StringVar(&cfg.BaselineStop, "baseline-stop", "", "command stopping one unit in the plain loop; {} is the unit's name")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "how long each of the start and the stop may take")
+	fs.StringVar(&cfg.Check, "check", "", "give every unit an [X-Check]: tcp (TCP= to a listener of the bench's) or exec (Exec=/bin/true)")
+	fs.DurationVar(&cfg.CheckInterval, "check-interval", 5*time.Second, "the checks' Interval=")
+	fs.DurationVar(&cfg.Hold, "hold", 0, "once every unit is active, measure the CPU the checks cost for this long")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "with --hold: keep the daemon's CPU and heap profiles of the hold in this directory")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the report as one JSON object")
 	return cmd
 }

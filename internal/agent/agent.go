@@ -163,6 +163,9 @@ type Config struct {
 	// unit's own are built (the daemon gives the exec driver's); nil runs
 	// them as the agent, with its environment.
 	ProbeCommand ProbeCommand
+	// ProbeRunner, if set, runs the processes ProbeCommand builds, in
+	// place of starting and waiting for them (health.CommandRunner).
+	ProbeRunner health.CommandRunner
 }
 
 // RefusedRetry is how often an agent whose machine ID is held by another

@@ -13,14 +13,20 @@ import (
 // unloaded (which a change of its file is: unloaded, then loaded again).
 // The unit's health goes to the leader with its state (statusesLocked):
 //
-//   - not active: none ("");
+//   - not active: none (""), but "unhealthy" while the result of its run
+//     is "watchdog" (its WatchdogSec= passed without WATCHDOG=1: the
+//     driver is killing it, it waits to restart, or it failed), until it
+//     starts again;
 //   - active, with [X-Check]: what its checks decided, "unknown" until
 //     they have;
 //   - active, without [X-Check], whose driver judges its health (a Docker
 //     image's HEALTHCHECK): what the driver says;
-//   - active, without [X-Check]: "healthy". The rule lives here, where the
-//     file is known, so that the leader, the API and the CLI show what the
-//     agent says and need not know the file.
+//   - active, without [X-Check]: "healthy". For Type=notify and
+//     notify-reload that means READY=1 came: the drivers that run them
+//     (exec, and systemd itself) keep such a unit activating/start until
+//     it does, and the agent holds them to that. The rule lives here,
+//     where the file is known, so that the leader, the API and the CLI
+//     show what the agent says and need not know the file.
 //
 // OnUnhealthy=restart: when the checks turn unhealthy the agent stops the
 // unit through its driver, and starts it again once the driver reports it
@@ -35,6 +41,10 @@ import (
 // ProbeCommand builds the process of an [X-Check] Exec= probe of unit f, as
 // the unit's own processes are built (Config.ProbeCommand).
 type ProbeCommand func(f *unit.File, c unit.Command) (*exec.Cmd, error)
+
+// resultWatchdog is the Result of a run its watchdog ended (systemd's, and
+// the exec driver's).
+const resultWatchdog = "watchdog"
 
 // checkRun is a unit's checks being run.
 type checkRun struct {
@@ -51,6 +61,9 @@ func (a *Agent) healthLocked(name string, s report) string {
 		return health.Unhealthy
 	}
 	if s.states[1] != "active" {
+		if s.states[3] == resultWatchdog { // a start begins a run with another result
+			return health.Unhealthy
+		}
 		return ""
 	}
 	if c := a.checks[name]; c != nil {
@@ -93,7 +106,7 @@ func (a *Agent) syncChecksLocked(name string, stop []*health.Runner) []*health.R
 	if pc := a.cfg.ProbeCommand; pc != nil {
 		cmd = func(x unit.Command) (*exec.Cmd, error) { return pc(f, x) }
 	}
-	probes, err := health.Probes(c, cmd)
+	probes, err := health.Probes(c, cmd, a.cfg.ProbeRunner)
 	if err != nil {
 		// The parser checked the URLs; one that net/url refuses still
 		// leaves the unit unhealthy, never silently healthy.

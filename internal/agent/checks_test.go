@@ -99,3 +99,40 @@ func TestAgentRunsChecks(t *testing.T) {
 		t.Fatal("web.service's checks still run once it is stopped")
 	}
 }
+
+// TestAgentWatchdogUnhealthy: a unit whose run its watchdog ended
+// (Result=watchdog) is unhealthy while it is killed and waits to restart,
+// [X-Check] or not, and has no health again once a new run starts.
+func TestAgentWatchdogUnhealthy(t *testing.T) {
+	a, d := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+		{Name: "dog.service", File: "[Service]\nType=notify\nWatchdogSec=1s\nExecStart=/bin/true\n", DesiredState: "launched"},
+	}}}}, a.cfg.Mono())
+	expect := func(want string) {
+		t.Helper()
+		waitfor.Until(t, 10*time.Second, "dog.service "+want, func() error {
+			if got := healthOf(a, "dog.service"); got != want {
+				return fmt.Errorf("dog.service is %s", got)
+			}
+			return nil
+		})
+	}
+	expect("active/" + health.Healthy)
+	st := d.States()[0]
+	for _, s := range []struct{ active, sub, result, want string }{
+		{"deactivating", "stop-watchdog", "watchdog", health.Unhealthy},
+		{"activating", "auto-restart", "watchdog", health.Unhealthy},
+		{"failed", "failed", "watchdog", health.Unhealthy},
+		{"activating", "start", "success", ""},
+		{"failed", "failed", "exit-code", ""},
+	} {
+		st.Active, st.Sub, st.Result = s.active, s.sub, s.result
+		a.Notify(st)
+		expect(s.active + "/" + s.want)
+	}
+}

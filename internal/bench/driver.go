@@ -54,6 +54,16 @@ type DriverConfig struct {
 	// Timeout bounds each of the waits: for every unit active, for every
 	// unit stopped (default 5m).
 	Timeout time.Duration
+	// Check, "tcp" or "exec", gives every unit an [X-Check] section (TCP=
+	// to a listener of the bench's, or Exec=/bin/true) run every
+	// CheckInterval (default 5s); Hold, once every unit is active, is how
+	// long the checks' CPU is measured (see HoldReport). Not with UnitFile.
+	Check         string
+	CheckInterval time.Duration
+	Hold          time.Duration
+	// ProfileDir, with Hold, keeps the daemon's CPU and heap profiles of
+	// the hold there (the daemon's --profile-dir).
+	ProfileDir string
 	// JSON prints the report as one JSON object on one line.
 	JSON bool
 	// Out receives the report (default os.Stdout); Progress the progress
@@ -77,7 +87,20 @@ func (c *DriverConfig) validate() error {
 	if c.Units < 1 || c.Units > MaxDriverUnits {
 		return fmt.Errorf("--units %d: want 1 to %d", c.Units, MaxDriverUnits)
 	}
-	if c.UnitFile == "" {
+	switch {
+	case c.Check != "" && c.UnitFile != "":
+		return errors.New("--check makes the unit file: leave out --unit-file")
+	case c.Check != "" && c.Check != "tcp" && c.Check != "exec":
+		return fmt.Errorf("--check %q: want tcp or exec", c.Check)
+	case c.Hold < 0:
+		return fmt.Errorf("--hold %v: want a positive duration", c.Hold)
+	case c.CheckInterval < 0:
+		return fmt.Errorf("--check-interval %v: want a positive duration", c.CheckInterval)
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = 5 * time.Second
+	}
+	if c.UnitFile == "" && c.Check == "" {
 		c.UnitFile = DefaultDriverUnit
 	}
 	switch c.Baseline {
@@ -139,6 +162,8 @@ type DriverReport struct {
 	DaemonStopCPUSeconds      float64 `json:"daemon_stop_cpu_seconds"`
 	SupervisorStartCPUSeconds float64 `json:"supervisor_start_cpu_seconds,omitempty"`
 	SupervisorStopCPUSeconds  float64 `json:"supervisor_stop_cpu_seconds,omitempty"`
+	// Hold is the checks' cost once every unit was active (--hold).
+	Hold *HoldReport `json:"hold,omitempty"`
 	// Baseline is the plain loop timed beside the driver, if asked for.
 	Baseline *BaselineReport `json:"baseline,omitempty"`
 	// Error says why not every unit started or stopped.
@@ -166,6 +191,11 @@ func (r *DriverReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, " (%s failed)", thousands(int64(r.StopFailed)))
 	}
 	fmt.Fprintf(w, "; CPU: daemon %.2f s, supervisor %.2f s\n", r.DaemonStopCPUSeconds, r.SupervisorStopCPUSeconds)
+	if h := r.Hold; h != nil {
+		fmt.Fprintf(w, "  hold:  %8.3f s with %s checks every %v: %.2f%% of a core (daemon %.2f s, probes %.2f s, supervisor %.2f s, listener %.2f s; host busy %.2f s); %d connections, %d healthy\n",
+			h.HoldSeconds, h.Check, time.Duration(h.IntervalSeconds*float64(time.Second)), h.ChecksPercent,
+			h.DaemonCPUSeconds, h.ProbesCPUSeconds, h.SupervisorCPUSeconds, h.ListenerCPUSeconds, h.HostBusySeconds, h.Connections, h.Healthy)
+	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "  plain loop (%s): start %.3f s, stop %.3f s\n", b.Kind, b.StartSeconds, b.StopSeconds)
 	}
@@ -263,12 +293,28 @@ func runDriver(ctx context.Context, cfg *DriverConfig, prog *progress) (*DriverR
 	if err != nil {
 		return nil, err
 	}
+	var listener *checkListener
+	if cfg.Check != "" {
+		if cfg.Check == "tcp" {
+			if listener, err = listenForChecks(); err != nil {
+				return nil, err
+			}
+			defer listener.Close()
+		}
+		addr := ""
+		if listener != nil {
+			addr = listener.ln.Addr().String()
+		}
+		if cfg.UnitFile, err = checkUnit(cfg.Check, addr, cfg.CheckInterval); err != nil {
+			return nil, err
+		}
+	}
 	d := &benchDaemon{dataDir: filepath.Join(dir, "daemon"), api: addrs[0]}
 	prog.phase("starting a daemon with --driver %s", cfg.Driver)
 	d.proc, err = startProcess("daemon", cfg.Binary, []string{"daemon", "--name", "bench",
 		"--etcd-embed", "--driver", cfg.Driver, "--log-level", "warn",
 		"--api-addr", addrs[0], "--grpc-addr", addrs[1], "--etcd-client-addr", addrs[2], "--etcd-peer-addr", addrs[3],
-		"--data-dir", d.dataDir}, filepath.Join(dir, "daemon.log"))
+		"--data-dir", d.dataDir, "--profile-dir", cfg.ProfileDir}, filepath.Join(dir, "daemon.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +372,14 @@ func runDriver(ctx context.Context, cfg *DriverConfig, prog *progress) (*DriverR
 		return r, nil
 	}
 
+	if cfg.Hold > 0 {
+		if r.Hold, err = d.hold(ctx, cfg, listener, prog); err != nil {
+			return nil, err
+		}
+	}
+
 	prog.phase("stopping %s units", thousands(int64(cfg.Units)))
+	dcpu1, scpu1 = d.cpu()
 	t1 := time.Now()
 	if err := change("loaded"); err != nil {
 		return nil, fmt.Errorf("stop request: %w", err)

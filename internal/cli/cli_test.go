@@ -542,6 +542,7 @@ func TestStatus(t *testing.T) {
 	want := "● hello.service - Hello World\n" +
 		"   Loaded: loaded\n" +
 		"   Active: active (running) since " + since.Local().Format("Mon 2006-01-02 15:04:05 MST") + "; 2min 2s ago\n" +
+		"   Health: healthy\n" +
 		fmt.Sprintf(" Main PID: %d\n", hello.State.PID) +
 		"  Machine: " + m1 + "/172.17.8.101\n" +
 		"  Desired: launched\n" +

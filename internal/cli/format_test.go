@@ -318,10 +318,11 @@ func TestWriteStatus(t *testing.T) {
 		{
 			name: "running",
 			unit: apiv1.Unit{Name: "web.service", Description: "Web", DesiredState: "launched", Machine: m1,
-				State: &apiv1.UnitState{Load: "loaded", Active: "active", Sub: "running", PID: 42, Since: "2024-05-01T09:58:00Z"}},
+				State: &apiv1.UnitState{Load: "loaded", Active: "active", Sub: "running", PID: 42, Since: "2024-05-01T09:58:00Z", Health: "healthy"}},
 			want: `● web.service - Web
    Loaded: loaded
    Active: active (running) since Wed 2024-05-01 09:58:00 UTC; 2h 2min ago
+   Health: healthy
  Main PID: 42
   Machine: M
   Desired: launched
@@ -335,6 +336,20 @@ func TestWriteStatus(t *testing.T) {
    Loaded: loaded
    Active: failed (Result: exit-code) since Wed 2024-05-01 11:59:58 UTC; 2s ago
    Status: "exit status 1"
+  Machine: M
+  Desired: launched
+`,
+		},
+		{
+			name: "watchdog",
+			unit: apiv1.Unit{Name: "dog.service", DesiredState: "launched", Machine: m1,
+				State: &apiv1.UnitState{Load: "loaded", Active: "activating", Sub: "auto-restart", Result: "watchdog", Health: "unhealthy",
+					Message: "watchdog timeout: no WATCHDOG=1 within 5s; killed with SIGABRT", Since: "2024-05-01T11:59:58Z"}},
+			want: `● dog.service
+   Loaded: loaded
+   Active: activating (auto-restart) since Wed 2024-05-01 11:59:58 UTC; 2s ago
+   Health: unhealthy
+   Status: "watchdog timeout: no WATCHDOG=1 within 5s; killed with SIGABRT"
   Machine: M
   Desired: launched
 `,

@@ -118,7 +118,8 @@ it fits nowhere else than on) has it in the reason field; unless that field
 is printed, a line on standard error gives it. HEALTH is the unit's health
 while active, as its machine judges it by the unit's [X-Check]: healthy,
 unhealthy, or unknown until its checks decide; a unit without [X-Check] is
-healthy while active.
+healthy while active (a Type=notify unit is active once it sent READY=1),
+and unhealthy after its WatchdogSec= passed, until it starts again.
 
 With --output json, print an array of objects with every field, full
 machine IDs and hashes, and "" for what is not known; the keys are

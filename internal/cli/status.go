@@ -21,8 +21,11 @@ func newStatusCommand(g *Globals) *cobra.Command {
 		Use:   "status UNIT...",
 		Short: "Output the status of one or more units in the cluster",
 		Long: `Output the status of one or more units in the manner of systemctl status: the
-state the unit's machine reports, its main PID, the machine, and the last
-lines of its journal. Fails if a unit does not exist.
+state the unit's machine reports, its health (as its machine judges it: by
+its [X-Check], else healthy while active, which a Type=notify unit is once
+it sent READY=1, and unhealthy after a WatchdogSec= timeout), its main PID,
+the machine, and the last lines of its journal. Fails if a unit does not
+exist.
 
 With --output json, print the units as the API returns them.`,
 		Example:      `  flotilla status hello.service`,
@@ -111,6 +114,9 @@ func writeStatus(w io.Writer, u apiv1.Unit, machine string, now time.Time, loc *
 	} else {
 		fmt.Fprintf(w, "   Loaded: %s\n", dash(st.Load))
 		fmt.Fprintf(w, "   Active: %s\n", activeLine(st, now, loc))
+		if st.Health != "" {
+			fmt.Fprintf(w, "   Health: %s\n", st.Health)
+		}
 		if st.PID > 0 {
 			fmt.Fprintf(w, " Main PID: %d\n", st.PID)
 		}

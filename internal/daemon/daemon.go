@@ -34,6 +34,7 @@ import (
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
+	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/metrics"
@@ -41,6 +42,7 @@ import (
 	"github.com/flotilla/flotilla/internal/state"
 	"github.com/flotilla/flotilla/internal/supervisor"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/unithide"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -683,6 +685,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			// Only a server leads: an agent streams to no other machine.
 			dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(creds.ServerClientConfig()))}
 		}
+		var probeRun health.CommandRunner
+		if sp := probeSpawner(cfg); sp != nil {
+			defer sp.Close() // after the agent, which Run waits for
+			probeRun = sp.Run
+		}
 		ag, err = agent.New(agent.Config{
 			DialOptions: dial,
 			Machine: agent.Machine{ID: cfg.Name, IP: cfg.PublicIP, Metadata: cfg.Metadata, APIAddr: addrs.API, Version: version.Get().Short(),
@@ -692,6 +699,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			ProbeCommand: func(f *unit.File, c unit.Command) (*exec.Cmd, error) {
 				return execdriver.ProbeCommand(f, c, cfg.secretPaths()...)
 			},
+			ProbeRunner: probeRun,
 		})
 		if err != nil {
 			return err
@@ -973,4 +981,17 @@ func privateDir(dir string) error {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	return nil
+}
+
+// probeSpawner is what runs the agent's [X-Check] Exec= probes as root,
+// with paths to hide from units: one mount namespace made for them all
+// (unithide.Spawner), instead of one made by an execution of this binary
+// per probe; nil otherwise, each probe started and waited for. The
+// spawner's process dies with the daemon's.
+func probeSpawner(cfg Config) *unithide.Spawner {
+	paths := cfg.secretPaths()
+	if os.Geteuid() != 0 || len(paths) == 0 {
+		return nil
+	}
+	return unithide.NewSpawner(paths)
 }

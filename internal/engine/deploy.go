@@ -60,7 +60,7 @@ func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 // deployInst is an instance of a deployment as the leader sees it.
 type deployInst struct {
 	exists   bool
-	launched bool // desired launched
+	launched bool // desired launched, and placed
 	isNew    bool // its file is the deployment's new one
 	healthy  bool // active, healthy, running the file it has
 	// healthyFor is how long it has been healthy with its file;
@@ -414,7 +414,9 @@ func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deplo
 			delete(t.deploys.healthy, name)
 			continue
 		}
-		in := deployInst{exists: true, launched: r.desired() == unit.Launched}
+		// launched: wanted running and placed; one that fits nowhere is
+		// given its new file at once, as a stopped one is.
+		in := deployInst{exists: true, launched: r.desired() == unit.Launched && r.machine != ""}
 		in.isNew = t.newFile(d, name, r)
 		// mine: this term gave it the new file at replacedAt; it must have
 		// become active since, not merely report the new file while the

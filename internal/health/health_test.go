@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
@@ -79,7 +80,7 @@ func run(t *testing.T, p Probe, timeout time.Duration) error {
 func TestExecProbe(t *testing.T) {
 	dir := t.TempDir()
 	flag := filepath.Join(dir, "flag")
-	test := Exec(unit.Command{Argv: []string{"/usr/bin/test", "-f", flag}}, nil)
+	test := Exec(unit.Command{Argv: []string{"/usr/bin/test", "-f", flag}}, nil, nil)
 	if err := run(t, test, 5*time.Second); err == nil {
 		t.Fatal("test -f of a missing file passed")
 	}
@@ -89,11 +90,11 @@ func TestExecProbe(t *testing.T) {
 	if err := run(t, test, 5*time.Second); err != nil {
 		t.Fatalf("test -f of an existing file: %v", err)
 	}
-	out := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "echo broken pipe here; exit 3"}}, nil)
+	out := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "echo broken pipe here; exit 3"}}, nil, nil)
 	if err := run(t, out, 5*time.Second); err == nil || !strings.Contains(err.Error(), "broken pipe here") {
 		t.Fatalf("failing command: %v, want its exit and output", err)
 	}
-	missing := Exec(unit.Command{Argv: []string{filepath.Join(dir, "nope")}}, nil)
+	missing := Exec(unit.Command{Argv: []string{filepath.Join(dir, "nope")}}, nil, nil)
 	if err := run(t, missing, 5*time.Second); err == nil {
 		t.Fatal("a missing program passed")
 	}
@@ -103,7 +104,7 @@ func TestExecProbe(t *testing.T) {
 // and its whole process group (a shell's child too) is gone.
 func TestExecProbeKilledAtTimeout(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	slow := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}}, nil)
+	slow := Exec(unit.Command{Argv: []string{"/bin/sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}}, nil, nil)
 	start := time.Now()
 	err := RunAll(context.Background(), []Probe{slow}, 300*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "killed: Timeout= passed") {
@@ -200,7 +201,7 @@ func TestRunner(t *testing.T) {
 	}
 	c := &unit.Check{Exec: []unit.Command{{Argv: []string{"/usr/bin/test", "-f", flag}}},
 		Interval: 20 * time.Millisecond, Timeout: 10 * time.Second, UnhealthyAfter: 3, OnUnhealthy: "none"}
-	probes, err := Probes(c, nil)
+	probes, err := Probes(c, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestRunnerAfterRestart(t *testing.T) {
 	flag, runs := filepath.Join(dir, "ok"), filepath.Join(dir, "runs")
 	c := &unit.Check{Exec: []unit.Command{{Argv: []string{"/bin/sh", "-c", "echo run >> " + runs + "; test -f " + flag}}},
 		Interval: 20 * time.Millisecond, Timeout: 10 * time.Second, UnhealthyAfter: 2, OnUnhealthy: "restart"}
-	probes, err := Probes(c, nil)
+	probes, err := Probes(c, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,5 +277,46 @@ func TestRunnerAfterRestart(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return strings.Join(states, " ") == Healthy
+	})
+}
+
+// TestRunnerSpreads: runners started together run their checks at once,
+// then each a random part of Interval later, then every Interval: the
+// runs of units started together do not stay together.
+func TestRunnerSpreads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 10 * time.Second
+		const n = 20
+		t0 := time.Now()
+		var mu sync.Mutex
+		runs := make([][]time.Duration, n)
+		var runners []*Runner
+		for i := range n {
+			p := Probe{Name: "record", run: func(context.Context) error {
+				mu.Lock()
+				runs[i] = append(runs[i], time.Since(t0))
+				mu.Unlock()
+				return nil
+			}}
+			runners = append(runners, Start(&unit.Check{Interval: interval, Timeout: time.Second, UnhealthyAfter: 1}, []Probe{p}, nil, false, func(string, error) {}))
+		}
+		time.Sleep(4*interval - time.Millisecond) // virtual time
+		for _, r := range runners {
+			r.Stop()
+		}
+		seconds := map[time.Duration]bool{}
+		for i, r := range runs {
+			ok := len(r) >= 4 && r[0] == 0 && r[1] > 0 && r[1] <= interval
+			for j := 2; ok && j < len(r); j++ {
+				ok = r[j]-r[j-1] == interval
+			}
+			if !ok {
+				t.Fatalf("runner %d ran at %v, want at once, within an interval, then every %v", i, r, interval)
+			}
+			seconds[r[1]] = true
+		}
+		if len(seconds) < n/2 {
+			t.Errorf("the second runs of %d runners came at %d distinct times, want them spread", n, len(seconds))
+		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -33,14 +34,21 @@ func (p Probe) Run(ctx context.Context) error { return p.run(ctx) }
 // is called for each run, so that EnvironmentFile= is read as it now is.
 type CommandFunc func(c unit.Command) (*exec.Cmd, error)
 
+// CommandRunner runs x, a process CommandFunc built, to its end, in place
+// of x.Start and x.Wait (unithide.Spawner.Run: in a mount namespace made
+// once, not one per process), with x's output to x.Stdout. When ctx ends
+// first it kills x's process group. It returns x.Wait's error, or when
+// ctx ended, ctx's cause.
+type CommandRunner func(ctx context.Context, x *exec.Cmd) error
+
 // Probes returns the probes of a unit's [X-Check] section c, Exec= first,
 // then HTTP=, then TCP=. cmd builds the Exec= processes; nil runs them as
-// the caller, with its environment. A URL that does not parse is refused
-// with an error naming it.
-func Probes(c *unit.Check, cmd CommandFunc) ([]Probe, error) {
+// the caller, with its environment; run runs them (nil: Start and Wait). A
+// URL that does not parse is refused with an error naming it.
+func Probes(c *unit.Check, cmd CommandFunc, run CommandRunner) ([]Probe, error) {
 	var ps []Probe
 	for _, x := range c.Exec {
-		ps = append(ps, Exec(x, cmd))
+		ps = append(ps, Exec(x, cmd, run))
 	}
 	for _, u := range c.HTTP {
 		p, err := HTTP(u)
@@ -58,10 +66,10 @@ func Probes(c *unit.Check, cmd CommandFunc) ([]Probe, error) {
 // maxOutput is how much of a failed command's output its error quotes.
 const maxOutput = 256
 
-// Exec is a probe that runs c (built by cmd, or as the caller when nil)
-// and passes when it exits with status 0. At the deadline its process
-// group is killed.
-func Exec(c unit.Command, cmd CommandFunc) Probe {
+// Exec is a probe that runs c (built by cmd, or as the caller when nil;
+// run by run, or started and waited for when nil) and passes when it exits
+// with status 0. At the deadline its process group is killed.
+func Exec(c unit.Command, cmd CommandFunc, run CommandRunner) Probe {
 	name := "exec " + strings.Join(c.Argv, " ")
 	return Probe{Name: name, run: func(ctx context.Context) error {
 		var x *exec.Cmd
@@ -76,6 +84,19 @@ func Exec(c unit.Command, cmd CommandFunc) Probe {
 		}
 		out := &capped{max: maxOutput}
 		x.Stdout, x.Stderr = out, out
+		if run != nil {
+			err := run(ctx, x)
+			switch {
+			case ctx.Err() != nil:
+				return fmt.Errorf("killed: %w", context.Cause(ctx))
+			case err != nil:
+				if msg := strings.TrimSpace(out.String()); msg != "" {
+					return fmt.Errorf("%w: %s", err, msg)
+				}
+				return err
+			}
+			return nil
+		}
 		if err := x.Start(); err != nil {
 			return err
 		}
@@ -159,9 +180,20 @@ func HTTP(rawURL string) (Probe, error) {
 }
 
 // TCP is a probe that passes when addr (host:port) accepts a connection.
+// The connection is closed at once, so it has no keep-alives (they cost
+// system calls); an address with an IP is parsed once, not at every run.
 func TCP(addr string) Probe {
+	d := net.Dialer{KeepAlive: -1}
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		return Probe{Name: "tcp " + addr, run: func(ctx context.Context) error {
+			c, err := d.DialTCP(ctx, "tcp", netip.AddrPort{}, ap)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		}}
+	}
 	return Probe{Name: "tcp " + addr, run: func(ctx context.Context) error {
-		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -21,7 +22,10 @@ type Runner struct {
 	done   chan struct{}
 }
 
-// Start runs probes at once and then every c.Interval, each bounded by
+// Start runs probes at once, then after a random part of c.Interval (so
+// that the runs of units whose checks started together, as after a daemon
+// restart, spread over the interval instead of coming all at once, every
+// time), then every c.Interval; each bounded by
 // c.Timeout, all of a run at the same time, and reports each change of the
 // tracked health (by c.HealthyAfter and c.UnhealthyAfter) to report, from
 // the runner's goroutine. now is the clock the tracker is given (nil:
@@ -57,6 +61,7 @@ func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tra
 	defer close(r.done)
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
+	phased := wait // the ticker's phase is set: by the wait, or after the first run
 	if wait {
 		select {
 		case <-ctx.Done():
@@ -72,6 +77,19 @@ func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tra
 		if state, changed := t.Observe(err == nil, now()); changed {
 			report(state, err)
 		}
+		if !phased {
+			phased = true
+			// The second run comes after (0, Interval], the next ones
+			// every Interval from it.
+			tick.Reset(time.Duration(rand.Int64N(int64(c.Interval))) + 1)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			tick.Reset(c.Interval)
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -85,6 +103,14 @@ func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tra
 func RunAll(ctx context.Context, probes []Probe, timeout time.Duration) error {
 	if len(probes) == 0 {
 		return errNoProbes
+	}
+	if len(probes) == 1 { // the usual case: no goroutine to start
+		pctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+		defer cancel()
+		if err := probes[0].Run(pctx); err != nil {
+			return &ProbeError{Probe: probes[0].Name, Err: err}
+		}
+		return nil
 	}
 	errs := make([]error, len(probes))
 	var wg sync.WaitGroup

@@ -144,3 +144,29 @@ func TestNoInlineMarkup(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthShown: the dashboard shows each unit's health beside its
+// state wherever it shows the state (the units list, kept current by the
+// state events; the unit page; its machines), from the API's health
+// fields, and styles it.
+func TestHealthShown(t *testing.T) {
+	h := Handler().(*handler)
+	js := string(h.files["app.js"].body)
+	for _, want := range []string{
+		"healthBadge(u.health)",     // the units list, from /v1/state
+		"health: ev.health || ''",   // patched by state events
+		"u.sub, u.health, u.reason", // a change of health redraws the row
+		"health: s.health",          // the unit page's badge, from its state
+		"healthBadge(st.health)",
+		"healthBadge(s.health)", // its machines, from /v1/unit-states
+		"['Health', s.health",
+		"healthy: 'ok', unhealthy: 'bad', unknown: 'busy'",
+	} {
+		if !strings.Contains(js, want) {
+			t.Errorf("app.js lacks %q", want)
+		}
+	}
+	if css := string(h.files["style.css"].body); !strings.Contains(css, ".badge.health") {
+		t.Error("style.css does not style the health badge")
+	}
+}

@@ -10,9 +10,11 @@ import (
 // serviceTypes are the values of Type=; the ones mapped to true are run as
 // Type=simple by the exec driver.
 var serviceTypes = map[string]bool{
-	"simple": false, "exec": false, "oneshot": false,
-	"forking": true, "notify": true, "notify-reload": true, "dbus": true, "idle": true,
+	"simple": false, "exec": false, "oneshot": false, "notify": false, "notify-reload": false,
+	"forking": true, "dbus": true, "idle": true,
 }
+
+var notifyAccessValues = []string{"none", "main", "exec", "all"}
 
 var restartValues = []string{"no", "always", "on-success", "on-failure", "on-abnormal", "on-abort", "on-watchdog"}
 
@@ -162,6 +164,23 @@ func (p *parser) serviceOption(o option) error {
 		s.EnvironmentFiles = append(s.EnvironmentFiles, EnvFile{Path: p.unpercent(path), Optional: optional})
 	case "ExecStartPre", "ExecStart", "ExecStartPost", "ExecStop", "ExecStopPost", "ExecReload", "ExecCondition":
 		return p.exec(o)
+	case "WatchdogSec":
+		// 0 and infinity turn the watchdog off, as in systemd.
+		s.WatchdogSec = 0
+		if v != "" {
+			d, err := parseDuration(v)
+			if err != nil {
+				return p.valueError(o, err)
+			}
+			if d != Infinity {
+				s.WatchdogSec = d
+			}
+		}
+	case "NotifyAccess":
+		if v != "" && !slices.Contains(notifyAccessValues, v) {
+			return p.errorf(o, "invalid value %s (want %s)", quote(v), strings.Join(notifyAccessValues, ", "))
+		}
+		s.NotifyAccess = v
 	}
 	return nil
 }

@@ -525,8 +525,8 @@ func TestParseWarnings(t *testing.T) {
 		body string
 		want string
 	}{
-		{"Type=notify", "line 3: [Service] Type=: the exec driver runs Type=notify services as Type=simple"},
-		{"Type=notify", "Type=notify services as Type=simple"},
+		{"Type=dbus", "line 3: [Service] Type=: the exec driver runs Type=dbus services as Type=simple"},
+		{"Type=idle", "Type=idle services as Type=simple"},
 		{"KillMode=none", "KillMode=none is deprecated"},
 		{"CPUQuota=12.5%", "12.5% is rounded to 13%"},
 		{"CPUShares=512", "[Service] CPUShares=: obsolete and ignored by systemd; use CPUWeight="},
@@ -642,4 +642,47 @@ func TestParseFleetLimit(t *testing.T) {
 	b.WriteString("Conflicts=one-more\n")
 	_, err := Parse("a.service", []byte(b.String()))
 	checkError(t, "Parse(<257 Conflicts=>)", err, "[X-Fleet] Conflicts=:", "too many values; the limit is 256")
+}
+
+func TestParseWatchdogAndNotifyAccess(t *testing.T) {
+	tests := []struct {
+		body     string
+		watchdog time.Duration
+		access   string // NotifyAccessOf
+	}{
+		{"", 0, "none"},
+		{"Type=notify", 0, "main"},
+		{"Type=notify-reload", 0, "main"},
+		{"WatchdogSec=30", 30 * time.Second, "main"},
+		{"WatchdogSec=1min 30s", 90 * time.Second, "main"},
+		{"WatchdogSec=500ms\nWatchdogSec=", 0, "none"},
+		{"WatchdogSec=0", 0, "none"},
+		{"WatchdogSec=infinity", 0, "none"},
+		{"Type=notify\nNotifyAccess=all", 0, "all"},
+		{"NotifyAccess=exec", 0, "exec"},
+		{"Type=notify\nNotifyAccess=none", 0, "none"},
+	}
+	for _, tt := range tests {
+		data := minimal + tt.body + "\n"
+		f, err := Parse("a.service", []byte(data))
+		if err != nil {
+			t.Errorf("Parse(%q) = %v", data, err)
+			continue
+		}
+		if f.Service.WatchdogSec != tt.watchdog || NotifyAccessOf(&f.Service) != tt.access {
+			t.Errorf("Parse(%q): WatchdogSec %v, NotifyAccessOf %q; want %v, %q", data, f.Service.WatchdogSec, NotifyAccessOf(&f.Service), tt.watchdog, tt.access)
+		}
+		if len(f.Warnings) != 0 {
+			t.Errorf("Parse(%q).Warnings = %q, want none", data, f.Warnings)
+		}
+	}
+	for body, want := range map[string]string{
+		"WatchdogSec=5x":      "[Service] WatchdogSec=: line 3: invalid time span",
+		"NotifyAccess=people": `[Service] NotifyAccess=: line 3: invalid value "people" (want none, main, exec, all)`,
+	} {
+		_, err := Parse("a.service", []byte(minimal+body+"\n"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", body, err, want)
+		}
+	}
 }

@@ -61,7 +61,7 @@ type File struct {
 // Service is the [Service] section, reduced to what drivers act on.
 // Durations are zero when the option is absent; Defaults() fills systemd's defaults.
 type Service struct {
-	Type             string    // simple (default), exec, oneshot, forking (systemd driver only), notify, … (run as simple by exec)
+	Type             string    // simple (default), exec, oneshot, notify, notify-reload, forking (systemd driver only), dbus and idle (run as simple by exec)
 	ExecStartPre     []Command // run in order before ExecStart; a failing one fails the start unless IgnoreFailure
 	ExecStart        []Command // exactly one unless Type=oneshot
 	ExecStartPost    []Command
@@ -87,6 +87,27 @@ type Service struct {
 	CPUQuotaPercent int
 	// MemoryMax in bytes; 0 means unlimited.
 	MemoryMax int64
+	// WatchdogSec is how long the main process may go without sending
+	// WATCHDOG=1 (sd_notify) before it is killed with SIGABRT; 0 (also
+	// for "0" and "infinity") means no watchdog.
+	WatchdogSec time.Duration `json:",omitempty"`
+	// NotifyAccess is whose sd_notify messages are heeded: none, main,
+	// exec or all; "" means systemd's default (main for Type=notify and
+	// notify-reload or with WatchdogSec=, none otherwise). See
+	// NotifyAccessOf.
+	NotifyAccess string `json:",omitempty"`
+}
+
+// NotifyAccessOf is whose sd_notify messages a run of svc heeds, with
+// systemd's default filled in: "none", "main", "exec" or "all".
+func NotifyAccessOf(svc *Service) string {
+	if svc.NotifyAccess != "" {
+		return svc.NotifyAccess
+	}
+	if svc.Type == "notify" || svc.Type == "notify-reload" || svc.WatchdogSec > 0 {
+		return "main"
+	}
+	return "none"
 }
 
 // Command is one Exec*= line.
@@ -166,10 +187,12 @@ type Status struct {
 	Message string    `json:"message,omitempty"`
 	// Health is the unit's health while it is active, as its agent judges
 	// it: "healthy", "unhealthy" or "unknown" (its [X-Check] has not
-	// decided yet); a unit without [X-Check] is healthy while active. ""
-	// while it is not active (but for a unit restarted for being
-	// unhealthy, which stays unhealthy through its restart), and from
-	// agents that do not report it.
+	// decided yet); a unit without [X-Check] is healthy while active (a
+	// Type=notify unit is active once it sent READY=1). "" while it is
+	// not active (but for a unit restarted for being unhealthy, which
+	// stays unhealthy through its restart, and one whose WatchdogSec=
+	// passed, unhealthy until it starts again), and from agents that do
+	// not report it.
 	Health string `json:"health,omitempty"`
 }
 

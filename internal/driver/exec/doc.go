@@ -67,8 +67,7 @@
 // process killed by SIGHUP, SIGINT, SIGTERM or SIGPIPE exited cleanly, as in
 // systemd.
 // The Restart= policy decides from the result whether to restart, following
-// the table in systemd.service(5); Restart=on-watchdog never restarts, as
-// there are no watchdogs. Without a restart the unit ends inactive/dead after
+// the table in systemd.service(5) (watchdog and protocol included). Without a restart the unit ends inactive/dead after
 // success and failed/failed otherwise. A stop that was asked for (Stop,
 // Unload, Close) always ends inactive/dead, even when SIGKILL was needed;
 // Status.Message then says so. Status.Message also says what failed a run
@@ -84,10 +83,28 @@
 // old definition, and its hash, until the run ends; the next start, including
 // an automatic restart, uses the newest definition.
 //
+// # sd_notify: readiness and the watchdog
+//
+// Type=notify and notify-reload units stay in start (activating/start)
+// after their main process is started, until it sends READY=1 over
+// NOTIFY_SOCKET; then ExecStartPost= runs. TimeoutStartSec= bounds the
+// wait; a main process that exits first fails the run (result protocol
+// when it exited cleanly). With WatchdogSec= the main process gets
+// WATCHDOG_USEC and WATCHDOG_PID (its own PID, which a step of this
+// program, unithide.WithOwnPID, fills in as it executes the command) and
+// must send WATCHDOG=1 within the limit, from its start on; otherwise the
+// run fails with result watchdog: SIGABRT (to what KillMode= names) in
+// stop-sigterm, shown as deactivating/stop-watchdog, then as any stop.
+// STATUS= becomes Status.Message while the run has not failed. The socket
+// (one per driver, abstract, bound at first use and again by Adopt) and
+// NotifyAccess= are described in notify.go.
+//
 // Differences from systemd: ExecStop= runs only on a stop that was asked
 // for, not after the main process exited on its own (its commands usually
 // address $MAINPID). Type=forking is refused at Load (run the daemon in the
-// foreground); notify, dbus, idle and exec are run as simple. A stop timeout
+// foreground); dbus, idle and exec are run as simple. MAINPID=, STOPPING=1,
+// RELOADING=1, EXTEND_TIMEOUT_USEC= and FDSTORE=1 are ignored, and
+// WatchdogSignal= is not honoured. A stop timeout
 // ends inactive, not failed. KillMode=none is treated as KillMode=process.
 //
 // # Processes

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -180,6 +181,21 @@ type Driver struct {
 	handing  bool // a handover is under way: Load is refused
 
 	cgroups *cgroupHost
+
+	// The sd_notify socket (notify.go), bound on first use.
+	notifyMu   sync.Mutex
+	notifyConn *net.UnixConn
+	notifyAddr string
+	notifyErr  error
+	notifyDone chan struct{}       // closed when its reader has returned
+	notifyPids map[int]*supervisor // the processes whose messages are read, by PID
+	flushSeq   uint64
+	flushes    map[string]chan struct{} // notifyFlush's waits, by id
+	notifyLag  time.Duration            // tests: how long the reader waits before each message
+	spawnLag   time.Duration            // tests: how long a process goes unwatched after it started
+	// spawning is held shared while a process that gets NOTIFY_SOCKET is
+	// started and not yet watched; the reader takes it to wait for them.
+	spawning sync.RWMutex
 }
 
 var (
@@ -220,6 +236,8 @@ func newDriver(cfg Config, lock *os.File, log *slog.Logger, cgroups *cgroupHost)
 		live:  &liveGroups{maxAge: 100 * time.Millisecond},
 		units: make(map[string]*supervisor),
 		kids:  children{pids: make(map[int]bool)},
+
+		notifyPids: make(map[int]*supervisor),
 
 		cgroups: cgroups,
 	}
@@ -479,6 +497,7 @@ func (d *Driver) Close(ctx context.Context) error {
 		}
 	}
 	d.cgroups.removeParent()
+	d.closeNotify()
 	d.lock.Close()
 	return err
 }

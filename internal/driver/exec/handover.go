@@ -76,6 +76,12 @@ type UnitState struct {
 	LimiterN     int           `json:"limiterN"`
 	RestartIn    time.Duration `json:"restartIn,omitempty"` // auto-restart: what is left of RestartSec=
 	Env          *EnvState     `json:"env,omitempty"`
+	// Ready, StatusText and WatchdogLimit are the run's sd_notify state:
+	// READY=1 came, the last STATUS=, the watchdog's limit (the watchdog
+	// starts over in the new image).
+	Ready         bool          `json:"ready,omitempty"`
+	StatusText    string        `json:"statusText,omitempty"`
+	WatchdogLimit time.Duration `json:"watchdogLimit,omitempty"`
 }
 
 // ProcState is the unit's main process, a child of the process.
@@ -210,6 +216,7 @@ func (s *supervisor) handoverState(ctx context.Context) (UnitState, error) {
 	u := UnitState{
 		Name: s.name, File: s.file, Cur: s.cur, Phase: name, Result: s.result, Message: s.message, Since: since,
 		Restarts: s.restarts, LimiterBegin: limBegin, LimiterN: limN,
+		Ready: s.ready, StatusText: s.statusText, WatchdogLimit: s.wdLimit,
 	}
 	if s.ph == phaseAutoRestart {
 		u.RestartIn = max(time.Until(s.restartAt), 0)
@@ -535,7 +542,22 @@ func (s *supervisor) restore(u UnitState) error {
 		s.main = p
 		s.d.kids.add(p.pid)
 		go s.wait(p)
+		// The socket's name is the previous image's: bind it again, for
+		// the messages of the main process.
+		if s.cur != nil && unit.NotifyAccessOf(&s.cur.Service) != "none" {
+			s.d.notifyMu.Lock()
+			_, err := s.d.notifySocketLocked()
+			s.d.notifyMu.Unlock()
+			if err != nil {
+				s.slog.Error("sd_notify messages of the unit are lost", "err", err)
+			}
+			s.watchNotify(p.pid)
+		}
+		if s.wdLimit = u.WatchdogLimit; s.wdLimit > 0 && ph == phaseRunning {
+			s.wdTimer.Reset(s.wdLimit)
+		}
 	}
+	s.ready, s.statusText = u.Ready, u.StatusText
 	if ph == phaseAutoRestart {
 		s.restartAt = time.Now().Add(u.RestartIn)
 		s.timer.Reset(max(u.RestartIn, time.Millisecond))

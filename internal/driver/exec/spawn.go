@@ -200,6 +200,9 @@ func (s *supervisor) startProcess(c cmdRef, extra []string, cg unitCgroup) (*pro
 	if len(s.d.cfg.Inaccessible) > 0 && s.d.euid == 0 {
 		unithide.Wrap(cmd, s.d.cfg.Inaccessible)
 	}
+	if slices.Contains(extra, ownPIDVar+"=") {
+		unithide.WithOwnPID(cmd, ownPIDVar)
+	}
 	s.d.kids.lock.RLock()
 	s.d.spawn(func() {
 		if cg != nil {

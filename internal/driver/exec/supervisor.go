@@ -128,6 +128,10 @@ type supervisor struct {
 	status  unit.Status // last published; written by run, read by States
 	logFile *unit.File  // newest definition, for the log's settings
 
+	notesMu  sync.Mutex
+	notes    []notifyMsg   // sd_notify messages not yet acted on
+	noteWake chan struct{} // a message was queued
+
 	readers sync.WaitGroup // output copiers
 	pipesMu sync.Mutex
 	pipes   map[*outPipe]int // read ends still being copied, with the pid their lines are logged under
@@ -162,7 +166,12 @@ type supervisor struct {
 	frozen       <-chan struct{} // a handover took the unit's state: wait for this to close
 	paused       []pausedPipe    // output pipes a handover paused
 	timer        *time.Timer
-	ticker       *time.Ticker // while waiting for process groups to empty
+	ticker       *time.Ticker  // while waiting for process groups to empty
+	ready        bool          // READY=1 came in this run
+	statusText   string        // STATUS= of this run
+	wdTimer      *time.Timer   // the watchdog: fires when no WATCHDOG=1 came within wdLimit
+	wdLimit      time.Duration // this run's watchdog limit; 0: none
+	watchdogKill bool          // the watchdog fired: this run is being killed with SIGABRT
 }
 
 // cmdRef is a command queued for the current phase, with the name of the
@@ -183,8 +192,12 @@ func newSupervisor(d *Driver, f *unit.File) *supervisor {
 		pipes: make(map[*outPipe]int),
 		file:  f,
 		timer: time.NewTimer(time.Hour),
+
+		noteWake: make(chan struct{}, 1),
+		wdTimer:  time.NewTimer(time.Hour),
 	}
 	s.timer.Stop()
+	s.wdTimer.Stop()
 	lim, sink := d.logSettings(d.logs, f) // Load holds d.mu
 	s.log = newUnitLog(d.logPath(f.Name), lim, s.slog)
 	s.log.journal = sink
@@ -235,6 +248,10 @@ func (s *supervisor) run() {
 			s.onTimeout()
 		case <-tick:
 			s.checkStopped()
+		case <-s.noteWake:
+			s.takeNotes()
+		case <-s.wdTimer.C:
+			s.onWatchdogTimer()
 		}
 		for s.kick { // begin may end the run at once and admit another start
 			s.kick = false
@@ -250,6 +267,7 @@ func (s *supervisor) run() {
 // finish releases what the unit holds once it is dead and forgotten.
 func (s *supervisor) finish() {
 	s.timer.Stop()
+	s.wdTimer.Stop()
 	// Log the output still in the pipes (the unit's processes are gone, so
 	// that is all of theirs), wait a little for the pipes' end, then cut off
 	// pipes held open by processes that escaped the unit's process groups.
@@ -307,6 +325,12 @@ func (s *supervisor) compute(prev unit.Status) unit.Status {
 		Since:   prev.Since,
 	}
 	st.Active, st.Sub = activeSub(s.ph, s.result)
+	if s.watchdogKill && s.ph == phaseStopSigterm {
+		st.Sub = "stop-watchdog"
+	}
+	if st.Message == "" && s.cur != nil {
+		st.Message = s.statusText // STATUS=, while the run has not failed
+	}
 	if s.main != nil {
 		st.PID = s.main.pid
 	}
@@ -428,6 +452,7 @@ func (s *supervisor) start() error {
 	s.ph = phaseStartPre
 	s.result, s.message, s.mainResult = service.ResultSuccess, "", ""
 	s.stopReq, s.postKilled, s.fenced, s.abort = false, false, false, false
+	s.ready, s.statusText, s.wdLimit, s.watchdogKill = false, "", 0, false
 	s.cmds = refs(s.cur.Service.ExecStartPre, "ExecStartPre")
 	s.kick = true
 	return nil
@@ -501,7 +526,13 @@ func (s *supervisor) advance() {
 					s.enterStopSigterm()
 					return
 				}
+				if notifyType(s.cur) && !s.ready {
+					s.ph = phaseStart // until READY=1 (onReady)
+					return
+				}
 				s.ph, s.cmds = phaseStartPost, refs(s.cur.Service.ExecStartPost, "ExecStartPost")
+			case s.ph == phaseStart && s.cur.Service.Type != "oneshot":
+				return // a Type=notify unit waiting for READY=1
 			case s.ph == phaseStart:
 				s.ph, s.cmds = phaseStartPost, refs(s.cur.Service.ExecStartPost, "ExecStartPost")
 			default:
@@ -625,7 +656,7 @@ func (s *supervisor) enterStopSigterm() {
 		s.afterSigterm()
 		return
 	}
-	sig, _ := service.ParseSignal(s.cur.Service.KillSignal)
+	sig := s.stopSignal()
 	s.signal(sig, s.killMode() == "control-group")
 	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
 		s.signal(syscall.SIGCONT, s.killMode() == "control-group")
@@ -739,6 +770,7 @@ func (s *supervisor) enterStopPost() {
 func (s *supervisor) enterDead() {
 	s.stopPolling()
 	s.timer.Stop()
+	s.wdTimer.Stop()
 	if s.cur != nil && s.killMode() != "process" && s.killMode() != "none" {
 		s.pruneGroups()
 		for _, g := range s.groups { // left behind by ExecStopPost=
@@ -834,7 +866,13 @@ func (s *supervisor) onTimeout() {
 // onExit handles the exit of a process the supervisor started.
 func (s *supervisor) onExit(ev exited) {
 	p := ev.p
+	if p == s.main && s.ph == phaseStart && notifyType(s.cur) && !s.ready {
+		// A READY=1 it sent just before it exited counts.
+		s.d.notifyFlush()
+		s.takeNotes()
+	}
 	isMain := p == s.main
+	s.unwatchNotify(p.pid)
 	switch {
 	case isMain:
 		s.main = nil
@@ -845,6 +883,19 @@ func (s *supervisor) onExit(ev exited) {
 	}
 	s.pruneGroups()
 	s.writePidFile()
+
+	if isMain && s.ph == phaseStart && notifyType(s.cur) {
+		// Gone before READY=1: a failure even when it exited cleanly.
+		res := ev.status.Result(true)
+		if res == service.ResultSuccess {
+			s.event("%s: Main process exited before READY=1, %s", s.name, ev.status)
+			s.fail(service.ResultProtocol, "main process exited before READY=1, "+ev.status.String())
+		} else {
+			s.mainFailed(ev.status, res)
+		}
+		s.enterStopSigterm()
+		return
+	}
 
 	switch s.ph {
 	case phaseStartPost:
@@ -987,6 +1038,18 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 	if !asMain && s.main != nil {
 		extra = append(extra, "MAINPID="+strconv.Itoa(s.main.pid))
 	}
+	nenv, err := s.notifyEnv(asMain)
+	if err != nil {
+		s.event("%s: Failed to run '%s' task: %v", s.name, c.label, err)
+		return err
+	}
+	extra = append(extra, nenv...)
+	if nenv != nil {
+		// Until the process is watched (watchNotify), the socket's reader
+		// waits for it before it drops a message from an unknown process.
+		s.d.spawning.RLock()
+		defer s.d.spawning.RUnlock()
+	}
 	p, g, err := s.startProcess(c, extra, s.cg)
 	if err != nil && s.cg != nil && errors.Is(err, errCgroupPlacement) {
 		// Never let cgroups stop a unit from starting.
@@ -1004,6 +1067,13 @@ func (s *supervisor) spawn(c cmdRef, asMain bool) error {
 		s.main = p
 	} else {
 		s.control = p
+	}
+	if s.d.spawnLag > 0 {
+		time.Sleep(s.d.spawnLag) // tests: a process that speaks before it is watched
+	}
+	s.watchNotify(p.pid)
+	if asMain && s.cur.Service.Type != "oneshot" {
+		s.armWatchdog()
 	}
 	s.groups = append(s.groups, g)
 	s.writePidFile()

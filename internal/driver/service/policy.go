@@ -18,6 +18,8 @@ const (
 	ResultStartLimitHit = "start-limit-hit"
 	ResultResources     = "resources"
 	ResultOOMKill       = "oom-kill" // the kernel's OOM killer killed a process of the unit
+	ResultWatchdog      = "watchdog" // no WATCHDOG=1 within WatchdogSec=: killed with SIGABRT
+	ResultProtocol      = "protocol" // a Type=notify main process exited cleanly before READY=1
 )
 
 // ResultFenced is Flotilla's Result of a run a fence deadline ended (see
@@ -104,14 +106,15 @@ func ExitResult(code int, sig syscall.Signal) (result, status string) {
 // ShouldRestart reports whether a unit whose run ended with result (a
 // systemd Result: success, exit-code, signal, core-dump, timeout, ...) is
 // restarted under the Restart= policy, following the table in
-// systemd.service(5). Watchdogs are not implemented, so on-watchdog never
-// restarts; a start-limit-hit is final whatever the policy.
+// systemd.service(5) (a watchdog timeout restarts under always, on-failure,
+// on-abnormal and on-watchdog); a start-limit-hit is final whatever the
+// policy.
 func ShouldRestart(policy, result string) bool {
 	if result == ResultStartLimitHit {
 		return false
 	}
 	clean := result == ResultSuccess
-	abnormal := result == ResultSignal || result == ResultCoreDump || result == ResultTimeout || result == ResultOOMKill
+	abnormal := result == ResultSignal || result == ResultCoreDump || result == ResultTimeout || result == ResultOOMKill || result == ResultWatchdog
 	abort := result == ResultSignal || result == ResultCoreDump
 	switch policy {
 	case "always":
@@ -124,8 +127,10 @@ func ShouldRestart(policy, result string) bool {
 		return abnormal
 	case "on-abort":
 		return abort
+	case "on-watchdog":
+		return result == ResultWatchdog
 	}
-	return false // "", "no", "on-watchdog"
+	return false // "", "no"
 }
 
 // StartLimiter counts starts in a window the way systemd's ratelimit does: a

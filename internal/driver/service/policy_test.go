@@ -51,19 +51,20 @@ func TestExitStatusOf(t *testing.T) {
 
 func TestShouldRestart(t *testing.T) {
 	// The table of systemd.service(5), Restart=, with "timeout" for the
-	// timeout column; watchdogs do not exist here. oom-kill restarts as in
-	// systemd's service_shall_restart: not under on-abort.
-	results := []string{ResultSuccess, ResultExitCode, ResultSignal, ResultCoreDump, ResultTimeout, ResultOOMKill, ResultStartLimitHit}
+	// timeout column and "watchdog" for the watchdog one. oom-kill restarts
+	// as in systemd's service_shall_restart: not under on-abort; protocol
+	// (a notify unit that exited before READY=1) is an unclean exit.
+	results := []string{ResultSuccess, ResultExitCode, ResultSignal, ResultCoreDump, ResultTimeout, ResultOOMKill, ResultStartLimitHit, ResultWatchdog, ResultProtocol}
 	want := map[string][]bool{
-		//             success exit   signal core   timeout oom   limit
-		"":            {false, false, false, false, false, false, false},
-		"no":          {false, false, false, false, false, false, false},
-		"always":      {true, true, true, true, true, true, false},
-		"on-success":  {true, false, false, false, false, false, false},
-		"on-failure":  {false, true, true, true, true, true, false},
-		"on-abnormal": {false, false, true, true, true, true, false},
-		"on-abort":    {false, false, true, true, false, false, false},
-		"on-watchdog": {false, false, false, false, false, false, false},
+		//             success exit   signal core   timeout oom   limit  watchdog protocol
+		"":            {false, false, false, false, false, false, false, false, false},
+		"no":          {false, false, false, false, false, false, false, false, false},
+		"always":      {true, true, true, true, true, true, false, true, true},
+		"on-success":  {true, false, false, false, false, false, false, false, false},
+		"on-failure":  {false, true, true, true, true, true, false, true, true},
+		"on-abnormal": {false, false, true, true, true, true, false, true, false},
+		"on-abort":    {false, false, true, true, false, false, false, false, false},
+		"on-watchdog": {false, false, false, false, false, false, false, true, false},
 	}
 	for policy, row := range want {
 		for i, result := range results {

@@ -228,6 +228,17 @@ function badge(label, cls, title) {
   return h('span', { class: 'badge ' + cls, title }, label);
 }
 
+// A unit's health while active, as its machine judges it: by its
+// [X-Check], else healthy while active (for Type=notify, once it sent
+// READY=1), unhealthy after a WatchdogSec= timeout.
+const HEALTH_CLASS = { healthy: 'ok', unhealthy: 'bad', unknown: 'busy' };
+
+function healthBadge(health) {
+  if (!health) return null;
+  return h('span', { class: 'badge health ' + (HEALTH_CLASS[health] || 'idle'), dataset: { health },
+    title: 'Health, as the unit\'s machine judges it' }, health);
+}
+
 function statusBadge(u) {
   const s = unitStatus(u);
   return badge(s.label, s.cls);
@@ -666,7 +677,8 @@ class UnitsView {
     const status = unitStatus(u);
     const tr = h('tr', { dataset: { unit: u.name, state: status.label } },
       h('td', { class: 'c-unit' }, h('a', { href: unitHref(u.name), class: 'unit-link' }, u.name)),
-      h('td', { class: 'c-state' }, badge(status.label, status.cls), u.sub ? h('span', { class: 'sub' }, u.sub) : null),
+      h('td', { class: 'c-state' }, badge(status.label, status.cls), u.sub ? h('span', { class: 'sub' }, u.sub) : null,
+        u.removed ? null : healthBadge(u.health)),
       h('td', { class: 'c-desired' }, u.removed ? '—' : u.desiredState),
       h('td', { class: 'c-machine' }, u.global ? h('span', { class: 'muted' }, 'every matching machine')
         : u.machine ? h('a', { href: unitsHref({ machine: u.machine }), class: 'mono' }, u.machine)
@@ -695,9 +707,10 @@ class UnitsView {
           if (ev.removed) u.removed = true;
           else Object.assign(u, { desiredState: ev.desiredState, machine: ev.machine || '', global: !!ev.global,
             reason: ev.reason || '', hash: ev.hash || u.hash });
-          if (u.machine !== row.unit.machine) Object.assign(u, { load: '', active: '', sub: '' });
+          if (u.machine !== row.unit.machine) Object.assign(u, { load: '', active: '', sub: '', health: '' });
         } else if (ev.machine === u.machine) {
-          Object.assign(u, ev.removed ? { load: '', active: '', sub: '' } : { load: ev.load, active: ev.active, sub: ev.sub });
+          Object.assign(u, ev.removed ? { load: '', active: '', sub: '', health: '' }
+            : { load: ev.load, active: ev.active, sub: ev.sub, health: ev.health || '' });
         }
         if (sig(u) !== row.sig) {
           const fresh = this.makeRow(u, row);
@@ -713,7 +726,7 @@ class UnitsView {
 }
 
 function sig(u) {
-  return [u.name, u.hash, u.desiredState, u.machine, u.global, u.load, u.active, u.sub, u.reason, u.removed].join('\u0000');
+  return [u.name, u.hash, u.desiredState, u.machine, u.global, u.load, u.active, u.sub, u.health, u.reason, u.removed].join('\u0000');
 }
 
 function flash(el) {
@@ -881,7 +894,8 @@ class UnitView {
           h('thead', {}, h('tr', {}, h('th', {}, 'Machine'), h('th', {}, 'State'), h('th', {}, 'PID'), h('th', {}, 'Since'))),
           h('tbody', {}, states.map((s) => h('tr', {},
             h('td', { class: 'mono' }, s.machine),
-            h('td', {}, badge(s.active || 'unknown', ACTIVE_CLASS[s.active] || 'idle'), s.sub ? h('span', { class: 'sub' }, s.sub) : null),
+            h('td', {}, badge(s.active || 'unknown', ACTIVE_CLASS[s.active] || 'idle'), s.sub ? h('span', { class: 'sub' }, s.sub) : null,
+              healthBadge(s.health)),
             h('td', { class: 'mono' }, s.pid || '—'),
             h('td', { title: fmtDateTime(s.since) }, ago(s.since) || '—')))))
           : h('p', { class: 'muted' }, 'No machine reports this unit yet.'));
@@ -895,7 +909,7 @@ class UnitView {
     const u = this.unit;
     const s = u.state || {};
     return { name: u.name, desiredState: u.desiredState, machine: u.machine, global: u.global,
-      active: s.active, sub: s.sub, removed: u.removed };
+      active: s.active, sub: s.sub, health: s.health, removed: u.removed };
   }
 
   render() {
@@ -905,6 +919,7 @@ class UnitView {
     fill(this.head,
       h('h1', { class: 'unit-title' }, h('span', { class: 'mono' }, u.name), statusBadge(st),
         st.sub ? h('span', { class: 'sub' }, st.sub) : null,
+        u.removed ? null : healthBadge(st.health),
         u.global && unitStatus(st).label !== 'global' ? badge('global', 'info') : null),
       u.description ? h('p', { class: 'desc' }, u.description) : null,
       u.reason && !u.removed ? h('div', { class: 'callout warn', role: 'alert' },
@@ -916,6 +931,7 @@ class UnitView {
       ['Machine', u.global ? 'every machine that fits (global)' : u.machine
         ? h('a', { href: unitsHref({ machine: u.machine }), class: 'mono' }, u.machine) : 'not scheduled'],
       ['Active', s.active ? h('span', {}, s.active, s.sub ? ' (' + s.sub + ')' : '') : '—'],
+      ['Health', s.health || '—', 'As the machine judges it: by [X-Check], else healthy while active (Type=notify: once READY=1 came); unhealthy after a WatchdogSec= timeout'],
       ['Load', s.load || '—'],
       ['PID', s.pid || '—'],
       ['Since', s.since ? h('span', { title: fmtDateTime(s.since) }, fmtDateTime(s.since) + ' · ' + ago(s.since)) : '—'],

@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+)
+
+// The steady cost of [X-Check] health checks (without --check, of units
+// without checks: the daemon's own idle cost, to subtract) (`flotilla bench driver
+// --check tcp|exec --hold 60s`): once every unit is active, the bench
+// waits one check interval (every unit's checks running), then measures
+// for Hold the CPU time of the daemon (which runs the checks, in its
+// agent), of the probe processes it started (Exec=: its reaped children),
+// of the supervisor (which runs the units), and of the bench's own TCP
+// listener (TCP=: the other end of every probe), as a share of one core.
+
+// checkUnit is the unit file of a run with checks of kind check ("tcp"
+// against addr, or "exec" running /bin/true) every interval.
+func checkUnit(check, addr string, interval time.Duration) (string, error) {
+	head := "[Unit]\nDescription=flotilla bench unit with health checks\n\n[Service]\nExecStart=/bin/sleep infinity\n\n[X-Check]\n"
+	iv := fmt.Sprintf("Interval=%dms\n", interval.Milliseconds())
+	switch check {
+	case "tcp":
+		return head + "TCP=" + addr + "\n" + iv, nil
+	case "exec":
+		return head + "Exec=/bin/true\n" + iv, nil
+	}
+	return "", fmt.Errorf("--check %q: want tcp or exec", check)
+}
+
+// checkListener is the TCP listener the units' TCP= checks connect to: it
+// accepts and closes each connection, counting them.
+type checkListener struct {
+	ln       net.Listener
+	accepted atomic.Int64
+	done     chan struct{}
+}
+
+func listenForChecks() (*checkListener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	l := &checkListener{ln: ln, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			l.accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return l, nil
+}
+
+func (l *checkListener) Close() {
+	l.ln.Close()
+	<-l.done
+}
+
+// HoldReport is what the hold measured: CPU seconds over HoldSeconds, and
+// as a share of one core (percent).
+type HoldReport struct {
+	Check            string  `json:"check"`
+	IntervalSeconds  float64 `json:"interval_seconds"`
+	HoldSeconds      float64 `json:"hold_seconds"`
+	DaemonCPUSeconds float64 `json:"daemon_cpu_seconds"`
+	// ProbesCPUSeconds is the CPU time of the daemon's children reaped
+	// during the hold and of its probe spawner (as root) and the children
+	// that reaped: the Exec= probes.
+	ProbesCPUSeconds     float64 `json:"probes_cpu_seconds"`
+	SupervisorCPUSeconds float64 `json:"supervisor_cpu_seconds"`
+	// ListenerCPUSeconds is the bench process's CPU time during the hold:
+	// its TCP listener accepting the TCP= probes' connections.
+	ListenerCPUSeconds float64 `json:"listener_cpu_seconds"`
+	// HostBusySeconds is what the whole host spent busy meanwhile (other
+	// work included).
+	HostBusySeconds float64 `json:"host_busy_seconds"`
+	// ChecksPercent is daemon + probes + supervisor + listener, per cent
+	// of one core; DaemonPercent the daemon and its probes alone.
+	ChecksPercent float64 `json:"checks_percent_of_a_core"`
+	DaemonPercent float64 `json:"daemon_and_probes_percent_of_a_core"`
+	// Connections is how many connections the listener accepted (TCP=);
+	// Healthy how many units were healthy at the end.
+	Connections int64 `json:"connections,omitempty"`
+	Healthy     int   `json:"healthy"`
+}
+
+// clockTicks is the unit of /proc/PID/stat's times (sysconf(_SC_CLK_TCK),
+// 100 on Linux).
+const clockTicks = 100
+
+// cpuSample is the CPU times the hold compares.
+type cpuSample struct {
+	daemon, children, sup, self, host time.Duration
+	at                                time.Time
+}
+
+func (d *benchDaemon) sample() cpuSample {
+	s := cpuSample{at: time.Now()}
+	if p, err := procfs.NewProc(d.proc.pid()); err == nil {
+		if st, err := p.Stat(); err == nil {
+			s.daemon = seconds(st.CPUTime())
+			s.children = time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
+		}
+	}
+	// The probe spawner (as root), a child of the daemon, and the probes
+	// it reaped.
+	if procs, err := procfs.AllProcs(); err == nil {
+		for _, p := range procs {
+			st, err := p.Stat()
+			if err != nil || st.PPID != d.proc.pid() {
+				continue
+			}
+			if args, err := p.CmdLine(); err == nil && len(args) > 0 && args[0] == "flotilla-unit-spawner" {
+				s.children += seconds(st.CPUTime()) + time.Duration(st.CUTime+st.CSTime)*time.Second/clockTicks
+			}
+		}
+	}
+	if pid := d.supervisorPID(); pid > 0 {
+		if st, err := readProcStats(pid); err == nil {
+			s.sup = st.CPU
+		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	s.host, _ = readHostBusy()
+	return s
+}
+
+// hold measures the checks' cost; see above.
+func (d *benchDaemon) hold(ctx context.Context, cfg *DriverConfig, l *checkListener, prog *progress) (*HoldReport, error) {
+	prog.phase("letting every unit's checks begin (%v)", cfg.CheckInterval)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(cfg.CheckInterval):
+	}
+	prog.phase("measuring the checks' CPU for %v", cfg.Hold)
+	var conns0 int64
+	if l != nil {
+		conns0 = l.accepted.Load()
+	}
+	if cfg.ProfileDir != "" {
+		d.proc.cmd.Process.Signal(syscall.SIGUSR1) // start the CPU profile
+		defer d.proc.cmd.Process.Signal(syscall.SIGUSR2)
+	}
+	s0 := d.sample()
+	deadline := time.Now().Add(cfg.Hold)
+	for time.Now().Before(deadline) {
+		if err := d.proc.exited(); err != nil {
+			return nil, err
+		}
+		prog.status("%.0f s of %.0f s", time.Until(deadline).Seconds(), cfg.Hold.Seconds())
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(min(time.Second, time.Until(deadline))):
+		}
+	}
+	s1 := d.sample()
+	el := s1.at.Sub(s0.at)
+	r := &HoldReport{
+		Check: cmp.Or(cfg.Check, "no"), IntervalSeconds: cfg.CheckInterval.Seconds(), HoldSeconds: round3(el.Seconds()),
+		DaemonCPUSeconds:     round3((s1.daemon - s0.daemon).Seconds()),
+		ProbesCPUSeconds:     round3((s1.children - s0.children).Seconds()),
+		SupervisorCPUSeconds: round3((s1.sup - s0.sup).Seconds()),
+		ListenerCPUSeconds:   round3((s1.self - s0.self).Seconds()),
+		HostBusySeconds:      round3((s1.host - s0.host).Seconds()),
+	}
+	if l != nil {
+		r.Connections = l.accepted.Load() - conns0
+	}
+	total := (s1.daemon - s0.daemon) + (s1.children - s0.children) + (s1.sup - s0.sup) + (s1.self - s0.self)
+	r.ChecksPercent = round3(100 * total.Seconds() / el.Seconds())
+	r.DaemonPercent = round3(100 * ((s1.daemon - s0.daemon) + (s1.children - s0.children)).Seconds() / el.Seconds())
+	n, err := countHealthy(ctx, "http://"+d.api)
+	if err != nil {
+		return nil, err
+	}
+	r.Healthy = n
+	return r, nil
+}
+
+// countHealthy counts the bench's units the leader says are healthy.
+func countHealthy(ctx context.Context, base string) (int, error) {
+	hc := (*runTLS)(nil).httpClient(time.Minute)
+	var l struct {
+		States []struct {
+			Name   string `json:"name"`
+			Health string `json:"health"`
+		} `json:"states"`
+	}
+	if err := getJSON(ctx, hc, base+"/v1/unit-states", &l); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range l.States {
+		if s.Health == "healthy" {
+			n++
+		}
+	}
+	return n, nil
+}

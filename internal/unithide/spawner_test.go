@@ -1,0 +1,118 @@
+package unithide
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
+)
+
+func shell(dir, script string) *exec.Cmd {
+	return &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin", "WHO=probe"},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}}
+}
+
+// TestSpawner: commands Wrap rewrote run through one spawner process, with
+// the paths hidden, their environment, working directory, credentials,
+// output and exit status; at the context's end their process group is
+// killed.
+func TestSpawner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mount namespaces need root")
+	}
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.Mkdir(secret, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secret, "key"), []byte("s3cret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := NewSpawner([]string{secret})
+	defer s.Close()
+	run := func(ctx context.Context, c *exec.Cmd) (string, error) {
+		t.Helper()
+		Wrap(c, []string{secret})
+		var out bytes.Buffer
+		c.Stdout, c.Stderr = &out, &out
+		err := s.Run(ctx, c)
+		return out.String(), err
+	}
+
+	out, err := run(t.Context(), shell(dir, "cat secret/key; echo $WHO in $PWD; exit 3"))
+	var exit *SpawnExitError
+	if !errors.As(err, &exit) || err.Error() != "exit status 3" {
+		t.Errorf("error %v, want exit status 3", err)
+	}
+	if strings.Contains(out, "s3cret") || !strings.Contains(out, "probe in "+dir) {
+		t.Errorf("output %q: want the key hidden, the environment and the directory", out)
+	}
+	if out, err := run(t.Context(), shell(dir, "true")); err != nil || out != "" {
+		t.Errorf("true: %q, %v", out, err)
+	}
+	// One spawner process for all.
+	first := s.proc.Process.Pid
+	run(t.Context(), shell(dir, "true"))
+	if s.proc.Process.Pid != first {
+		t.Errorf("a second spawner %d after %d", s.proc.Process.Pid, first)
+	}
+
+	nobody := shell("/", "id -u; id -g") // the temporary directory is root's alone
+	nobody.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
+	if out, err := run(t.Context(), nobody); err != nil || out != "65534\n65534\n" {
+		t.Errorf("as nobody: %q, %v", out, err)
+	}
+
+	pidFile := filepath.Join(dir, "pid")
+	ctx, cancel := context.WithTimeoutCause(t.Context(), 300*time.Millisecond, errors.New("too slow"))
+	defer cancel()
+	if _, err := run(ctx, shell(dir, "sleep 60 & echo $! > "+pidFile+"; wait")); err == nil || err.Error() != "too slow" {
+		t.Errorf("past its deadline: %v, want the cause", err)
+	}
+	b, _ := os.ReadFile(pidFile)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 {
+		t.Fatalf("no pid in %s", pidFile)
+	}
+	waitfor.True(t, 10*time.Second, "the probe's child killed with its group", func() bool {
+		return syscall.Kill(pid, 0) != nil || zombie(pid)
+	})
+
+	// Not rewritten by Wrap: run as is, nothing hidden.
+	plain := shell(dir, "cat secret/key")
+	var o bytes.Buffer
+	plain.Stdout = &o
+	if err := s.Run(t.Context(), plain); err != nil || o.String() != "s3cret\n" {
+		t.Errorf("a plain command: %q, %v", o.String(), err)
+	}
+
+	// A spawner that died is replaced.
+	s.proc.Process.Kill()
+	waitfor.True(t, 10*time.Second, "the spawner forgotten", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.proc == nil
+	})
+	if out, err := run(t.Context(), shell(dir, "echo again")); err != nil || out != "again\n" {
+		t.Errorf("after the spawner died: %q, %v", out, err)
+	}
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
