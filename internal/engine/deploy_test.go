@@ -125,10 +125,8 @@ func startInstances(t *testing.T, e *engine.Engine, tmpl, file string, n int) {
 	})
 }
 
-// TestDeploymentRolls: a template with 10 running instances given a new
-// file with MaxParallel=2 is rolled by the leader: never fewer than 8
-// healthy, each instance restarted exactly once, the deployment succeeded.
-func TestDeploymentRolls(t *testing.T) {
+// deployCluster starts an engine that leads and three sim agents.
+func deployCluster(t *testing.T) *testEngine {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	e := startEngine(t, cli, "grpc", "e1")
@@ -137,6 +135,14 @@ func TestDeploymentRolls(t *testing.T) {
 	}
 	waitLeader(t, e)
 	waitMachines(t, e.Engine, 3)
+	return e
+}
+
+// TestDeploymentRolls: a template with 10 running instances given a new
+// file with MaxParallel=2 is rolled by the leader: never fewer than 8
+// healthy, each instance restarted exactly once, the deployment succeeded.
+func TestDeploymentRolls(t *testing.T) {
+	e := deployCluster(t)
 	startInstances(t, e.Engine, "web@.service", deployTemplate(1, ""), 10)
 	w := watch(t, func() *engine.Engine { return e.Engine }, "web", 10)
 	waitfor.True(t, 5*time.Second, "every instance watched", func() bool { w.mu.Lock(); defer w.mu.Unlock(); return len(w.runs) == 10 })
@@ -190,14 +196,7 @@ func healthyCount(e *engine.Engine, prefix string) int {
 // the 10 instances never leave their file, never fewer than 10 healthy,
 // the canary is gone and the template has its first file again.
 func TestDeploymentCanaryReverts(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
-	e := startEngine(t, cli, "grpc", "e1")
-	for i := range 3 {
-		startAgent(t, cli, "grpc", fmt.Sprintf("m%d", i))
-	}
-	waitLeader(t, e)
-	waitMachines(t, e.Engine, 3)
+	e := deployCluster(t)
 	strategy := "Canary=1\nAutoRevert=true\nHealthyDeadline=2s\n"
 	v1 := deployTemplate(1, "") + strategy
 	startInstances(t, e.Engine, "web@.service", v1, 10)

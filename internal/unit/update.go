@@ -144,13 +144,17 @@ func (p *parser) checkUpdate() error {
 
 // OverrideUpdate returns base with the [X-Update] options of opts (option
 // name to value, as in a unit file) in place of its own, checked as the
-// section is.
+// section is: the section is parsed with base's values written out first
+// and opts after them, which win.
 func OverrideUpdate(base Update, opts map[string]string) (Update, error) {
 	if len(opts) == 0 {
 		return base, nil
 	}
 	var b strings.Builder
-	b.WriteString("[Service]\nExecStart=/bin/true\n[X-Update]\n")
+	fmt.Fprintf(&b, "[Service]\nExecStart=/bin/true\n[X-Update]\nMaxParallel=%d\nMinHealthyTime=%dms\nHealthyDeadline=%dms\n"+
+		"ProgressDeadline=%dms\nCanary=%d\nAutoPromote=%t\nAutoRevert=%t\nStagger=%dms\n",
+		base.MaxParallel, base.MinHealthyTime.Milliseconds(), base.HealthyDeadline.Milliseconds(), base.ProgressDeadline.Milliseconds(),
+		base.Canary, base.AutoPromote, base.AutoRevert, base.Stagger.Milliseconds())
 	for _, k := range sortedKeys(opts) {
 		if strings.ContainsAny(k+opts[k], "\n\r") {
 			return base, fmt.Errorf("[X-Update] %s=%q: one line each", k, opts[k])
@@ -161,32 +165,7 @@ func OverrideUpdate(base Update, opts map[string]string) (Update, error) {
 	if err != nil {
 		return base, err
 	}
-	o := *f.Update
-	out := base
-	for k := range opts {
-		switch k {
-		case "MaxParallel":
-			out.MaxParallel = o.MaxParallel
-		case "MinHealthyTime":
-			out.MinHealthyTime = o.MinHealthyTime
-		case "HealthyDeadline":
-			out.HealthyDeadline = o.HealthyDeadline
-		case "ProgressDeadline":
-			out.ProgressDeadline = o.ProgressDeadline
-		case "Canary":
-			out.Canary = o.Canary
-		case "AutoPromote":
-			out.AutoPromote = o.AutoPromote
-		case "AutoRevert":
-			out.AutoRevert = o.AutoRevert
-		case "Stagger":
-			out.Stagger = o.Stagger
-		}
-	}
-	if out.HealthyDeadline != 0 && out.HealthyDeadline <= out.MinHealthyTime {
-		return base, fmt.Errorf("[X-Update] HealthyDeadline=%v must be longer than MinHealthyTime=%v", out.HealthyDeadline, out.MinHealthyTime)
-	}
-	return out, nil
+	return *f.Update, nil
 }
 
 func sortedKeys(m map[string]string) []string {

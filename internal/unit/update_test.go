@@ -38,3 +38,26 @@ func TestUpdateSection(t *testing.T) {
 		t.Error("[X-Update] in a timer accepted")
 	}
 }
+
+// TestOverrideUpdate: overrides replace only the options they name, and
+// are checked as the section is.
+func TestOverrideUpdate(t *testing.T) {
+	base := DefaultUpdate
+	base.Canary, base.Stagger = 2, 3*time.Second
+	got, err := OverrideUpdate(base, map[string]string{"MaxParallel": "4", "AutoRevert": "true"})
+	want := base
+	want.MaxParallel, want.AutoRevert = 4, true
+	if err != nil || got != want {
+		t.Fatalf("override = %+v %v, want %+v", got, err, want)
+	}
+	for want, opts := range map[string]map[string]string{
+		"Bogus":                       {"Bogus": "1"},
+		"MaxParallel":                 {"MaxParallel": "0"},
+		"one line each":               {"Canary": "1\nMaxParallel=9"},
+		"longer than MinHealthyTime=": {"HealthyDeadline": "1s"},
+	} {
+		if _, err := OverrideUpdate(base, opts); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: %v, want an error naming %q", opts, err, want)
+		}
+	}
+}
