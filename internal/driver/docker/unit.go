@@ -89,9 +89,9 @@ type ctr struct {
 	startedAt string // State.StartedAt of the run followed
 	// health is the run's health by its image's HEALTHCHECK, in
 	// Flotilla's words (unknown, healthy, unhealthy); "" without one.
-	health string
-	exitSeen  bool   // the run's exit was handled
-	gen       int    // of the start under way
+	health    string
+	exitSeen  bool // the run's exit was handled
+	gen       int  // of the start under way
 	cancel    context.CancelFunc
 	timer     *time.Timer
 	limiter   service.StartLimiter
