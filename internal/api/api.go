@@ -433,13 +433,9 @@ func (s *server) batch(w http.ResponseWriter, r *http.Request) {
 // /v1/batch: the files of the changes then replace those of existing units
 // that differ (instead of a 409), and the units restart with them.
 func replaceQuery(w http.ResponseWriter, r *http.Request, changes []engine.Change) bool {
-	v, set := r.URL.Query()["replace"]
-	if !set {
-		return true
-	}
-	replace, err := strconv.ParseBool(v[0])
-	if err != nil || len(v) > 1 {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("replace=%q: want true or false, once", strings.Join(v, ",")))
+	replace, err := boolQuery(r, "replace")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return false
 	}
 	for i := range changes {

@@ -148,7 +148,7 @@ func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time
 	if name := late(d.Instances); name != "" {
 		return fail(fmt.Sprintf("%s was not healthy for %v within %v of being replaced", name, minHealthy, ms(s.HealthyDeadlineMs)))
 	}
-	nDone, unhealthy, replaced := 0, 0, 0
+	nDone, unhealthy := 0, 0
 	var todo []string
 	for _, name := range d.Instances {
 		in := insts[name]
@@ -156,7 +156,6 @@ func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time
 		case !in.exists:
 			nDone++ // destroyed meanwhile: nothing to do
 		case in.isNew:
-			replaced++
 			if !in.launched || done(in) {
 				nDone++
 			} else {
@@ -164,7 +163,6 @@ func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time
 			}
 		case !in.launched:
 			st.replace = append(st.replace, name) // not running: its file only
-			replaced++
 		default:
 			if !in.healthy {
 				unhealthy++
@@ -188,14 +186,10 @@ func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time
 	for budget := max(s.MaxParallel, 1) - unhealthy; budget > 0 && len(todo) > 0; budget-- {
 		st.replace = append(st.replace, todo[0])
 		todo = todo[1:]
-		replaced++
 		if s.StaggerMs > 0 {
 			wakeAt(ms(s.StaggerMs))
 			break // one at a time, Stagger= apart (deploy holds it back)
 		}
-	}
-	if replaced > st.rec.Replaced {
-		st.rec.Replaced, st.changed = replaced, true
 	}
 	if nDone == len(d.Instances) {
 		st.rec.Status, st.changed = registry.DeploySucceeded, true

@@ -109,7 +109,7 @@ type roundVersions struct {
 	texts map[string]bool                 // contents of files
 }
 
-// log returns unit name's log as the round has it so far.
+// roundLog returns unit name's log as the round has it so far.
 func (t *term) roundLog(p *roundPlan, name string) (registry.VersionLog, bool) {
 	if l, ok := p.versions.logs[name]; ok {
 		if l == nil {

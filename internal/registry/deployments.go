@@ -40,10 +40,8 @@ type Deployment struct {
 	Updated time.Time `json:"updated"`
 	// Progress is when an instance last became done (or the start).
 	Progress time.Time `json:"progress"`
-	// Done counts the instances replaced and healthy, Replaced those given
-	// the new file: they only grow.
-	Done     int `json:"done"`
-	Replaced int `json:"replaced"`
+	// Done counts the instances replaced and healthy: it only grows.
+	Done int `json:"done"`
 }
 
 // DeployStrategy is unit.Update in the record: durations in milliseconds.

@@ -1,12 +1,8 @@
 package docker
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
@@ -26,27 +22,8 @@ func healthImage(t *testing.T, cli *client.Client, base string, code int) string
 		return tag
 	}
 	dockerfile := fmt.Sprintf("FROM %s\nHEALTHCHECK --interval=1s --timeout=1s --retries=1 CMD [\"/app\", \"exit\", \"%d\"]\n", base, code)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
-	tw.Write([]byte(dockerfile))
-	tw.Close()
-	res, err := cli.ImageBuild(ctx, &buf, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true})
-	if err != nil {
+	if err := buildContext(ctx, cli, tag, []contextFile{{"Dockerfile", 0o644, []byte(dockerfile)}}); err != nil {
 		t.Fatalf("build %s: %v", tag, err)
-	}
-	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	for {
-		var m struct{ Error string }
-		if err := dec.Decode(&m); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("build %s: %v", tag, err)
-		}
-		if m.Error != "" {
-			t.Fatalf("build %s: %s", tag, m.Error)
-		}
 	}
 	return tag
 }

@@ -106,41 +106,52 @@ func buildImage(cli *client.Client) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{
+	err = buildContext(ctx, cli, tag, []contextFile{
 		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\nCMD [\"run\"]\n")},
 		{"app", 0o755, bin},
-	} {
+	})
+	if err != nil {
+		return "", err
+	}
+	if _, err := cli.ImageInspect(ctx, tag); err != nil {
+		return "", fmt.Errorf("built image %s is not there: %w", tag, err)
+	}
+	return tag, nil
+}
+
+// contextFile is a file of a build context.
+type contextFile struct {
+	name string
+	mode int64
+	data []byte
+}
+
+// buildContext builds image tag from a context of files.
+func buildContext(ctx context.Context, cli *client.Client, tag string, files []contextFile) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
 		tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data))})
 		tw.Write(f.data)
 	}
 	tw.Close()
 	res, err := cli.ImageBuild(ctx, &buf, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true})
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer res.Body.Close()
 	dec := json.NewDecoder(res.Body)
 	for {
 		var m struct{ Error string }
 		if err := dec.Decode(&m); err == io.EOF {
-			break
+			return nil
 		} else if err != nil {
-			return "", err
+			return err
 		}
 		if m.Error != "" {
-			return "", fmt.Errorf("image build: %s", m.Error)
+			return fmt.Errorf("image build: %s", m.Error)
 		}
 	}
-	if _, err := cli.ImageInspect(ctx, tag); err != nil {
-		return "", fmt.Errorf("built image %s is not there: %w", tag, err)
-	}
-	return tag, nil
 }
 
 // harness is one test's machine: its state directory, its label and the
