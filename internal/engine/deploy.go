@@ -84,85 +84,120 @@ type deployStep struct {
 // stepDeployment decides the next step of deployment d given its
 // instances (Instances and Canaries, by name), at now.
 func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time.Time) deployStep {
-	st := deployStep{rec: d}
 	if d.Status != registry.DeployRunning && d.Status != registry.DeployCanaries {
-		return st
+		return deployStep{rec: d}
 	}
-	s := d.Strategy
-	minHealthy := ms(s.MinHealthyTimeMs)
-	done := func(in deployInst) bool { return in.isNew && in.healthy && in.healthyFor >= minHealthy }
-	wakeAt := func(d time.Duration) {
-		if d > 0 && (st.wake == 0 || d < st.wake) {
-			st.wake = d
+	x := &stepper{d: d, insts: insts, now: now, st: deployStep{rec: d}, minHealthy: ms(d.Strategy.MinHealthyTimeMs)}
+	if d.Strategy.Canary > 0 && !d.Promoted {
+		if hold := x.canaries(); hold {
+			return x.st
 		}
 	}
-	// late is the first instance given the new file that is not done
-	// within HealthyDeadline.
-	late := func(names []string) string {
-		for _, name := range names {
-			in := insts[name]
-			if !in.exists || !in.launched || !in.isNew || done(in) {
-				continue
-			}
-			if s.HealthyDeadlineMs > 0 && in.replacedFor > ms(s.HealthyDeadlineMs) {
-				return name
-			}
-			wakeAt(ms(s.HealthyDeadlineMs) - in.replacedFor)
-			if in.healthy {
-				wakeAt(minHealthy - in.healthyFor)
-			}
-		}
-		return ""
-	}
-	fail := func(msg string) deployStep {
-		st.rec.Status, st.rec.Message, st.changed = registry.DeployFailed, msg, true
-		st.destroy = append(st.destroy, d.Canaries...)
-		st.revert = s.AutoRevert && !d.Revert
-		return st
-	}
+	return x.roll()
+}
 
-	if s.Canary > 0 && !d.Promoted {
-		if len(d.Canaries) == 0 {
-			st.canaries = canaryNames(d, insts)
-			st.rec.Canaries, st.changed = st.canaries, true
-			return st
+// stepper is one stepDeployment: its inputs and the step it builds.
+type stepper struct {
+	d          registry.Deployment
+	insts      map[string]deployInst
+	now        time.Time
+	st         deployStep
+	minHealthy time.Duration
+}
+
+// done says whether in runs the new file and has been healthy for
+// MinHealthyTime.
+func (x *stepper) done(in deployInst) bool {
+	return in.isNew && in.healthy && in.healthyFor >= x.minHealthy
+}
+
+// wakeAt asks for another step within d at the latest.
+func (x *stepper) wakeAt(d time.Duration) {
+	if d > 0 && (x.st.wake == 0 || d < x.st.wake) {
+		x.st.wake = d
+	}
+}
+
+// late returns the first of names given the new file that is not done
+// within HealthyDeadline ("" if none), asking to wake when the next may be.
+func (x *stepper) late(names []string) string {
+	s := x.d.Strategy
+	for _, name := range names {
+		in := x.insts[name]
+		if !in.exists || !in.launched || !in.isNew || x.done(in) {
+			continue
 		}
-		if name := late(d.Canaries); name != "" {
-			return fail(fmt.Sprintf("canary %s was not healthy for %v within %v of starting", name, minHealthy, ms(s.HealthyDeadlineMs)))
+		if s.HealthyDeadlineMs > 0 && in.replacedFor > ms(s.HealthyDeadlineMs) {
+			return name
 		}
-		for _, name := range d.Canaries {
-			if !done(insts[name]) {
-				return st
-			}
-		}
-		if s.AutoPromote {
-			st.rec.Promoted, st.rec.Status, st.changed = true, registry.DeployRunning, true
-		} else if d.Status != registry.DeployCanaries {
-			st.rec.Status, st.rec.Message, st.changed = registry.DeployCanaries, "the canaries are healthy: promote to go on", true
-			return st
-		} else {
-			return st
+		x.wakeAt(ms(s.HealthyDeadlineMs) - in.replacedFor)
+		if in.healthy {
+			x.wakeAt(x.minHealthy - in.healthyFor)
 		}
 	}
+	return ""
+}
 
-	if name := late(d.Instances); name != "" {
-		return fail(fmt.Sprintf("%s was not healthy for %v within %v of being replaced", name, minHealthy, ms(s.HealthyDeadlineMs)))
+// fail ends the deployment as failed with msg.
+func (x *stepper) fail(msg string) deployStep {
+	x.st.rec.Status, x.st.rec.Message, x.st.changed = registry.DeployFailed, msg, true
+	x.st.destroy = append(x.st.destroy, x.d.Canaries...)
+	x.st.revert = x.d.Strategy.AutoRevert && !x.d.Revert
+	return x.st
+}
+
+// canaries steps a deployment whose canaries are not promoted: it starts
+// them, fails the deployment when one is late, and promotes them when
+// AutoPromote= says so. It returns true while the rest must wait.
+func (x *stepper) canaries() (hold bool) {
+	d, s := x.d, x.d.Strategy
+	if len(d.Canaries) == 0 {
+		x.st.canaries = canaryNames(d, x.insts)
+		x.st.rec.Canaries, x.st.changed = x.st.canaries, true
+		return true
+	}
+	if name := x.late(d.Canaries); name != "" {
+		x.st = x.fail(fmt.Sprintf("canary %s was not healthy for %v within %v of starting", name, x.minHealthy, ms(s.HealthyDeadlineMs)))
+		return true
+	}
+	for _, name := range d.Canaries {
+		if !x.done(x.insts[name]) {
+			return true
+		}
+	}
+	switch {
+	case s.AutoPromote:
+		x.st.rec.Promoted, x.st.rec.Status, x.st.changed = true, registry.DeployRunning, true
+		return false
+	case d.Status != registry.DeployCanaries:
+		x.st.rec.Status, x.st.rec.Message, x.st.changed = registry.DeployCanaries, "the canaries are healthy: promote to go on", true
+	}
+	return true
+}
+
+// roll steps the deployment's instances: it replaces as many as
+// MaxParallel= allows beside those not yet healthy, and ends the
+// deployment when every one is done or one is late.
+func (x *stepper) roll() deployStep {
+	d, s, now := x.d, x.d.Strategy, x.now
+	if name := x.late(d.Instances); name != "" {
+		return x.fail(fmt.Sprintf("%s was not healthy for %v within %v of being replaced", name, x.minHealthy, ms(s.HealthyDeadlineMs)))
 	}
 	nDone, unhealthy := 0, 0
 	var todo []string
 	for _, name := range d.Instances {
-		in := insts[name]
+		in := x.insts[name]
 		switch {
 		case !in.exists:
 			nDone++ // destroyed meanwhile: nothing to do
 		case in.isNew:
-			if !in.launched || done(in) {
+			if !in.launched || x.done(in) {
 				nDone++
 			} else {
 				unhealthy++
 			}
 		case !in.launched:
-			st.replace = append(st.replace, name) // not running: its file only
+			x.st.replace = append(x.st.replace, name) // not running: its file only
 		default:
 			if !in.healthy {
 				unhealthy++
@@ -170,15 +205,16 @@ func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time
 			todo = append(todo, name)
 		}
 	}
+	st := &x.st
 	if nDone > d.Done {
 		st.rec.Done, st.rec.Progress, st.changed = nDone, now, true
 	}
 	if s.ProgressDeadlineMs > 0 && len(todo)+unhealthy > 0 {
 		left := ms(s.ProgressDeadlineMs) - now.Sub(st.rec.Progress)
 		if left <= 0 {
-			return fail(fmt.Sprintf("no instance became healthy in %v (%d of %d done)", ms(s.ProgressDeadlineMs), nDone, len(d.Instances)))
+			return x.fail(fmt.Sprintf("no instance became healthy in %v (%d of %d done)", ms(s.ProgressDeadlineMs), nDone, len(d.Instances)))
 		}
-		wakeAt(left)
+		x.wakeAt(left)
 	}
 	if d.Status == registry.DeployCanaries {
 		st.rec.Status, st.rec.Message, st.changed = registry.DeployRunning, "", true
@@ -187,7 +223,7 @@ func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time
 		st.replace = append(st.replace, todo[0])
 		todo = todo[1:]
 		if s.StaggerMs > 0 {
-			wakeAt(ms(s.StaggerMs))
+			x.wakeAt(ms(s.StaggerMs))
 			break // one at a time, Stagger= apart (deploy holds it back)
 		}
 	}
@@ -198,7 +234,7 @@ func stepDeployment(d registry.Deployment, insts map[string]deployInst, now time
 		}
 		st.destroy = append(st.destroy, d.Canaries...)
 	}
-	return st
+	return x.st
 }
 
 // canaryNames names d's canaries: the next numbers after the largest
