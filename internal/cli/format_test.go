@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
+	"github.com/flotilla/flotilla/internal/scheduler"
 )
 
 // sampleUnits is a cluster state: a running unit, a global-like unit on
@@ -299,6 +300,12 @@ func TestJudge(t *testing.T) {
 			&apiv1.Unit{Global: true, CurrentState: "launched"}, reached},
 		{"process not asked for: applied loaded is enough", waitTarget{changed: true}, stateLoaded,
 			&apiv1.Unit{CurrentState: "loaded", State: &apiv1.UnitState{Active: "deactivating"}}, reached},
+		{"no machines yet: they may be joining", waitTarget{changed: true, joinUntil: time.Now().Add(time.Hour)}, stateLaunched,
+			&apiv1.Unit{Reason: scheduler.NoMachines}, pending},
+		{"no machines, past the grace", waitTarget{changed: true, joinUntil: time.Now().Add(-time.Second)}, stateLaunched,
+			&apiv1.Unit{Reason: scheduler.NoMachines}, unplaceable},
+		{"another reason is not waited out", waitTarget{changed: true, joinUntil: time.Now().Add(time.Hour)}, stateLaunched,
+			&apiv1.Unit{Reason: "no machine has region=mars"}, unplaceable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := judge(tc.target, tc.want, tc.unit); got != tc.v {
@@ -417,5 +424,13 @@ func TestAgo(t *testing.T) {
 		if got := ago(d); got != want {
 			t.Errorf("ago(%s) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestNoMachinesReason keeps the CLI's copy of the scheduler's reason true:
+// the CLI does not import the scheduler.
+func TestNoMachinesReason(t *testing.T) {
+	if noMachinesReason != scheduler.NoMachines {
+		t.Fatalf("noMachinesReason = %q, scheduler says %q", noMachinesReason, scheduler.NoMachines)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
@@ -92,6 +93,8 @@ type rangeWait struct {
 	reported map[string]bool
 	problems int    // instances that cannot be placed or failed, at the last poll
 	progress string // where the range stands, for a wait that gives up
+	// joinUntil: as waitTarget's.
+	joinUntil time.Time
 }
 
 // maxRangeLines is how many instances of a range that cannot be placed or
@@ -101,10 +104,10 @@ const maxRangeLines = 10
 // rangePage is how many instances of a range a poll reads at once.
 const rangePage = 1000
 
-func newRangeWaits(ranges []unitRange) []*rangeWait {
+func newRangeWaits(ranges []unitRange, joinUntil time.Time) []*rangeWait {
 	ws := make([]*rangeWait, len(ranges))
 	for i, r := range ranges {
-		ws[i] = &rangeWait{unitRange: r, reported: map[string]bool{}}
+		ws[i] = &rangeWait{unitRange: r, reported: map[string]bool{}, joinUntil: joinUntil}
 	}
 	return ws
 }
@@ -181,7 +184,7 @@ func (e *env) rangeUnplaceable(ctx context.Context, r *rangeWait) (unplaceable, 
 		}
 		unplaced = st.Total
 		for _, u := range st.Units {
-			if u.Reason == "" || strings.HasSuffix(u.Reason, movingReason) {
+			if u.Reason == "" || strings.HasSuffix(u.Reason, movingReason) || joining(u.Reason, r.joinUntil) {
 				return unplaceable, unplaced, nil
 			}
 			unplaceable++

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,9 @@ type waitTarget struct {
 	// hash, for a replaced unit, is the hash of its new file: until its
 	// machine reports running that file, what it reports is of the old one.
 	hash string
+	// joinUntil is when a unit not placed because the leader knows no
+	// machine counts as one that cannot be placed (before: pending).
+	joinUntil time.Time
 }
 
 // verdict is where a unit stands on its way to a state.
@@ -68,10 +72,27 @@ func judge(t waitTarget, want string, u *apiv1.Unit) verdict {
 		}
 		return reached
 	}
-	if want != stateInactive && u.Reason != "" && u.MovingFrom == "" && !strings.HasSuffix(u.Reason, movingReason) {
+	if want != stateInactive && u.Reason != "" && u.MovingFrom == "" && !strings.HasSuffix(u.Reason, movingReason) &&
+		!joining(u.Reason, t.joinUntil) {
 		return unplaceable
 	}
 	return pending
+}
+
+// noMachinesReason is the scheduler's reason for a unit not placed because
+// the leader knows no machine (scheduler.NoMachines). A leader that has
+// just begun (a new cluster, a failover) says so until the agents, its own
+// daemon's among them, have said hello: a wait gives them joinGrace.
+const noMachinesReason = "no machines available"
+
+// joinGrace is how long a wait treats "no machines available" as machines
+// still joining: as long as the CLI rides out a leader election.
+const joinGrace = leaderRetry
+
+// joining reports whether a unit not placed for reason may still be
+// placed once machines join: the leader knew none, and it is before until.
+func joining(reason string, until time.Time) bool {
+	return reason == noMachinesReason && time.Now().Before(until)
 }
 
 // movingReason ends the engine's reason for a unit that left a machine it
@@ -199,8 +220,12 @@ func (e *env) wait(ctx context.Context, w waitSpec) error {
 		line = reachedLine
 	}
 	want := w.want
-	pendingTargets := w.targets
-	pendingRanges := newRangeWaits(w.ranges)
+	joinUntil := time.Now().Add(joinGrace)
+	pendingTargets := slices.Clone(w.targets)
+	for i := range pendingTargets {
+		pendingTargets[i].joinUntil = joinUntil
+	}
+	pendingRanges := newRangeWaits(w.ranges, joinUntil)
 	var o outcome
 	pollErrors := 0
 	polls := 0

@@ -9,6 +9,11 @@ import (
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
+// NoMachines is the reason of a unit not placed because the cluster has no
+// machine at all. A leader says it too until its machines have joined (a
+// new cluster, a failover): clients waiting for a unit give it a moment.
+const NoMachines = "no machines available"
+
 // Decide picks the machine a unit that is not global should run on, or says
 // why there is none. It changes nothing: the caller records the decision
 // with Place, after moving the Displaced units (Unplace them, then decide
@@ -47,7 +52,7 @@ func (c *Cluster) Decide(u *Unit) Decision {
 
 func (c *Cluster) decide(u *Unit) Decision {
 	if len(c.machines) == 0 {
-		return Decision{Reason: "no machines available"}
+		return Decision{Reason: NoMachines}
 	}
 	if why := c.replacedEachOther(u); why != "" {
 		return Decision{Reason: why}
