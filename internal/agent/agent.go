@@ -183,6 +183,9 @@ type Agent struct {
 	wants    map[string]want
 	files    map[string]*unit.File
 	protos   map[[2]string]*unit.File // (template's prefix, text) -> an instance parsed from it (parseAssigned)
+	// texts are the unit files the leader sent by key on the current
+	// stream (Assignments.files): assignments name them by key.
+	texts map[string]string
 	haves    map[string]have
 	statuses map[string]report // the driver's latest report per unit (report.go)
 	dirty    map[string]bool   // units whose status is to be sent
@@ -667,7 +670,7 @@ func (a *Agent) hello(rev int64) *agentpb.Hello {
 		Drivers:  a.cfg.Machine.Drivers.Names(),
 		Instance: a.cfg.Machine.Instance,
 		Protocol: int32(a.protocol()),
-	}}
+	}, FilesByHash: true}
 	h.Units = a.statusesLocked(maps.Keys(a.haves), len(a.haves))
 	sort.Slice(h.Units, func(i, j int) bool { return h.Units[i].Name < h.Units[j].Name })
 	a.dirty, a.removed = emptied(a.dirty), emptied(a.removed)
@@ -825,6 +828,7 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 		a.wants = emptiedFor(a.wants, len(as.Units))
 		a.files = emptiedFor(a.files, len(as.Units))
 	}
+	a.takeTexts(as)
 	for _, name := range as.Removed {
 		delete(a.wants, name)
 		delete(a.files, name)
@@ -843,7 +847,12 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 			a.log.Error("assigned a template unit; only its instances run", "unit", as.Name)
 			continue
 		}
-		f, err := a.parseAssigned(as.Name, as.File)
+		text, ok := a.textOf(as)
+		if !ok {
+			a.log.Error("assigned unit names a file the leader did not send; not running it", "unit", as.Name, "file_key", as.FileKey)
+			continue
+		}
+		f, err := a.parseAssigned(as.Name, text)
 		if err != nil {
 			a.log.Error("assigned unit does not parse; not running it", "unit", as.Name, "err", err)
 			continue
@@ -927,6 +936,26 @@ func (a *Agent) parseAssigned(name, text string) (*unit.File, error) {
 	}
 	a.protos[k] = f
 	return f, nil
+}
+
+// takeTexts keeps the files as sends by key: a full set or a reset
+// starts the table again (the first message of every stream is a full
+// set). Callers hold mu.
+func (a *Agent) takeTexts(as *agentpb.Assignments) {
+	if as.Full || as.FilesReset || a.texts == nil {
+		a.texts = make(map[string]string, len(as.Files))
+	}
+	maps.Copy(a.texts, as.Files)
+}
+
+// textOf is the text of as's file: its own, or the one sent under its
+// key (false: none was). Callers hold mu.
+func (a *Agent) textOf(as *agentpb.Assignment) (string, bool) {
+	if as.File == "" && as.FileKey != "" {
+		text, ok := a.texts[as.FileKey]
+		return text, ok
+	}
+	return as.File, true
 }
 
 // sharedLoader is a driver that loads unit name from a file parsed for

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -624,4 +626,46 @@ func TestSingletonsNotedFromDeltas(t *testing.T) {
 	send(false, nil, &agentpb.Assignment{Name: "s.service", File: singletonText("30s"), DesiredState: "launched"})
 	send(true, nil, &agentpb.Assignment{Name: "a.service", File: unitText(false), DesiredState: "launched"})
 	check("a full set without it", 0)
+}
+
+// TestAgentFilesByKey: an assignment may name its file by the key of a
+// text sent in the same message or an earlier one of the stream; a full
+// set or files_reset forgets them, and a key never sent is refused, not
+// run with an empty file.
+func TestAgentFilesByKey(t *testing.T) {
+	a, _ := newTestAgent(t, time.Minute)
+	if !a.hello(1).FilesByHash {
+		t.Fatal("the agent's Hello does not say it takes files by key")
+	}
+	text := "[Service]\nExecStart=/bin/sleep 100\n"
+	send := func(as *agentpb.Assignments) {
+		a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: as}}, a.cfg.Mono())
+	}
+	wanted := func() []string {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return slices.Sorted(maps.Keys(a.wants))
+	}
+	send(&agentpb.Assignments{Full: true, Files: map[string]string{"k1": text}, Units: []*agentpb.Assignment{
+		{Name: "web@1.service", FileKey: "k1", DesiredState: "loaded"},
+		{Name: "web@2.service", FileKey: "k1", DesiredState: "loaded"},
+	}})
+	send(&agentpb.Assignments{Units: []*agentpb.Assignment{{Name: "web@3.service", FileKey: "k1", DesiredState: "loaded"}}})
+	if got := wanted(); !slices.Equal(got, []string{"web@1.service", "web@2.service", "web@3.service"}) {
+		t.Fatalf("wanted %v, want the three instances", got)
+	}
+	a.mu.Lock()
+	raw := a.files["web@3.service"].Raw
+	a.mu.Unlock()
+	if raw != text {
+		t.Fatalf("web@3's file = %q, want the text sent under k1 in the earlier message", raw)
+	}
+	send(&agentpb.Assignments{FilesReset: true, Units: []*agentpb.Assignment{{Name: "web@4.service", FileKey: "k1", DesiredState: "loaded"}}})
+	if got := wanted(); slices.Contains(got, "web@4.service") {
+		t.Fatalf("wanted %v: web@4 named a key forgotten by files_reset, yet it is wanted", got)
+	}
+	send(&agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{{Name: "web@1.service", FileKey: "k1", DesiredState: "loaded"}}})
+	if got := wanted(); len(got) != 0 {
+		t.Fatalf("wanted %v after a full set naming a key it does not send, want none", got)
+	}
 }

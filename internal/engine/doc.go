@@ -43,6 +43,12 @@
 //	both directions   Heartbeat                           when idle, every heartbeat interval (heartbeat.go)
 //	agent  -> leader  Leave                               last: its units are stopped, it leaves
 //
+// An agent whose Hello says files_by_hash is sent each instance's file (its
+// template's text) once a stream, in Assignments.files under a key the
+// leader gives it, and the instances' assignments name the key
+// (stream.go's sendByKey): a machine of a thousand instances gets one copy
+// of their file, where older agents get it whole in every assignment.
+//
 // The leader refuses a Hello naming another term (leader_rev), and ends every
 // stream when its term ends; the agent then looks the leader up again.
 //

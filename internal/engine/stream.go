@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +49,17 @@ type agentConn struct {
 	// hold is the term's: while it is on, queued assignments do not wake
 	// the sender (see wakeHold).
 	hold *wakeHold
+	// byHash: the agent takes files by key (Hello.files_by_hash); texts
+	// holds the key this stream gave each text it sent, by the text's
+	// content key (take).
+	byHash bool
+	texts  map[string]string
 }
+
+// maxSentFiles bounds the file texts an agent keeps by key for a stream:
+// past it the leader starts the table again (files_reset). Each is a text
+// a template's instances share, so a machine holds a few.
+const maxSentFiles = 256
 
 // wakeHold gathers the streams that assignments were queued for while a
 // pass applies a slice of placements, so that each agent's sender wakes
@@ -163,6 +174,15 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 	if c.full {
 		as.AgentTtlMs = c.agentTTL.Milliseconds()
 	}
+	if c.full || len(c.texts) >= maxSentFiles {
+		as.FilesReset = !c.full && c.byHash
+		c.texts = nil
+	}
+	var memo struct { // the last file and text sent by key
+		file         *unit.File
+		shared       bool
+		content, key string
+	}
 	for name, r := range c.pending {
 		if r == nil {
 			if !c.full {
@@ -170,7 +190,15 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 			}
 			continue
 		}
-		as.Units = append(as.Units, assignment(r))
+		a := assignment(r)
+		if c.byHash && r.content != "" { // an instance: its template's text
+			if r.content == memo.content { // instances of a template come together
+				a.File, a.FileKey = "", memo.key
+			} else {
+				memo.content, memo.key = r.content, c.sendByKey(as, a, r.content)
+			}
+		}
+		as.Units = append(as.Units, a)
 	}
 	for name := range c.destroyed {
 		as.Destroyed = append(as.Destroyed, name)
@@ -180,6 +208,31 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 	c.pending = map[string]*unitRec{}
 	c.destroyed = nil
 	return &agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: as}}
+}
+
+// sendByKey leaves a's file out, naming it by a key of this stream's, and
+// sends its text in as's files unless this stream sent it already: the
+// files of instances, each its template's text (specifiers are expanded
+// where it is parsed, from the instance's name), whose content key is
+// content. A machine running a thousand instances gets their file once. The
+// key is a number the leader gives each text it sends on the stream,
+// shorter than any content hash (many a unit file is shorter than one).
+// Callers hold c.mu.
+func (c *agentConn) sendByKey(as *agentpb.Assignments, a *agentpb.Assignment, content string) string {
+	key, ok := c.texts[content]
+	if !ok {
+		if c.texts == nil {
+			c.texts = map[string]string{}
+		}
+		key = strconv.Itoa(len(c.texts) + 1)
+		c.texts[content] = key
+		if as.Files == nil {
+			as.Files = map[string]string{}
+		}
+		as.Files[key] = a.File
+	}
+	a.File, a.FileKey = "", key
+	return key
 }
 
 // Connect serves one agent's stream while this engine leads.
@@ -211,6 +264,7 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	}
 	defer t.detach(conn)
+	conn.byHash = hello.FilesByHash // before its sender starts, below
 	t.streams.Add(1)
 	defer t.streams.Add(-1)
 	e.cfg.Metrics.AgentStreams.Inc()

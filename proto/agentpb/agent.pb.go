@@ -565,7 +565,11 @@ type Hello struct {
 	Units   []*UnitStatus          `protobuf:"bytes,2,rep,name=units,proto3" json:"units,omitempty"`
 	// leader_rev is the election revision of the leader the agent believes it
 	// is talking to; a leader with another revision refuses the stream.
-	LeaderRev     int64 `protobuf:"varint,3,opt,name=leader_rev,json=leaderRev,proto3" json:"leader_rev,omitempty"`
+	LeaderRev int64 `protobuf:"varint,3,opt,name=leader_rev,json=leaderRev,proto3" json:"leader_rev,omitempty"`
+	// files_by_hash says the agent takes assignments that name their file by
+	// a key (Assignment.file_key, Assignments.files); a leader sends older
+	// agents every file whole.
+	FilesByHash   bool `protobuf:"varint,4,opt,name=files_by_hash,json=filesByHash,proto3" json:"files_by_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -619,6 +623,13 @@ func (x *Hello) GetLeaderRev() int64 {
 		return x.LeaderRev
 	}
 	return 0
+}
+
+func (x *Hello) GetFilesByHash() bool {
+	if x != nil {
+		return x.FilesByHash
+	}
+	return false
 }
 
 // StatusUpdate carries changed unit states; removed names units the driver
@@ -850,7 +861,11 @@ type Assignment struct {
 	DesiredState string `protobuf:"bytes,4,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
 	// global units keep running when the agent loses the leader, and are
 	// never replaced.
-	Global        bool `protobuf:"varint,5,opt,name=global,proto3" json:"global,omitempty"`
+	Global bool `protobuf:"varint,5,opt,name=global,proto3" json:"global,omitempty"`
+	// file_key, when file is empty, names the file's text in
+	// Assignments.files of this or an earlier message of the stream (a key
+	// the leader gives each text it sends on the stream).
+	FileKey       string `protobuf:"bytes,6,opt,name=file_key,json=fileKey,proto3" json:"file_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -920,6 +935,13 @@ func (x *Assignment) GetGlobal() bool {
 	return false
 }
 
+func (x *Assignment) GetFileKey() string {
+	if x != nil {
+		return x.FileKey
+	}
+	return ""
+}
+
 // Assignments is either the agent's full desired set (full=true: anything not
 // listed must be unloaded) or a delta (units to add or change, names to
 // remove).
@@ -938,7 +960,18 @@ type Assignments struct {
 	// (and, in a full set, units the agent reported that are not listed)
 	// that were destroyed rather than moved. The agent removes their logs
 	// once it has unloaded them.
-	Destroyed     []string `protobuf:"bytes,6,rep,name=destroyed,proto3" json:"destroyed,omitempty"`
+	Destroyed []string `protobuf:"bytes,6,rep,name=destroyed,proto3" json:"destroyed,omitempty"`
+	// files are unit file texts by key, sent once a stream to an
+	// agent that said files_by_hash: an assignment with an empty file and a
+	// file_key runs the text sent under that key in this message or an
+	// earlier one of the stream. The
+	// leader sends the files of instances so (each is its template's text,
+	// specifiers expanded where it is parsed), so that a machine running a
+	// thousand instances gets their file once. A full set (full=true) or
+	// files_reset starts the table again, before this message's files are
+	// taken.
+	Files         map[string]string `protobuf:"bytes,7,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	FilesReset    bool              `protobuf:"varint,8,opt,name=files_reset,json=filesReset,proto3" json:"files_reset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1015,6 +1048,20 @@ func (x *Assignments) GetDestroyed() []string {
 	return nil
 }
 
+func (x *Assignments) GetFiles() map[string]string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *Assignments) GetFilesReset() bool {
+	if x != nil {
+		return x.FilesReset
+	}
+	return false
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -1064,12 +1111,13 @@ const file_agent_proto_rawDesc = "" +
 	"\theartbeat\x18\x03 \x01(\v2\x1c.flotilla.agent.v1.HeartbeatH\x00R\theartbeat\x120\n" +
 	"\x05leave\x18\x04 \x01(\v2\x18.flotilla.agent.v1.LeaveH\x00R\x05leaveB\x05\n" +
 	"\x03msg\"\a\n" +
-	"\x05Leave\"\x91\x01\n" +
+	"\x05Leave\"\xb5\x01\n" +
 	"\x05Hello\x124\n" +
 	"\amachine\x18\x01 \x01(\v2\x1a.flotilla.agent.v1.MachineR\amachine\x123\n" +
 	"\x05units\x18\x02 \x03(\v2\x1d.flotilla.agent.v1.UnitStatusR\x05units\x12\x1d\n" +
 	"\n" +
-	"leader_rev\x18\x03 \x01(\x03R\tleaderRev\"]\n" +
+	"leader_rev\x18\x03 \x01(\x03R\tleaderRev\x12\"\n" +
+	"\rfiles_by_hash\x18\x04 \x01(\bR\vfilesByHash\"]\n" +
 	"\fStatusUpdate\x123\n" +
 	"\x05units\x18\x01 \x03(\v2\x1d.flotilla.agent.v1.UnitStatusR\x05units\x12\x18\n" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\"(\n" +
@@ -1081,14 +1129,15 @@ const file_agent_proto_rawDesc = "" +
 	"\x0esent_mono_nano\x18\x03 \x01(\x03R\fsentMonoNano\x12\x18\n" +
 	"\aengines\x18\x04 \x03(\tR\aengines\x12!\n" +
 	"\fheartbeat_ms\x18\x05 \x01(\x03R\vheartbeatMsB\x05\n" +
-	"\x03msg\"\x85\x01\n" +
+	"\x03msg\"\xa0\x01\n" +
 	"\n" +
 	"Assignment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
 	"\x04file\x18\x03 \x01(\tR\x04file\x12#\n" +
 	"\rdesired_state\x18\x04 \x01(\tR\fdesiredState\x12\x16\n" +
-	"\x06global\x18\x05 \x01(\bR\x06global\"\xcf\x01\n" +
+	"\x06global\x18\x05 \x01(\bR\x06global\x12\x19\n" +
+	"\bfile_key\x18\x06 \x01(\tR\afileKey\"\xeb\x02\n" +
 	"\vAssignments\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x123\n" +
 	"\x05units\x18\x02 \x03(\v2\x1d.flotilla.agent.v1.AssignmentR\x05units\x12\x18\n" +
@@ -1097,7 +1146,14 @@ const file_agent_proto_rawDesc = "" +
 	"leader_rev\x18\x04 \x01(\x03R\tleaderRev\x12 \n" +
 	"\fagent_ttl_ms\x18\x05 \x01(\x03R\n" +
 	"agentTtlMs\x12\x1c\n" +
-	"\tdestroyed\x18\x06 \x03(\tR\tdestroyed2\xa5\x01\n" +
+	"\tdestroyed\x18\x06 \x03(\tR\tdestroyed\x12?\n" +
+	"\x05files\x18\a \x03(\v2).flotilla.agent.v1.Assignments.FilesEntryR\x05files\x12\x1f\n" +
+	"\vfiles_reset\x18\b \x01(\bR\n" +
+	"filesReset\x1a8\n" +
+	"\n" +
+	"FilesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xa5\x01\n" +
 	"\x06Engine\x12P\n" +
 	"\aConnect\x12\x1f.flotilla.agent.v1.AgentMessage\x1a .flotilla.agent.v1.EngineMessage(\x010\x01\x12I\n" +
 	"\x06Leader\x12 .flotilla.agent.v1.LeaderRequest\x1a\x1d.flotilla.agent.v1.LeaderInfoB,Z*github.com/flotilla/flotilla/proto/agentpbb\x06proto3"
@@ -1114,7 +1170,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 	return file_agent_proto_rawDescData
 }
 
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_agent_proto_goTypes = []any{
 	(*LeaderRequest)(nil), // 0: flotilla.agent.v1.LeaderRequest
 	(*LeaderInfo)(nil),    // 1: flotilla.agent.v1.LeaderInfo
@@ -1129,6 +1185,7 @@ var file_agent_proto_goTypes = []any{
 	(*Assignment)(nil),    // 10: flotilla.agent.v1.Assignment
 	(*Assignments)(nil),   // 11: flotilla.agent.v1.Assignments
 	nil,                   // 12: flotilla.agent.v1.Machine.MetadataEntry
+	nil,                   // 13: flotilla.agent.v1.Assignments.FilesEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	12, // 0: flotilla.agent.v1.Machine.metadata:type_name -> flotilla.agent.v1.Machine.MetadataEntry
@@ -1142,15 +1199,16 @@ var file_agent_proto_depIdxs = []int32{
 	11, // 8: flotilla.agent.v1.EngineMessage.assignments:type_name -> flotilla.agent.v1.Assignments
 	8,  // 9: flotilla.agent.v1.EngineMessage.heartbeat:type_name -> flotilla.agent.v1.Heartbeat
 	10, // 10: flotilla.agent.v1.Assignments.units:type_name -> flotilla.agent.v1.Assignment
-	4,  // 11: flotilla.agent.v1.Engine.Connect:input_type -> flotilla.agent.v1.AgentMessage
-	0,  // 12: flotilla.agent.v1.Engine.Leader:input_type -> flotilla.agent.v1.LeaderRequest
-	9,  // 13: flotilla.agent.v1.Engine.Connect:output_type -> flotilla.agent.v1.EngineMessage
-	1,  // 14: flotilla.agent.v1.Engine.Leader:output_type -> flotilla.agent.v1.LeaderInfo
-	13, // [13:15] is the sub-list for method output_type
-	11, // [11:13] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 11: flotilla.agent.v1.Assignments.files:type_name -> flotilla.agent.v1.Assignments.FilesEntry
+	4,  // 12: flotilla.agent.v1.Engine.Connect:input_type -> flotilla.agent.v1.AgentMessage
+	0,  // 13: flotilla.agent.v1.Engine.Leader:input_type -> flotilla.agent.v1.LeaderRequest
+	9,  // 14: flotilla.agent.v1.Engine.Connect:output_type -> flotilla.agent.v1.EngineMessage
+	1,  // 15: flotilla.agent.v1.Engine.Leader:output_type -> flotilla.agent.v1.LeaderInfo
+	14, // [14:16] is the sub-list for method output_type
+	12, // [12:14] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1174,7 +1232,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
