@@ -179,13 +179,13 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	wants    map[string]want
-	files    map[string]*unit.File
-	protos   map[[2]string]*unit.File // (template's prefix, text) -> an instance parsed from it (parseAssigned)
+	mu     sync.Mutex
+	wants  map[string]want
+	files  map[string]*unit.File
+	protos map[[2]string]*unit.File // (template's prefix, text) -> an instance parsed from it (parseAssigned)
 	// texts are the unit files the leader sent by key on the current
 	// stream (Assignments.files): assignments name them by key.
-	texts map[string]string
+	texts    map[string]string
 	haves    map[string]have
 	statuses map[string]report // the driver's latest report per unit (report.go)
 	dirty    map[string]bool   // units whose status is to be sent
