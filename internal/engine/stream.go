@@ -197,6 +197,7 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 			} else {
 				memo.content, memo.key = r.content, c.sendByKey(as, a, r.content)
 			}
+			a.Hash = "" // the agent hashes the file as it parses it
 		}
 		as.Units = append(as.Units, a)
 	}

@@ -50,6 +50,9 @@ func TestTakeFilesByKey(t *testing.T) {
 			t.Errorf("%s: file %q key %q, want the key of its template's text alone", n, a.File, a.FileKey)
 		}
 	}
+	if a := units["web@1.service"]; a.Hash != "" {
+		t.Errorf("web@1: hash %q sent with its file's key; the agent hashes the file itself", a.Hash)
+	}
 	if units["web@1.service"].FileKey != units["web@2.service"].FileKey {
 		t.Errorf("web@1 and web@2 have keys %q and %q, want one", units["web@1.service"].FileKey, units["web@2.service"].FileKey)
 	}

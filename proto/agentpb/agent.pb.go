@@ -864,7 +864,8 @@ type Assignment struct {
 	Global bool `protobuf:"varint,5,opt,name=global,proto3" json:"global,omitempty"`
 	// file_key, when file is empty, names the file's text in
 	// Assignments.files of this or an earlier message of the stream (a key
-	// the leader gives each text it sends on the stream).
+	// the leader gives each text it sends on the stream). hash is then
+	// empty: the agent hashes the file as it parses it.
 	FileKey       string `protobuf:"bytes,6,opt,name=file_key,json=fileKey,proto3" json:"file_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
