@@ -126,6 +126,16 @@ func (e *Engine) ApplyWith(ctx context.Context, changes []Change, opts ApplyOpti
 	if _, err := unit.OverrideUpdate(unit.DefaultUpdate, opts.Update); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	for _, c := range changes {
+		// The API checks desired states; a caller that did not would
+		// otherwise stop the leader's loop (wantOf panics).
+		if c.DesiredState == "" {
+			continue
+		}
+		if _, err := unit.ParseDesiredState(string(c.DesiredState)); err != nil {
+			return fmt.Errorf("%w: unit %s: %w", ErrInvalid, c.Name, err)
+		}
+	}
 	return e.submit(ctx, &unitsWrite{changes: changes, by: opts.By, check: opts.CheckIndex, update: opts.Update})
 }
 
