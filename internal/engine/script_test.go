@@ -13,7 +13,6 @@ package engine_test
 // docs/testing.md describes the directives.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -67,13 +67,17 @@ type harness struct {
 	agents  map[string]*hAgent
 	lastRev int64
 	nreq    int
+	// who holds each election key (by the machine its value names)
+	candidates map[string]string
+
+	emu sync.Mutex // engines: agents look for the leader
 
 	mu     sync.Mutex
 	events []event
 }
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, start: time.Now(), store: memetcd.New(), engines: map[string]*hEngine{}, agents: map[string]*hAgent{}}
+	h := &harness{t: t, start: time.Now(), store: memetcd.New(), engines: map[string]*hEngine{}, agents: map[string]*hAgent{}, candidates: map[string]string{}}
 	h.lastRev = h.store.Rev()
 	return h
 }
@@ -89,7 +93,11 @@ func (h *harness) close() {
 		a.stop()
 	}
 	for _, e := range h.engines {
-		e.stop()
+		e.cancel()
+	}
+	for _, e := range h.engines {
+		<-e.done
+		e.cli.Close()
 	}
 	h.store.Close()
 	synctest.Wait()
@@ -101,17 +109,22 @@ type hEngine struct {
 	cli    *memetcd.Client
 	cancel context.CancelFunc
 	done   chan struct{}
-	dead   bool
+	dead   atomic.Bool
 }
 
+// stop stops the engine as its daemon would on SIGTERM: it resigns.
 func (e *hEngine) stop() {
-	if e.dead {
-		return
-	}
-	e.dead = true
+	e.dead.Store(true)
 	e.cancel()
 	<-e.done
-	e.cli.Close()
+}
+
+// kill kills the engine's daemon: its connections drop, and it says
+// nothing more to anyone (its goroutines end in the background).
+func (e *hEngine) kill() {
+	e.dead.Store(true)
+	e.cli.Cut(true)
+	e.cancel()
 }
 
 // run runs one directive and returns its output.
@@ -126,11 +139,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		// A daemon killed: its connections drop and it says nothing more
 		// to etcd (its lease lapses).
 		e := h.engine(t, d.CmdArgs[0].Key)
-		e.cli.Cut(true)
+		e.kill()
 		for _, a := range h.agents {
 			a.dropIf(e)
 		}
-		e.stop()
 		say("%s killed", e.name)
 	case "stop":
 		e := h.engine(t, d.CmdArgs[0].Key)
@@ -363,11 +375,13 @@ func (h *harness) agent(t *testing.T, name string) *hAgent {
 // leader is the engine that leads, the newest term's when two think they
 // do (a degraded one answers reads until it learns of the other).
 func (h *harness) leader() *hEngine {
+	h.emu.Lock()
+	defer h.emu.Unlock()
 	var best *hEngine
 	var bestRev int64
 	for _, name := range slices.Sorted(maps.Keys(h.engines)) {
 		e := h.engines[name]
-		if e.dead {
+		if e.dead.Load() {
 			continue
 		}
 		if ok, rev := e.e.IsLeader(); ok && rev > bestRev {
@@ -378,7 +392,7 @@ func (h *harness) leader() *hEngine {
 }
 
 func (h *harness) startEngine(t *testing.T, name string, d *datadriven.TestData) {
-	if old := h.engines[name]; old != nil && !old.dead {
+	if old := h.engines[name]; old != nil && !old.dead.Load() {
 		t.Fatalf("%s: engine %s runs", d.Pos, name)
 	}
 	cfg := engine.Config{Machine: name, ElectionTTL: 2 * time.Second, AgentTTL: 10 * time.Second,
@@ -403,7 +417,13 @@ func (h *harness) startEngine(t *testing.T, name string, d *datadriven.TestData)
 	ctx, cancel := context.WithCancel(context.Background())
 	he := &hEngine{name: name, e: e, cli: cli, cancel: cancel, done: make(chan struct{})}
 	go func() { e.Run(ctx); close(he.done) }()
+	h.emu.Lock()
+	if old := h.engines[name]; old != nil {
+		<-old.done // a killed engine's goroutines are gone before its name is reused
+		old.cli.Close()
+	}
 	h.engines[name] = he
+	h.emu.Unlock()
 }
 
 // request runs a request on the leader, answered now or later.
@@ -462,10 +482,18 @@ func (h *harness) flush() string {
 		for _, ev := range w.Events {
 			key := strings.TrimPrefix(ev.Key, registry.DefaultPrefix)
 			var line string
+			if strings.HasPrefix(key, "election/") {
+				if !ev.Delete {
+					var in struct{ Machine string }
+					json.Unmarshal(ev.Value, &in)
+					h.candidates[key] = in.Machine
+				}
+				key = "election/<" + h.candidates[key] + ">" // its lease ID is not worth reading
+			}
 			if ev.Delete {
 				line = fmt.Sprintf("rev %d %s: del %s", w.Rev, orExpiry(w.Client), key)
 			} else {
-				line = fmt.Sprintf("rev %d %s: put %s %s", w.Rev, orExpiry(w.Client), electionKey(key), summary(key, ev.Value))
+				line = fmt.Sprintf("rev %d %s: put %s %s", w.Rev, orExpiry(w.Client), key, summary(key, ev.Value))
 			}
 			h.mu.Lock()
 			h.events = append(h.events, event{at: w.At, group: 0, text: line})
@@ -510,25 +538,43 @@ func orExpiry(client string) string {
 	return client
 }
 
-// electionKey hides a candidate key's lease ID (the store numbers leases
-// in order, but a reader need not care).
-func electionKey(key string) string {
-	if strings.HasPrefix(key, "election/") {
-		return "election/<lease>"
-	}
-	return key
-}
-
-// summary shortens a value for the output.
+// summary shortens a value for the output: a unit's file is shown by its
+// size (the script that submitted it shows it whole) and hashes by their
+// first 7 digits.
 func summary(key string, v []byte) string {
 	if strings.HasPrefix(key, "files/") {
 		return fmt.Sprintf("(%d bytes)", len(v))
 	}
-	var c bytes.Buffer
-	if json.Compact(&c, v) == nil {
-		v = c.Bytes()
+	var x any
+	if json.Unmarshal(v, &x) != nil {
+		return short(string(v), 300)
 	}
-	return short(string(v), 200)
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(scrub("", x))
+	return short(strings.TrimSpace(b.String()), 300)
+}
+
+func scrub(key string, x any) any {
+	switch x := x.(type) {
+	case map[string]any:
+		for k, v := range x {
+			x[k] = scrub(k, v)
+		}
+	case []any:
+		for i, v := range x {
+			x[i] = scrub(key, v)
+		}
+	case string:
+		if key == "file" {
+			return fmt.Sprintf("<%d bytes>", len(x))
+		}
+		if (len(x) == 32 || len(x) == 40) && strings.Trim(x, "0123456789abcdef") == "" {
+			return x[:7]
+		}
+	}
+	return x
 }
 
 func short(s string, n int) string {
@@ -728,10 +774,18 @@ func (a *hAgent) run() {
 		a.mu.Lock()
 		st, off := a.stream, a.off
 		a.mu.Unlock()
-		if st == nil && !off {
-			if le := a.h.leader(); le != nil {
-				a.open(le)
-			}
+		le := a.h.leader()
+		if st != nil && le != nil && a.onEngine() != le {
+			// The agent learns of a new leader (from etcd, or from the
+			// engines it asks) and moves its stream there.
+			st.close()
+			<-st.ended
+			a.mu.Lock()
+			st = a.stream
+			a.mu.Unlock()
+		}
+		if st == nil && !off && le != nil {
+			a.open(le)
 		}
 		select {
 		case <-a.ctx.Done():
@@ -752,6 +806,12 @@ func (a *hAgent) run() {
 		s.close()
 		<-s.ended
 	}
+}
+
+func (a *hAgent) onEngine() *hEngine {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.on
 }
 
 func (a *hAgent) open(le *hEngine) {
@@ -775,7 +835,11 @@ func (a *hAgent) open(le *hEngine) {
 			a.stream, a.on = nil, nil
 		}
 		a.mu.Unlock()
-		a.h.note(1, a.name, fmt.Sprintf("%s: stream to %s ended: %s", a.name, le.name, streamErr(err)))
+		if s.lost.Load() {
+			a.h.note(1, a.name, fmt.Sprintf("%s: lost its stream to %s (the daemon died)", a.name, le.name))
+		} else {
+			a.h.note(1, a.name, fmt.Sprintf("%s: stream to %s ended: %s", a.name, le.name, streamErr(err)))
+		}
 		go func() {
 			select {
 			case <-time.After(time.Second):
@@ -803,6 +867,7 @@ func (a *hAgent) dropIf(e *hEngine) {
 	on := a.on
 	a.mu.Unlock()
 	if s != nil && on == e {
+		s.lost.Store(true)
 		s.close()
 		<-s.ended
 	}
@@ -960,6 +1025,7 @@ type fakeStream struct {
 	a      *hAgent
 	in     chan *agentpb.AgentMessage
 	ended  chan struct{}
+	lost   atomic.Bool // the engine's daemon died
 }
 
 func (s *fakeStream) close() { s.cancel() }
