@@ -54,9 +54,10 @@ func TestScripts(t *testing.T) {
 // event is one thing that happened, for a directive's output.
 type event struct {
 	at    time.Time
-	group int // 0 etcd, 1 agents, 2 answers: the order within one instant
+	group int // 0 etcd, 1 agents' messages, 2 agents' streams, 3 answers: the order within one instant
 	who   string
 	text  string
+	msg   *agentpb.Assignments // group 1
 }
 
 type harness struct {
@@ -69,6 +70,7 @@ type harness struct {
 	nreq    int
 	// who holds each election key (by the machine its value names)
 	candidates map[string]string
+	views      map[string]shown // by agent
 
 	emu sync.Mutex // engines: agents look for the leader
 
@@ -77,7 +79,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, start: time.Now(), store: memetcd.New(), engines: map[string]*hEngine{}, agents: map[string]*hAgent{}, candidates: map[string]string{}}
+	h := &harness{t: t, start: time.Now(), store: memetcd.New(), engines: map[string]*hEngine{}, agents: map[string]*hAgent{}, candidates: map[string]string{}, views: map[string]shown{}}
 	h.lastRev = h.store.Rev()
 	return h
 }
@@ -100,6 +102,10 @@ func (h *harness) close() {
 		e.cli.Close()
 	}
 	h.store.Close()
+	// What the engines left behind (a resignation etcd never answered)
+	// gives up on its own timeout: let the bubble's time run out so
+	// that every goroutine has ended when the bubble does.
+	time.Sleep(time.Hour)
 	synctest.Wait()
 }
 
@@ -139,10 +145,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		// A daemon killed: its connections drop and it says nothing more
 		// to etcd (its lease lapses).
 		e := h.engine(t, d.CmdArgs[0].Key)
-		e.kill()
-		for _, a := range h.agents {
-			a.dropIf(e)
+		for _, name := range slices.Sorted(maps.Keys(h.agents)) {
+			h.agents[name].dropIf(e)
 		}
+		e.kill()
 		say("%s killed", e.name)
 	case "stop":
 		e := h.engine(t, d.CmdArgs[0].Key)
@@ -158,6 +164,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	if st.Active == "active" {
 		st.Health, st.Pid = "healthy", 1
 	}
+	st.SinceUnixNano = time.Now().UnixNano()
 		for _, arg := range d.CmdArgs[3:] {
 			switch arg.Key {
 			case "sub":
@@ -213,6 +220,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.request(d.Cmd+" "+name, func(ctx context.Context, e *engine.Engine) error { return e.ApplyWith(ctx, []engine.Change{c}, opts) })
 	case "start", "stop-unit", "load", "destroy":
 		var cs []engine.Change
+		bad := false
 		for _, arg := range d.CmdArgs {
 			c := engine.Change{Name: arg.Key}
 			switch d.Cmd {
@@ -226,13 +234,16 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				c.Destroy = true
 			}
 			if tmpl, r, ok, err := unit.ParseRange(arg.Key); err != nil {
-				say("bad range: %v", err)
+				say("refused by unit.ParseRange: %v", err)
+				bad = true
 			} else if ok {
 				c.Name, c.Range = tmpl, &r
 			}
 			cs = append(cs, c)
 		}
-		h.request(d.Cmd+" "+joinArgs(d), func(ctx context.Context, e *engine.Engine) error { return e.Apply(ctx, cs) })
+		if !bad {
+			h.request(d.Cmd+" "+joinArgs(d), func(ctx context.Context, e *engine.Engine) error { return e.Apply(ctx, cs) })
+		}
 	case "drain", "undrain":
 		m := d.CmdArgs[0].Key
 		par := 0
@@ -252,7 +263,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			if len(arg.Vals) == 0 {
 				patch[arg.Key] = nil
 			} else {
-				v := arg.Vals[0]
+				v := strings.Join(arg.Vals, ",")
 				patch[arg.Key] = &v
 			}
 		}
@@ -263,7 +274,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.request(fmt.Sprintf("revert %s %d", name, v), func(ctx context.Context, e *engine.Engine) error {
 			n, err := e.Revert(ctx, name, v, engine.ApplyOptions{By: "script"}, nil)
 			if err == nil {
-				h.note(2, "", fmt.Sprintf("reverted %s to version %d as version %d", name, v, n))
+				h.note(3, "", fmt.Sprintf("reverted %s to version %d as version %d", name, v, n))
 			}
 			return err
 		})
@@ -314,12 +325,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "leader", "engine":
 		h.printLeader(&out)
 	case "dump":
-		for _, l := range h.store.Dump(registry.DefaultPrefix) {
-			l = strings.TrimPrefix(l, registry.DefaultPrefix)
-			if strings.HasPrefix(l, "election/") {
-				continue // lease IDs, shown by leader
+		for _, kv := range h.store.Dump(registry.DefaultPrefix) {
+			key := strings.TrimPrefix(kv.Key, registry.DefaultPrefix)
+			if strings.HasPrefix(key, "election/") {
+				continue // the leader directive says who leads
 			}
-			say("%s", short(l, 160))
+			say("%s %s", key, summary(key, kv.Value))
 		}
 	case "versions":
 		h.printVersions(&out, d.CmdArgs[0].Key)
@@ -432,7 +443,7 @@ func (h *harness) request(what string, f func(context.Context, *engine.Engine) e
 	n := h.nreq
 	le := h.leader()
 	if le == nil {
-		h.note(2, "", fmt.Sprintf("#%d %s: no leader", n, what))
+		h.note(3, "", fmt.Sprintf("#%d %s: no leader", n, what))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -442,35 +453,23 @@ func (h *harness) request(what string, f func(context.Context, *engine.Engine) e
 		defer close(done)
 		err := f(ctx, le.e)
 		if err != nil {
-			h.note(2, "", fmt.Sprintf("#%d %s: %s", n, what, errText(err)))
+			h.note(3, "", fmt.Sprintf("#%d %s: %s", n, what, errText(err)))
 		} else {
-			h.note(2, "", fmt.Sprintf("#%d %s: ok", n, what))
+			h.note(3, "", fmt.Sprintf("#%d %s: ok", n, what))
 		}
 	}()
 	synctest.Wait()
 	select {
 	case <-done:
 	default:
-		h.note(2, "", fmt.Sprintf("#%d %s: waiting", n, what))
+		h.note(3, "", fmt.Sprintf("#%d %s: waiting", n, what))
 	}
 }
 
+// errText is an error as the output shows it: the engine's errors begin
+// with their kind (engine.ErrConflict's "conflict: ...").
 func errText(err error) string {
-	kind := ""
-	for _, k := range []struct {
-		err  error
-		name string
-	}{{engine.ErrInvalid, "invalid"}, {engine.ErrConflict, "conflict"}, {engine.ErrNotFound, "not found"},
-		{engine.ErrUnavailable, "unavailable"}, {engine.ErrNotLeader, "not leader"}, {context.DeadlineExceeded, "timeout"}} {
-		if errors.Is(err, k.err) {
-			kind = k.name
-			break
-		}
-	}
-	if kind == "" {
-		return "error: " + err.Error()
-	}
-	return kind + ": " + err.Error()
+	return err.Error()
 }
 
 // flush returns what happened since the last directive: events in time
@@ -479,6 +478,9 @@ func errText(err error) string {
 func (h *harness) flush() string {
 	for _, w := range h.store.Writes(h.lastRev) {
 		h.lastRev = w.Rev
+		// One transaction is one change: its ops are shown by key, not
+		// in the order the engine happened to list them.
+		slices.SortStableFunc(w.Events, func(a, b memetcd.Event) int { return strings.Compare(a.Key, b.Key) })
 		for _, ev := range w.Events {
 			key := strings.TrimPrefix(ev.Key, registry.DefaultPrefix)
 			var line string
@@ -513,18 +515,98 @@ func (h *harness) flush() string {
 			return a.group < b.group
 		}
 		if a.group == 1 {
-			return a.who < b.who
+			return a.who < b.who // and as they came
 		}
-		if a.group == 2 {
+		if a.group >= 2 {
 			return a.text < b.text
 		}
 		return false // etcd: by revision, as noted
 	})
 	var out strings.Builder
-	for _, ev := range evs {
+	for i := 0; i < len(evs); i++ {
+		ev := evs[i]
+		if ev.group == 1 {
+			msgs := []*agentpb.Assignments{ev.msg}
+			for i+1 < len(evs) && evs[i+1].group == 1 && evs[i+1].who == ev.who && evs[i+1].at.Equal(ev.at) {
+				i++
+				msgs = append(msgs, evs[i].msg)
+			}
+			if h.views[ev.who] == nil {
+				h.views[ev.who] = shown{}
+			}
+			ev.text = messages(ev.who, h.views[ev.who], msgs)
+		}
 		fmt.Fprintf(&out, "%s %s\n", stamp(ev.at.Sub(h.start)), ev.text)
 	}
 	return out.String()
+}
+
+// shown is what the output has said an agent holds: unit to desired
+// state (and hash).
+type shown map[string]string
+
+// messages says what the messages an agent got in one instant changed:
+// the engine batches what it sends as its goroutines happen to meet, so
+// two messages or one are the same change. A full set is shown whole.
+func messages(who string, view shown, msgs []*agentpb.Assignments) string {
+	before := maps.Clone(view)
+	full := false
+	touched := map[string]bool{}
+	destroyed := map[string]bool{}
+	for _, as := range msgs {
+		if as.Full {
+			full = true
+			clear(view)
+		}
+		for _, u := range as.Units {
+			v := u.DesiredState
+			if u.Global {
+				v += "(global)"
+			}
+			view[u.Name] = v + "@" + u.Hash
+			touched[u.Name] = true
+		}
+		for _, n := range as.Removed {
+			delete(view, n)
+			touched[n] = true
+		}
+		for _, n := range as.Destroyed {
+			destroyed[n] = true
+		}
+	}
+	if full {
+		for n := range view {
+			touched[n] = true
+		}
+		for n := range before {
+			touched[n] = true
+		}
+	}
+	var assign, remove []string
+	for _, n := range slices.Sorted(maps.Keys(touched)) {
+		if v, ok := view[n]; ok {
+			assign = append(assign, n+"="+strings.Split(v, "@")[0])
+		} else if _, was := before[n]; was || !full {
+			remove = append(remove, n)
+		}
+	}
+	var parts []string
+	if full {
+		parts = append(parts, "full")
+	}
+	if len(assign) > 0 {
+		parts = append(parts, "assign "+strings.Join(assign, " "))
+	}
+	if len(remove) > 0 {
+		parts = append(parts, "remove "+strings.Join(remove, " "))
+	}
+	if len(destroyed) > 0 {
+		parts = append(parts, "destroyed "+strings.Join(slices.Sorted(maps.Keys(destroyed)), " "))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "nothing new")
+	}
+	return who + " <- " + strings.Join(parts, "; ")
 }
 
 func stamp(d time.Duration) string {
@@ -604,6 +686,9 @@ func (h *harness) printUnits(out *strings.Builder, d *datadriven.TestData) {
 		fmt.Fprintf(out, "units: %v\n", err)
 		return
 	}
+	if len(us) == 0 {
+		fmt.Fprintln(out, "no units")
+	}
 	for _, u := range us {
 		line := fmt.Sprintf("%s %s on=%s current=%s", u.Name, u.DesiredState, orDash(u.Machine), u.CurrentState)
 		if u.State != nil {
@@ -667,10 +752,16 @@ func (h *harness) printVersions(out *strings.Builder, name string) {
 		fmt.Fprintf(out, "versions: %s\n", errText(err))
 		return
 	}
-	b, _ := json.Marshal(v)
-	var m map[string]any
-	json.Unmarshal(b, &m)
-	fmt.Fprintf(out, "%s\n", short(string(b), 600))
+	for _, ver := range v.Versions {
+		line := fmt.Sprintf("v%d %s by %s at %s", ver.Version.Version, ver.Change, ver.By, stamp(ver.Time.Sub(h.start)))
+		if ver.Tag != "" {
+			line += " tag=" + ver.Tag
+		}
+		if ver.Current {
+			line += " (current)"
+		}
+		fmt.Fprintln(out, line)
+	}
 }
 
 func (h *harness) printDeployments(out *strings.Builder) {
@@ -684,9 +775,19 @@ func (h *harness) printDeployments(out *strings.Builder) {
 		fmt.Fprintf(out, "deployments: %s\n", errText(err))
 		return
 	}
+	if len(ds) == 0 {
+		fmt.Fprintln(out, "no deployments")
+	}
 	for _, d := range ds {
-		b, _ := json.Marshal(d)
-		fmt.Fprintf(out, "%s\n", short(string(b), 600))
+		fmt.Fprintf(out, "%s v%d->v%d %s done=%d/%d healthy=%d running=%d new=%s", d.Unit, d.FromVersion, d.ToVersion, d.Status, d.Done,
+			len(d.Instances), d.Healthy, d.Running, strings.Join(d.NewInstances, ","))
+		if d.Revert {
+			fmt.Fprint(out, " revert")
+		}
+		if d.Message != "" {
+			fmt.Fprintf(out, " message=%q", d.Message)
+		}
+		fmt.Fprintln(out)
 	}
 }
 
@@ -719,18 +820,20 @@ type hAgent struct {
 	hashes map[string]string // the hash of each assignment
 	wanted map[string]string // the desired state of each assignment
 	pid    int32
+	phase  time.Duration // of its ticks
 	stream *fakeStream
 	on     *hEngine
 	ctx    context.Context
 	cancel context.CancelFunc
 	wake   chan struct{}
-	done   chan struct{}
+	acts   chan *agentpb.Assignments
+	wg     sync.WaitGroup
 }
 
 func (h *harness) startAgent(t *testing.T, d *datadriven.TestData) {
 	name := d.CmdArgs[0].Key
 	a := &hAgent{h: h, name: name, md: map[string]string{}, units: map[string]*agentpb.UnitStatus{}, hashes: map[string]string{}, wanted: map[string]string{},
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), acts: make(chan *agentpb.Assignments, 1024)}
 	for _, arg := range d.CmdArgs[1:] {
 		switch arg.Key {
 		case "auto":
@@ -747,14 +850,17 @@ func (h *harness) startAgent(t *testing.T, d *datadriven.TestData) {
 			a.md[arg.Key] = arg.Vals[0]
 		}
 	}
+	a.phase = 450*time.Millisecond + time.Duration(len(h.agents))*10*time.Millisecond
 	h.agents[name] = a
 	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.wg.Add(2)
 	go a.run()
+	go a.work()
 }
 
 func (a *hAgent) stop() {
 	a.cancel()
-	<-a.done
+	a.wg.Wait()
 }
 
 func (a *hAgent) poke() {
@@ -767,7 +873,15 @@ func (a *hAgent) poke() {
 // run keeps a stream to the leader: it connects when there is one, and
 // again a second after a stream ends.
 func (a *hAgent) run() {
-	defer close(a.done)
+	defer a.wg.Done()
+	// The agent's own clock has its own phase: its ticks (heartbeats, and
+	// looking for the leader) fall between the engine's, never at the
+	// same instant, where which goroutine goes first would decide what
+	// the output says.
+	select {
+	case <-time.After(a.phase):
+	case <-a.ctx.Done():
+	}
 	hb := time.NewTicker(time.Second)
 	defer hb.Stop()
 	for a.ctx.Err() == nil {
@@ -778,6 +892,7 @@ func (a *hAgent) run() {
 		if st != nil && le != nil && a.onEngine() != le {
 			// The agent learns of a new leader (from etcd, or from the
 			// engines it asks) and moves its stream there.
+			st.why.Store("leaves " + a.onEngine().name + " for the new leader " + le.name)
 			st.close()
 			<-st.ended
 			a.mu.Lock()
@@ -835,14 +950,14 @@ func (a *hAgent) open(le *hEngine) {
 			a.stream, a.on = nil, nil
 		}
 		a.mu.Unlock()
-		if s.lost.Load() {
-			a.h.note(1, a.name, fmt.Sprintf("%s: lost its stream to %s (the daemon died)", a.name, le.name))
+		if why, ok := s.why.Load().(string); ok {
+			a.h.note(2, a.name, fmt.Sprintf("%s: %s", a.name, why))
 		} else {
-			a.h.note(1, a.name, fmt.Sprintf("%s: stream to %s ended: %s", a.name, le.name, streamErr(err)))
+			a.h.note(2, a.name, fmt.Sprintf("%s: stream to %s ended: %s", a.name, le.name, streamErr(err)))
 		}
 		go func() {
 			select {
-			case <-time.After(time.Second):
+			case <-time.After(time.Second + a.phase):
 				a.poke()
 			case <-a.ctx.Done():
 			}
@@ -867,7 +982,7 @@ func (a *hAgent) dropIf(e *hEngine) {
 	on := a.on
 	a.mu.Unlock()
 	if s != nil && on == e {
-		s.lost.Store(true)
+		s.why.Store("lost its stream to " + e.name + " (the daemon died)")
 		s.close()
 		<-s.ended
 	}
@@ -879,6 +994,7 @@ func (a *hAgent) disconnect() {
 	s := a.stream
 	a.mu.Unlock()
 	if s != nil {
+		s.why.Store("disconnected")
 		s.close()
 		<-s.ended
 	}
@@ -943,31 +1059,9 @@ func (a *hAgent) received(m *agentpb.EngineMessage) {
 	if as == nil {
 		return // heartbeats are not shown
 	}
-	var parts []string
-	if as.Full {
-		parts = append(parts, "full")
-	}
-	var us []string
-	for _, u := range as.Units {
-		s := u.Name + "=" + u.DesiredState
-		if u.Global {
-			s += "(global)"
-		}
-		us = append(us, s)
-	}
-	if len(us) > 0 {
-		parts = append(parts, "assign "+strings.Join(us, " "))
-	}
-	if len(as.Removed) > 0 {
-		parts = append(parts, "remove "+strings.Join(as.Removed, " "))
-	}
-	if len(as.Destroyed) > 0 {
-		parts = append(parts, "destroyed "+strings.Join(as.Destroyed, " "))
-	}
-	if len(parts) == 0 {
-		parts = append(parts, "nothing")
-	}
-	a.h.note(1, a.name, a.name+" <- "+strings.Join(parts, "; "))
+	a.h.mu.Lock()
+	a.h.events = append(a.h.events, event{at: time.Now(), group: 1, who: a.name, msg: as})
+	a.h.mu.Unlock()
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -977,12 +1071,49 @@ func (a *hAgent) received(m *agentpb.EngineMessage) {
 		a.wanted[u.Name] = u.DesiredState
 		want[u.Name] = true
 	}
-	if !a.auto {
-		return
+	if a.auto {
+		select {
+		case a.acts <- as:
+		default:
+			panic("agent " + a.name + ": too many assignments queued")
+		}
 	}
+}
+
+// work carries out an auto agent's assignments, each after startDelay (a
+// unit takes a moment to start or stop: it is active after it was
+// assigned, not at the same instant).
+func (a *hAgent) work() {
+	defer a.wg.Done()
+	for {
+		select {
+		case as := <-a.acts:
+			select {
+			case <-time.After(startDelay):
+			case <-a.ctx.Done():
+				return
+			}
+			a.apply(as)
+		case <-a.ctx.Done():
+			return
+		}
+	}
+}
+
+// startDelay is how long an auto agent takes to carry out assignments.
+const startDelay = 100*time.Millisecond + 3*time.Millisecond
+
+func (a *hAgent) apply(as *agentpb.Assignments) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	want := map[string]bool{}
+	for _, u := range as.Units {
+		want[u.Name] = true
+	}
+	now := time.Now().UnixNano()
 	var upd agentpb.StatusUpdate
 	for _, u := range as.Units {
-		st := &agentpb.UnitStatus{Name: u.Name, Hash: u.Hash, Load: "loaded", Active: "inactive", Sub: "dead", Applied: u.DesiredState}
+		st := &agentpb.UnitStatus{Name: u.Name, Hash: u.Hash, Load: "loaded", Active: "inactive", Sub: "dead", Applied: u.DesiredState, SinceUnixNano: now}
 		if u.DesiredState == string(unit.Launched) {
 			st.Active, st.Sub, st.Health = "active", "running", "healthy"
 			a.pid++
@@ -1025,7 +1156,7 @@ type fakeStream struct {
 	a      *hAgent
 	in     chan *agentpb.AgentMessage
 	ended  chan struct{}
-	lost   atomic.Bool // the engine's daemon died
+	why    atomic.Value // string: why the agent's side ended the stream, if it did
 }
 
 func (s *fakeStream) close() { s.cancel() }

@@ -23,10 +23,8 @@ package memetcd
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -472,30 +470,47 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// checkTxn refuses what etcd refuses before it runs a transaction.
+// checkTxn refuses what etcd refuses before it runs a transaction: too
+// many operations, a lease that does not exist, and a key put twice, or put
+// and deleted, in one branch (deleting a key twice is allowed, as etcd's
+// checkIntervals allows it).
 func (s *Store) checkTxn(r *pb.TxnRequest) error {
 	if len(r.Compare) > MaxTxnOps || len(r.Success) > MaxTxnOps || len(r.Failure) > MaxTxnOps {
 		return rpctypes.ErrGRPCTooManyOps
 	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		seen := map[string]bool{}
+		type span struct{ key, end []byte }
+		var dels []span
 		for _, op := range ops {
-			var k string
-			switch {
-			case op.GetRequestPut() != nil:
-				k = string(op.GetRequestPut().Key)
-				if l := op.GetRequestPut().Lease; l != 0 && s.leases[l] == nil {
-					return rpctypes.ErrGRPCLeaseNotFound
+			if d := op.GetRequestDeleteRange(); d != nil {
+				dels = append(dels, span{d.Key, d.RangeEnd})
+			}
+		}
+		puts := map[string]bool{}
+		for _, op := range ops {
+			if t := op.GetRequestTxn(); t != nil {
+				if err := s.checkTxn(t); err != nil {
+					return err
 				}
-			case op.GetRequestDeleteRange() != nil:
-				k = string(op.GetRequestDeleteRange().Key)
-			default:
 				continue
 			}
-			if seen[k] {
+			p := op.GetRequestPut()
+			if p == nil {
+				continue
+			}
+			if p.Lease != 0 && s.leases[p.Lease] == nil {
+				return rpctypes.ErrGRPCLeaseNotFound
+			}
+			k := string(p.Key)
+			if puts[k] {
 				return rpctypes.ErrGRPCDuplicateKey
 			}
-			seen[k] = true
+			for _, d := range dels {
+				if inRange(k, d.key, d.end) {
+					return rpctypes.ErrGRPCDuplicateKey
+				}
+			}
+			puts[k] = true
 		}
 	}
 	return nil
@@ -711,14 +726,20 @@ func (s *Store) Leases() []int64 {
 	return ids
 }
 
-// Dump returns every key and value under prefix at the current revision,
-// one "key value" line each, sorted.
-func (s *Store) Dump(prefix string) []string {
+// KeyValue is a key and its value.
+type KeyValue struct {
+	Key   string
+	Value []byte
+}
+
+// Dump returns every key under prefix and its value at the current
+// revision, by key.
+func (s *Store) Dump(prefix string) []KeyValue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
+	var out []KeyValue
 	for _, kv := range s.rangeKeys([]byte(prefix), []byte(clientv3.GetPrefixRangeEnd(prefix)), s.rev) {
-		out = append(out, fmt.Sprintf("%s %s", kv.Key, strings.TrimSpace(string(kv.Value))))
+		out = append(out, KeyValue{Key: string(kv.Key), Value: kv.Value})
 	}
 	return out
 }
