@@ -116,6 +116,37 @@ type hEngine struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	dead   atomic.Bool
+	fmu    sync.Mutex
+	thawed chan struct{} // non-nil while frozen
+}
+
+// setFrozen freezes the engine's streams, or thaws them.
+func (e *hEngine) setFrozen(frozen bool) {
+	e.fmu.Lock()
+	defer e.fmu.Unlock()
+	if frozen && e.thawed == nil {
+		e.thawed = make(chan struct{})
+	}
+	if !frozen && e.thawed != nil {
+		close(e.thawed)
+		e.thawed = nil
+	}
+}
+
+// waitThawed waits while the engine is frozen.
+func (e *hEngine) waitThawed(ctx context.Context) error {
+	e.fmu.Lock()
+	ch := e.thawed
+	e.fmu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // stop stops the engine as its daemon would on SIGTERM: it resigns.
@@ -161,10 +192,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		a := h.agent(t, d.CmdArgs[0].Key)
 		st := &agentpb.UnitStatus{Name: d.CmdArgs[1].Key, Load: "loaded", Active: d.CmdArgs[2].Key}
 		st.Sub = subOf(st.Active)
-	if st.Active == "active" {
-		st.Health, st.Pid = "healthy", 1
-	}
-	st.SinceUnixNano = time.Now().UnixNano()
+		if st.Active == "active" {
+			st.Health, st.Pid = "healthy", 1
+		}
+		st.SinceUnixNano = time.Now().UnixNano()
 		for _, arg := range d.CmdArgs[3:] {
 			switch arg.Key {
 			case "sub":
@@ -190,7 +221,22 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		a.connect()
 	case "leave":
 		a := h.agent(t, d.CmdArgs[0].Key)
+		a.mu.Lock()
+		a.off = true // its daemon exits
+		a.mu.Unlock()
 		a.send(&agentpb.AgentMessage{Msg: &agentpb.AgentMessage_Leave{Leave: &agentpb.Leave{}}})
+	case "sick":
+		// sick m1 TEXT: units whose file holds TEXT are unhealthy there.
+		a := h.agent(t, d.CmdArgs[0].Key)
+		a.mu.Lock()
+		a.sick = append(a.sick, d.CmdArgs[1].Key)
+		a.mu.Unlock()
+	case "freeze", "thaw":
+		// A frozen daemon: nothing gets in or out (etcd, agents); its
+		// goroutines go on meanwhile, which a frozen process's do not.
+		e := h.engine(t, d.CmdArgs[0].Key)
+		e.cli.Cut(d.Cmd == "freeze")
+		e.setFrozen(d.Cmd == "freeze")
 	case "submit", "replace":
 		// submit name [state=launched|loaded|inactive] with the file as input
 		name := d.CmdArgs[0].Key
@@ -291,6 +337,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		time.Sleep(dur)
 	case "etcd":
 		switch d.CmdArgs[0].Key {
+		case "put":
+			// etcd put KEY VALUE: a key under the cluster's prefix, written
+			// by hand
+			h.store.Put(registry.DefaultPrefix+d.CmdArgs[1].Key, d.CmdArgs[2].Key)
 		case "down":
 			h.store.SetDown(true)
 		case "up":
@@ -670,9 +720,16 @@ func (h *harness) printLeader(out *strings.Builder) {
 	le := h.leader()
 	if le == nil {
 		fmt.Fprintln(out, "leader: none")
-		return
+	} else {
+		fmt.Fprintf(out, "leader: %s\n", le.name)
 	}
-	fmt.Fprintf(out, "leader: %s\n", le.name)
+	h.emu.Lock()
+	defer h.emu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(h.engines)) {
+		if e := h.engines[name]; !e.dead.Load() && e.e.Refused() != nil {
+			fmt.Fprintf(out, "%s refuses to lead: %v\n", name, e.e.Refused())
+		}
+	}
 }
 
 func (h *harness) printUnits(out *strings.Builder, d *datadriven.TestData) {
@@ -821,6 +878,7 @@ type hAgent struct {
 	wanted map[string]string // the desired state of each assignment
 	pid    int32
 	phase  time.Duration // of its ticks
+	sick   []string      // units whose file holds one of these are unhealthy
 	stream *fakeStream
 	on     *hEngine
 	ctx    context.Context
@@ -878,12 +936,8 @@ func (a *hAgent) run() {
 	// looking for the leader) fall between the engine's, never at the
 	// same instant, where which goroutine goes first would decide what
 	// the output says.
-	select {
-	case <-time.After(a.phase):
-	case <-a.ctx.Done():
-	}
-	hb := time.NewTicker(time.Second)
-	defer hb.Stop()
+	phase := time.After(a.phase)
+	var hb <-chan time.Time
 	for a.ctx.Err() == nil {
 		a.mu.Lock()
 		st, off := a.stream, a.off
@@ -905,7 +959,11 @@ func (a *hAgent) run() {
 		select {
 		case <-a.ctx.Done():
 		case <-a.wake:
-		case <-hb.C:
+		case <-phase:
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			hb, phase = t.C, nil
+		case <-hb:
 			a.mu.Lock()
 			silent := a.silent
 			a.mu.Unlock()
@@ -931,7 +989,7 @@ func (a *hAgent) onEngine() *hEngine {
 
 func (a *hAgent) open(le *hEngine) {
 	ctx, cancel := context.WithCancel(a.ctx)
-	s := &fakeStream{ctx: ctx, cancel: cancel, a: a, in: make(chan *agentpb.AgentMessage, 1024), ended: make(chan struct{})}
+	s := &fakeStream{ctx: ctx, cancel: cancel, a: a, on: le, in: make(chan *agentpb.AgentMessage, 1024), ended: make(chan struct{})}
 	hello := &agentpb.Hello{Machine: &agentpb.Machine{Id: a.name, Ip: "10.0.0." + strings.TrimLeft(a.name, "abcdefghijklmnopqrstuvwxyz"),
 		Metadata: a.md, ApiAddr: a.name + ":8080", Version: version.Get().Short(), Protocol: int32(version.ProtocolVersion)}}
 	a.mu.Lock()
@@ -1116,6 +1174,11 @@ func (a *hAgent) apply(as *agentpb.Assignments) {
 		st := &agentpb.UnitStatus{Name: u.Name, Hash: u.Hash, Load: "loaded", Active: "inactive", Sub: "dead", Applied: u.DesiredState, SinceUnixNano: now}
 		if u.DesiredState == string(unit.Launched) {
 			st.Active, st.Sub, st.Health = "active", "running", "healthy"
+			for _, text := range a.sick {
+				if strings.Contains(u.File, text) {
+					st.Health = "unhealthy"
+				}
+			}
 			a.pid++
 			st.Pid = a.pid
 		}
@@ -1156,12 +1219,16 @@ type fakeStream struct {
 	a      *hAgent
 	in     chan *agentpb.AgentMessage
 	ended  chan struct{}
+	on     *hEngine
 	why    atomic.Value // string: why the agent's side ended the stream, if it did
 }
 
 func (s *fakeStream) close() { s.cancel() }
 
 func (s *fakeStream) Send(m *agentpb.EngineMessage) error {
+	if err := s.on.waitThawed(s.ctx); err != nil {
+		return err
+	}
 	if s.ctx.Err() != nil {
 		return status.FromContextError(s.ctx.Err()).Err()
 	}
@@ -1170,8 +1237,14 @@ func (s *fakeStream) Send(m *agentpb.EngineMessage) error {
 }
 
 func (s *fakeStream) Recv() (*agentpb.AgentMessage, error) {
+	if err := s.on.waitThawed(s.ctx); err != nil {
+		return nil, io.EOF
+	}
 	select {
 	case m := <-s.in:
+		if err := s.on.waitThawed(s.ctx); err != nil {
+			return nil, io.EOF
+		}
 		return m, nil
 	case <-s.ctx.Done():
 		return nil, io.EOF
