@@ -878,7 +878,12 @@ type hAgent struct {
 	wanted map[string]string // the desired state of each assignment
 	pid    int32
 	phase  time.Duration // of its ticks
-	sick   []string      // units whose file holds one of these are unhealthy
+	// delay is how long it takes to carry out assignments: about 100ms,
+	// a little more for each agent, so that two agents' reports never
+	// come at the same instant (where which goroutine goes first would
+	// decide what the output says).
+	delay  time.Duration
+	sick   []string // units whose file holds one of these are unhealthy
 	stream *fakeStream
 	on     *hEngine
 	ctx    context.Context
@@ -909,6 +914,7 @@ func (h *harness) startAgent(t *testing.T, d *datadriven.TestData) {
 		}
 	}
 	a.phase = 450*time.Millisecond + time.Duration(len(h.agents))*10*time.Millisecond
+	a.delay = 103*time.Millisecond + time.Duration(len(h.agents))*2*time.Millisecond
 	h.agents[name] = a
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.wg.Add(2)
@@ -1138,7 +1144,7 @@ func (a *hAgent) received(m *agentpb.EngineMessage) {
 	}
 }
 
-// work carries out an auto agent's assignments, each after startDelay (a
+// work carries out an auto agent's assignments a.delay after they came (a
 // unit takes a moment to start or stop: it is active after it was
 // assigned, not at the same instant).
 func (a *hAgent) work() {
@@ -1147,19 +1153,24 @@ func (a *hAgent) work() {
 		select {
 		case as := <-a.acts:
 			select {
-			case <-time.After(startDelay):
+			case <-time.After(a.delay):
 			case <-a.ctx.Done():
 				return
 			}
 			a.apply(as)
+			for more := true; more; { // what came meanwhile is carried out with it
+				select {
+				case as := <-a.acts:
+					a.apply(as)
+				default:
+					more = false
+				}
+			}
 		case <-a.ctx.Done():
 			return
 		}
 	}
 }
-
-// startDelay is how long an auto agent takes to carry out assignments.
-const startDelay = 100*time.Millisecond + 3*time.Millisecond
 
 func (a *hAgent) apply(as *agentpb.Assignments) {
 	a.mu.Lock()
