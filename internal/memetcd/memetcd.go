@@ -326,6 +326,7 @@ func (s *Store) rangeReq(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 		return nil, rpctypes.ErrGRPCFutureRev
 	}
 	kvs := s.rangeKeys(r.Key, r.RangeEnd, rev)
+	count := len(kvs) // as etcd counts: before the revision filters
 	kvs = slices.DeleteFunc(kvs, func(kv keyValue) bool {
 		return (r.MinModRevision > 0 && kv.ModRevision < r.MinModRevision) ||
 			(r.MaxModRevision > 0 && kv.ModRevision > r.MaxModRevision) ||
@@ -351,7 +352,7 @@ func (s *Store) rangeReq(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 			slices.Reverse(kvs)
 		}
 	}
-	resp := &pb.RangeResponse{Header: s.header(), Count: int64(len(kvs))}
+	resp := &pb.RangeResponse{Header: s.header(), Count: int64(count)}
 	if r.Limit > 0 && int64(len(kvs)) > r.Limit {
 		kvs, resp.More = kvs[:r.Limit], true
 	}
