@@ -314,6 +314,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		h.request("tag "+m, func(ctx context.Context, e *engine.Engine) error { return e.PatchMachine(ctx, m, patch) })
+	case "tag-oversized":
+		// tag-oversized m1 N: a metadata value of N bytes.
+		m := d.CmdArgs[0].Key
+		n, _ := strconv.Atoi(d.CmdArgs[1].Key)
+		v := strings.Repeat("x", n)
+		h.request(fmt.Sprintf("tag %s big=<%d bytes>", m, n), func(ctx context.Context, e *engine.Engine) error {
+			return e.PatchMachine(ctx, m, map[string]*string{"big": &v})
+		})
 	case "revert":
 		name := d.CmdArgs[0].Key
 		v, _ := strconv.Atoi(d.CmdArgs[1].Key)
