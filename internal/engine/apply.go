@@ -31,7 +31,8 @@ var (
 // A replaced unit keeps its desired state and its machine, whose agent
 // restarts it with the new file, unless the new file's placement (its
 // [X-Fleet] options or resource needs) differs: then it is placed again,
-// as a new unit, and may move.
+// as a new unit, and may move (a Singleton= unit once its copy on its
+// machine has stopped: movesFirst).
 //
 // A change with Range names the instances of the template Name in the
 // range (unit.ParseRange) and sets their DesiredState, creating those that
@@ -529,6 +530,16 @@ func (t *term) rangeEntries(p *roundPlan) {
 	}
 }
 
+// movesFirst reports whether a round's change of a unit moves it off its
+// machine, to be placed again only once its copy there has stopped: a
+// Singleton= unit whose new file places it again (validate) never runs on
+// two machines at once. The move is recorded as a misfit's is (moves/),
+// so a new leader waits for the old copy too.
+func movesFirst(cur, next *unitRec) bool {
+	return cur != nil && next != nil && cur.machine != "" && next.machine == "" && next.wanted() &&
+		next.file.Fleet.Singleton && cur.file.Hash != next.file.Hash
+}
+
 // entryOps adds the operations one unit of the round needs.
 func (t *term) entryOps(p *roundPlan, en roundEntry) {
 	name, cur, next := en.name, en.cur, en.next
@@ -553,6 +564,9 @@ func (t *term) entryOps(p *roundPlan, en roundEntry) {
 	}
 	if cur != nil && cur.machine != "" && (next == nil || next.machine == "") {
 		p.ops = append(p.ops, t.dropAssignment(cur.machine, name)...)
+	}
+	if movesFirst(cur, next) {
+		p.ops = append(p.ops, registry.PutMove(t.keys, name, cur.machine))
 	}
 	if cur != nil && cur.file.Fleet.Global && (next == nil || !next.wanted()) {
 		for id := range t.machines {
@@ -619,6 +633,10 @@ func (t *term) applyPlan(p *roundPlan) {
 		name, rec := en.name, en.next
 		if cur := en.cur; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
 			t.sched.Unplace(name)
+		}
+		if movesFirst(en.cur, rec) {
+			t.draining[name] = en.cur.machine
+			t.movedAt[name] = t.e.cfg.Now()
 		}
 		t.setUnitFrom(name, en.cur, rec)
 		if pr := en.pr; pr != nil {
@@ -878,7 +896,11 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 				r.content = t.contentOf(c.File.Raw)
 			}
 			if !reflect.DeepEqual(*su, *r.su) {
+				from := r.machine
 				r.machine, r.reason = "", "" // placed again by the new constraints
+				if from != "" && c.File.Fleet.Singleton {
+					r.reason = "stopping on " + from + " before it moves" // movesFirst
+				}
 			}
 			r.su = su
 		})
