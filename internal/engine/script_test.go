@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -465,7 +466,7 @@ func (h *harness) startEngine(t *testing.T, name string, d *datadriven.TestData)
 		t.Fatalf("%s: engine %s runs", d.Pos, name)
 	}
 	cfg := engine.Config{Machine: name, ElectionTTL: 2 * time.Second, AgentTTL: 10 * time.Second,
-		GRPCAddr: name + ":7000", APIAddr: name + ":8080", Logger: testLogger(t)}
+		GRPCAddr: name + ":7000", APIAddr: name + ":8080", Logger: slog.New(&logNotes{h: h, engine: name, verbose: testLogger(t)})}
 	for _, arg := range d.CmdArgs[1:] {
 		v, _ := time.ParseDuration(arg.Vals[0])
 		switch arg.Key {
@@ -1276,3 +1277,40 @@ func (s *fakeStream) SendHeader(metadata.MD) error { return nil }
 func (s *fakeStream) SetTrailer(metadata.MD)       {}
 func (s *fakeStream) SendMsg(any) error            { return errors.New("fakeStream: SendMsg") }
 func (s *fakeStream) RecvMsg(any) error            { return errors.New("fakeStream: RecvMsg") }
+
+// logNotes shows what an engine logs at warning level and above, and its
+// elections, in the output (and logs everything under -v).
+type logNotes struct {
+	h       *harness
+	engine  string
+	attrs   []slog.Attr
+	verbose *slog.Logger
+}
+
+func (l *logNotes) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logNotes) Handle(ctx context.Context, r slog.Record) error {
+	if l.verbose != nil {
+		l.verbose.Handler().WithAttrs(l.attrs).Handle(ctx, r)
+	}
+	if r.Level < slog.LevelWarn && r.Message != "elected leader" {
+		return nil
+	}
+	text := l.engine + " logs: " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "load_ms", "took_ms":
+		default:
+			text += " " + a.String()
+		}
+		return true
+	})
+	l.h.note(3, l.engine, text)
+	return nil
+}
+
+func (l *logNotes) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &logNotes{h: l.h, engine: l.engine, attrs: append(slices.Clone(l.attrs), attrs...), verbose: l.verbose}
+}
+
+func (l *logNotes) WithGroup(string) slog.Handler { return l }
