@@ -913,7 +913,7 @@ func (h *harness) startAgent(t *testing.T, d *datadriven.TestData) {
 		case "runs":
 			// runs=a.service,b.service: units it has running at Hello
 			for _, u := range arg.Vals {
-				a.units[u] = &agentpb.UnitStatus{Name: u, Load: "loaded", Active: "active", Sub: "running"}
+				a.units[u] = &agentpb.UnitStatus{Name: u, Load: "loaded", Active: "active", Sub: "running", Applied: string(unit.Launched)}
 			}
 		default:
 			if len(arg.Vals) == 0 {
@@ -1202,8 +1202,8 @@ func (a *hAgent) apply(as *agentpb.Assignments) {
 			a.pid++
 			st.Pid = a.pid
 		}
-		if old := a.units[u.Name]; old != nil && old.Hash == st.Hash && old.Active == st.Active {
-			continue
+		if old := a.units[u.Name]; old != nil && old.Hash == st.Hash && old.Applied == st.Applied {
+			continue // it has it already, in whatever state it is: nothing restarts it
 		}
 		a.units[u.Name] = st
 		upd.Units = append(upd.Units, st)
