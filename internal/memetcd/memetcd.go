@@ -18,6 +18,13 @@
 //
 // Time is the process's (time.Now, timers): inside a synctest bubble it is
 // the bubble's. Create a Store and its clients inside the bubble.
+//
+// TestLikeEtcd runs the same requests on a real etcd and on the store and
+// compares the answers. What it does not do: compaction (history is kept
+// whole; Compact is a no-op), request size limits, a watch cancelled for
+// want of a raft leader (WithRequireLeader), periodic progress
+// notifications (only RequestProgress's), fragments, auth, and more than
+// one member: a store is one etcd, whole or down.
 package memetcd
 
 import (
