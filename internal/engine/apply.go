@@ -31,7 +31,8 @@ var (
 // A replaced unit keeps its desired state and its machine, whose agent
 // restarts it with the new file, unless the new file's placement (its
 // [X-Fleet] options or resource needs) differs: then it is placed again,
-// as a new unit, and may move.
+// as a new unit, and may move (a Singleton= unit once its copy on its
+// machine has stopped: movesFirst).
 //
 // A change with Range names the instances of the template Name in the
 // range (unit.ParseRange) and sets their DesiredState, creating those that
@@ -125,6 +126,16 @@ type ApplyOptions struct {
 func (e *Engine) ApplyWith(ctx context.Context, changes []Change, opts ApplyOptions) error {
 	if _, err := unit.OverrideUpdate(unit.DefaultUpdate, opts.Update); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	for _, c := range changes {
+		// The API checks desired states; a caller that did not would
+		// otherwise stop the leader's loop (wantOf panics).
+		if c.DesiredState == "" {
+			continue
+		}
+		if _, err := unit.ParseDesiredState(string(c.DesiredState)); err != nil {
+			return fmt.Errorf("%w: unit %s: %w", ErrInvalid, c.Name, err)
+		}
 	}
 	return e.submit(ctx, &unitsWrite{changes: changes, by: opts.By, check: opts.CheckIndex, update: opts.Update})
 }
@@ -519,6 +530,16 @@ func (t *term) rangeEntries(p *roundPlan) {
 	}
 }
 
+// movesFirst reports whether a round's change of a unit moves it off its
+// machine, to be placed again only once its copy there has stopped: a
+// Singleton= unit whose new file places it again (validate) never runs on
+// two machines at once. The move is recorded as a misfit's is (moves/),
+// so a new leader waits for the old copy too.
+func movesFirst(cur, next *unitRec) bool {
+	return cur != nil && next != nil && cur.machine != "" && next.machine == "" && next.wanted() &&
+		next.file.Fleet.Singleton && cur.file.Hash != next.file.Hash
+}
+
 // entryOps adds the operations one unit of the round needs.
 func (t *term) entryOps(p *roundPlan, en roundEntry) {
 	name, cur, next := en.name, en.cur, en.next
@@ -543,6 +564,9 @@ func (t *term) entryOps(p *roundPlan, en roundEntry) {
 	}
 	if cur != nil && cur.machine != "" && (next == nil || next.machine == "") {
 		p.ops = append(p.ops, t.dropAssignment(cur.machine, name)...)
+	}
+	if movesFirst(cur, next) {
+		p.ops = append(p.ops, registry.PutMove(t.keys, name, cur.machine))
 	}
 	if cur != nil && cur.file.Fleet.Global && (next == nil || !next.wanted()) {
 		for id := range t.machines {
@@ -609,6 +633,10 @@ func (t *term) applyPlan(p *roundPlan) {
 		name, rec := en.name, en.next
 		if cur := en.cur; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
 			t.sched.Unplace(name)
+		}
+		if movesFirst(en.cur, rec) {
+			t.draining[name] = en.cur.machine
+			t.movedAt[name] = t.e.cfg.Now()
 		}
 		t.setUnitFrom(name, en.cur, rec)
 		if pr := en.pr; pr != nil {
@@ -868,7 +896,11 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 				r.content = t.contentOf(c.File.Raw)
 			}
 			if !reflect.DeepEqual(*su, *r.su) {
+				from := r.machine
 				r.machine, r.reason = "", "" // placed again by the new constraints
+				if from != "" && c.File.Fleet.Singleton {
+					r.reason = "stopping on " + from + " before it moves" // movesFirst
+				}
 			}
 			r.su = su
 		})
