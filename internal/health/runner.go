@@ -36,16 +36,38 @@ type Runner struct {
 // turn it unhealthy again (a restart is once per turn), and its first run
 // comes an Interval after the start, to give it time to come up.
 func Start(c *unit.Check, probes []Probe, now func() time.Time, restarted bool, report Report) *Runner {
+	state, first := Unknown, time.Duration(0)
+	if restarted {
+		state, first = Unhealthy, c.Interval
+	}
+	return start(c, probes, now, state, first, report)
+}
+
+// Resume is Start for checks that ran in another runner until now (of a
+// process that handed its units over to a new image of itself): the
+// tracked health begins at state (Unknown, Healthy or Unhealthy; another
+// is Unknown), so that it is not reported again, and the first run comes
+// after a random part of c.Interval, as the second run after a Start.
+func Resume(c *unit.Check, probes []Probe, now func() time.Time, state string, report Report) *Runner {
+	switch state {
+	case Healthy, Unhealthy:
+	default:
+		state = Unknown
+	}
+	return start(c, probes, now, state, time.Duration(rand.Int64N(int64(c.Interval)))+1, report)
+}
+
+// start runs probes first after first (at once when 0), then as Start
+// says, tracking the health from state.
+func start(c *unit.Check, probes []Probe, now func() time.Time, state string, first time.Duration, report Report) *Runner {
 	if now == nil {
 		now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Runner{cancel: cancel, done: make(chan struct{})}
 	t := NewTracker(c.HealthyAfter, c.UnhealthyAfter)
-	if restarted {
-		t.state = Unhealthy
-	}
-	go r.loop(ctx, c, probes, t, now, restarted, report)
+	t.state = state
+	go r.loop(ctx, c, probes, t, now, first, report)
 	return r
 }
 
@@ -57,17 +79,19 @@ func (r *Runner) Stop() {
 	<-r.done
 }
 
-func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tracker, now func() time.Time, wait bool, report Report) {
+func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tracker, now func() time.Time, first time.Duration, report Report) {
 	defer close(r.done)
-	tick := time.NewTicker(c.Interval)
+	tick := time.NewTicker(max(first, c.Interval))
 	defer tick.Stop()
-	phased := wait // the ticker's phase is set: by the wait, or after the first run
-	if wait {
+	phased := first > 0 // the ticker's phase is set: by the wait, or after the first run
+	if first > 0 {
+		tick.Reset(first)
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		tick.Reset(c.Interval)
 	}
 	for {
 		err := RunAll(ctx, probes, c.Timeout)

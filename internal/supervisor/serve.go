@@ -27,6 +27,7 @@ import (
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/unithide"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/supervisorpb"
 )
@@ -180,6 +181,15 @@ func serve(cfg ServeConfig, mt *mainThread) error {
 		Inaccessible: append([]string{dir}, cfg.Inaccessible...)}
 	if mt != nil {
 		dcfg.Spawn = mt.run
+	}
+	// The units' [X-Check] run here, so that they go on without a daemon;
+	// as root their Exec= probes start from one spawner process that holds
+	// a mount namespace with dcfg.Inaccessible covered, made once.
+	dcfg.Checks = true
+	if os.Geteuid() == 0 {
+		sp := unithide.NewSpawner(dcfg.Inaccessible)
+		defer sp.Close()
+		dcfg.ProbeRunner = sp.Run
 	}
 	var d *execdriver.Driver
 	if ho != nil {
@@ -440,7 +450,7 @@ func (s *server) Hello(ctx context.Context, _ *supervisorpb.HelloRequest) (*supe
 		return nil, ctx.Err()
 	}
 	return &supervisorpb.HelloReply{Pid: int32(s.pid), Instance: s.instance, Version: s.version, StartedUnixNano: s.started.UnixNano(),
-		BinarySha256: s.exeSHA, Binary: s.exe, Protocol: int32(version.ProtocolVersion)}, nil
+		BinarySha256: s.exeSHA, Binary: s.exe, Protocol: int32(version.ProtocolVersion), RunsChecks: true}, nil
 }
 
 func (s *server) Load(_ context.Context, r *supervisorpb.LoadRequest) (*supervisorpb.Empty, error) {
