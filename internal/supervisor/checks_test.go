@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -93,4 +94,44 @@ func healthyLines(dir string) int {
 		}
 	}
 	return n
+}
+
+// TestChecksAcrossUpgrade: an upgrade in place hands the checks over with
+// the health they reached: the new image reports it at once and goes on
+// checking (a failing check restarts the unit).
+func TestChecksAcrossUpgrade(t *testing.T) {
+	t.Parallel()
+	dir := newTestDir(t)
+	tmp := t.TempDir()
+	pidFile, flag := filepath.Join(tmp, "pid"), filepath.Join(tmp, "ok")
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, b := otherBinary(t, "flotilla-A"), otherBinary(t, "flotilla-B")
+	c1, rec1, _ := newClientFrom(t, dir, a)
+	mustLoadStart(t, c1, parseUnit(t, "checked.service", checkedUnit(pidFile, flag)))
+	rec1.wait(t, "checked.service", "healthy", func(st unit.Status) bool { return st.Health == health.Healthy })
+	old := pidIn(t, pidFile)
+	sup := supervisorPID(t, dir)
+	c1.Detach(context.Background())
+
+	c2, rec2, logs := newClientFrom(t, dir, b)
+	if got := exeOf(t, sup); got != b || supervisorPID(t, dir) != sup {
+		t.Fatalf("supervisor %d runs %s, want %d upgraded in place to %s\nclient log:\n%s", supervisorPID(t, dir), got, sup, b, logs)
+	}
+	if st := stateOf(t, c2, "checked.service"); st.PID != old || st.Health != health.Healthy {
+		t.Fatalf("after the upgrade: %+v, want pid %d, healthy", st, old)
+	}
+	if first := rec2.wait(t, "checked.service", "reported", func(unit.Status) bool { return true }); first.Health != health.Healthy {
+		t.Errorf("first status after the upgrade: %+v, want healthy", first)
+	}
+	if err := os.Remove(flag); err != nil {
+		t.Fatal(err)
+	}
+	rec2.wait(t, "checked.service", "unhealthy", func(st unit.Status) bool { return st.Health == health.Unhealthy })
+	waitfor.True(t, waitTimeout, "checked.service restarted by the new image", func() bool {
+		b, _ := os.ReadFile(pidFile)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid > 0 && pid != old && alive(pid) && !alive(old)
+	})
 }
