@@ -17,10 +17,12 @@ import (
 // without checks: the daemon's own idle cost, to subtract) (`flotilla bench driver
 // --check tcp|exec --hold 60s`): once every unit is active, the bench
 // waits one check interval (every unit's checks running), then measures
-// for Hold the CPU time of the daemon (which runs the checks, in its
-// agent), of the probe processes it started (Exec=: its reaped children),
-// of the supervisor (which runs the units), and of the bench's own TCP
-// listener (TCP=: the other end of every probe), as a share of one core.
+// for Hold the CPU time of the daemon, of the supervisor (which runs the
+// units and, with the exec driver, their checks), of the probe processes
+// either started (Exec=: their reaped children, and the probe spawner of
+// either, run as root, with its reaped children), and of the bench's own
+// TCP listener (TCP=: the other end of every probe), as a share of one
+// core.
 
 // checkUnit is the unit file of a run with checks of kind check ("tcp"
 // against addr, or "exec" running /bin/true) every interval.
@@ -91,9 +93,12 @@ type HoldReport struct {
 	// work included).
 	HostBusySeconds float64 `json:"host_busy_seconds"`
 	// ChecksPercent is daemon + probes + supervisor + listener, per cent
-	// of one core; DaemonPercent the daemon and its probes alone.
-	ChecksPercent float64 `json:"checks_percent_of_a_core"`
-	DaemonPercent float64 `json:"daemon_and_probes_percent_of_a_core"`
+	// of one core; DaemonPercent the daemon and the probes alone;
+	// CheckerPercent the daemon, the supervisor and the probes: what runs
+	// the checks, without their other end (the listener).
+	ChecksPercent  float64 `json:"checks_percent_of_a_core"`
+	DaemonPercent  float64 `json:"daemon_and_probes_percent_of_a_core"`
+	CheckerPercent float64 `json:"checker_percent_of_a_core"`
 	// Connections is how many connections the listener accepted (TCP=);
 	// Healthy how many units were healthy at the end.
 	Connections int64 `json:"connections,omitempty"`
@@ -118,22 +123,28 @@ func (d *benchDaemon) sample() cpuSample {
 			s.children = time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
 		}
 	}
-	// The probe spawner (as root), a child of the daemon, and the probes
-	// it reaped.
+	sup := d.supervisorPID()
+	if sup > 0 {
+		if p, err := procfs.NewProc(sup); err == nil {
+			if st, err := p.Stat(); err == nil {
+				s.sup = seconds(st.CPUTime())
+				// Its reaped children: the Exec= probes it ran (the units,
+				// sleeping, do not end during the hold).
+				s.children += time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
+			}
+		}
+	}
+	// The probe spawners (as root), children of the daemon or of the
+	// supervisor, and the probes they reaped.
 	if procs, err := procfs.AllProcs(); err == nil {
 		for _, p := range procs {
 			st, err := p.Stat()
-			if err != nil || st.PPID != d.proc.pid() {
+			if err != nil || st.PPID != d.proc.pid() && (sup <= 0 || st.PPID != sup) {
 				continue
 			}
 			if args, err := p.CmdLine(); err == nil && len(args) > 0 && args[0] == "flotilla-unit-spawner" {
 				s.children += seconds(st.CPUTime()) + time.Duration(st.CUTime+st.CSTime)*time.Second/clockTicks
 			}
-		}
-	}
-	if pid := d.supervisorPID(); pid > 0 {
-		if st, err := readProcStats(pid); err == nil {
-			s.sup = st.CPU
 		}
 	}
 	var ru syscall.Rusage
@@ -190,6 +201,7 @@ func (d *benchDaemon) hold(ctx context.Context, cfg *DriverConfig, l *checkListe
 	total := (s1.daemon - s0.daemon) + (s1.children - s0.children) + (s1.sup - s0.sup) + (s1.self - s0.self)
 	r.ChecksPercent = round3(100 * total.Seconds() / el.Seconds())
 	r.DaemonPercent = round3(100 * ((s1.daemon - s0.daemon) + (s1.children - s0.children)).Seconds() / el.Seconds())
+	r.CheckerPercent = round3(100 * ((s1.daemon - s0.daemon) + (s1.children - s0.children) + (s1.sup - s0.sup)).Seconds() / el.Seconds())
 	n, err := countHealthy(ctx, "http://"+d.api)
 	if err != nil {
 		return nil, err

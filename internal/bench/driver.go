@@ -192,8 +192,8 @@ func (r *DriverReport) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "; CPU: daemon %.2f s, supervisor %.2f s\n", r.DaemonStopCPUSeconds, r.SupervisorStopCPUSeconds)
 	if h := r.Hold; h != nil {
-		fmt.Fprintf(w, "  hold:  %8.3f s with %s checks every %v: %.2f%% of a core (daemon %.2f s, probes %.2f s, supervisor %.2f s, listener %.2f s; host busy %.2f s); %d connections, %d healthy\n",
-			h.HoldSeconds, h.Check, time.Duration(h.IntervalSeconds*float64(time.Second)), h.ChecksPercent,
+		fmt.Fprintf(w, "  hold:  %8.3f s with %s checks every %v: %.2f%% of a core, %.2f%% without the listener (daemon %.2f s, probes %.2f s, supervisor %.2f s, listener %.2f s; host busy %.2f s); %d connections, %d healthy\n",
+			h.HoldSeconds, h.Check, time.Duration(h.IntervalSeconds*float64(time.Second)), h.ChecksPercent, h.CheckerPercent,
 			h.DaemonCPUSeconds, h.ProbesCPUSeconds, h.SupervisorCPUSeconds, h.ListenerCPUSeconds, h.HostBusySeconds, h.Connections, h.Healthy)
 	}
 	if b := r.Baseline; b != nil {
