@@ -281,8 +281,9 @@ func TestRunnerAfterRestart(t *testing.T) {
 }
 
 // TestRunnerSpreads: runners started together run their checks at once,
-// then each a random part of Interval later, then every Interval: the
-// runs of units started together do not stay together.
+// then each a random part of Interval later, on the grid of slotOf, then
+// every Interval: the runs of units started together do not stay
+// together.
 func TestRunnerSpreads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 10 * time.Second
@@ -314,6 +315,9 @@ func TestRunnerSpreads(t *testing.T) {
 				t.Fatalf("runner %d ran at %v, want at once, within an interval, then every %v", i, r, interval)
 			}
 			seconds[r[1]] = true
+			if at := t0.Add(r[1]); !at.Equal(at.Truncate(slotOf(interval))) {
+				t.Errorf("runner %d's second run at %v is not on the grid of %v", i, at, slotOf(interval))
+			}
 		}
 		if len(seconds) < n/2 {
 			t.Errorf("the second runs of %d runners came at %d distinct times, want them spread", n, len(seconds))
