@@ -99,7 +99,8 @@ unless --unit-file gives another unit (a container for a container driver).
 --check tcp|exec gives every unit an [X-Check] run every --check-interval
 (TCP= to a listener of the bench's, or Exec=/bin/true), and --hold D
 measures, once every unit is active and an interval has passed, the CPU the
-daemon, its probe processes, the supervisor and the listener spend over D,
+daemon, the supervisor (which runs the exec driver's checks), their probe
+processes and the listener spend over D,
 as a share of one core.
 
 --baseline exec also times a plain loop starting and then stopping N
