@@ -193,8 +193,12 @@ OnUnhealthy=%s
 			t.Errorf("flotilla status %s does not say %q once:\n%s", name, want, out)
 		}
 	}
-	// The restart is in the daemon's log.
+	// The restart is in the daemon's log, and in the unit's (the exec
+	// driver, in the supervisor, runs the checks and restarts it).
 	if log := n1.log.String(); !strings.Contains(log, "restarting it (OnUnhealthy=restart)") {
 		t.Errorf("the daemon's log does not say it restarted %s", restarted.name)
+	}
+	if out := mustCLI(t, n1, "journal", restarted.name); !strings.Contains(out, "Restarting it (OnUnhealthy=restart).") {
+		t.Errorf("the journal of %s does not tell of the restart:\n%s", restarted.name, out)
 	}
 }
