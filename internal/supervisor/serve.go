@@ -49,6 +49,9 @@ var ErrRunning = errors.New("supervisor: another supervisor serves this director
 // whose daemon is gone for good leaves nothing behind.
 const DefaultIdleExit = 10 * time.Minute
 
+// reapEvery bounds how often SIGCHLD makes the supervisor reap orphans.
+const reapEvery = 100 * time.Millisecond
+
 // dirCheckEvery is how often the supervisor checks that its directory is
 // still there, and whether it has been idle for IdleExit.
 const dirCheckEvery = 5 * time.Second
@@ -266,6 +269,18 @@ func serve(cfg ServeConfig, mt *mainThread) error {
 
 	reapTick := time.NewTicker(30 * time.Second)
 	defer reapTick.Stop()
+	// A SIGCHLD reaps orphans at most every reapEvery: the exits of
+	// Exec= probes (children of the supervisor when it does not run as
+	// root) would otherwise each cost a listing of every child.
+	var lastReap time.Time
+	reapSoon := time.NewTimer(time.Hour)
+	reapSoon.Stop()
+	defer reapSoon.Stop()
+	armed := false
+	reap := func() {
+		lastReap = time.Now()
+		d.ReapOrphans()
+	}
 	checkTick := time.NewTicker(dirCheckEvery)
 	defer checkTick.Stop()
 	var timeout time.Duration
@@ -273,9 +288,17 @@ wait:
 	for {
 		select {
 		case <-chld:
-			d.ReapOrphans()
+			if wait := reapEvery - time.Since(lastReap); wait <= 0 {
+				reap()
+			} else if !armed {
+				armed = true
+				reapSoon.Reset(wait)
+			}
+		case <-reapSoon.C:
+			armed = false
+			reap()
 		case <-reapTick.C:
-			d.ReapOrphans()
+			reap()
 		case <-checkTick.C:
 			if why := dirGone(dir, dirInfo); why != "" {
 				log.Warn("the state directory is gone; stopping every unit and exiting", "dir", dir, "why", why)
