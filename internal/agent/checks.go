@@ -38,6 +38,15 @@ import (
 // so the leader sees one turn to unhealthy however the agent's reports are
 // gathered, and a restart is once per turn (a unit that still fails is
 // not restarted again until it has been healthy).
+//
+// A driver may run a unit's checks itself (driver.Checker: the exec driver
+// in the machine's supervisor, so that they go on while no daemon runs),
+// by the same rules (internal/driver/exec/checks.go). The agent then runs
+// none for it and reports the Health of the driver's statuses: what its
+// checks decided while active, "unhealthy" while the driver restarts it
+// (OnUnhealthy=restart); the watchdog's rule above still applies. A
+// restarted daemon so reports an adopted unit's health at once, not
+// "unknown" until new checks decide.
 
 // ProbeCommand builds the process of an [X-Check] Exec= probe of unit f, as
 // the unit's own processes are built (Config.ProbeCommand).
