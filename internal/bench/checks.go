@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 // The steady cost of [X-Check] health checks (without --check, of units
 // without checks: the daemon's own idle cost, to subtract) (`flotilla bench driver
-// --check tcp|exec --hold 60s`): once every unit is active, the bench
+// --check tcp|http|exec --hold 60s`): once every unit is active, the bench
 // waits one check interval (every unit's checks running), then measures
 // for Hold the CPU time of the daemon, of the supervisor (which runs the
 // units and, with the exec driver, their checks), of the probe processes
@@ -25,33 +26,53 @@ import (
 // core.
 
 // checkUnit is the unit file of a run with checks of kind check ("tcp"
-// against addr, or "exec" running /bin/true) every interval.
+// or "http" against addr, or "exec" running /bin/true) every interval.
 func checkUnit(check, addr string, interval time.Duration) (string, error) {
 	head := "[Unit]\nDescription=flotilla bench unit with health checks\n\n[Service]\nExecStart=/bin/sleep infinity\n\n[X-Check]\n"
 	iv := fmt.Sprintf("Interval=%dms\n", interval.Milliseconds())
 	switch check {
 	case "tcp":
 		return head + "TCP=" + addr + "\n" + iv, nil
+	case "http":
+		return head + "HTTP=http://" + addr + "/health\n" + iv, nil
 	case "exec":
 		return head + "Exec=/bin/true\n" + iv, nil
 	}
-	return "", fmt.Errorf("--check %q: want tcp or exec", check)
+	return "", fmt.Errorf("--check %q: want tcp, http or exec", check)
 }
 
-// checkListener is the TCP listener the units' TCP= checks connect to: it
-// accepts and closes each connection, counting them.
+// checkListener is the TCP listener the units' TCP= and HTTP= checks
+// connect to: it accepts and closes each connection, or with http serves
+// it (200 to every GET), counting them.
 type checkListener struct {
 	ln       net.Listener
 	accepted atomic.Int64
 	done     chan struct{}
+	srv      *http.Server
 }
 
-func listenForChecks() (*checkListener, error) {
+func listenForChecks(withHTTP bool) (*checkListener, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	l := &checkListener{ln: ln, done: make(chan struct{})}
+	if withHTTP {
+		l.srv = &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }),
+			ConnState: func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					l.accepted.Add(1)
+				}
+			},
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		go func() {
+			defer close(l.done)
+			l.srv.Serve(ln)
+		}()
+		return l, nil
+	}
 	go func() {
 		defer close(l.done)
 		for {
@@ -70,6 +91,9 @@ func listenForChecks() (*checkListener, error) {
 }
 
 func (l *checkListener) Close() {
+	if l.srv != nil {
+		l.srv.Close()
+	}
 	l.ln.Close()
 	<-l.done
 }

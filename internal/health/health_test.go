@@ -128,9 +128,18 @@ func TestExecProbeKilledAtTimeout(t *testing.T) {
 func TestHTTPProbe(t *testing.T) {
 	var mu sync.Mutex
 	code := http.StatusOK
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
+		if r.URL.Path == "/old" { // a redirect is followed
+			http.Redirect(w, r, "/health?deep=1", http.StatusFound)
+			return
+		}
+		if r.UserAgent() != "flotilla-health-check" || r.Host != strings.TrimPrefix(srv.URL, "http://") {
+			http.Error(w, "who is asking?", http.StatusBadRequest)
+			return
+		}
 		if r.URL.Path != "/health" || r.URL.RawQuery != "deep=1" {
 			http.NotFound(w, r)
 			return
@@ -144,6 +153,13 @@ func TestHTTPProbe(t *testing.T) {
 	}
 	if err := run(t, p, 5*time.Second); err != nil {
 		t.Fatalf("200: %v", err)
+	}
+	old, err := HTTP(srv.URL + "/old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t, old, 5*time.Second); err != nil {
+		t.Fatalf("a redirect to 200: %v", err)
 	}
 	mu.Lock()
 	code = http.StatusServiceUnavailable
