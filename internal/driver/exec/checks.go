@@ -72,7 +72,11 @@ func (s *supervisor) syncChecks() {
 	if s.restarting && s.ph == phaseDead {
 		s.restarting = false // the restart did not start the unit (a start limit, a failed run)
 	}
-	if !want || s.chk != nil {
+	if !want {
+		s.healthFrom = "" // of a run that is over
+		return
+	}
+	if s.chk != nil {
 		return
 	}
 	c := s.cur.Check
