@@ -96,10 +96,11 @@ failed), both by the units' observedAt. It reports both, with the CPU time
 the daemon and the supervisor it started spent on each. The units run /bin/sleep infinity
 unless --unit-file gives another unit (a container for a container driver).
 
---check tcp|exec gives every unit an [X-Check] run every --check-interval
-(TCP= to a listener of the bench's, or Exec=/bin/true), and --hold D
+--check tcp|http|exec gives every unit an [X-Check] run every --check-interval
+(TCP= to a listener of the bench's, HTTP= GET of it, or Exec=/bin/true), and --hold D
 measures, once every unit is active and an interval has passed, the CPU the
-daemon, its probe processes, the supervisor and the listener spend over D,
+daemon, the supervisor (which runs the exec driver's checks), their probe
+processes and the listener spend over D,
 as a share of one core.
 
 --baseline exec also times a plain loop starting and then stopping N
@@ -137,7 +138,7 @@ See docs/benchmarks.md.`,
 	fs.StringVar(&cfg.BaselineStart, "baseline-start", "", "command starting one unit in the plain loop; {} is the unit's name")
 	fs.StringVar(&cfg.BaselineStop, "baseline-stop", "", "command stopping one unit in the plain loop; {} is the unit's name")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "how long each of the start and the stop may take")
-	fs.StringVar(&cfg.Check, "check", "", "give every unit an [X-Check]: tcp (TCP= to a listener of the bench's) or exec (Exec=/bin/true)")
+	fs.StringVar(&cfg.Check, "check", "", "give every unit an [X-Check]: tcp (TCP= to a listener of the bench's), http (HTTP= GET of it, answering 200) or exec (Exec=/bin/true)")
 	fs.DurationVar(&cfg.CheckInterval, "check-interval", 5*time.Second, "the checks' Interval=")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "once every unit is active, measure the CPU the checks cost for this long")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "with --hold: keep the daemon's CPU and heap profiles of the hold in this directory")

@@ -348,8 +348,13 @@ func (a *Agent) Notify(s unit.Status) {
 		a.mu.Unlock()
 		return // a late report about a unit already unloaded
 	}
+	prev, had := a.statuses[s.Name]
 	a.statuses[s.Name] = compact(s)
 	a.dirty[s.Name] = true
+	// A driver that runs the checks logs their turns in its own log (the
+	// supervisor's) and the unit's; the daemon's says so too.
+	turned := s.Health == health.Unhealthy && (!had || prev.states[4] != health.Unhealthy) && a.driverChecksLocked(s.Name)
+	restarts := turned && a.files[s.Name] != nil && a.files[s.Name].Check != nil && a.files[s.Name].Check.OnUnhealthy == "restart"
 	fenced := s.Result == resultFenced && h.Applied == unit.Launched
 	if fenced {
 		// The driver killed it at its deadline: it is started again if a
@@ -361,6 +366,12 @@ func (a *Agent) Notify(s unit.Status) {
 	stop := a.syncChecksLocked(s.Name, nil)
 	restart := a.restartLocked(s.Name, s)
 	a.mu.Unlock()
+	switch {
+	case restarts:
+		a.log.Warn("unit unhealthy; its driver is restarting it (OnUnhealthy=restart)", "unit", s.Name)
+	case turned:
+		a.log.Warn("unit unhealthy", "unit", s.Name)
+	}
 	stopChecks(stop)
 	if restart {
 		a.restartUnhealthy(s.Name)

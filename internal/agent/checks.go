@@ -3,6 +3,7 @@ package agent
 import (
 	"os/exec"
 
+	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/unit"
 )
@@ -37,6 +38,15 @@ import (
 // so the leader sees one turn to unhealthy however the agent's reports are
 // gathered, and a restart is once per turn (a unit that still fails is
 // not restarted again until it has been healthy).
+//
+// A driver may run a unit's checks itself (driver.Checker: the exec driver
+// in the machine's supervisor, so that they go on while no daemon runs),
+// by the same rules (internal/driver/exec/checks.go). The agent then runs
+// none for it and reports the Health of the driver's statuses: what its
+// checks decided while active, "unhealthy" while the driver restarts it
+// (OnUnhealthy=restart); the watchdog's rule above still applies. A
+// restarted daemon so reports an adopted unit's health at once, not
+// "unknown" until new checks decide.
 
 // ProbeCommand builds the process of an [X-Check] Exec= probe of unit f, as
 // the unit's own processes are built (Config.ProbeCommand).
@@ -60,17 +70,23 @@ func (a *Agent) healthLocked(name string, s report) string {
 	if a.restarting[name] || a.restarted[name] && a.haves[name].Applied == unit.Launched {
 		return health.Unhealthy
 	}
+	byDriver := a.driverChecksLocked(name)
 	if s.states[1] != "active" {
 		if s.states[3] == resultWatchdog { // a start begins a run with another result
 			return health.Unhealthy
+		}
+		if byDriver && s.states[4] == health.Unhealthy {
+			return health.Unhealthy // restarted by its driver for being unhealthy
 		}
 		return ""
 	}
 	if c := a.checks[name]; c != nil {
 		return c.state
 	}
-	if h := s.states[4]; h != "" && (a.files[name] == nil || a.files[name].Check == nil) {
-		return h // the driver's own judgement (Docker's HEALTHCHECK); [X-Check] wins
+	if h := s.states[4]; h != "" && (byDriver || a.files[name] == nil || a.files[name].Check == nil) {
+		// The driver's own judgement: of the [X-Check] it runs, or
+		// Docker's HEALTHCHECK, over which [X-Check] wins.
+		return h
 	}
 	if f := a.files[name]; f != nil && f.Check != nil && f.Hash == s.hash {
 		return health.Unknown // its checks are about to start
@@ -85,7 +101,7 @@ func (a *Agent) syncChecksLocked(name string, stop []*health.Runner) []*health.R
 	cur := a.checks[name]
 	s, reported := a.statuses[name]
 	_, loaded := a.haves[name]
-	active := loaded && reported && s.states[1] == "active" && !a.checksStopped
+	active := loaded && reported && s.states[1] == "active" && !a.checksStopped && !a.driverChecksLocked(name)
 	if cur != nil && (!active || cur.hash != s.hash) {
 		delete(a.checks, name)
 		if loaded {
@@ -125,6 +141,16 @@ func (a *Agent) syncChecksLocked(name string, stop []*health.Runner) []*health.R
 	a.dirty[name] = true
 	run.runner = health.Start(c, probes, a.cfg.Now, restarted, func(state string, reason error) { a.healthChanged(name, run, state, reason) })
 	return stop
+}
+
+// driverChecksLocked reports whether unit name's driver runs its
+// [X-Check] itself (driver.Checker: the exec driver in the machine's
+// supervisor process, where they go on while no daemon runs), reporting
+// their outcome, and OnUnhealthy=restart, in the unit's status. Callers
+// hold mu.
+func (a *Agent) driverChecksLocked(name string) bool {
+	c, ok := a.cfg.Driver.(driver.Checker)
+	return ok && c.RunsChecks(name)
 }
 
 // stopChecks stops runners syncChecksLocked let go, without waiting for

@@ -6,10 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/health"
+	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -135,4 +138,120 @@ func TestAgentWatchdogUnhealthy(t *testing.T) {
 		a.Notify(st)
 		expect(s.active + "/" + s.want)
 	}
+}
+
+// checkingDriver is a sim driver that runs units' checks itself
+// (driver.Checker), as the exec driver does in the supervisor: its
+// statuses carry the health set in health.
+type checkingDriver struct {
+	*sim.Driver
+	mu     sync.Mutex
+	health map[string]string
+}
+
+func (d *checkingDriver) RunsChecks(string) bool { return true }
+
+func (d *checkingDriver) with(s unit.Status) unit.Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.Active == "active" || d.health[s.Name] == health.Unhealthy {
+		s.Health = d.health[s.Name]
+	}
+	return s
+}
+
+func (d *checkingDriver) States() []unit.Status {
+	out := d.Driver.States()
+	for i := range out {
+		out[i] = d.with(out[i])
+	}
+	return out
+}
+
+// set changes the health the driver reports for name, and notifies it.
+func (d *checkingDriver) set(a *Agent, name, h string) {
+	d.mu.Lock()
+	d.health[name] = h
+	d.mu.Unlock()
+	for _, s := range d.States() {
+		if s.Name == name {
+			a.Notify(s)
+		}
+	}
+}
+
+// TestAgentLeavesChecksToDriver: a unit whose driver runs its [X-Check]
+// (the exec driver in the supervisor) is not checked by the agent, which
+// reports the driver's health: at once for a unit it adopts (a restarted
+// daemon: no "unknown" before its file comes), "unhealthy" while the
+// driver restarts it, whatever the driver says while active.
+func TestAgentLeavesChecksToDriver(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	text := fmt.Sprintf("[Service]\nExecStart=/bin/true\n[X-Check]\nExec=/bin/sh -c 'echo run >> %s; exit 1'\nInterval=100ms\nUnhealthyAfter=1\nOnUnhealthy=restart\n", runs)
+	f, err := unit.Parse("web.service", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Machine: Machine{ID: "m1"}, Leaders: noLeader, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &checkingDriver{health: map[string]string{"web.service": health.Healthy}}
+	d.Driver, err = sim.New(sim.Config{Machine: "m1", Notify: func(s unit.Status) { a.Notify(d.with(s)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The unit runs already, checked and healthy, as a supervisor holds it
+	// for the next daemon.
+	if err := d.Load(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start("web.service"); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.True(t, 10*time.Second, "web.service active in the driver", func() bool { return d.States()[0].Active == "active" })
+	a.SetDriver(d)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	var got string
+	waitfor.True(t, 10*time.Second, "web.service adopted", func() bool { got = healthOf(a, "web.service"); return got != "absent" })
+	if got != "active/"+health.Healthy {
+		t.Fatalf("adopted web.service is %s before its file came, want active/healthy at once", got)
+	}
+	a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{
+		{Name: "web.service", File: text, DesiredState: "launched"},
+	}}}}, a.cfg.Mono())
+	expect := func(want string) {
+		t.Helper()
+		waitfor.Until(t, 10*time.Second, "web.service "+want, func() error {
+			if got := healthOf(a, "web.service"); got != want {
+				return fmt.Errorf("web.service is %s", got)
+			}
+			return nil
+		})
+	}
+	expect("active/" + health.Healthy)
+	// The agent runs no check of its own: the failing Exec= would run (and
+	// write) within its 100ms Interval.
+	waitfor.Never(t, time.Second, "the agent runs web.service's check", func() bool {
+		_, err := os.Stat(runs)
+		return err == nil
+	})
+	a.mu.Lock()
+	_, checked := a.checks["web.service"]
+	a.mu.Unlock()
+	if checked {
+		t.Fatal("the agent runs web.service's checks, which its driver runs")
+	}
+	d.set(a, "web.service", health.Unhealthy)
+	expect("active/" + health.Unhealthy)
+	d.Stop("web.service") // the driver restarts it: unhealthy while stopped
+	expect("inactive/" + health.Unhealthy)
+	d.set(a, "web.service", health.Unknown)
+	expect("inactive/")
+	d.Start("web.service")
+	expect("active/" + health.Unknown)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,41 +16,63 @@ import (
 
 // The steady cost of [X-Check] health checks (without --check, of units
 // without checks: the daemon's own idle cost, to subtract) (`flotilla bench driver
-// --check tcp|exec --hold 60s`): once every unit is active, the bench
+// --check tcp|http|exec --hold 60s`): once every unit is active, the bench
 // waits one check interval (every unit's checks running), then measures
-// for Hold the CPU time of the daemon (which runs the checks, in its
-// agent), of the probe processes it started (Exec=: its reaped children),
-// of the supervisor (which runs the units), and of the bench's own TCP
-// listener (TCP=: the other end of every probe), as a share of one core.
+// for Hold the CPU time of the daemon, of the supervisor (which runs the
+// units and, with the exec driver, their checks), of the probe processes
+// either started (Exec=: their reaped children, and the probe spawner of
+// either, run as root, with its reaped children), and of the bench's own
+// TCP listener (TCP=: the other end of every probe), as a share of one
+// core.
 
 // checkUnit is the unit file of a run with checks of kind check ("tcp"
-// against addr, or "exec" running /bin/true) every interval.
+// or "http" against addr, or "exec" running /bin/true) every interval.
 func checkUnit(check, addr string, interval time.Duration) (string, error) {
 	head := "[Unit]\nDescription=flotilla bench unit with health checks\n\n[Service]\nExecStart=/bin/sleep infinity\n\n[X-Check]\n"
 	iv := fmt.Sprintf("Interval=%dms\n", interval.Milliseconds())
 	switch check {
 	case "tcp":
 		return head + "TCP=" + addr + "\n" + iv, nil
+	case "http":
+		return head + "HTTP=http://" + addr + "/health\n" + iv, nil
 	case "exec":
 		return head + "Exec=/bin/true\n" + iv, nil
 	}
-	return "", fmt.Errorf("--check %q: want tcp or exec", check)
+	return "", fmt.Errorf("--check %q: want tcp, http or exec", check)
 }
 
-// checkListener is the TCP listener the units' TCP= checks connect to: it
-// accepts and closes each connection, counting them.
+// checkListener is the TCP listener the units' TCP= and HTTP= checks
+// connect to: it accepts and closes each connection, or with http serves
+// it (200 to every GET), counting them.
 type checkListener struct {
 	ln       net.Listener
 	accepted atomic.Int64
 	done     chan struct{}
+	srv      *http.Server
 }
 
-func listenForChecks() (*checkListener, error) {
+func listenForChecks(withHTTP bool) (*checkListener, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	l := &checkListener{ln: ln, done: make(chan struct{})}
+	if withHTTP {
+		l.srv = &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }),
+			ConnState: func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					l.accepted.Add(1)
+				}
+			},
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		go func() {
+			defer close(l.done)
+			l.srv.Serve(ln)
+		}()
+		return l, nil
+	}
 	go func() {
 		defer close(l.done)
 		for {
@@ -68,6 +91,9 @@ func listenForChecks() (*checkListener, error) {
 }
 
 func (l *checkListener) Close() {
+	if l.srv != nil {
+		l.srv.Close()
+	}
 	l.ln.Close()
 	<-l.done
 }
@@ -91,9 +117,12 @@ type HoldReport struct {
 	// work included).
 	HostBusySeconds float64 `json:"host_busy_seconds"`
 	// ChecksPercent is daemon + probes + supervisor + listener, per cent
-	// of one core; DaemonPercent the daemon and its probes alone.
-	ChecksPercent float64 `json:"checks_percent_of_a_core"`
-	DaemonPercent float64 `json:"daemon_and_probes_percent_of_a_core"`
+	// of one core; DaemonPercent the daemon and the probes alone;
+	// CheckerPercent the daemon, the supervisor and the probes: what runs
+	// the checks, without their other end (the listener).
+	ChecksPercent  float64 `json:"checks_percent_of_a_core"`
+	DaemonPercent  float64 `json:"daemon_and_probes_percent_of_a_core"`
+	CheckerPercent float64 `json:"checker_percent_of_a_core"`
 	// Connections is how many connections the listener accepted (TCP=);
 	// Healthy how many units were healthy at the end.
 	Connections int64 `json:"connections,omitempty"`
@@ -118,22 +147,28 @@ func (d *benchDaemon) sample() cpuSample {
 			s.children = time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
 		}
 	}
-	// The probe spawner (as root), a child of the daemon, and the probes
-	// it reaped.
+	sup := d.supervisorPID()
+	if sup > 0 {
+		if p, err := procfs.NewProc(sup); err == nil {
+			if st, err := p.Stat(); err == nil {
+				s.sup = seconds(st.CPUTime())
+				// Its reaped children: the Exec= probes it ran (the units,
+				// sleeping, do not end during the hold).
+				s.children += time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
+			}
+		}
+	}
+	// The probe spawners (as root), children of the daemon or of the
+	// supervisor, and the probes they reaped.
 	if procs, err := procfs.AllProcs(); err == nil {
 		for _, p := range procs {
 			st, err := p.Stat()
-			if err != nil || st.PPID != d.proc.pid() {
+			if err != nil || st.PPID != d.proc.pid() && (sup <= 0 || st.PPID != sup) {
 				continue
 			}
 			if args, err := p.CmdLine(); err == nil && len(args) > 0 && args[0] == "flotilla-unit-spawner" {
 				s.children += seconds(st.CPUTime()) + time.Duration(st.CUTime+st.CSTime)*time.Second/clockTicks
 			}
-		}
-	}
-	if pid := d.supervisorPID(); pid > 0 {
-		if st, err := readProcStats(pid); err == nil {
-			s.sup = st.CPU
 		}
 	}
 	var ru syscall.Rusage
@@ -190,6 +225,7 @@ func (d *benchDaemon) hold(ctx context.Context, cfg *DriverConfig, l *checkListe
 	total := (s1.daemon - s0.daemon) + (s1.children - s0.children) + (s1.sup - s0.sup) + (s1.self - s0.self)
 	r.ChecksPercent = round3(100 * total.Seconds() / el.Seconds())
 	r.DaemonPercent = round3(100 * ((s1.daemon - s0.daemon) + (s1.children - s0.children)).Seconds() / el.Seconds())
+	r.CheckerPercent = round3(100 * ((s1.daemon - s0.daemon) + (s1.children - s0.children) + (s1.sup - s0.sup)).Seconds() / el.Seconds())
 	n, err := countHealthy(ctx, "http://"+d.api)
 	if err != nil {
 		return nil, err

@@ -54,8 +54,9 @@ type DriverConfig struct {
 	// Timeout bounds each of the waits: for every unit active, for every
 	// unit stopped (default 5m).
 	Timeout time.Duration
-	// Check, "tcp" or "exec", gives every unit an [X-Check] section (TCP=
-	// to a listener of the bench's, or Exec=/bin/true) run every
+	// Check, "tcp", "http" or "exec", gives every unit an [X-Check]
+	// section (TCP= to a listener of the bench's, HTTP= GET of it, or
+	// Exec=/bin/true) run every
 	// CheckInterval (default 5s); Hold, once every unit is active, is how
 	// long the checks' CPU is measured (see HoldReport). Not with UnitFile.
 	Check         string
@@ -90,8 +91,8 @@ func (c *DriverConfig) validate() error {
 	switch {
 	case c.Check != "" && c.UnitFile != "":
 		return errors.New("--check makes the unit file: leave out --unit-file")
-	case c.Check != "" && c.Check != "tcp" && c.Check != "exec":
-		return fmt.Errorf("--check %q: want tcp or exec", c.Check)
+	case c.Check != "" && c.Check != "tcp" && c.Check != "http" && c.Check != "exec":
+		return fmt.Errorf("--check %q: want tcp, http or exec", c.Check)
 	case c.Hold < 0:
 		return fmt.Errorf("--hold %v: want a positive duration", c.Hold)
 	case c.CheckInterval < 0:
@@ -192,8 +193,8 @@ func (r *DriverReport) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "; CPU: daemon %.2f s, supervisor %.2f s\n", r.DaemonStopCPUSeconds, r.SupervisorStopCPUSeconds)
 	if h := r.Hold; h != nil {
-		fmt.Fprintf(w, "  hold:  %8.3f s with %s checks every %v: %.2f%% of a core (daemon %.2f s, probes %.2f s, supervisor %.2f s, listener %.2f s; host busy %.2f s); %d connections, %d healthy\n",
-			h.HoldSeconds, h.Check, time.Duration(h.IntervalSeconds*float64(time.Second)), h.ChecksPercent,
+		fmt.Fprintf(w, "  hold:  %8.3f s with %s checks every %v: %.2f%% of a core, %.2f%% without the listener (daemon %.2f s, probes %.2f s, supervisor %.2f s, listener %.2f s; host busy %.2f s); %d connections, %d healthy\n",
+			h.HoldSeconds, h.Check, time.Duration(h.IntervalSeconds*float64(time.Second)), h.ChecksPercent, h.CheckerPercent,
 			h.DaemonCPUSeconds, h.ProbesCPUSeconds, h.SupervisorCPUSeconds, h.ListenerCPUSeconds, h.HostBusySeconds, h.Connections, h.Healthy)
 	}
 	if b := r.Baseline; b != nil {
@@ -295,8 +296,8 @@ func runDriver(ctx context.Context, cfg *DriverConfig, prog *progress) (*DriverR
 	}
 	var listener *checkListener
 	if cfg.Check != "" {
-		if cfg.Check == "tcp" {
-			if listener, err = listenForChecks(); err != nil {
+		if cfg.Check == "tcp" || cfg.Check == "http" {
+			if listener, err = listenForChecks(cfg.Check == "http"); err != nil {
 				return nil, err
 			}
 			defer listener.Close()

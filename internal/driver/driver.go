@@ -109,3 +109,14 @@ type LogRemover interface {
 type StartRecorder interface {
 	Started(name string) (started, known bool)
 }
+
+// Checker is implemented by drivers that may run units' [X-Check] health
+// checks themselves, where they outlive the agent's process (the exec
+// driver in the machine's supervisor process). RunsChecks reports whether
+// the driver runs those of the unit, and OnUnhealthy=restart; it then
+// reports their outcome in Status.Health (also "unhealthy" through a
+// restart for being unhealthy), and the agent does not run them. It must
+// not block.
+type Checker interface {
+	RunsChecks(name string) bool
+}

@@ -128,9 +128,18 @@ func TestExecProbeKilledAtTimeout(t *testing.T) {
 func TestHTTPProbe(t *testing.T) {
 	var mu sync.Mutex
 	code := http.StatusOK
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
+		if r.URL.Path == "/old" { // a redirect is followed
+			http.Redirect(w, r, "/health?deep=1", http.StatusFound)
+			return
+		}
+		if r.UserAgent() != "flotilla-health-check" || r.Host != strings.TrimPrefix(srv.URL, "http://") {
+			http.Error(w, "who is asking?", http.StatusBadRequest)
+			return
+		}
 		if r.URL.Path != "/health" || r.URL.RawQuery != "deep=1" {
 			http.NotFound(w, r)
 			return
@@ -144,6 +153,13 @@ func TestHTTPProbe(t *testing.T) {
 	}
 	if err := run(t, p, 5*time.Second); err != nil {
 		t.Fatalf("200: %v", err)
+	}
+	old, err := HTTP(srv.URL + "/old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t, old, 5*time.Second); err != nil {
+		t.Fatalf("a redirect to 200: %v", err)
 	}
 	mu.Lock()
 	code = http.StatusServiceUnavailable
@@ -281,8 +297,9 @@ func TestRunnerAfterRestart(t *testing.T) {
 }
 
 // TestRunnerSpreads: runners started together run their checks at once,
-// then each a random part of Interval later, then every Interval: the
-// runs of units started together do not stay together.
+// then each a random part of Interval later, on the grid of slotOf, then
+// every Interval: the runs of units started together do not stay
+// together.
 func TestRunnerSpreads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 10 * time.Second
@@ -314,6 +331,9 @@ func TestRunnerSpreads(t *testing.T) {
 				t.Fatalf("runner %d ran at %v, want at once, within an interval, then every %v", i, r, interval)
 			}
 			seconds[r[1]] = true
+			if at := t0.Add(r[1]); !at.Equal(at.Truncate(slotOf(interval))) {
+				t.Errorf("runner %d's second run at %v is not on the grid of %v", i, at, slotOf(interval))
+			}
 		}
 		if len(seconds) < n/2 {
 			t.Errorf("the second runs of %d runners came at %d distinct times, want them spread", n, len(seconds))

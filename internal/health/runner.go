@@ -25,27 +25,55 @@ type Runner struct {
 // Start runs probes at once, then after a random part of c.Interval (so
 // that the runs of units whose checks started together, as after a daemon
 // restart, spread over the interval instead of coming all at once, every
-// time), then every c.Interval; each bounded by
-// c.Timeout, all of a run at the same time, and reports each change of the
-// tracked health (by c.HealthyAfter and c.UnhealthyAfter) to report, from
-// the runner's goroutine. now is the clock the tracker is given (nil:
-// time.Now).
+// time), then every c.Interval; each bounded by c.Timeout, all of a run at
+// the same time, and reports each change of the tracked health (by
+// c.HealthyAfter and c.UnhealthyAfter) to report, from the runner's
+// goroutine. now is the clock the tracker is given (nil: time.Now).
+//
+// The runs after the first fall on the instants of a grid of the clock
+// (every slotOf(c.Interval)), the same for every runner of the process:
+// spread over the interval, the runs of many runners still come together
+// a few at a time, so that the process wakes once for several of them
+// (with 1,000 units checked every 5 s, 4 times a second fewer than 200).
 //
 // restarted says the unit was just restarted for being unhealthy: it stays
 // Unhealthy (not Unknown) until its checks pass, so further failures do not
 // turn it unhealthy again (a restart is once per turn), and its first run
-// comes an Interval after the start, to give it time to come up.
+// comes an Interval after the start (give or take a slot), to give it time
+// to come up.
 func Start(c *unit.Check, probes []Probe, now func() time.Time, restarted bool, report Report) *Runner {
+	if restarted {
+		return start(c, probes, now, Unhealthy, c.Interval, report)
+	}
+	return start(c, probes, now, Unknown, 0, report)
+}
+
+// Resume is Start for checks that ran in another runner until now (of a
+// process that handed its units over to a new image of itself): the
+// tracked health begins at state (Unknown, Healthy or Unhealthy; another
+// is Unknown), so that it is not reported again, and the first run comes
+// after a random part of c.Interval, as the second run after a Start.
+func Resume(c *unit.Check, probes []Probe, now func() time.Time, state string, report Report) *Runner {
+	switch state {
+	case Healthy, Unhealthy:
+	default:
+		state = Unknown
+	}
+	return start(c, probes, now, state, -1, report)
+}
+
+// start runs probes first after first (at once when 0, a random part of
+// the interval when negative), then as Start says, tracking the health
+// from state.
+func start(c *unit.Check, probes []Probe, now func() time.Time, state string, first time.Duration, report Report) *Runner {
 	if now == nil {
 		now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Runner{cancel: cancel, done: make(chan struct{})}
 	t := NewTracker(c.HealthyAfter, c.UnhealthyAfter)
-	if restarted {
-		t.state = Unhealthy
-	}
-	go r.loop(ctx, c, probes, t, now, restarted, report)
+	t.state = state
+	go r.loop(ctx, c, probes, t, now, first, report)
 	return r
 }
 
@@ -57,16 +85,46 @@ func (r *Runner) Stop() {
 	<-r.done
 }
 
-func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tracker, now func() time.Time, wait bool, report Report) {
+// slotOf is the spacing of the grid the runs of checks every interval
+// fall on: a hundredth of the interval, between 10 and 50 ms.
+func slotOf(interval time.Duration) time.Duration {
+	return min(max(interval/100, 10*time.Millisecond), 50*time.Millisecond)
+}
+
+// onGrid returns the last instant of the grid of slot at or before at,
+// but after from (from itself when there is none).
+func onGrid(from, at time.Time, slot time.Duration) time.Time {
+	// Truncate works on the wall clock and drops the monotonic reading:
+	// take the offset from from, and add it to from, which has one.
+	g := from.Add(at.Truncate(slot).Sub(from))
+	if !g.After(from) {
+		return from.Add(min(slot, at.Sub(from)))
+	}
+	return g
+}
+
+func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tracker, now func() time.Time, first time.Duration, report Report) {
 	defer close(r.done)
-	tick := time.NewTicker(c.Interval)
-	defer tick.Stop()
-	phased := wait // the ticker's phase is set: by the wait, or after the first run
-	if wait {
+	slot := slotOf(c.Interval)
+	spread := func(from time.Time) time.Time {
+		return onGrid(from, from.Add(time.Duration(rand.Int64N(int64(c.Interval)))+1), slot)
+	}
+	start := time.Now()
+	next := start // the next run
+	phased := first != 0
+	switch {
+	case first < 0:
+		next = spread(start)
+	case first > 0:
+		next = onGrid(start, start.Add(first), slot)
+	}
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	if next.After(start) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
 	for {
@@ -78,22 +136,21 @@ func (r *Runner) loop(ctx context.Context, c *unit.Check, probes []Probe, t *Tra
 			report(state, err)
 		}
 		if !phased {
-			phased = true
 			// The second run comes after (0, Interval], the next ones
 			// every Interval from it.
-			tick.Reset(time.Duration(rand.Int64N(int64(c.Interval))) + 1)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			tick.Reset(c.Interval)
-			continue
+			phased = true
+			next = spread(next)
+		} else {
+			next = next.Add(c.Interval)
 		}
+		if late := time.Since(next); late >= 0 { // a run outlasted the interval: skip what was missed
+			next = next.Add((late/c.Interval + 1) * c.Interval)
+		}
+		timer.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
 }
@@ -105,8 +162,8 @@ func RunAll(ctx context.Context, probes []Probe, timeout time.Duration) error {
 		return errNoProbes
 	}
 	if len(probes) == 1 { // the usual case: no goroutine to start
-		pctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
-		defer cancel()
+		pctx := &deadlineCtx{parent: ctx, deadline: time.Now().Add(timeout)}
+		defer pctx.cancel()
 		if err := probes[0].Run(pctx); err != nil {
 			return &ProbeError{Probe: probes[0].Name, Err: err}
 		}
@@ -141,3 +198,39 @@ type ProbeError struct {
 
 func (e *ProbeError) Error() string { return e.Probe + ": " + e.Err.Error() }
 func (e *ProbeError) Unwrap() error { return e.Err }
+
+// deadlineCtx is ctx with a deadline, whose timer is made only when it is
+// asked whether it is done: a TCP= probe on loopback, done within its
+// connect call, never asks, and a timer made and stopped at every run of
+// every unit's checks was 7% of what they cost.
+type deadlineCtx struct {
+	parent   context.Context
+	deadline time.Time
+
+	once sync.Once
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+func (c *deadlineCtx) init() {
+	c.once.Do(func() { c.ctx, c.stop = context.WithDeadlineCause(c.parent, c.deadline, errTimeout) })
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *deadlineCtx) Done() <-chan struct{}       { c.init(); return c.ctx.Done() }
+func (c *deadlineCtx) Err() error                  { c.init(); return c.ctx.Err() }
+func (c *deadlineCtx) Value(key any) any           { c.init(); return c.ctx.Value(key) } // context.Cause finds the inner context through Value
+
+// cancel releases the timer, if it was made; one not made never is, and
+// the context is done from then on.
+func (c *deadlineCtx) cancel() {
+	c.once.Do(func() { c.ctx, c.stop = canceledCtx, func() {} })
+	c.stop()
+}
+
+// canceledCtx is a context that is done.
+var canceledCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()

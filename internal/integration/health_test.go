@@ -193,8 +193,103 @@ OnUnhealthy=%s
 			t.Errorf("flotilla status %s does not say %q once:\n%s", name, want, out)
 		}
 	}
-	// The restart is in the daemon's log.
+	// The restart is in the daemon's log, and in the unit's (the exec
+	// driver, in the supervisor, runs the checks and restarts it).
 	if log := n1.log.String(); !strings.Contains(log, "restarting it (OnUnhealthy=restart)") {
 		t.Errorf("the daemon's log does not say it restarted %s", restarted.name)
 	}
+	if out := mustCLI(t, n1, "journal", restarted.name); !strings.Contains(out, "Restarting it (OnUnhealthy=restart).") {
+		t.Errorf("the journal of %s does not tell of the restart:\n%s", restarted.name, out)
+	}
+}
+
+// TestHealthChecksWithDaemonKilled: an exec unit's checks run in the
+// supervisor, so with the daemon SIGKILLed a unit whose check turns
+// failing is still restarted once (OnUnhealthy=restart: a new process,
+// the old one gone), and the restarted daemon shows its health as the
+// supervisor has it, unhealthy, never "unknown" on the way (a deployment
+// waiting for health would start over), and does not restart it again.
+func TestHealthChecksWithDaemonKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a daemon")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 1, nil)
+	n1 := c.nodes[0]
+	waitfor.Until(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
+	dir := t.TempDir()
+	flag, startsFile := filepath.Join(dir, "ok"), filepath.Join(dir, "starts")
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const name = "checked.service"
+	mustCLI(t, n1, "start", writeUnit(t, dir, name, fmt.Sprintf(`[Service]
+ExecStart=%s
+Environment=%s=%s %s=%s %s=%s
+TimeoutStopSec=5
+[X-Check]
+Exec=/usr/bin/test -f %s
+Interval=500ms
+Timeout=400ms
+UnhealthyAfter=2
+OnUnhealthy=restart
+`, self, healthServerEnv, freeAddr(t), healthFailEnv, filepath.Join(dir, "fail"), healthStartsEnv, startsFile, flag)))
+	health := func() string {
+		out, err := cli(t, n1, "list-units", "--no-legend", "--fields", "unit,active,health")
+		if err != nil {
+			return "error"
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == name {
+				return f[1] + "/" + f[2]
+			}
+		}
+		return "absent"
+	}
+	starts := func() []int {
+		b, _ := os.ReadFile(startsFile)
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	waitfor.True(t, 60*time.Second, name+" active/healthy", func() bool { return health() == "active/healthy" })
+
+	n1.kill()
+	if err := os.Remove(flag); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 30*time.Second, name+" restarted with no daemon", func() error {
+		if p := starts(); len(p) != 2 || alive(p[0]) || !alive(p[1]) {
+			return fmt.Errorf("processes %v, want the first gone and a second running", p)
+		}
+		return nil
+	})
+
+	n1.start(t)
+	var seen []string
+	waitfor.True(t, 60*time.Second, name+" active/unhealthy after the daemon's restart", func() bool {
+		h := health()
+		if len(seen) == 0 || seen[len(seen)-1] != h {
+			seen = append(seen, h)
+		}
+		return h == "active/unhealthy"
+	})
+	for _, h := range seen {
+		if strings.HasSuffix(h, "/unknown") {
+			t.Fatalf("after the daemon's restart list-units showed %v: unknown on the way", seen)
+		}
+	}
+	// Unhealthy still, but restarted once per turn: not again.
+	waitfor.Never(t, 3*time.Second, name+" restarted again", func() bool { return len(starts()) != 2 || health() != "active/unhealthy" })
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.True(t, 30*time.Second, name+" healthy again", func() bool { return health() == "active/healthy" })
 }

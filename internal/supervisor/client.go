@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,6 +109,11 @@ type Client struct {
 
 	childMu sync.Mutex
 	child   *child // the supervisor this client started, if any
+
+	// checks: the supervisor connected to runs the units' [X-Check]
+	// (HelloReply.runs_checks); an atomic, as the agent asks under its
+	// lock, which Notify takes.
+	checks atomic.Bool
 }
 
 var (
@@ -116,7 +122,14 @@ var (
 	_ driver.Fencer     = (*Client)(nil)
 	_ driver.Detacher   = (*Client)(nil)
 	_ driver.LogRemover = (*Client)(nil)
+	_ driver.Checker    = (*Client)(nil)
 )
+
+// RunsChecks reports whether the supervisor runs the units' [X-Check]
+// health checks and OnUnhealthy=restart, reporting their outcome with
+// each unit's status (driver.Checker): one whose binary predates this
+// does not, and the agent runs them.
+func (c *Client) RunsChecks(string) bool { return c.checks.Load() }
 
 // session is one connection to one supervisor process, with its event
 // stream.
@@ -192,6 +205,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.sess = sess
+	c.checks.Store(sess.hello.GetRunsChecks())
 	if err := c.sendLogConfig(); err != nil {
 		sess.close()
 		return nil, err
@@ -460,6 +474,7 @@ func (c *Client) watchLoop(sess *session) {
 					return
 				}
 				c.sess = ns
+				c.checks.Store(ns.hello.GetRunsChecks())
 				c.mu.Unlock()
 				if err := c.sendLogConfig(); err != nil {
 					c.log.Error("cannot set the supervisor's log settings", "err", err)

@@ -20,7 +20,7 @@ func toPB(s unit.Status) *supervisorpb.UnitStatus {
 	}
 	return &supervisorpb.UnitStatus{
 		Name: s.Name, Hash: s.Hash, Load: s.Load, Active: s.Active, Sub: s.Sub,
-		Pid: int32(s.PID), SinceUnixNano: since, Result: s.Result, Message: s.Message,
+		Pid: int32(s.PID), SinceUnixNano: since, Result: s.Result, Message: s.Message, Health: s.Health,
 	}
 }
 
@@ -28,7 +28,7 @@ func fromPB(p *supervisorpb.UnitStatus, machine string) unit.Status {
 	s := unit.Status{
 		Name: p.GetName(), Hash: p.GetHash(), Machine: machine, Load: p.GetLoad(),
 		Active: p.GetActive(), Sub: p.GetSub(), PID: int(p.GetPid()),
-		Result: p.GetResult(), Message: p.GetMessage(),
+		Result: p.GetResult(), Message: p.GetMessage(), Health: p.GetHealth(),
 	}
 	if n := p.GetSinceUnixNano(); n != 0 {
 		s.Since = time.Unix(0, n)

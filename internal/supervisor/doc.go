@@ -28,6 +28,20 @@
 // no call) for ServeConfig.IdleExit (DefaultIdleExit, 10 minutes) ends
 // too.
 //
+// # Health checks
+//
+// The supervisor runs its units' [X-Check] health checks itself (the exec
+// driver's Config.Checks; see internal/driver/exec/checks.go) and acts on
+// OnUnhealthy=restart, so that they go on while no daemon is connected,
+// and reports each unit's health with its status (UnitStatus.health). Its
+// HelloReply says so (runs_checks): the client's RunsChecks
+// (driver.Checker) tells the agent to leave those units' checks to it and
+// report the health it is given, which a new daemon has with the units'
+// first statuses, so it never falls back to "unknown". As root, the Exec=
+// probes start from one unithide.Spawner, a child of the supervisor. An
+// upgrade in place hands each unit's health over with it, and the new
+// image resumes its checks from there.
+//
 // # The client
 //
 // Client is the daemon's side: a driver.Driver (also a driver.Killer,

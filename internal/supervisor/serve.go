@@ -27,6 +27,7 @@ import (
 	execdriver "github.com/flotilla/flotilla/internal/driver/exec"
 	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/unithide"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/supervisorpb"
 )
@@ -47,6 +48,9 @@ var ErrRunning = errors.New("supervisor: another supervisor serves this director
 // to connect before it ends by itself (ServeConfig.IdleExit): a data dir
 // whose daemon is gone for good leaves nothing behind.
 const DefaultIdleExit = 10 * time.Minute
+
+// reapEvery bounds how often SIGCHLD makes the supervisor reap orphans.
+const reapEvery = 100 * time.Millisecond
 
 // dirCheckEvery is how often the supervisor checks that its directory is
 // still there, and whether it has been idle for IdleExit.
@@ -181,6 +185,15 @@ func serve(cfg ServeConfig, mt *mainThread) error {
 	if mt != nil {
 		dcfg.Spawn = mt.run
 	}
+	// The units' [X-Check] run here, so that they go on without a daemon;
+	// as root their Exec= probes start from one spawner process that holds
+	// a mount namespace with dcfg.Inaccessible covered, made once.
+	dcfg.Checks = true
+	if os.Geteuid() == 0 {
+		sp := unithide.NewSpawner(dcfg.Inaccessible)
+		defer sp.Close()
+		dcfg.ProbeRunner = sp.Run
+	}
 	var d *execdriver.Driver
 	if ho != nil {
 		if d, err = execdriver.Adopt(dcfg, ho.Driver); err != nil {
@@ -256,6 +269,18 @@ func serve(cfg ServeConfig, mt *mainThread) error {
 
 	reapTick := time.NewTicker(30 * time.Second)
 	defer reapTick.Stop()
+	// A SIGCHLD reaps orphans at most every reapEvery: the exits of
+	// Exec= probes (children of the supervisor when it does not run as
+	// root) would otherwise each cost a listing of every child.
+	var lastReap time.Time
+	reapSoon := time.NewTimer(time.Hour)
+	reapSoon.Stop()
+	defer reapSoon.Stop()
+	armed := false
+	reap := func() {
+		lastReap = time.Now()
+		d.ReapOrphans()
+	}
 	checkTick := time.NewTicker(dirCheckEvery)
 	defer checkTick.Stop()
 	var timeout time.Duration
@@ -263,9 +288,17 @@ wait:
 	for {
 		select {
 		case <-chld:
-			d.ReapOrphans()
+			if wait := reapEvery - time.Since(lastReap); wait <= 0 {
+				reap()
+			} else if !armed {
+				armed = true
+				reapSoon.Reset(wait)
+			}
+		case <-reapSoon.C:
+			armed = false
+			reap()
 		case <-reapTick.C:
-			d.ReapOrphans()
+			reap()
 		case <-checkTick.C:
 			if why := dirGone(dir, dirInfo); why != "" {
 				log.Warn("the state directory is gone; stopping every unit and exiting", "dir", dir, "why", why)
@@ -440,7 +473,7 @@ func (s *server) Hello(ctx context.Context, _ *supervisorpb.HelloRequest) (*supe
 		return nil, ctx.Err()
 	}
 	return &supervisorpb.HelloReply{Pid: int32(s.pid), Instance: s.instance, Version: s.version, StartedUnixNano: s.started.UnixNano(),
-		BinarySha256: s.exeSHA, Binary: s.exe, Protocol: int32(version.ProtocolVersion)}, nil
+		BinarySha256: s.exeSHA, Binary: s.exe, Protocol: int32(version.ProtocolVersion), RunsChecks: true}, nil
 }
 
 func (s *server) Load(_ context.Context, r *supervisorpb.LoadRequest) (*supervisorpb.Empty, error) {

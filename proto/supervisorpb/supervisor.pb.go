@@ -242,7 +242,11 @@ type HelloReply struct {
 	// (/proc/self/exe); a daemon whose own differs asks it to Upgrade.
 	BinarySha256 string `protobuf:"bytes,10,opt,name=binary_sha256,json=binarySha256,proto3" json:"binary_sha256,omitempty"`
 	// binary is the path the supervisor's executable was run from.
-	Binary        string `protobuf:"bytes,11,opt,name=binary,proto3" json:"binary,omitempty"`
+	Binary string `protobuf:"bytes,11,opt,name=binary,proto3" json:"binary,omitempty"`
+	// runs_checks: the supervisor runs its units' [X-Check] health checks
+	// (and OnUnhealthy=restart) itself and reports their outcome in
+	// UnitStatus.health; the daemon's agent does not run them.
+	RunsChecks    bool `protobuf:"varint,12,opt,name=runs_checks,json=runsChecks,proto3" json:"runs_checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +328,13 @@ func (x *HelloReply) GetBinary() string {
 		return x.Binary
 	}
 	return ""
+}
+
+func (x *HelloReply) GetRunsChecks() bool {
+	if x != nil {
+		return x.RunsChecks
+	}
+	return false
 }
 
 type LoadRequest struct {
@@ -587,6 +598,11 @@ type UnitStatus struct {
 	SinceUnixNano int64                  `protobuf:"varint,7,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
 	Result        string                 `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
 	Message       string                 `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	// health is the outcome of the unit's [X-Check] health checks, run by
+	// the supervisor: "unknown", "healthy" or "unhealthy" while the unit is
+	// active; "unhealthy" through a restart for being unhealthy
+	// (OnUnhealthy=restart); "" for a unit without checks, or not active.
+	Health        string `protobuf:"bytes,10,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -680,6 +696,13 @@ func (x *UnitStatus) GetResult() string {
 func (x *UnitStatus) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *UnitStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
 	}
 	return ""
 }
@@ -805,7 +828,7 @@ const file_supervisor_proto_rawDesc = "" +
 	"\bjournald\x18\x03 \x01(\bR\bjournald\x12\x18\n" +
 	"\amachine\x18\x04 \x01(\tR\amachine\"\a\n" +
 	"\x05Empty\"\x0e\n" +
-	"\fHelloRequest\"\xd9\x01\n" +
+	"\fHelloRequest\"\xfa\x01\n" +
 	"\n" +
 	"HelloReply\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1a\n" +
@@ -815,7 +838,9 @@ const file_supervisor_proto_rawDesc = "" +
 	"\bprotocol\x18\x05 \x01(\x05R\bprotocol\x12#\n" +
 	"\rbinary_sha256\x18\n" +
 	" \x01(\tR\fbinarySha256\x12\x16\n" +
-	"\x06binary\x18\v \x01(\tR\x06binary\"!\n" +
+	"\x06binary\x18\v \x01(\tR\x06binary\x12\x1f\n" +
+	"\vruns_checks\x18\f \x01(\bR\n" +
+	"runsChecks\"!\n" +
 	"\vLoadRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\fR\x04unit\"!\n" +
 	"\vUnitRequest\x12\x12\n" +
@@ -829,7 +854,7 @@ const file_supervisor_proto_rawDesc = "" +
 	"\x04done\x18\x01 \x01(\bR\x04done\"@\n" +
 	"\fFenceRequest\x12\x1a\n" +
 	"\bdeadline\x18\x01 \x01(\x03R\bdeadline\x12\x14\n" +
-	"\x05names\x18\x02 \x03(\tR\x05names\"\xde\x01\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\"\xf6\x01\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -840,7 +865,9 @@ const file_supervisor_proto_rawDesc = "" +
 	"\x03pid\x18\x06 \x01(\x05R\x03pid\x12&\n" +
 	"\x0fsince_unix_nano\x18\a \x01(\x03R\rsinceUnixNano\x12\x16\n" +
 	"\x06result\x18\b \x01(\tR\x06result\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\"G\n" +
+	"\amessage\x18\t \x01(\tR\amessage\x12\x16\n" +
+	"\x06health\x18\n" +
+	" \x01(\tR\x06health\"G\n" +
 	"\vStatesReply\x128\n" +
 	"\x05units\x18\x01 \x03(\v2\".flotilla.supervisor.v1.UnitStatusR\x05units\"w\n" +
 	"\x05Event\x12\x1a\n" +

@@ -20,6 +20,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/driver"
 	"github.com/flotilla/flotilla/internal/driver/service"
+	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -108,6 +109,15 @@ type Config struct {
 	// signal is tied to the thread that started it, and the main thread is
 	// the one that survives an execve (see Handover).
 	Spawn func(func())
+	// Checks makes the driver run each unit's [X-Check] health checks and
+	// OnUnhealthy=restart itself, and report their outcome in
+	// unit.Status.Health (see checks.go); the supervisor process sets it,
+	// so that they go on without a daemon. Without it the agent runs them.
+	Checks bool
+	// ProbeRunner, if set, runs the processes of the Exec= checks (the
+	// supervisor's unithide.Spawner.Run, as root with Inaccessible: one
+	// mount namespace for them all); nil: each is a child of this process.
+	ProbeRunner health.CommandRunner
 }
 
 // validate checks c and fills in defaults.
@@ -201,6 +211,7 @@ type Driver struct {
 var (
 	_ driver.Driver     = (*Driver)(nil)
 	_ driver.LogRemover = (*Driver)(nil)
+	_ driver.Checker    = (*Driver)(nil)
 )
 
 // New makes a driver with the state directory cfg.Dir. Process groups that

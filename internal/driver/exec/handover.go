@@ -82,6 +82,11 @@ type UnitState struct {
 	Ready         bool          `json:"ready,omitempty"`
 	StatusText    string        `json:"statusText,omitempty"`
 	WatchdogLimit time.Duration `json:"watchdogLimit,omitempty"`
+	// Health is what the run's [X-Check] checks had decided (Config.Checks),
+	// to resume them from; Restarting says the unit is being restarted
+	// for being unhealthy (OnUnhealthy=restart).
+	Health     string `json:"health,omitempty"`
+	Restarting bool   `json:"restarting,omitempty"`
 }
 
 // ProcState is the unit's main process, a child of the process.
@@ -558,6 +563,7 @@ func (s *supervisor) restore(u UnitState) error {
 		}
 	}
 	s.ready, s.statusText = u.Ready, u.StatusText
+	s.healthFrom, s.restarting = u.Health, u.Restarting
 	if ph == phaseAutoRestart {
 		s.restartAt = time.Now().Add(u.RestartIn)
 		s.timer.Reset(max(u.RestartIn, time.Millisecond))

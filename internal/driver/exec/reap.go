@@ -105,21 +105,22 @@ func childPids() []int {
 // It waits through the runtime's poller on a pidfd, so that the processes
 // of a thousand units do not hold a thousand threads blocked in wait (as
 // os.Process.Wait alone would); where pidfds do not work it returns at
-// once and the caller's Wait blocks as before.
-func awaitExit(pid int) {
+// once, false, and the caller's Wait blocks as before.
+func awaitExit(pid int) bool {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
-		return
+		return false
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return
+		return false
 	}
 	rc.Read(func(fd uintptr) bool {
 		var info unix.Siginfo
 		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 		return err != nil || info.Signo != 0
 	})
+	return true
 }

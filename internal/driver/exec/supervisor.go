@@ -172,6 +172,13 @@ type supervisor struct {
 	wdTimer      *time.Timer   // the watchdog: fires when no WATCHDOG=1 came within wdLimit
 	wdLimit      time.Duration // this run's watchdog limit; 0: none
 	watchdogKill bool          // the watchdog fired: this run is being killed with SIGABRT
+	chk          *unitChecks   // the current run's [X-Check] checks (Config.Checks), while active
+	restarting   bool          // being restarted for being unhealthy (OnUnhealthy=restart)
+	healthFrom   string        // the health to resume the checks from (a handover)
+
+	healthMu   sync.Mutex
+	healthEvs  []healthEvent // the runners' reports not yet acted on
+	healthWake chan struct{} // a report was queued
 }
 
 // cmdRef is a command queued for the current phase, with the name of the
@@ -195,6 +202,8 @@ func newSupervisor(d *Driver, f *unit.File) *supervisor {
 
 		noteWake: make(chan struct{}, 1),
 		wdTimer:  time.NewTimer(time.Hour),
+
+		healthWake: make(chan struct{}, 1),
 	}
 	s.timer.Stop()
 	s.wdTimer.Stop()
@@ -226,6 +235,12 @@ func (s *supervisor) snapshot() unit.Status {
 
 func (s *supervisor) run() {
 	defer s.finish()
+	if s.d.cfg.Checks {
+		s.syncChecks() // a unit handed over active
+		s.mu.Lock()
+		s.status = s.compute(s.status)
+		s.mu.Unlock()
+	}
 	s.d.cfg.Notify(s.snapshot())
 	for {
 		var tick <-chan time.Time
@@ -252,11 +267,14 @@ func (s *supervisor) run() {
 			s.takeNotes()
 		case <-s.wdTimer.C:
 			s.onWatchdogTimer()
+		case <-s.healthWake:
+			s.takeHealth()
 		}
 		for s.kick { // begin may end the run at once and admit another start
 			s.kick = false
 			s.begin()
 		}
+		s.syncChecks()
 		s.publish()
 		if s.quit && s.ph == phaseDead {
 			return
@@ -325,6 +343,7 @@ func (s *supervisor) compute(prev unit.Status) unit.Status {
 		Since:   prev.Since,
 	}
 	st.Active, st.Sub = activeSub(s.ph, s.result)
+	st.Health = s.health(st.Active)
 	if s.watchdogKill && s.ph == phaseStopSigterm {
 		st.Sub = "stop-watchdog"
 	}
@@ -395,13 +414,13 @@ func (s *supervisor) handle(r request) error {
 			s.pendingStart = true
 		}
 	case reqStop:
-		s.pendingStart = false
+		s.pendingStart, s.restarting = false, false
 		s.stop()
 	case reqQuit:
-		s.quit, s.pendingStart = true, false
+		s.quit, s.pendingStart, s.restarting = true, false, false
 		s.stop()
 	case reqFence:
-		s.pendingStart = false
+		s.pendingStart, s.restarting = false, false
 		switch s.ph {
 		case phaseDead:
 		case phaseAutoRestart:
@@ -418,10 +437,12 @@ func (s *supervisor) handle(r request) error {
 		if err != nil {
 			return err
 		}
+		s.pauseChecks() // the next image resumes them
+		st.Health, st.Restarting = s.healthFrom, s.restarting
 		*r.state = st
 		s.frozen = r.thaw
 	case reqAbort:
-		s.quit, s.abort, s.pendingStart = true, true, false
+		s.quit, s.abort, s.pendingStart, s.restarting = true, true, false, false
 		switch s.ph {
 		case phaseDead:
 		case phaseAutoRestart:

@@ -278,6 +278,17 @@ func (m *Mux) Started(name string) (started, known bool) {
 	return false, false
 }
 
+// RunsChecks asks the driver holding the unit whether it runs the unit's
+// [X-Check] itself (driver.Checker).
+func (m *Mux) RunsChecks(name string) bool {
+	d, ok := m.of(name)
+	if !ok {
+		return false
+	}
+	c, ok := d.(driver.Checker)
+	return ok && c.RunsChecks(name)
+}
+
 // RemoveLog removes the unit's log from every driver that keeps logs.
 func (m *Mux) RemoveLog(name string) error {
 	var errs []error
