@@ -4,30 +4,39 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"text/tabwriter"
 )
 
-// agentsPerProcess is the shape the bench picks when --agents-per-process
-// is not given: a helper process of simulated agents per 500 agents, but
-// no more processes than the host has CPUs, and no more than
-// MaxAgentsPerProcess agents in one. Each helper is a Go runtime of its
-// own, with its own collector and scheduler; on a 2-CPU host 1,000 agents
-// ran fastest in two processes (four took 1.8 times as long), and 10,000
-// agents in two processes of 5,000 started a million units in 39.8 s where
-// twenty processes of 500 took 68 to 71 s (docs/benchmarks.md).
+// agentsPerProcess is the most agents in one helper process when
+// --agents-per-process is not given: as few processes as hold the agents
+// (MaxAgentsPerProcess each), unless the host has CPUs to spare: then a
+// process per 500 agents, up to one for every two CPUs (the engine and
+// etcd want the other half). Each helper is a Go runtime of its own, with
+// its own collector and scheduler: on a 2-CPU host, 2,000 agents cost
+// 3.0 CPU-s in one process, 4.4 in two and 4.6 in eight (best of five
+// runs each), and 10,000 agents started a million units in 39.8 s in two
+// processes of 5,000 where twenty of 500 took 68 to 71 s
+// (docs/benchmarks.md, "The agents' shape"). Hosts of more than 2 CPUs
+// were not measured.
 func agentsPerProcess(agents, cpus int) int {
-	procs := min(max(cpus, 1), (agents+499)/500)
-	procs = max(procs, (agents+MaxAgentsPerProcess-1)/MaxAgentsPerProcess, 1)
+	procs := max((agents+MaxAgentsPerProcess-1)/MaxAgentsPerProcess, min(max(cpus/2, 1), (agents+499)/500), 1)
 	return (agents + procs - 1) / procs
 }
 
 // agentGOMAXPROCS is the GOMAXPROCS the bench gives each helper process
-// of agents when --agent-gomaxprocs is not given: the Go runtime's own,
-// every CPU of the host.
+// of agents when --agent-gomaxprocs is not given: the host's CPUs shared
+// among the processes, at least one each, so that the helpers together
+// run no more threads of Go than the host has CPUs. On 2 CPUs, with 2,000
+// agents in 2, 4 or 8 processes, GOMAXPROCS 1 was faster than 2 (the
+// median of five runs, 8.7 s against 10.7 with two processes), and with
+// one process 2 was (6.7 s against 7.2); the host was busy, so these
+// differences are smaller than the runs' spread.
 func agentGOMAXPROCS(agents, perProcess, cpus int) int {
-	return max(cpus, 1)
+	procs := (agents + perProcess - 1) / max(perProcess, 1)
+	return max(cpus/max(procs, 1), 1)
 }
 
 // chooseShape sets AgentsPerProcess and AgentGOMAXPROCS for the run's
@@ -187,7 +196,7 @@ func printScaling(w io.Writer, r *ScalingReport, asJSON bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "UNITS\tAGENTS\tPER PROCESS\tGOMAXPROCS\tUNITS/S\tSHARE\t")
 	for _, s := range r.Steps {
-		rate := fmt.Sprintf("%.0f", s.UnitsPerSecond)
+		rate := thousands(int64(math.Round(s.UnitsPerSecond)))
 		if !s.AllActive {
 			rate += " (not all active)"
 		}

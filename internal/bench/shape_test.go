@@ -14,15 +14,31 @@ import (
 func TestAgentsPerProcess(t *testing.T) {
 	for _, tt := range []struct{ agents, cpus, want int }{
 		{10_000, 2, 5_000}, // the shapes that measured fastest on 2 CPUs
-		{1_000, 2, 500},
-		{100, 2, 100},      // the 20,000-unit figures' shape
+		{2_000, 2, 2_000},
+		{1_000, 2, 1_000},
+		{200, 2, 200},
 		{10_000, 1, 5_000}, // never more than MaxAgentsPerProcess
-		{10_000, 8, 1_250},
+		{10_000, 8, 2_500}, // a process for every two CPUs
+		{10_000, 32, 625},
 		{1, 64, 1},
 		{700, 16, 350}, // a process per 500 agents, rounded up
 	} {
 		if got := agentsPerProcess(tt.agents, tt.cpus); got != tt.want {
 			t.Errorf("agentsPerProcess(%d agents, %d CPUs) = %d, want %d", tt.agents, tt.cpus, got, tt.want)
+		}
+	}
+}
+
+func TestAgentGOMAXPROCS(t *testing.T) {
+	for _, tt := range []struct{ agents, per, cpus, want int }{
+		{2_000, 2_000, 2, 2}, // one process: every CPU
+		{10_000, 5_000, 2, 1},
+		{2_000, 250, 2, 1}, // more processes than CPUs: one each
+		{10_000, 2_500, 8, 2},
+		{1, 1, 1, 1},
+	} {
+		if got := agentGOMAXPROCS(tt.agents, tt.per, tt.cpus); got != tt.want {
+			t.Errorf("agentGOMAXPROCS(%d agents, %d a process, %d CPUs) = %d, want %d", tt.agents, tt.per, tt.cpus, got, tt.want)
 		}
 	}
 }
