@@ -59,17 +59,18 @@ type Config struct {
 	// AgentsPerProcess is the most agents one helper process runs, at most
 	// MaxAgentsPerProcess (default: chosen for the host, agentsPerProcess).
 	AgentsPerProcess int
-	// agentsPerProcessFlag is AgentsPerProcess as given, before validate
-	// chose one for the run's size (--scaling runs several sizes).
+	// agentsPerProcessFlag is AgentsPerProcess as given, before
+	// chooseShape chose one for the run's size (--scaling runs several
+	// sizes).
 	agentsPerProcessFlag int
 	// AgentGOMAXPROCS is the GOMAXPROCS of each helper process of agents,
 	// 1 to the host's CPUs (default: chosen for the host, agentGOMAXPROCS).
 	AgentGOMAXPROCS int
 	// agentGOMAXPROCSFlag is AgentGOMAXPROCS as given.
 	agentGOMAXPROCSFlag int
-	// Scaling runs the sizes of ScalingUnits, or of ScalingUnits when set,
-	// each on a fresh cluster of scalingAgents agents (Agents and Units
-	// are theirs), and prints, after their reports, each one's rate as a
+	// Scaling runs the sizes of Config.ScalingUnits (by default the
+	// package's ScalingUnits), each on a fresh cluster of scalingAgents
+	// agents (Agents and Units are theirs), and prints, after their reports, each one's rate as a
 	// share of the first: how far the cost of a unit stays flat as the
 	// cluster grows.
 	Scaling bool

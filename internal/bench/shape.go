@@ -15,10 +15,10 @@ import (
 // (MaxAgentsPerProcess each), unless the host has CPUs to spare: then a
 // process per 500 agents, up to one for every two CPUs (the engine and
 // etcd want the other half). Each helper is a Go runtime of its own, with
-// its own collector and scheduler: on a 2-CPU host, 2,000 agents cost
-// 3.0 CPU-s in one process, 4.4 in two, 3.4 in four and 4.6 in eight
-// (best of five runs each), and 10,000 agents started a million units in 39.8 s in two
-// processes of 5,000 where twenty of 500 took 68 to 71 s
+// its own collector and scheduler: on a 2-CPU host, 2,000 agents cost 3.0
+// CPU-s in one process, 4.4 in two, 3.4 in four and 4.6 in eight (best
+// of five runs each), and 10,000 agents started a million units in 39.8
+// s in two processes of 5,000 where twenty of 500 took 68 to 71 s
 // (docs/benchmarks.md, "The agents' shape"). Hosts of more than 2 CPUs
 // were not measured.
 func agentsPerProcess(agents, cpus int) int {
