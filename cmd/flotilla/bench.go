@@ -30,7 +30,8 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 		Example: `  flotilla bench --agents 100 --units 3000
   flotilla bench --agents 100 --units 3000 --registry both --json
   flotilla bench --agents 100 --units 20000 --latency 25ms --state-pollers 4
-  flotilla bench --scaling`,
+  flotilla bench --scaling
+  flotilla bench --scaling-units 2000,10000,40000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch registry {
@@ -41,10 +42,11 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 			default:
 				return fmt.Errorf("--registry %q: want grpc, etcd or both", registry)
 			}
+			cfg.Scaling = cfg.Scaling || cmd.Flags().Changed("scaling-units")
 			if cfg.Scaling {
 				for _, f := range []string{"agents", "units"} {
 					if cmd.Flags().Changed(f) {
-						return fmt.Errorf("--scaling runs its own sizes (20,000 units on 100 agents up to 1,000,000 on 10,000); drop --%s", f)
+						return fmt.Errorf("--scaling runs its own sizes (--scaling-units, each on an agent per %d units); drop --%s", bench.UnitsPerAgent, f)
 					}
 				}
 			}
@@ -55,7 +57,8 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.BoolVar(&cfg.Scaling, "scaling", false, "run 20,000 units on 100 agents, 100,000 on 1,000, 400,000 on 4,000 and 1,000,000 on 10,000, then print each rate as a share of the first (the linearity figure)")
+	fs.BoolVar(&cfg.Scaling, "scaling", false, "run 20,000, 100,000, 400,000 and 1,000,000 units, each on a fresh cluster with an agent per 100 units (200 to 10,000), then print each rate as a share of the first (the linearity figure)")
+	fs.IntSliceVar(&cfg.ScalingUnits, "scaling-units", nil, "the sizes --scaling runs, in units, comma-separated (implies --scaling; default 20000,100000,400000,1000000)")
 	fs.IntVar(&cfg.Agents, "agents", 100, "simulated agents (machines), 1 to 10000")
 	fs.IntVar(&cfg.Units, "units", 3000, "units to start, 1 to 1000000")
 	fs.StringVar(&registry, "registry", "grpc", "coordination mode: grpc, etcd, or both (grpc then etcd, with their ratio)")
@@ -72,7 +75,8 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 	fs.BoolVar(&cfg.Failover, "failover", false, "once every unit is active, kill the leading engine (needs --engines 3) and measure until another leads, every agent is back and every unit is active in its state; units started meanwhile are counted in the agents' processes")
 	fs.BoolVar(&cfg.JSON, "json", false, "print each run's report as one JSON object per line")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long a run waits for every unit to become active")
-	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 0, "most simulated agents in one helper process (default: one process per two CPUs, at most 5,000 agents each)")
+	fs.IntVar(&cfg.AgentsPerProcess, "agents-per-process", 0, "most simulated agents in one helper process (default: chosen for the host: a process per 500 agents, no more processes than CPUs, at most 5,000 agents each)")
+	fs.IntVar(&cfg.AgentGOMAXPROCS, "agent-gomaxprocs", 0, "GOMAXPROCS of each helper process of agents, 1 to the host's CPUs (default: chosen for the host)")
 	fs.DurationVar(&cfg.SimStartDelay, "sim-start-delay", 0, "how long a simulated unit takes to start")
 	fs.DurationVar(&cfg.AgentTTL, "agent-ttl", machine.DefaultTTL, "agent TTL of the engines and agents")
 	cmd.AddCommand(benchDriverCommand())

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,9 +229,53 @@ func TestBenchTLS(t *testing.T) {
 	}
 }
 
+// TestBenchScaling runs --scaling with two small sizes through the real
+// binary: a fresh cluster for each, on an agent per 100 units, each
+// report carrying the shape the bench chose, then the scaling line with
+// each rate as a share of the first.
+func TestBenchScaling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes twice")
+	}
+	lines := runBenchLines(t, 3, "--scaling", "--scaling-units", "200,400", "--json", "--timeout", "60s")
+	var rates []float64
+	for i, units := range []int{200, 400} {
+		var r bench.Report
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
+			t.Fatalf("line %d: %v\n%s", i+1, err, lines[i])
+		}
+		if r.Units != units || r.Agents != units/bench.UnitsPerAgent || !r.AllActive || r.UnitsPerSecond <= 0 {
+			t.Errorf("size %d: report of %d units on %d agents, all active %v, %v units/s", units, r.Units, r.Agents, r.AllActive, r.UnitsPerSecond)
+		}
+		if r.AgentsPerProcess < 1 || r.AgentGOMAXPROCS < 1 || strings.Join(r.ShapeChosen, ",") != "agents_per_process,agent_gomaxprocs" {
+			t.Errorf("size %d: shape %d agents per process, GOMAXPROCS %d, chosen %v; want both chosen", units, r.AgentsPerProcess, r.AgentGOMAXPROCS, r.ShapeChosen)
+		}
+		rates = append(rates, r.UnitsPerSecond)
+	}
+	var sr bench.ScalingReport
+	if err := json.Unmarshal([]byte(lines[2]), &sr); err != nil {
+		t.Fatalf("scaling line: %v\n%s", err, lines[2])
+	}
+	if sr.Registry != "grpc" || len(sr.Steps) != 2 {
+		t.Fatalf("scaling line: %s", lines[2])
+	}
+	for i, s := range sr.Steps {
+		if want := rates[i] / rates[0]; s.Units != []int{200, 400}[i] || !s.AllActive || math.Abs(s.Share-want) > 1e-9 || s.AgentsPerProcess < 1 {
+			t.Errorf("scaling step %d: %+v; want share %v", i, s, want)
+		}
+	}
+}
+
 // runBench runs flotilla bench with args and two registry modes (--json)
 // and returns its two report lines, having checked it left nothing behind.
 func runBench(t *testing.T, args ...string) []string {
+	t.Helper()
+	return runBenchLines(t, 2, args...)
+}
+
+// runBenchLines runs flotilla bench with args (--json) and returns its n
+// lines of output, having checked it left nothing behind.
+func runBenchLines(t *testing.T, n int, args ...string) []string {
 	t.Helper()
 	bin := buildFlotilla(t)
 	tmp := t.TempDir()
@@ -247,8 +292,8 @@ func runBench(t *testing.T, args ...string) []string {
 	}
 	checkCleanedUp(t, bin, tmp)
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("stdout has %d lines, want one JSON object per run (2):\n%s", len(lines), stdout.String())
+	if len(lines) != n {
+		t.Fatalf("stdout has %d lines, want %d JSON objects:\n%s", len(lines), n, stdout.String())
 	}
 	return lines
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -192,11 +191,7 @@ func (c *cluster) start(ctx context.Context) error {
 		return err
 	}
 
-	chosen := ""
-	if cfg.agentsPerProcessFlag == 0 {
-		chosen = fmt.Sprintf(" of up to %s (chosen for %d CPUs; --agents-per-process sets it)", thousands(int64(per)), runtime.NumCPU())
-	}
-	c.prog.phase("starting %s agents in %d %s%s", thousands(int64(cfg.Agents)), nproc, plural(nproc, "process", "processes"), chosen)
+	c.prog.phase("starting %s agents in %s", thousands(int64(cfg.Agents)), cfg.shape(nproc))
 	for i := range nproc {
 		first := 1 + i*per
 		count := min(per, cfg.Agents-i*per)
@@ -213,7 +208,7 @@ func (c *cluster) start(ctx context.Context) error {
 			args = append(args, "--profile-dir", c.profileDir(name))
 		}
 		args = append(args, "--starts-file", c.startsFile(name))
-		p, err := startProcess(name, cfg.Binary, args, filepath.Join(c.dir, name+".log"))
+		p, err := startProcess(name, cfg.Binary, args, filepath.Join(c.dir, name+".log"), "GOMAXPROCS="+strconv.Itoa(cfg.AgentGOMAXPROCS))
 		if err != nil {
 			return err
 		}

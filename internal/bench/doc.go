@@ -14,9 +14,10 @@
 //  2. One or three engine processes (flotilla daemon --no-agent), which
 //     reach etcd, and are reached by the agents, through latency proxies
 //     when --latency is set (see Proxy). The bench waits for a leader.
-//  3. M simulated agents (sim driver) in ⌈M/500⌉ helper processes
-//     (flotilla bench-agents, RunAgents). The bench waits until the leader
-//     lists M machines.
+//  3. M simulated agents (sim driver) in helper processes (flotilla
+//     bench-agents, RunAgents), as many and with the GOMAXPROCS the
+//     bench chooses for the host (shape.go) unless the flags say. The
+//     bench waits until the leader lists M machines.
 //  4. The bench reads etcd's request counters (/metrics) and the CPU time
 //     of every process (/proc), starts the --state-pollers, and sends one
 //     POST /v1/batch to the leader creating the N units with desired state

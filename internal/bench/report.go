@@ -14,14 +14,22 @@ import (
 // `flotilla bench --json`: one object per run, on its own line. Durations
 // are seconds unless the key says otherwise.
 type Report struct {
-	Registry       string  `json:"registry"`
-	Engines        int     `json:"engines"`
-	Agents         int     `json:"agents"`
-	AgentProcesses int     `json:"agent_processes"`
-	Units          int     `json:"units"`
-	LatencyMS      float64 `json:"latency_ms"` // one-way delay added by the proxies
-	TLS            bool    `json:"tls"`        // mutual TLS on every connection (--tls)
-	ACL            bool    `json:"acl"`        // engines with --acl, the bench using a token (with --tls)
+	Registry       string `json:"registry"`
+	Engines        int    `json:"engines"`
+	Agents         int    `json:"agents"`
+	AgentProcesses int    `json:"agent_processes"`
+	// AgentsPerProcess is the most agents in one helper process, and
+	// AgentGOMAXPROCS each helper's GOMAXPROCS: the agents' shape.
+	// ShapeChosen names those the bench chose for the host
+	// ("agents_per_process", "agent_gomaxprocs") rather than took from
+	// their flags.
+	AgentsPerProcess int      `json:"agents_per_process"`
+	AgentGOMAXPROCS  int      `json:"agent_gomaxprocs"`
+	ShapeChosen      []string `json:"shape_chosen"`
+	Units            int      `json:"units"`
+	LatencyMS        float64  `json:"latency_ms"` // one-way delay added by the proxies
+	TLS              bool     `json:"tls"`        // mutual TLS on every connection (--tls)
+	ACL              bool     `json:"acl"`        // engines with --acl, the bench using a token (with --tls)
 	// EngineEnv are the engines' own environment variables (--engine-env).
 	EngineEnv []string `json:"engine_env,omitempty"`
 
@@ -238,6 +246,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "%s registry: %s units on %s agents (%d %s), %d %s, %s\n", r.Registry,
 		thousands(int64(r.Units)), thousands(int64(r.Agents)), r.AgentProcesses, plural(r.AgentProcesses, "process", "processes"),
 		r.Engines, plural(r.Engines, "engine", "engines"), lat+map[bool]string{true: ", mutual TLS and API tokens", false: ""}[r.TLS])
+	if r.AgentsPerProcess > 0 {
+		fmt.Fprintf(w, "agents' shape: %s\n", describeShape(r.AgentProcesses, r.AgentsPerProcess, r.AgentGOMAXPROCS, r.ShapeChosen, r.HostCPUs))
+	}
 	if r.AllActive {
 		fmt.Fprintf(w, "all %s units active %.3f s after the start request: %s units/s (the start request took %.3f s)\n",
 			thousands(int64(r.Units)), *r.SecondsToAllActive, thousands(int64(math.Round(r.UnitsPerSecond))), r.SubmitSeconds)

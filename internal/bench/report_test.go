@@ -185,6 +185,7 @@ func sampleReport() *Report {
 	secs := 1.5
 	return &Report{
 		Registry: "grpc", Engines: 1, Agents: 100, AgentProcesses: 1, Units: 3000, LatencyMS: 25,
+		AgentsPerProcess: 100, AgentGOMAXPROCS: 1, ShapeChosen: []string{"agents_per_process"},
 		AllActive: true, Active: 3000, SecondsToAllActive: &secs, UnitsPerSecond: 2000, SubmitSeconds: 0.4,
 		StartLatency:     Percentiles{P50: 1, P90: 1.2, P99: 1.4, Max: 1.5},
 		Histogram:        []Bucket{{From: 0.5, To: 1, Count: 1000}, {From: 1, To: 1.5, Count: 2000}},
@@ -207,7 +208,7 @@ func TestReportJSONKeys(t *testing.T) {
 	}
 	for _, k := range []string{"registry", "agents", "units", "all_active", "seconds_to_all_active",
 		"start_latency_seconds", "histogram", "etcd_requests", "engine_cpu_seconds", "agent_cpu_seconds",
-		"engine_peak_rss_bytes", "state"} {
+		"engine_peak_rss_bytes", "state", "agent_processes", "agents_per_process", "agent_gomaxprocs", "shape_chosen"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON report has no %q: %s", k, b)
 		}
@@ -248,6 +249,7 @@ func TestWriteText(t *testing.T) {
 	got := b.String()
 	for _, want := range []string{
 		"grpc registry: 3,000 units on 100 agents (1 process), 1 engine, 25 ms one-way latency added (round trip 50 ms)",
+		"agents' shape: 1 process of up to 100 agents, GOMAXPROCS 1 each (chosen for 2 CPUs: --agents-per-process)",
 		"all 3,000 units active 1.500 s after the start request: 2,000 units/s",
 		"0.5-1  33.3%",
 		"1-1.5  66.7%  █████████████████████  2000",

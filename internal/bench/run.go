@@ -59,13 +59,23 @@ type Config struct {
 	// AgentsPerProcess is the most agents one helper process runs, at most
 	// MaxAgentsPerProcess (default: chosen for the host, agentsPerProcess).
 	AgentsPerProcess int
-	// agentsPerProcessFlag is AgentsPerProcess as given, before validate
-	// chose one for the run's size (--scaling runs several sizes).
+	// agentsPerProcessFlag is AgentsPerProcess as given, before
+	// chooseShape chose one for the run's size (--scaling runs several
+	// sizes).
 	agentsPerProcessFlag int
-	// Scaling runs the sizes of scalingSteps (Agents and Units are theirs)
-	// and prints, after their reports, each one's rate as a share of the
-	// first: how far the cost of a unit stays flat as the cluster grows.
+	// AgentGOMAXPROCS is the GOMAXPROCS of each helper process of agents,
+	// 1 to the host's CPUs (default: chosen for the host, agentGOMAXPROCS).
+	AgentGOMAXPROCS int
+	// agentGOMAXPROCSFlag is AgentGOMAXPROCS as given.
+	agentGOMAXPROCSFlag int
+	// Scaling runs the sizes of Config.ScalingUnits (by default the
+	// package's ScalingUnits), each on a fresh cluster of scalingAgents
+	// agents (Agents and Units are theirs), and prints, after their reports, each one's rate as a
+	// share of the first: how far the cost of a unit stays flat as the
+	// cluster grows.
 	Scaling bool
+	// ScalingUnits are the sizes --scaling runs (default ScalingUnits).
+	ScalingUnits []int
 	// SimStartDelay is how long a simulated unit takes to start (default 0).
 	SimStartDelay time.Duration
 	// AgentTTL is the engines' and agents' agent TTL (default 20s).
@@ -165,12 +175,9 @@ func (c *Config) validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("--timeout %v: want a positive duration", c.Timeout)
 	}
-	c.agentsPerProcessFlag = c.AgentsPerProcess
-	if c.AgentsPerProcess == 0 {
-		c.AgentsPerProcess = agentsPerProcess(c.Agents, runtime.NumCPU())
-	}
-	if c.AgentsPerProcess < 1 || c.AgentsPerProcess > MaxAgentsPerProcess {
-		return fmt.Errorf("--agents-per-process %d: want 1 to %d", c.AgentsPerProcess, MaxAgentsPerProcess)
+	c.agentsPerProcessFlag, c.agentGOMAXPROCSFlag = c.AgentsPerProcess, c.AgentGOMAXPROCS
+	if err := c.chooseShape(); err != nil {
+		return err
 	}
 	if c.SimStartDelay < 0 {
 		return fmt.Errorf("--sim-start-delay %v: want 0 or more", c.SimStartDelay)
@@ -218,7 +225,15 @@ func (c *Config) validate() error {
 // cancelled (Ctrl-C). It returns ErrNotAllActive when a run timed out.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Scaling {
-		cfg.Agents, cfg.Units = scalingSteps[0].Agents, scalingSteps[0].Units
+		for _, u := range cfg.ScalingUnits {
+			if u < 1 || u > MaxUnits {
+				return fmt.Errorf("--scaling-units: %d units: want 1 to %d", u, MaxUnits)
+			}
+		}
+		cfg.Units = cfg.scalingUnits()[0]
+		cfg.Agents = scalingAgents(cfg.Units)
+	} else if len(cfg.ScalingUnits) > 0 {
+		return errors.New("--scaling-units: the sizes of --scaling; add --scaling")
 	}
 	if err := cfg.validate(); err != nil {
 		return err
@@ -404,6 +419,7 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 
 	r := &Report{
 		Registry: registry, Engines: cfg.Engines, Agents: cfg.Agents, AgentProcesses: len(c.agents),
+		AgentsPerProcess: cfg.AgentsPerProcess, AgentGOMAXPROCS: cfg.AgentGOMAXPROCS, ShapeChosen: cfg.shapeChosen(),
 		Units: cfg.Units, LatencyMS: float64(cfg.Latency.Microseconds()) / 1000, TLS: cfg.TLS, ACL: cfg.TLS, EngineEnv: cfg.EngineEnv,
 		SubmitSeconds:    round6(submitted.Seconds()),
 		EtcdRequests:     etcdAfter.Sub(etcdBefore),
