@@ -585,13 +585,17 @@ func (t *term) commitRound(p *roundPlan) error {
 	if len(p.ops) == 0 {
 		return t.confirmNoop()
 	}
-	return t.commitRecords(p.ops, func(yield func(*unitRec) bool) {
+	sf, err := t.commitRecords(p.ops, func(yield func(*unitRec) bool) {
 		for _, en := range p.entries {
 			if !yield(en.next) {
 				return
 			}
 		}
 	})
+	t.mu.Lock()
+	t.markStored(sf)
+	t.mu.Unlock()
+	return err
 }
 
 // applyPlan acknowledges a durable round and makes memory follow it.

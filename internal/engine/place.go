@@ -64,7 +64,7 @@ func (t *term) reconcile() (recheck time.Time) {
 	}()
 	t.mu.Lock()
 	ph.done("lock")
-	t.applyInboxLocked()
+	t.applyInputs()
 	ph.done("inbox")
 	t.hold.start()
 	drifted := t.syncMachines(now)

@@ -568,8 +568,7 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 	return placed
 }
 
-// startLoops starts the term's goroutines: the loop, the publisher, the
-// inbox and, by registry mode, the candidates' or agents' followers.
+// startLoops starts the term's goroutines: the loop, the publisher and, by registry mode, the candidates' or agents' followers.
 func (t *term) startLoops() {
 	e := t.e
 	t.wg.Add(1)
@@ -578,9 +577,8 @@ func (t *term) startLoops() {
 		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.followCandidates() }()
 	}
-	t.wg.Add(2)
+	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.publishLoop() }()
-	go func() { defer t.wg.Done(); t.inboxLoop() }()
 	if e.cfg.Registry == registry.ModeEtcd {
 		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.followAgentsEtcd() }()
@@ -672,6 +670,13 @@ func (t *term) loop() {
 			round = append(round, r)
 		case <-t.kick:
 		case <-tick.C:
+		case <-t.inbox.wake:
+			// Agents' reports and other inputs: applied, without a pass
+			// unless one of them asks for one (poke).
+			t.mu.Lock()
+			t.applyInputs()
+			t.mu.Unlock()
+			continue
 		}
 		// Every request waiting joins the round, and goes before the next
 		// pass whatever woke the loop: select picks at random among what
