@@ -432,7 +432,7 @@ func (t *term) validateUnitsWrite(p *roundPlan, req *unitsWrite) error {
 		p.setDeploy(req.deploy.Unit, req.deploy)
 	}
 	if prev != nil {
-		t.noteVersions(p, req, prev, t.e.cfg.Now())
+		t.noteVersions(p, req, prev, t.now)
 	}
 	return nil
 }
@@ -640,7 +640,7 @@ func (t *term) applyPlan(p *roundPlan) {
 		}
 		if movesFirst(en.cur, rec) {
 			t.draining[name] = en.cur.machine
-			t.movedAt[name] = t.e.cfg.Now()
+			t.movedAt[name] = t.now
 		}
 		t.setUnitFrom(name, en.cur, rec)
 		if pr := en.pr; pr != nil {
@@ -806,7 +806,7 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 	)
 	shared := tmpl != nil && unit.Shareable(tmpl.file)
 	if c.DesiredState != unit.Inactive {
-		now = t.e.cfg.Now()
+		now = t.now
 	}
 	// The names of a range are distinct: when the request changed no unit
 	// before it, none of them is in local but those the loop puts there.
@@ -929,7 +929,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		}
 		next = next.with(func(r *unitRec) {
 			if r.desired() == unit.Inactive {
-				r.at, r.atPlaced = nanos(t.e.cfg.Now()), false
+				r.at, r.atPlaced = nanos(t.now), false
 			}
 			r.setDesired(c.DesiredState)
 			if r.desired() == unit.Inactive {

@@ -417,19 +417,19 @@ func (t *term) applyDeploys(p *roundPlan) {
 		old, had := t.deploys.recs[name]
 		if d == nil {
 			delete(t.deploys.recs, name)
-			t.events.append(apiv1.Event{Type: "deployment", Unit: name, Removed: true, Revision: t.committer.Revision()})
+			t.events.append(apiv1.Event{Type: "deployment", Unit: name, Removed: true, Revision: t.committer.Revision()}, t.now)
 			continue
 		}
 		t.deploys.recs[name] = *d
 		if d.Active() && !unit.IsTemplate(name) && (!had || old.ToVersion != d.ToVersion) {
-			t.deploys.replaced[name] = t.e.cfg.Now() // replaced by this round
+			t.deploys.replaced[name] = t.now // replaced by this round
 			delete(t.deploys.healthy, name)
 		}
 		if !d.Active() && (!had || old.Active() || old.ToVersion != d.ToVersion) {
 			t.e.cfg.Metrics.DeploymentSteps.WithLabelValues(d.Status).Inc()
 		}
 		t.events.append(apiv1.Event{Type: "deployment", Unit: name, Status: d.Status, Version: d.ToVersion, Done: d.Done,
-			Message: d.Message, Revision: t.committer.Revision()})
+			Message: d.Message, Revision: t.committer.Revision()}, t.now)
 	}
 }
 
@@ -492,7 +492,7 @@ func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deplo
 // loop, after a pass, and returns when it would look again though nothing
 // changed (zero: not by time).
 func (t *term) deploy() time.Time {
-	now := t.e.cfg.Now()
+	now := t.now
 	var wake time.Time
 	t.mu.RLock()
 	var steps []deployStep
@@ -616,13 +616,13 @@ func (t *term) validateDeployCtl(p *roundPlan, w *deployCtl) error {
 		if d.Status != registry.DeployPaused {
 			return fmt.Errorf("%w: the deployment of %s is not paused (%s)", ErrConflict, w.unit, d.Status)
 		}
-		d.Status, d.Message, d.Progress = registry.DeployRunning, "", t.e.cfg.Now().UTC()
+		d.Status, d.Message, d.Progress = registry.DeployRunning, "", t.now.UTC()
 	case DeployAbort:
 		d.Status, d.Message = registry.DeployAborted, "aborted: the instances keep the file they have"
 	default:
 		return fmt.Errorf("%w: deployment action %q: want promote, pause, resume or abort", ErrInvalid, w.action)
 	}
-	d.Updated = t.e.cfg.Now().UTC()
+	d.Updated = t.now.UTC()
 	p.setDeploy(w.unit, &d)
 	return nil
 }

@@ -55,11 +55,11 @@ func (a schedMachine) same(b schedMachine) bool {
 // loop goroutine. It returns when the next pass should run by time alone
 // (zero: not before the next tick).
 func (t *term) reconcile() (recheck time.Time) {
-	now := t.e.cfg.Now()
+	now := t.now
 	var ph passPhases
-	ph.start(time.Now())
+	ph.start(time.Now()) // phases measure the work: the system's clock
 	defer func() {
-		t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds())
+		t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(ph.began).Seconds())
 		ph.logSlow(t.e.log, "reconcile pass")
 	}()
 	t.mu.Lock()

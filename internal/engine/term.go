@@ -214,6 +214,11 @@ type term struct {
 	el    *election.Term
 	info  election.Info
 	start time.Time // when the term began to serve, its load done
+	// now is the loop's clock: the time of the iteration it is in (of the
+	// load, before the loop starts). Every decision takes the time from
+	// here, never from the system's clock; only the loop sets it, from
+	// cfg.Now at the start of each iteration.
+	now time.Time
 	// loaded is how many units the term loaded (the loop changes units).
 	loaded int
 	// reconnect is the time the machines get to reconnect after start
@@ -366,7 +371,7 @@ const loadTimeout = 10 * time.Minute
 func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry.Follower) (*term, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &term{
-		e: e, el: el, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
+		e: e, el: el, info: el.Info, start: e.cfg.Now(), now: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
 		committer: registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps,
 			Observe: func(d time.Duration) { e.cfg.Metrics.ObserveEtcd("txn", d) }}),
 		units:         map[string]*unitRec{},
@@ -453,6 +458,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	// million reported their states.
 	t.rechecked = placedAtLoad == 0
 	t.start = e.cfg.Now()
+	t.now = t.start
 	t.reconnect = reconnectGrace(len(t.machines))
 	t.startLoops()
 	return t, nil
@@ -559,7 +565,7 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 			t.handovers[name] = handover{From: from} // the old copy runs until the new one is active
 		case !handedOver && r.machine == "":
 			t.draining[name] = from
-			t.movedAt[name] = t.e.cfg.Now()
+			t.movedAt[name] = t.now
 			t.units[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" })
 		}
 		// A move of a unit since destroyed or placed is stale; the next
@@ -673,6 +679,7 @@ func (t *term) loop() {
 		case <-t.inbox.wake:
 			// Agents' reports and other inputs: applied, without a pass
 			// unless one of them asks for one (poke).
+			t.now = t.e.cfg.Now()
 			t.mu.Lock()
 			t.applyInputs()
 			t.mu.Unlock()
@@ -692,6 +699,8 @@ func (t *term) loop() {
 				break queued
 			}
 		}
+		// The iteration's time: every decision below takes it (t.now).
+		t.now = t.e.cfg.Now()
 		if t.refuseDegraded(round) {
 			continue
 		}
@@ -704,6 +713,8 @@ func (t *term) loop() {
 				at = dat
 			}
 			if !at.IsZero() {
+				// The timer is armed from the clock as it is now, after
+				// the pass: at is a time, not a delay.
 				recheck.Reset(max(at.Sub(t.e.cfg.Now()), 0) + time.Millisecond)
 			}
 		}
@@ -900,7 +911,7 @@ const historyLen = 8
 // history records a notable event of a unit (lost, moved, placed again).
 func (t *term) history(name, what string) {
 	t.histMu.Lock()
-	h := append(t.hist[name], apiv1.HistoryEntry{Time: t.e.cfg.Now().UTC().Format(time.RFC3339Nano), Event: what})
+	h := append(t.hist[name], apiv1.HistoryEntry{Time: t.now.UTC().Format(time.RFC3339Nano), Event: what})
 	if len(h) > historyLen {
 		h = h[len(h)-historyLen:]
 	}
