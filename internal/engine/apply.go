@@ -245,6 +245,7 @@ func (t *term) applyRound(round []*applyReq) {
 		return
 	}
 	t.applyPlan(p)
+	t.publishViews() // the readers waiting for the round (readViews)
 	ph.done("apply")
 	if err := t.dropFiles(); err != nil {
 		t.e.log.Warn("could not delete unit files no unit names", "err", err)
@@ -305,8 +306,6 @@ func (t *term) validateRound(round []*applyReq) *roundPlan {
 		machines: map[string]map[string]*string{},
 		drain:    map[string]int{},
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 	if uw, ok := round[0].w.(*unitsWrite); ok && len(round) == 1 && len(uw.changes) == 1 {
 		if c := uw.changes[0]; c.Range != nil && !c.Destroy && c.File == nil && p.lookup(t)(nil, c.Name) != nil {
 			n := max(c.Range.Len(), 0)

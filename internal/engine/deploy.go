@@ -494,7 +494,6 @@ func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deplo
 func (t *term) deploy() time.Time {
 	now := t.now
 	var wake time.Time
-	t.mu.RLock()
 	var steps []deployStep
 	for _, d := range t.deploys.recs {
 		if !d.Active() {
@@ -512,7 +511,6 @@ func (t *term) deploy() time.Time {
 			steps = append(steps, st)
 		}
 	}
-	t.mu.RUnlock()
 	for _, st := range steps {
 		t.runStep(st, now)
 	}
@@ -521,7 +519,6 @@ func (t *term) deploy() time.Time {
 
 // runStep writes a step's changes in one round.
 func (t *term) runStep(st deployStep, now time.Time) {
-	t.mu.RLock()
 	tmpl := t.units[st.rec.Unit]
 	var changes []Change
 	var revertTo int
@@ -551,7 +548,6 @@ func (t *term) runStep(st deployStep, now time.Time) {
 	for _, name := range st.destroy {
 		changes = append(changes, Change{Name: name, Destroy: true})
 	}
-	t.mu.RUnlock()
 	rec := st.rec
 	rec.Updated = now.UTC()
 	uw := &unitsWrite{changes: changes, by: "deployment", revertTo: revertTo, deploy: &rec, autoRevert: st.revert}

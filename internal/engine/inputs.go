@@ -45,6 +45,7 @@ func (in *attachInput) apply(t *term) {
 		}
 	}
 	t.attachLocked(in.pm, in.units, in.conn, in.at)
+	t.machinesMoved = true
 	t.poke()
 	if in.res != nil {
 		in.res <- nil
@@ -74,6 +75,7 @@ func (in *detachInput) apply(t *term) {
 	}
 	m.conn = nil
 	t.machineEvent(in.conn.machine, false)
+	t.machinesMoved = true
 	t.poke()
 }
 
@@ -96,6 +98,7 @@ func (in *leaveInput) apply(t *term) {
 			t.drained(conn.machine, name, false)
 		}
 		t.machineEvent(conn.machine, false)
+		t.machinesMoved = true
 	}
 	t.poke()
 }
@@ -111,6 +114,7 @@ func (in *machineInput) apply(t *term) {
 	if m := t.machines[in.pm.Id]; m != nil {
 		m.info = machineInfo(in.pm)
 		m.lastSeen = in.at
+		t.machinesMoved = true
 	}
 	t.poke()
 }

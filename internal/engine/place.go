@@ -76,13 +76,11 @@ func (t *term) reconcile() (recheck time.Time) {
 	wakeAll(woken)
 	ph.done("full")
 
-	t.mu.RLock()
-	ph.done("lock")
+	// The loop is the only writer: it reads its state without the lock.
 	ps := &pass{t: t, now: now, ph: &ph}
 	ps.p = planReconcile(t.planInput(now, drifted))
 	t.placeDirty = false
 	ps.decide()
-	t.mu.RUnlock()
 	ph.done("plan")
 	ph.note("placed", len(ps.moved)+len(ps.placed))
 	if !ps.write() || !ps.finish() {

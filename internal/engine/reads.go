@@ -101,12 +101,15 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.machineViews(), nil
+	v, err := t.readViews()
+	if err != nil {
+		return nil, err
+	}
+	return v.machines, nil
 }
 
-// machineViews renders the connected machines sorted by ID; callers hold mu.
+// machineViews renders the connected machines sorted by ID. It runs on the
+// loop (views), or under mu (the publisher).
 func (t *term) machineViews() []apiv1.Machine {
 	out := []apiv1.Machine{}
 	var moving map[string]int // draining machine -> its units mid-move

@@ -195,7 +195,6 @@ func (t *term) markStored(sf storedFiles) {
 func (t *term) dropFiles() error {
 	var ops []registry.Op
 	var gone []string
-	t.mu.RLock()
 	for c, f := range t.files {
 		if f.refs <= 0 {
 			gone = append(gone, c)
@@ -204,7 +203,6 @@ func (t *term) dropFiles() error {
 			}
 		}
 	}
-	t.mu.RUnlock()
 	if len(gone) == 0 {
 		return nil
 	}

@@ -247,6 +247,9 @@ type term struct {
 	globals      map[string]struct{} // global units (wanted or not)
 	// globalsDirty asks the loop to recompute where global units run.
 	globalsDirty bool
+	// machinesMoved says an input changed a machine (attach, detach,
+	// leave, new information): the loop publishes its views.
+	machinesMoved bool
 	// overrides are the metadata changes made through the API, per machine
 	// (a nil value removes the key the machine reports).
 	overrides map[string]map[string]*string
@@ -343,6 +346,7 @@ type term struct {
 	// is the state publisher's.
 	changes    atomic.Uint64
 	acked      atomic.Uint64                  // writes acknowledged (apply rounds), for readers of the state
+	published  atomic.Pointer[loopViews]      // the loop's small views for readers (views.go)
 	snapshot   atomic.Pointer[state.Snapshot] // the latest published state
 	pubMu      sync.Mutex
 	pubAt      time.Time
@@ -460,6 +464,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	t.start = e.cfg.Now()
 	t.now = t.start
 	t.reconnect = reconnectGrace(len(t.machines))
+	t.publishViews()
 	t.startLoops()
 	return t, nil
 }
@@ -683,6 +688,10 @@ func (t *term) loop() {
 			t.mu.Lock()
 			t.applyInputs()
 			t.mu.Unlock()
+			if t.machinesMoved {
+				t.machinesMoved = false
+				t.publishViews()
+			}
 			continue
 		}
 		// Every request waiting joins the round, and goes before the next
@@ -718,6 +727,8 @@ func (t *term) loop() {
 				recheck.Reset(max(at.Sub(t.e.cfg.Now()), 0) + time.Millisecond)
 			}
 		}
+		t.machinesMoved = false
+		t.publishViewsIfChanged()
 	}
 }
 

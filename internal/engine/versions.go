@@ -536,7 +536,9 @@ func (e *Engine) KeepVersions() (int, error) {
 	if t == nil {
 		return 0, ErrNotLeader
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.versions.keep, nil
+	v, err := t.readViews()
+	if err != nil {
+		return 0, err
+	}
+	return v.keep, nil
 }
