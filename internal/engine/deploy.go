@@ -645,8 +645,18 @@ func (e *Engine) Deployments() ([]DeploymentInfo, error) {
 	if t == nil {
 		return nil, ErrNotLeader
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	var (
+		out  []DeploymentInfo
+		rerr error
+	)
+	if lerr := t.onLoop(func() { out, rerr = t.deployments() }); lerr != nil {
+		return nil, lerr
+	}
+	return out, rerr
+}
+
+// deployments is Deployments on the loop.
+func (t *term) deployments() ([]DeploymentInfo, error) {
 	out := make([]DeploymentInfo, 0, len(t.deploys.recs))
 	for _, d := range t.deploys.recs {
 		out = append(out, t.deploymentInfo(d))
@@ -661,8 +671,18 @@ func (e *Engine) Deployment(name string) (DeploymentInfo, error) {
 	if t == nil {
 		return DeploymentInfo{}, ErrNotLeader
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	var (
+		out  DeploymentInfo
+		rerr error
+	)
+	if lerr := t.onLoop(func() { out, rerr = t.deployment(name) }); lerr != nil {
+		return DeploymentInfo{}, lerr
+	}
+	return out, rerr
+}
+
+// deployment is Deployment on the loop.
+func (t *term) deployment(name string) (DeploymentInfo, error) {
 	d, ok := t.deploys.recs[name]
 	if !ok {
 		return DeploymentInfo{}, fmt.Errorf("%w: %s has no deployment", ErrNotFound, name)

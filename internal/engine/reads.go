@@ -48,8 +48,18 @@ func (e *Engine) Unit(name string) (apiv1.Unit, error) {
 	if err != nil {
 		return apiv1.Unit{}, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	var (
+		out  apiv1.Unit
+		rerr error
+	)
+	if lerr := t.onLoop(func() { out, rerr = t.unit(name) }); lerr != nil {
+		return apiv1.Unit{}, lerr
+	}
+	return out, rerr
+}
+
+// unit is Unit on the loop.
+func (t *term) unit(name string) (apiv1.Unit, error) {
 	r := t.units[name]
 	if r == nil {
 		return apiv1.Unit{}, fmt.Errorf("unit %s %w", name, ErrNotFound)
@@ -164,8 +174,14 @@ func (e *Engine) UnitMachine(name string) (id, apiAddr string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	if lerr := t.onLoop(func() { id, apiAddr, err = t.unitMachine(name) }); lerr != nil {
+		return "", "", lerr
+	}
+	return id, apiAddr, err
+}
+
+// unitMachine is UnitMachine on the loop.
+func (t *term) unitMachine(name string) (id, apiAddr string, err error) {
 	if r := t.units[name]; r != nil && r.machine != "" {
 		if m := t.machines[r.machine]; m != nil && m.info.APIAddr != "" {
 			return m.info.ID, m.info.APIAddr, nil

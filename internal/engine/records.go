@@ -68,13 +68,12 @@ func (t *term) contentOf(text string) string {
 
 // instanceFile returns the file of instance name of template tmpl: parsed
 // once per template and shared when every instance is alike
-// (unit.Shareable), parsed for each instance otherwise.
+// (unit.Shareable), parsed for each instance otherwise. It runs on the
+// loop (or the load, before it starts).
 func (t *term) instanceFile(tmpl *unit.File, name string) (*unit.File, error) {
 	if !unit.Shareable(tmpl) {
 		return unit.Instantiate(tmpl, unit.Instance(name))
 	}
-	t.protoMu.Lock()
-	defer t.protoMu.Unlock()
 	if f := t.protos[tmpl]; f != nil {
 		return f, nil
 	}

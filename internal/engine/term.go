@@ -310,7 +310,6 @@ type term struct {
 	legacy     map[string]bool
 	ranges     map[string]*pendingRange
 	standing   standing
-	protoMu    sync.Mutex
 	protos     map[*unit.File]*unit.File // template -> the instance its instances share
 	versions   versionsState             // versions.go
 	deploys    deployState               // deploy.go

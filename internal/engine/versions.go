@@ -412,8 +412,18 @@ func (e *Engine) Versions(name string) (UnitVersions, error) {
 	if t == nil {
 		return UnitVersions{}, ErrNotLeader
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	var (
+		out  UnitVersions
+		rerr error
+	)
+	if lerr := t.onLoop(func() { out, rerr = t.unitVersions(name) }); lerr != nil {
+		return UnitVersions{}, lerr
+	}
+	return out, rerr
+}
+
+// unitVersions is Versions on the loop.
+func (t *term) unitVersions(name string) (UnitVersions, error) {
 	owner := logOwner(name)
 	l, ok := t.versions.logs[owner]
 	if !ok {
