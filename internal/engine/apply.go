@@ -238,7 +238,11 @@ func (t *term) applyRound(round []*applyReq) {
 	t.roundOps(p)
 	ph.done("ops")
 	ph.note("ops", len(p.ops))
-	err = t.commitRound(p)
+	var sf storedFiles
+	t.serveWhile(func() { sf, err = t.commitRound(p) })
+	t.mu.Lock()
+	t.markStored(sf)
+	t.mu.Unlock()
 	ph.done("commit")
 	if err != nil {
 		answerAll(p.accepted, err)
@@ -576,13 +580,16 @@ func (t *term) entryOps(p *roundPlan, en roundEntry) {
 
 // commitRound writes the round's operations. A round with nothing to write
 // confirms through etcd that this term still leads before it is
-// acknowledged, as memory alone cannot tell.
-func (t *term) commitRound(p *roundPlan) error {
-	if err := t.commitVersionFiles(p); err != nil {
-		return err
+// acknowledged, as memory alone cannot tell. It runs beside the loop,
+// which answers reads meanwhile (serveWhile): it only reads the term's
+// state, and returns the files it stored for the loop to mark.
+func (t *term) commitRound(p *roundPlan) (storedFiles, error) {
+	vf, err := t.commitVersionFiles(p)
+	if err != nil {
+		return vf, err
 	}
 	if len(p.ops) == 0 {
-		return t.confirmNoop()
+		return vf, t.confirmNoop()
 	}
 	sf, err := t.commitRecords(p.ops, func(yield func(*unitRec) bool) {
 		for _, en := range p.entries {
@@ -591,10 +598,7 @@ func (t *term) commitRound(p *roundPlan) error {
 			}
 		}
 	})
-	t.mu.Lock()
-	t.markStored(sf)
-	t.mu.Unlock()
-	return err
+	return storedFiles{contents: append(vf.contents, sf.contents...), files: append(vf.files, sf.files...)}, err
 }
 
 // applyPlan acknowledges a durable round and makes memory follow it.

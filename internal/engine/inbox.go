@@ -69,15 +69,38 @@ func (in *inbox) take() (statuses map[string]storedStatus, removed map[string]st
 
 // inboxes are the streams whose inbox holds reports, and the other
 // inputs queued for the loop, in their order; wake tells the loop.
+// Reads that need the decision state (readInput) have their own queue
+// and wake: the loop answers them also while it waits for etcd.
 type inboxes struct {
-	mu     sync.Mutex
-	conns  map[*agentConn]struct{}
-	inputs []input
-	wake   chan struct{}
+	mu       sync.Mutex
+	conns    map[*agentConn]struct{}
+	inputs   []input
+	wake     chan struct{}
+	reads    []*readInput
+	readWake chan struct{}
 }
 
 func newInboxes() *inboxes {
-	return &inboxes{conns: map[*agentConn]struct{}{}, wake: make(chan struct{}, 1)}
+	return &inboxes{conns: map[*agentConn]struct{}{}, wake: make(chan struct{}, 1), readWake: make(chan struct{}, 1)}
+}
+
+// read queues a read for the loop.
+func (ib *inboxes) read(in *readInput) {
+	ib.mu.Lock()
+	ib.reads = append(ib.reads, in)
+	ib.mu.Unlock()
+	select {
+	case ib.readWake <- struct{}{}:
+	default:
+	}
+}
+
+func (ib *inboxes) takeReads() []*readInput {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ins := ib.reads
+	ib.reads = nil
+	return ins
 }
 
 func (ib *inboxes) mark(c *agentConn) {
@@ -136,6 +159,33 @@ func (t *term) applyInputs() {
 	t.applyInboxLocked()
 	for _, in := range t.inbox.takeInputs() {
 		in.apply(t)
+	}
+	t.serveReads()
+}
+
+// serveReads answers the reads queued. It runs on the loop, between its
+// steps or while it waits for etcd (serveWhile, awaitWrite).
+func (t *term) serveReads() {
+	for _, in := range t.inbox.takeReads() {
+		in.fn()
+		close(in.done)
+	}
+}
+
+// serveWhile runs f, a commit to etcd that only reads the term's state,
+// on a goroutine of its own, and answers reads until it returns: a commit
+// takes etcd's time (up to the transaction's timeout when etcd is slow or
+// gone), and reads keep answering from memory meanwhile.
+func (t *term) serveWhile(f func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.inbox.readWake:
+			t.serveReads()
+		}
 	}
 }
 

@@ -161,23 +161,19 @@ func (in *resendInput) apply(t *term) {
 
 // readInput is a read that needs the decision state itself, not a view
 // of it (a unit, its versions, the deployments): the loop runs fn between
-// its steps, as it applies inputs, so that the read sees every write
-// acknowledged before it began.
+// its steps and while it waits for etcd (serveReads), never in the middle
+// of a change, so that the read sees every write acknowledged before it
+// began.
 type readInput struct {
 	fn   func()
 	done chan struct{}
-}
-
-func (in *readInput) apply(*term) {
-	in.fn()
-	close(in.done)
 }
 
 // onLoop has the loop run fn (readInput) and returns once it has;
 // ErrNotLeader if the term ends first.
 func (t *term) onLoop(fn func()) error {
 	in := &readInput{fn: fn, done: make(chan struct{})}
-	t.inbox.put(in)
+	t.inbox.read(in)
 	select {
 	case <-in.done:
 		return nil

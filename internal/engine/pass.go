@@ -280,7 +280,7 @@ func (ps *pass) write() bool {
 			ps.ph.done("ops")
 		}
 		if written != nil {
-			res := <-written
+			res := t.awaitWrite(written)
 			ps.ph.done("commit")
 			if err := res.err; err != nil {
 				// commit has ended the term (the next one reloads from etcd),
@@ -348,6 +348,18 @@ func (ps *pass) prepare(part []movedUnit) []registry.Op {
 		}
 	}
 	return ops
+}
+
+// awaitWrite waits for a slice's write, answering reads meanwhile.
+func (t *term) awaitWrite(written <-chan writeResult) writeResult {
+	for {
+		select {
+		case res := <-written:
+			return res
+		case <-t.inbox.readWake:
+			t.serveReads()
+		}
+	}
 }
 
 // writeResult is the outcome of a slice's write.

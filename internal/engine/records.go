@@ -182,8 +182,11 @@ func (t *term) markStored(sf storedFiles) {
 	for i, c := range sf.contents {
 		f := t.files[c]
 		if f == nil {
-			f = &storedFile{text: sf.files[i].Value}
+			f = &storedFile{}
 			t.files[c] = f
+		}
+		if f.text == "" {
+			f.text = sf.files[i].Value
 		}
 		f.stored = true
 	}

@@ -692,6 +692,9 @@ func (t *term) loop() {
 				t.publishViews()
 			}
 			continue
+		case <-t.inbox.readWake:
+			t.serveReads()
+			continue
 		}
 		// Every request waiting joins the round, and goes before the next
 		// pass whatever woke the loop: select picks at random among what

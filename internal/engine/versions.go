@@ -281,25 +281,18 @@ func (t *term) versionOps(p *roundPlan) {
 // commitVersionFiles stores the files of the versions a round makes older,
 // before the logs naming them (transactions of one commit land in any
 // order).
-func (t *term) commitVersionFiles(p *roundPlan) error {
+func (t *term) commitVersionFiles(p *roundPlan) (storedFiles, error) {
 	if len(p.versions.files) == 0 {
-		return nil
+		return storedFiles{}, nil
 	}
 	if err := t.commit(p.versions.files); err != nil {
-		return err
+		return storedFiles{}, err
 	}
-	t.mu.Lock()
+	sf := storedFiles{files: p.versions.files}
 	for _, op := range p.versions.files {
-		c := strings.TrimPrefix(op.Key, t.keys.Files())
-		f := t.files[c]
-		if f == nil {
-			f = &storedFile{}
-			t.files[c] = f
-		}
-		f.text, f.stored = op.Value, true
+		sf.contents = append(sf.contents, strings.TrimPrefix(op.Key, t.keys.Files()))
 	}
-	t.mu.Unlock()
-	return nil
+	return sf, nil
 }
 
 // applyVersions makes memory follow a durable round. Callers hold mu for
