@@ -14,6 +14,10 @@ import (
 
 // Reads answer from the leader's memory, so they keep answering while etcd
 // is unreachable. Each returns ErrNotLeader on an engine that does not lead.
+// They take no lock: the few the loop publishes views for read those
+// (views.go: Machines, Scheduler, KeepVersions); the others are read
+// requests the loop answers between its steps and while it waits for etcd
+// (onLoop), so that a read sees every write acknowledged before it began.
 
 // Units lists units, all of them or those named (glob patterns allowed), sorted by name.
 func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
@@ -21,8 +25,18 @@ func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	var (
+		out  []apiv1.Unit
+		rerr error
+	)
+	if lerr := t.onLoop(func() { out, rerr = t.listUnits(names) }); lerr != nil {
+		return nil, lerr
+	}
+	return out, rerr
+}
+
+// listUnits is Units on the loop.
+func (t *term) listUnits(names []string) ([]apiv1.Unit, error) {
 	var out []apiv1.Unit
 	if len(names) > 0 && !hasGlob(names) {
 		for _, n := range names {
@@ -74,8 +88,18 @@ func (e *Engine) UnitStates(machine string, names []string) ([]apiv1.UnitState, 
 	if err != nil {
 		return nil, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	var (
+		out  []apiv1.UnitState
+		rerr error
+	)
+	if lerr := t.onLoop(func() { out, rerr = t.listStates(machine, names) }); lerr != nil {
+		return nil, lerr
+	}
+	return out, rerr
+}
+
+// listStates is UnitStates on the loop.
+func (t *term) listStates(machine string, names []string) ([]apiv1.UnitState, error) {
 	out := []apiv1.UnitState{}
 	add := func(id string, m *machineRec) {
 		eachState(m, func(name string, st storedStatus) {
@@ -195,7 +219,7 @@ func (t *term) unitMachine(name string) (id, apiAddr string, err error) {
 	return "", "", ErrNotFound
 }
 
-// unitView renders a unit; callers hold mu.
+// unitView renders a unit. It runs on the loop.
 func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	u := apiv1.Unit{
 		Name: r.name(), Hash: r.file.Hash, Description: r.file.Description,

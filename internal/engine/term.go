@@ -293,9 +293,8 @@ type term struct {
 	// (stored in their MachineRecord).
 	drainMachines map[string]int
 	// hist keeps each unit's recent notable events (lost, moved, placed
-	// again), shown with the unit.
-	histMu sync.Mutex
-	hist   map[string][]apiv1.HistoryEntry
+	// again), shown with the unit. The loop's, as all of the above.
+	hist map[string][]apiv1.HistoryEntry
 	// options are the scheduler's (strategy, roles); shares the roles'
 	// dominant shares after the last pass.
 	options scheduler.Options
@@ -846,9 +845,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		}
 	}
 	if rec == nil {
-		t.histMu.Lock()
 		delete(t.hist, name)
-		t.histMu.Unlock()
 		delete(t.units, name)
 		delete(t.unplaced, name)
 		delete(t.globals, name)
@@ -923,19 +920,15 @@ const historyLen = 8
 
 // history records a notable event of a unit (lost, moved, placed again).
 func (t *term) history(name, what string) {
-	t.histMu.Lock()
 	h := append(t.hist[name], apiv1.HistoryEntry{Time: t.now.UTC().Format(time.RFC3339Nano), Event: what})
 	if len(h) > historyLen {
 		h = h[len(h)-historyLen:]
 	}
 	t.hist[name] = h
-	t.histMu.Unlock()
 }
 
 // unitHistory returns a copy of a unit's recent notable events.
 func (t *term) unitHistory(name string) []apiv1.HistoryEntry {
-	t.histMu.Lock()
-	defer t.histMu.Unlock()
 	return slices.Clone(t.hist[name])
 }
 
