@@ -604,12 +604,13 @@ func (t *term) commitRound(p *roundPlan) (storedFiles, error) {
 // applyPlan acknowledges a durable round and makes memory follow it.
 func (t *term) applyPlan(p *roundPlan) {
 	t.mu.Lock()
-	// The round is durable: acknowledge it now, while the write lock is
-	// held, rather than after the apply below. Every read of the leader's
-	// memory takes mu, so a client that reads after the reply waits for the
-	// apply and sees its change, as etcd's reads wait for its applied
-	// index; and a stop of a million instances is answered once written,
-	// not a second or two of applying later.
+	// The round is durable: acknowledge it now, rather than after the
+	// apply below. A client that reads after the reply still sees its
+	// change, as etcd's reads wait for its applied index: the loop answers
+	// reads only once the apply is done (onLoop), views show the rounds
+	// acknowledged (readViews), and the state's builder waits on mu; and a
+	// stop of a million instances is answered once written, not a second
+	// or two of applying later.
 	t.acked.Add(1) // before the replies: a state read after one shows the round
 	for _, req := range p.accepted {
 		req.res <- applyRes{}

@@ -51,7 +51,8 @@ type pass struct {
 
 // decide turns the plan into new records: it unschedules what was lost or
 // misfits, keeps what a drain holds, places handovers, then allocates the
-// units to place. It runs under the read lock.
+// units to place. It runs on the loop, which reads its state without the
+// lock.
 func (ps *pass) decide() {
 	t, p := ps.t, &ps.p
 	ps.moved = map[string]*unitRec{}

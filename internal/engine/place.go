@@ -49,7 +49,8 @@ func (a schedMachine) same(b schedMachine) bool {
 }
 
 // reconcile runs one pass: it syncs machines and global units under the
-// lock, takes the plan's input under the read lock and decides with
+// lock, takes the plan's input (without it: the loop is the only writer)
+// and decides with
 // planReconcile (plan.go), allocates the units to place (pass.decide), and
 // commits and applies the outcome (pass.write, pass.finish). It runs on the
 // loop goroutine. It returns when the next pass should run by time alone
@@ -137,8 +138,8 @@ func (t *term) shrinkUnplaced() {
 	t.unplaced, t.unplacedRoom = m, len(m)
 }
 
-// planInput gathers what the pass decides from. Callers hold mu (for
-// reading) and run on the loop goroutine; it takes what the loop's own
+// planInput gathers what the pass decides from. It runs on the loop
+// goroutine; it takes what the loop's own
 // fields ask to check (followersMoved, a chunk of recheck), which only the
 // loop reads.
 func (t *term) planInput(now time.Time, drifted []string) planInput {

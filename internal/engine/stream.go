@@ -148,7 +148,7 @@ func signalConn(c *agentConn) {
 }
 
 // push queues an assignment (nil: removal) for the machine's agent, if it is
-// connected. Callers hold term.mu.
+// connected. It runs on the loop.
 func (m *machineRec) push(name string, r *unitRec) {
 	if m.conn != nil {
 		m.conn.queue(name, r)
@@ -156,7 +156,7 @@ func (m *machineRec) push(name string, r *unitRec) {
 }
 
 // pushDestroyed queues the removal of a destroyed unit for the machine's
-// agent, if it is connected. Callers hold term.mu.
+// agent, if it is connected. It runs on the loop.
 func (m *machineRec) pushDestroyed(name string) {
 	if m.conn != nil {
 		m.conn.queueDestroyed(name)

@@ -21,8 +21,8 @@ import (
 )
 
 // unitRec is a unit as the leader holds it. A unitRec is never modified in
-// place once published in term.units: changes replace it, so readers holding
-// the read lock see consistent records.
+// place once published in term.units: changes replace it, so the state's
+// builder, holding the read lock, sees consistent records.
 //
 // A million of them are among the leader's largest memory: 80 bytes each
 // (a size class of Go's allocator; 112 before): the name is su's, the
@@ -237,6 +237,10 @@ type term struct {
 	wg         sync.WaitGroup
 	deg        *degradation // lease and etcd reachability (degraded.go)
 
+	// What follows is the decision state: the loop goroutine's alone
+	// (inputs.go says how the rest reach it). mu is held for writing by
+	// the loop while it changes what the state's builder reads (publish.go,
+	// the one reader that takes it for reading); the loop reads without it.
 	mu       sync.RWMutex
 	units    map[string]*unitRec
 	machines map[string]*machineRec
@@ -313,7 +317,8 @@ type term struct {
 	versions   versionsState             // versions.go
 	deploys    deployState               // deploy.go
 
-	// owned by the loop goroutine (it also holds mu when it changes them)
+	// the scheduler's mirror (not read by the state's builder: the loop
+	// changes it without mu)
 	sched         *scheduler.Cluster
 	schedMachines map[string]schedMachine
 	// schedGone is what the scheduler was last told of the machines it
