@@ -645,14 +645,7 @@ func (e *Engine) Deployments() ([]DeploymentInfo, error) {
 	if t == nil {
 		return nil, ErrNotLeader
 	}
-	var (
-		out  []DeploymentInfo
-		rerr error
-	)
-	if lerr := t.onLoop(func() { out, rerr = t.deployments() }); lerr != nil {
-		return nil, lerr
-	}
-	return out, rerr
+	return readOnLoop(t, func() ([]DeploymentInfo, error) { return t.deployments() })
 }
 
 // deployments is Deployments on the loop.
@@ -671,14 +664,7 @@ func (e *Engine) Deployment(name string) (DeploymentInfo, error) {
 	if t == nil {
 		return DeploymentInfo{}, ErrNotLeader
 	}
-	var (
-		out  DeploymentInfo
-		rerr error
-	)
-	if lerr := t.onLoop(func() { out, rerr = t.deployment(name) }); lerr != nil {
-		return DeploymentInfo{}, lerr
-	}
-	return out, rerr
+	return readOnLoop(t, func() (DeploymentInfo, error) { return t.deployment(name) })
 }
 
 // deployment is Deployment on the loop.

@@ -77,3 +77,35 @@ func TestReportDoesNotWaitForTheLoop(t *testing.T) {
 		t.Errorf("a replaced stream's report was applied: state %q", got)
 	}
 }
+
+// While the loop waits for etcd (a round's commit), it answers reads:
+// a read waits for a step of the loop, never for etcd.
+func TestLoopAnswersReadsWhileItCommits(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	tm := &term{ctx: ctx, inbox: newInboxes(), units: map[string]*unitRec{"a.service": nil}}
+	etcd := make(chan struct{}) // the commit's answer
+	answered := make(chan error, 1)
+	go func() {
+		answered <- tm.onLoop(func() {
+			if _, ok := tm.units["a.service"]; !ok {
+				t.Error("the read did not see the loop's state")
+			}
+		})
+	}()
+	loopDone := make(chan struct{})
+	go func() { // the loop
+		defer close(loopDone)
+		tm.serveWhile(func() { <-etcd })
+	}()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a read waited for the loop's commit")
+	}
+	close(etcd)
+	<-loopDone
+}

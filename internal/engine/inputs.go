@@ -181,3 +181,16 @@ func (t *term) onLoop(fn func()) error {
 		return ErrNotLeader
 	}
 }
+
+// readOnLoop returns what read returns, run on the loop (onLoop).
+func readOnLoop[T any](t *term, read func() (T, error)) (T, error) {
+	var (
+		out T
+		err error
+	)
+	if lerr := t.onLoop(func() { out, err = read() }); lerr != nil {
+		var zero T
+		return zero, lerr
+	}
+	return out, err
+}

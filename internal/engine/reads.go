@@ -25,14 +25,7 @@ func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
 	if err != nil {
 		return nil, err
 	}
-	var (
-		out  []apiv1.Unit
-		rerr error
-	)
-	if lerr := t.onLoop(func() { out, rerr = t.listUnits(names) }); lerr != nil {
-		return nil, lerr
-	}
-	return out, rerr
+	return readOnLoop(t, func() ([]apiv1.Unit, error) { return t.listUnits(names) })
 }
 
 // listUnits is Units on the loop.
@@ -62,14 +55,7 @@ func (e *Engine) Unit(name string) (apiv1.Unit, error) {
 	if err != nil {
 		return apiv1.Unit{}, err
 	}
-	var (
-		out  apiv1.Unit
-		rerr error
-	)
-	if lerr := t.onLoop(func() { out, rerr = t.unit(name) }); lerr != nil {
-		return apiv1.Unit{}, lerr
-	}
-	return out, rerr
+	return readOnLoop(t, func() (apiv1.Unit, error) { return t.unit(name) })
 }
 
 // unit is Unit on the loop.
@@ -88,14 +74,7 @@ func (e *Engine) UnitStates(machine string, names []string) ([]apiv1.UnitState, 
 	if err != nil {
 		return nil, err
 	}
-	var (
-		out  []apiv1.UnitState
-		rerr error
-	)
-	if lerr := t.onLoop(func() { out, rerr = t.listStates(machine, names) }); lerr != nil {
-		return nil, lerr
-	}
-	return out, rerr
+	return readOnLoop(t, func() ([]apiv1.UnitState, error) { return t.listStates(machine, names) })
 }
 
 // listStates is UnitStates on the loop.

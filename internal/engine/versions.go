@@ -405,14 +405,7 @@ func (e *Engine) Versions(name string) (UnitVersions, error) {
 	if t == nil {
 		return UnitVersions{}, ErrNotLeader
 	}
-	var (
-		out  UnitVersions
-		rerr error
-	)
-	if lerr := t.onLoop(func() { out, rerr = t.unitVersions(name) }); lerr != nil {
-		return UnitVersions{}, lerr
-	}
-	return out, rerr
+	return readOnLoop(t, func() (UnitVersions, error) { return t.unitVersions(name) })
 }
 
 // unitVersions is Versions on the loop.
