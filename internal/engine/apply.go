@@ -238,13 +238,18 @@ func (t *term) applyRound(round []*applyReq) {
 	t.roundOps(p)
 	ph.done("ops")
 	ph.note("ops", len(p.ops))
-	err = t.commitRound(p)
+	var sf storedFiles
+	t.serveWhile(func() { sf, err = t.commitRound(p) })
+	t.mu.Lock()
+	t.markStored(sf)
+	t.mu.Unlock()
 	ph.done("commit")
 	if err != nil {
 		answerAll(p.accepted, err)
 		return
 	}
 	t.applyPlan(p)
+	t.publishViews() // the readers waiting for the round (readViews)
 	ph.done("apply")
 	if err := t.dropFiles(); err != nil {
 		t.e.log.Warn("could not delete unit files no unit names", "err", err)
@@ -305,8 +310,6 @@ func (t *term) validateRound(round []*applyReq) *roundPlan {
 		machines: map[string]map[string]*string{},
 		drain:    map[string]int{},
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 	if uw, ok := round[0].w.(*unitsWrite); ok && len(round) == 1 && len(uw.changes) == 1 {
 		if c := uw.changes[0]; c.Range != nil && !c.Destroy && c.File == nil && p.lookup(t)(nil, c.Name) != nil {
 			n := max(c.Range.Len(), 0)
@@ -432,7 +435,7 @@ func (t *term) validateUnitsWrite(p *roundPlan, req *unitsWrite) error {
 		p.setDeploy(req.deploy.Unit, req.deploy)
 	}
 	if prev != nil {
-		t.noteVersions(p, req, prev, t.e.cfg.Now())
+		t.noteVersions(p, req, prev, t.now)
 	}
 	return nil
 }
@@ -577,32 +580,37 @@ func (t *term) entryOps(p *roundPlan, en roundEntry) {
 
 // commitRound writes the round's operations. A round with nothing to write
 // confirms through etcd that this term still leads before it is
-// acknowledged, as memory alone cannot tell.
-func (t *term) commitRound(p *roundPlan) error {
-	if err := t.commitVersionFiles(p); err != nil {
-		return err
+// acknowledged, as memory alone cannot tell. It runs beside the loop,
+// which answers reads meanwhile (serveWhile): it only reads the term's
+// state, and returns the files it stored for the loop to mark.
+func (t *term) commitRound(p *roundPlan) (storedFiles, error) {
+	vf, err := t.commitVersionFiles(p)
+	if err != nil {
+		return vf, err
 	}
 	if len(p.ops) == 0 {
-		return t.confirmNoop()
+		return vf, t.confirmNoop()
 	}
-	return t.commitRecords(p.ops, func(yield func(*unitRec) bool) {
+	sf, err := t.commitRecords(p.ops, func(yield func(*unitRec) bool) {
 		for _, en := range p.entries {
 			if !yield(en.next) {
 				return
 			}
 		}
 	})
+	return storedFiles{contents: append(vf.contents, sf.contents...), files: append(vf.files, sf.files...)}, err
 }
 
 // applyPlan acknowledges a durable round and makes memory follow it.
 func (t *term) applyPlan(p *roundPlan) {
 	t.mu.Lock()
-	// The round is durable: acknowledge it now, while the write lock is
-	// held, rather than after the apply below. Every read of the leader's
-	// memory takes mu, so a client that reads after the reply waits for the
-	// apply and sees its change, as etcd's reads wait for its applied
-	// index; and a stop of a million instances is answered once written,
-	// not a second or two of applying later.
+	// The round is durable: acknowledge it now, rather than after the
+	// apply below. A client that reads after the reply still sees its
+	// change, as etcd's reads wait for its applied index: the loop answers
+	// reads only once the apply is done (onLoop), views show the rounds
+	// acknowledged (readViews), and the state's builder waits on mu; and a
+	// stop of a million instances is answered once written, not a second
+	// or two of applying later.
 	t.acked.Add(1) // before the replies: a state read after one shows the round
 	for _, req := range p.accepted {
 		req.res <- applyRes{}
@@ -636,7 +644,7 @@ func (t *term) applyPlan(p *roundPlan) {
 		}
 		if movesFirst(en.cur, rec) {
 			t.draining[name] = en.cur.machine
-			t.movedAt[name] = t.e.cfg.Now()
+			t.movedAt[name] = t.now
 		}
 		t.setUnitFrom(name, en.cur, rec)
 		if pr := en.pr; pr != nil {
@@ -802,7 +810,7 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 	)
 	shared := tmpl != nil && unit.Shareable(tmpl.file)
 	if c.DesiredState != unit.Inactive {
-		now = t.e.cfg.Now()
+		now = t.now
 	}
 	// The names of a range are distinct: when the request changed no unit
 	// before it, none of them is in local but those the loop puts there.
@@ -925,7 +933,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		}
 		next = next.with(func(r *unitRec) {
 			if r.desired() == unit.Inactive {
-				r.at, r.atPlaced = nanos(t.e.cfg.Now()), false
+				r.at, r.atPlaced = nanos(t.now), false
 			}
 			r.setDesired(c.DesiredState)
 			if r.desired() == unit.Inactive {

@@ -92,7 +92,10 @@ func (t *term) degradedSince() (time.Time, bool) {
 
 // leaseValid reports whether the term's lease is known valid now: only
 // then may it decide, heartbeat as the cluster's voice, or answer reads as
-// current. A degraded term's lease is never valid.
+// current. A degraded term's lease is never valid. The lease is the
+// election's, timed by the system's clock as its renewals are: the loop
+// checks it before it decides anything, as its driver would, and its
+// decisions take the loop's clock (t.now).
 func (t *term) leaseValid() bool {
 	return t.deg.since.Load() == 0 && t.el.Valid(time.Now())
 }
@@ -101,7 +104,7 @@ func (t *term) leaseValid() bool {
 // decides nothing from now on.
 func (t *term) degrade(cause error) {
 	t.deg.once.Do(func() {
-		now := time.Now()
+		now := t.e.cfg.Now()
 		t.deg.since.Store(now.UnixNano())
 		t.e.cfg.Metrics.EtcdUnreachableSince.Set(float64(now.UnixNano()) / 1e9)
 		t.e.log.Warn("etcd unreachable: serving reads from memory, refusing writes, deciding nothing until etcd is back",

@@ -417,19 +417,19 @@ func (t *term) applyDeploys(p *roundPlan) {
 		old, had := t.deploys.recs[name]
 		if d == nil {
 			delete(t.deploys.recs, name)
-			t.events.append(apiv1.Event{Type: "deployment", Unit: name, Removed: true, Revision: t.committer.Revision()})
+			t.events.append(apiv1.Event{Type: "deployment", Unit: name, Removed: true, Revision: t.committer.Revision()}, t.now)
 			continue
 		}
 		t.deploys.recs[name] = *d
 		if d.Active() && !unit.IsTemplate(name) && (!had || old.ToVersion != d.ToVersion) {
-			t.deploys.replaced[name] = t.e.cfg.Now() // replaced by this round
+			t.deploys.replaced[name] = t.now // replaced by this round
 			delete(t.deploys.healthy, name)
 		}
 		if !d.Active() && (!had || old.Active() || old.ToVersion != d.ToVersion) {
 			t.e.cfg.Metrics.DeploymentSteps.WithLabelValues(d.Status).Inc()
 		}
 		t.events.append(apiv1.Event{Type: "deployment", Unit: name, Status: d.Status, Version: d.ToVersion, Done: d.Done,
-			Message: d.Message, Revision: t.committer.Revision()})
+			Message: d.Message, Revision: t.committer.Revision()}, t.now)
 	}
 }
 
@@ -494,9 +494,8 @@ func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deplo
 // loop, after a pass, and returns when it would look again though nothing
 // changed (zero: not by time).
 func (t *term) deploy() time.Time {
-	now := t.e.cfg.Now()
+	now := t.now
 	var wake time.Time
-	t.mu.RLock()
 	var steps []deployStep
 	for _, d := range t.deploys.recs {
 		if !d.Active() {
@@ -514,7 +513,6 @@ func (t *term) deploy() time.Time {
 			steps = append(steps, st)
 		}
 	}
-	t.mu.RUnlock()
 	for _, st := range steps {
 		t.runStep(st, now)
 	}
@@ -523,7 +521,6 @@ func (t *term) deploy() time.Time {
 
 // runStep writes a step's changes in one round.
 func (t *term) runStep(st deployStep, now time.Time) {
-	t.mu.RLock()
 	tmpl := t.units[st.rec.Unit]
 	var changes []Change
 	var revertTo int
@@ -553,7 +550,6 @@ func (t *term) runStep(st deployStep, now time.Time) {
 	for _, name := range st.destroy {
 		changes = append(changes, Change{Name: name, Destroy: true})
 	}
-	t.mu.RUnlock()
 	rec := st.rec
 	rec.Updated = now.UTC()
 	uw := &unitsWrite{changes: changes, by: "deployment", revertTo: revertTo, deploy: &rec, autoRevert: st.revert}
@@ -618,13 +614,13 @@ func (t *term) validateDeployCtl(p *roundPlan, w *deployCtl) error {
 		if d.Status != registry.DeployPaused {
 			return fmt.Errorf("%w: the deployment of %s is not paused (%s)", ErrConflict, w.unit, d.Status)
 		}
-		d.Status, d.Message, d.Progress = registry.DeployRunning, "", t.e.cfg.Now().UTC()
+		d.Status, d.Message, d.Progress = registry.DeployRunning, "", t.now.UTC()
 	case DeployAbort:
 		d.Status, d.Message = registry.DeployAborted, "aborted: the instances keep the file they have"
 	default:
 		return fmt.Errorf("%w: deployment action %q: want promote, pause, resume or abort", ErrInvalid, w.action)
 	}
-	d.Updated = t.e.cfg.Now().UTC()
+	d.Updated = t.now.UTC()
 	p.setDeploy(w.unit, &d)
 	return nil
 }
@@ -651,8 +647,11 @@ func (e *Engine) Deployments() ([]DeploymentInfo, error) {
 	if t == nil {
 		return nil, ErrNotLeader
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	return readOnLoop(t, func() ([]DeploymentInfo, error) { return t.deployments() })
+}
+
+// deployments is Deployments on the loop.
+func (t *term) deployments() ([]DeploymentInfo, error) {
 	out := make([]DeploymentInfo, 0, len(t.deploys.recs))
 	for _, d := range t.deploys.recs {
 		out = append(out, t.deploymentInfo(d))
@@ -667,8 +666,11 @@ func (e *Engine) Deployment(name string) (DeploymentInfo, error) {
 	if t == nil {
 		return DeploymentInfo{}, ErrNotLeader
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	return readOnLoop(t, func() (DeploymentInfo, error) { return t.deployment(name) })
+}
+
+// deployment is Deployment on the loop.
+func (t *term) deployment(name string) (DeploymentInfo, error) {
 	d, ok := t.deploys.recs[name]
 	if !ok {
 		return DeploymentInfo{}, fmt.Errorf("%w: %s has no deployment", ErrNotFound, name)

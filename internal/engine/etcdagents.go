@@ -172,60 +172,40 @@ func watchErr(wr clientv3.WatchResponse, ok bool) error {
 	return wr.Err()
 }
 
-// attachEtcd registers a present machine and starts writing its assignments.
+// attachEtcd has the loop register a present machine (attachInput) and
+// starts writing its assignments.
 func (t *term) attachEtcd(pm *agentpb.Machine, states []*agentpb.UnitStatus) *agentConn {
-	c := t.attachMachine(pm, states)
+	at := t.e.cfg.Now()
+	c := t.newConn(pm.Id, at)
+	t.inbox.put(&attachInput{pm: pm, units: states, conn: c, at: at})
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.writeAssignments(c) }()
 	return c
 }
 
-// detachLost unregisters a machine whose presence lease expired: it has been
-// unheard for its TTL already, so its units may move after the grace.
+// detachLost has the loop unregister a machine whose presence lease
+// expired (detachInput).
 func (t *term) detachLost(c *agentConn) {
 	c.close()
-	t.mu.Lock()
-	if m := t.machines[c.machine]; m != nil && m.conn == c {
-		m.conn = nil
-		m.lastSeen = t.e.cfg.Now().Add(-t.e.cfg.AgentTTL)
-		t.machineEvent(c.machine, false)
-	}
-	t.mu.Unlock()
-	t.poke()
+	t.inbox.put(&detachInput{conn: c, lost: true, at: t.e.cfg.Now()})
 }
 
 func (t *term) updateMachine(pm *agentpb.Machine) {
-	t.mu.Lock()
-	if m := t.machines[pm.Id]; m != nil {
-		m.info = machineInfo(pm)
-		m.lastSeen = t.e.cfg.Now()
-	}
-	t.mu.Unlock()
-	t.poke()
+	t.inbox.put(&machineInput{pm: pm, at: t.e.cfg.Now()})
 }
 
+// statesFromEtcd queues for the loop the states watch's events of present
+// machines.
 func (t *term) statesFromEtcd(conns map[string]*agentConn, evs []*clientv3.Event) {
-	now := t.e.cfg.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	var mine []*clientv3.Event
 	for _, ev := range evs {
-		machine, name, ok := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), t.keys.States()), "/")
-		m := t.machines[machine]
-		if !ok || m == nil || conns[machine] == nil {
-			continue
+		machine, _, ok := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), t.keys.States()), "/")
+		if ok && conns[machine] != nil {
+			mine = append(mine, ev)
 		}
-		m.lastSeen = now
-		if ev.Type == clientv3.EventTypeDelete {
-			if s, ok := t.dropState(m, name); ok {
-				t.stateEvent(machine, s, true)
-				t.drained(machine, name, false)
-			}
-			continue
-		}
-		var s agentpb.UnitStatus
-		if proto.Unmarshal(ev.Kv.Value, &s) == nil {
-			t.observe(m, fromProto(machine, &s), now)
-		}
+	}
+	if len(mine) > 0 {
+		t.inbox.put(&etcdStatesInput{evs: mine, at: t.e.cfg.Now()})
 	}
 }
 
@@ -307,12 +287,7 @@ func (t *term) dropAssignment(machine, name string) []registry.Op {
 
 // resend has the loop queue the machine's full desired set again.
 func (t *term) resend(c *agentConn) {
-	t.mu.Lock()
-	if m := t.machines[c.machine]; m != nil && m.conn == c {
-		m.needFull = true
-	}
-	t.mu.Unlock()
-	t.poke()
+	t.inbox.put(&resendInput{conn: c})
 }
 
 func putAssignment(prefix string, a *agentpb.Assignment) registry.Op {

@@ -111,11 +111,11 @@ func newEventLog(term int64, done <-chan struct{}) *eventLog {
 	return l
 }
 
-// append records ev; its ID and time are set when it is encoded.
-func (l *eventLog) append(ev apiv1.Event) {
-	at := time.Now().UnixNano()
+// append records ev, which happened at at (the loop's clock); its ID is
+// set when it is encoded.
+func (l *eventLog) append(ev apiv1.Event, at time.Time) {
 	l.appendMu.Lock()
-	l.pending = append(l.pending, loggedEvent{ev: ev, at: at})
+	l.pending = append(l.pending, loggedEvent{ev: ev, at: at.UnixNano()})
 	l.appendMu.Unlock()
 	select {
 	case l.kick <- struct{}{}:
@@ -312,17 +312,17 @@ func (t *term) unitEvent(name string, rec *unitRec) {
 	} else {
 		ev.Hash, ev.DesiredState, ev.Machine, ev.Reason, ev.Global = rec.file.Hash, string(rec.desired()), rec.machine, rec.reason, rec.file.Fleet.Global
 	}
-	t.events.append(ev)
+	t.events.append(ev, t.now)
 }
 
 // stateEvent records a change of a unit's current state on a machine.
 func (t *term) stateEvent(machine string, s agentStatus, removed bool) {
 	t.viewChanged(s.Name)
 	t.events.append(apiv1.Event{Type: "state", Unit: s.Name, Machine: machine, Load: s.Load, Active: s.Active, Sub: s.Sub,
-		Health: s.Health, Removed: removed, Revision: t.committer.Revision()})
+		Health: s.Health, Removed: removed, Revision: t.committer.Revision()}, t.now)
 }
 
 // machineEvent records a machine coming or going.
 func (t *term) machineEvent(id string, up bool) {
-	t.events.append(apiv1.Event{Type: "machine", Machine: id, Removed: !up, Revision: t.committer.Revision()})
+	t.events.append(apiv1.Event{Type: "machine", Machine: id, Removed: !up, Revision: t.committer.Revision()}, t.now)
 }

@@ -50,7 +50,7 @@ func TestEventLog(t *testing.T) {
 		t.Fatal("subscribe(\"\") = reset")
 	}
 	for i := range 3 {
-		l.append(apiv1.Event{Type: "unit", Unit: fmt.Sprintf("u%d.service", i)})
+		l.append(apiv1.Event{Type: "unit", Unit: fmt.Sprintf("u%d.service", i)}, time.Now())
 	}
 	waitfor.True(t, 5*time.Second, "3 events published", func() bool { return l.published.Load() >= 3 })
 	ra, _ := a.Read()
@@ -76,7 +76,7 @@ func TestEventLog(t *testing.T) {
 	// may resume where it was.
 	slow, _ := l.subscribe("")
 	for range maxReaderLag + 10 {
-		l.append(apiv1.Event{Type: "state", Unit: "u.service"})
+		l.append(apiv1.Event{Type: "state", Unit: "u.service"}, time.Now())
 	}
 	waitfor.True(t, 5*time.Second, "the events past the slow reader published", func() bool { return l.published.Load() >= 3+maxReaderLag+10 })
 	if _, err := slow.Read(); !errors.Is(err, ErrSlowReader) || !strings.Contains(err.Error(), "resume from 7.3") {
@@ -102,7 +102,7 @@ func TestEventAppendNeverWaitsForReaders(t *testing.T) {
 	for range 3000 {
 		l.subscribe("")
 	}
-	l.append(apiv1.Event{Type: "unit", Unit: "first.service"})
+	l.append(apiv1.Event{Type: "unit", Unit: "first.service"}, time.Now())
 	waitfor.True(t, 5*time.Second, "the first event published", func() bool { return l.published.Load() >= 1 })
 	l.winMu.RLock() // a reader finding its page
 	encoding := make(chan struct{})
@@ -113,7 +113,7 @@ func TestEventAppendNeverWaitsForReaders(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range 100_000 {
-			l.append(apiv1.Event{Type: "state", Unit: "u.service"})
+			l.append(apiv1.Event{Type: "state", Unit: "u.service"}, time.Now())
 		}
 	}()
 	select {

@@ -7,16 +7,18 @@ import (
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
-// The agents' reports reach the leader's state through an inbox, not by
-// taking the term's lock from each stream's goroutine. A reconcile pass
-// holds that lock (for reading) while it decides over every unit: seconds
-// at a million units. A stream goroutine waiting for it stops reading its
-// stream, so the agent's later heartbeats wait behind its report and the
-// leader, seeing nothing, counts the machine as unheard: at 10,000 agents
-// every machine was found lost 60 s after connecting. So a report is
-// converted where it arrives, merged into its stream's inbox (a unit's
-// latest status wins), and applied by one goroutine (inboxLoop) and by the
-// loop at the start of each pass, whichever takes the lock first.
+// Everything that changes the leader's decision state from outside the
+// loop reaches it as an input the loop applies (one owner: only the loop
+// goroutine changes that state). An agent's reports are converted where
+// they arrive and merged into its stream's inbox (a unit's latest status
+// wins); a stream's attach, detach and leave, and what the etcd registry's
+// watch sees, are typed inputs (inputs.go) queued beside them. The loop
+// applies both whenever it wakes, at the start of each pass and between a
+// pass's slices (applyInputs). A stream's goroutine never waits for the
+// loop to report: while a pass decides (seconds at a million units), its
+// agent's later heartbeats would wait behind its report and the leader,
+// seeing nothing, would count the machine as unheard (at 10,000 agents
+// every machine was found lost 60 s after connecting).
 
 // inbox holds one stream's reports not yet applied, in their stored form
 // (states.go): while a stop of a million units was applied, every agent's
@@ -65,21 +67,58 @@ func (in *inbox) take() (statuses map[string]storedStatus, removed map[string]st
 	return statuses, removed, at
 }
 
-// inboxes are the streams whose inbox holds reports.
+// inboxes are the streams whose inbox holds reports, and the other
+// inputs queued for the loop, in their order; wake tells the loop.
+// Reads that need the decision state (readInput) have their own queue
+// and wake: the loop answers them also while it waits for etcd.
 type inboxes struct {
-	mu    sync.Mutex
-	conns map[*agentConn]struct{}
-	wake  chan struct{}
+	mu       sync.Mutex
+	conns    map[*agentConn]struct{}
+	inputs   []input
+	wake     chan struct{}
+	reads    []*readInput
+	readWake chan struct{}
 }
 
 func newInboxes() *inboxes {
-	return &inboxes{conns: map[*agentConn]struct{}{}, wake: make(chan struct{}, 1)}
+	return &inboxes{conns: map[*agentConn]struct{}{}, wake: make(chan struct{}, 1), readWake: make(chan struct{}, 1)}
+}
+
+// read queues a read for the loop.
+func (ib *inboxes) read(in *readInput) {
+	ib.mu.Lock()
+	ib.reads = append(ib.reads, in)
+	ib.mu.Unlock()
+	select {
+	case ib.readWake <- struct{}{}:
+	default:
+	}
+}
+
+func (ib *inboxes) takeReads() []*readInput {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ins := ib.reads
+	ib.reads = nil
+	return ins
 }
 
 func (ib *inboxes) mark(c *agentConn) {
 	ib.mu.Lock()
 	ib.conns[c] = struct{}{}
 	ib.mu.Unlock()
+	ib.signal()
+}
+
+// put queues an input for the loop.
+func (ib *inboxes) put(in input) {
+	ib.mu.Lock()
+	ib.inputs = append(ib.inputs, in)
+	ib.mu.Unlock()
+	ib.signal()
+}
+
+func (ib *inboxes) signal() {
 	select {
 	case ib.wake <- struct{}{}:
 	default:
@@ -97,30 +136,63 @@ func (ib *inboxes) takeAll() map[*agentConn]struct{} {
 	return conns
 }
 
+// takeInputs returns the inputs queued, oldest first.
+func (ib *inboxes) takeInputs() []input {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ins := ib.inputs
+	ib.inputs = nil
+	return ins
+}
+
 // report queues an agent's status update for the leader's state.
 func (t *term) report(conn *agentConn, u *agentpb.StatusUpdate) {
 	conn.in.put(conn.machine, u, t.e.cfg.Now())
 	t.inbox.mark(conn)
 }
 
-// inboxLoop applies the streams' reports as they come, until the term ends.
-func (t *term) inboxLoop() {
+// applyInputs applies the reports and inputs queued so far: the reports
+// first, since a stream's reports came before its detach or leave (and
+// after its attach, which its Hello waited for). It runs on the loop,
+// which holds mu for writing.
+func (t *term) applyInputs() {
+	t.applyInboxLocked()
+	for _, in := range t.inbox.takeInputs() {
+		in.apply(t)
+	}
+	t.serveReads()
+}
+
+// serveReads answers the reads queued. It runs on the loop, between its
+// steps or while it waits for etcd (serveWhile, awaitWrite).
+func (t *term) serveReads() {
+	for _, in := range t.inbox.takeReads() {
+		in.fn()
+		close(in.done)
+	}
+}
+
+// serveWhile runs f, a commit to etcd that only reads the term's state,
+// on a goroutine of its own, and answers reads until it returns: a commit
+// takes etcd's time (up to the transaction's timeout when etcd is slow or
+// gone), and reads keep answering from memory meanwhile.
+func (t *term) serveWhile(f func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
 	for {
 		select {
-		case <-t.ctx.Done():
+		case <-done:
 			return
-		case <-t.inbox.wake:
+		case <-t.inbox.readWake:
+			t.serveReads()
 		}
-		t.mu.Lock()
-		t.applyInboxLocked()
-		t.mu.Unlock()
 	}
 }
 
 // applyInboxLocked applies every report queued so far. Reports of a stream
 // that is no longer its machine's (replaced, or the machine left) are
-// dropped: the newer stream's Hello said the machine's states. Callers
-// hold mu for writing.
+// dropped: the newer stream's Hello said the machine's states. It runs on
+// the loop (applyInputs).
 func (t *term) applyInboxLocked() {
 	for conn := range t.inbox.takeAll() {
 		statuses, removed, at := conn.in.take()

@@ -51,7 +51,8 @@ type pass struct {
 
 // decide turns the plan into new records: it unschedules what was lost or
 // misfits, keeps what a drain holds, places handovers, then allocates the
-// units to place. It runs under the read lock.
+// units to place. It runs on the loop, which reads its state without the
+// lock.
 func (ps *pass) decide() {
 	t, p := ps.t, &ps.p
 	ps.moved = map[string]*unitRec{}
@@ -264,7 +265,7 @@ func (ps *pass) write() bool {
 	}
 	slice := max(placeSlice, placesPerMachine*len(t.schedMachines))
 	var (
-		written     <-chan error
+		written     <-chan writeResult
 		writtenPart []movedUnit
 		writtenOps  int
 		applied     int
@@ -280,20 +281,21 @@ func (ps *pass) write() bool {
 			ps.ph.done("ops")
 		}
 		if written != nil {
-			err := <-written
+			res := t.awaitWrite(written)
 			ps.ph.done("commit")
-			if err != nil {
+			if err := res.err; err != nil {
 				// commit has ended the term (the next one reloads from etcd),
 				// so the tentative placements left in t.sched do not matter.
 				t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", writtenOps)
 				t.mu.Lock()
+				t.markStored(res.stored)
 				woken := t.hold.release() // the agents of a half applied
 				t.mu.Unlock()
 				wakeAll(woken)
 				return false
 			}
 			applied++
-			ps.apply(writtenPart, applied%2 == 0 || part == nil)
+			ps.apply(writtenPart, res.stored, applied%2 == 0 || part == nil)
 			written = nil
 		}
 		if part != nil {
@@ -349,28 +351,49 @@ func (ps *pass) prepare(part []movedUnit) []registry.Op {
 	return ops
 }
 
+// awaitWrite waits for a slice's write, answering reads meanwhile.
+func (t *term) awaitWrite(written <-chan writeResult) writeResult {
+	for {
+		select {
+		case res := <-written:
+			return res
+		case <-t.inbox.readWake:
+			t.serveReads()
+		}
+	}
+}
+
+// writeResult is the outcome of a slice's write.
+type writeResult struct {
+	stored storedFiles
+	err    error
+}
+
 // commit writes a prepared slice, in the background.
-func (ps *pass) commit(part []movedUnit, ops []registry.Op) <-chan error {
-	done := make(chan error, 1)
+func (ps *pass) commit(part []movedUnit, ops []registry.Op) <-chan writeResult {
+	done := make(chan writeResult, 1)
 	go func() {
-		done <- ps.t.commitRecords(ops, func(yield func(*unitRec) bool) {
+		sf, err := ps.t.commitRecords(ops, func(yield func(*unitRec) bool) {
 			for _, mu := range part {
 				if mu.rec != nil && !yield(mu.rec) {
 					return
 				}
 			}
 		})
+		done <- writeResult{stored: sf, err: err}
 	}()
 	return done
 }
 
 // apply applies a written part; the agents concerned are told once a whole
 // slice is applied (wake).
-func (ps *pass) apply(part []movedUnit, wake bool) {
+func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 	t := ps.t
 	t.mu.Lock()
 	ps.ph.done("lock")
 	t.hold.start()
+	t.markStored(stored)
+	t.applyInputs() // what came during the slice's write
 	for _, mu := range part {
 		name := mu.name
 		if nr, cur := mu.rec, t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {

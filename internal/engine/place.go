@@ -49,22 +49,23 @@ func (a schedMachine) same(b schedMachine) bool {
 }
 
 // reconcile runs one pass: it syncs machines and global units under the
-// lock, takes the plan's input under the read lock and decides with
+// lock, takes the plan's input (without it: the loop is the only writer)
+// and decides with
 // planReconcile (plan.go), allocates the units to place (pass.decide), and
 // commits and applies the outcome (pass.write, pass.finish). It runs on the
 // loop goroutine. It returns when the next pass should run by time alone
 // (zero: not before the next tick).
 func (t *term) reconcile() (recheck time.Time) {
-	now := t.e.cfg.Now()
+	now := t.now
 	var ph passPhases
-	ph.start(time.Now())
+	ph.start(time.Now()) // phases measure the work: the system's clock
 	defer func() {
-		t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(now).Seconds())
+		t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(ph.began).Seconds())
 		ph.logSlow(t.e.log, "reconcile pass")
 	}()
 	t.mu.Lock()
 	ph.done("lock")
-	t.applyInboxLocked()
+	t.applyInputs()
 	ph.done("inbox")
 	t.hold.start()
 	drifted := t.syncMachines(now)
@@ -76,13 +77,11 @@ func (t *term) reconcile() (recheck time.Time) {
 	wakeAll(woken)
 	ph.done("full")
 
-	t.mu.RLock()
-	ph.done("lock")
+	// The loop is the only writer: it reads its state without the lock.
 	ps := &pass{t: t, now: now, ph: &ph}
 	ps.p = planReconcile(t.planInput(now, drifted))
 	t.placeDirty = false
 	ps.decide()
-	t.mu.RUnlock()
 	ph.done("plan")
 	ph.note("placed", len(ps.moved)+len(ps.placed))
 	if !ps.write() || !ps.finish() {
@@ -139,8 +138,8 @@ func (t *term) shrinkUnplaced() {
 	t.unplaced, t.unplacedRoom = m, len(m)
 }
 
-// planInput gathers what the pass decides from. Callers hold mu (for
-// reading) and run on the loop goroutine; it takes what the loop's own
+// planInput gathers what the pass decides from. It runs on the loop
+// goroutine; it takes what the loop's own
 // fields ask to check (followersMoved, a chunk of recheck), which only the
 // loop reads.
 func (t *term) planInput(now time.Time, drifted []string) planInput {

@@ -363,7 +363,7 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 					sts = append(sts, &agentpb.UnitStatus{Name: n.name, Hash: rec.file.Hash, Load: "loaded", Active: actives[r.IntN(len(actives))], Sub: "y"})
 				}
 			}
-			tm.attachLocked(&agentpb.Machine{Id: id, Ip: "10.0.0.1"}, sts)
+			tm.attachLocked(&agentpb.Machine{Id: id, Ip: "10.0.0.1"}, sts, tm.newConn(id, time.Now()), time.Now())
 		case k < 18: // a unit goes
 			if len(all) > 50 {
 				tm.setUnit(name, nil)

@@ -14,6 +14,10 @@ import (
 
 // Reads answer from the leader's memory, so they keep answering while etcd
 // is unreachable. Each returns ErrNotLeader on an engine that does not lead.
+// They take no lock: the few the loop publishes views for read those
+// (views.go: Machines, Scheduler, KeepVersions); the others are read
+// requests the loop answers between its steps and while it waits for etcd
+// (onLoop), so that a read sees every write acknowledged before it began.
 
 // Units lists units, all of them or those named (glob patterns allowed), sorted by name.
 func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
@@ -21,8 +25,11 @@ func (e *Engine) Units(names []string) ([]apiv1.Unit, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	return readOnLoop(t, func() ([]apiv1.Unit, error) { return t.listUnits(names) })
+}
+
+// listUnits is Units on the loop.
+func (t *term) listUnits(names []string) ([]apiv1.Unit, error) {
 	var out []apiv1.Unit
 	if len(names) > 0 && !hasGlob(names) {
 		for _, n := range names {
@@ -48,8 +55,11 @@ func (e *Engine) Unit(name string) (apiv1.Unit, error) {
 	if err != nil {
 		return apiv1.Unit{}, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	return readOnLoop(t, func() (apiv1.Unit, error) { return t.unit(name) })
+}
+
+// unit is Unit on the loop.
+func (t *term) unit(name string) (apiv1.Unit, error) {
 	r := t.units[name]
 	if r == nil {
 		return apiv1.Unit{}, fmt.Errorf("unit %s %w", name, ErrNotFound)
@@ -64,8 +74,11 @@ func (e *Engine) UnitStates(machine string, names []string) ([]apiv1.UnitState, 
 	if err != nil {
 		return nil, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	return readOnLoop(t, func() ([]apiv1.UnitState, error) { return t.listStates(machine, names) })
+}
+
+// listStates is UnitStates on the loop.
+func (t *term) listStates(machine string, names []string) ([]apiv1.UnitState, error) {
 	out := []apiv1.UnitState{}
 	add := func(id string, m *machineRec) {
 		eachState(m, func(name string, st storedStatus) {
@@ -101,12 +114,15 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.machineViews(), nil
+	v, err := t.readViews()
+	if err != nil {
+		return nil, err
+	}
+	return v.machines, nil
 }
 
-// machineViews renders the connected machines sorted by ID; callers hold mu.
+// machineViews renders the connected machines sorted by ID. It runs on the
+// loop (views), or under mu (the publisher).
 func (t *term) machineViews() []apiv1.Machine {
 	out := []apiv1.Machine{}
 	var moving map[string]int // draining machine -> its units mid-move
@@ -161,8 +177,14 @@ func (e *Engine) UnitMachine(name string) (id, apiAddr string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	if lerr := t.onLoop(func() { id, apiAddr, err = t.unitMachine(name) }); lerr != nil {
+		return "", "", lerr
+	}
+	return id, apiAddr, err
+}
+
+// unitMachine is UnitMachine on the loop.
+func (t *term) unitMachine(name string) (id, apiAddr string, err error) {
 	if r := t.units[name]; r != nil && r.machine != "" {
 		if m := t.machines[r.machine]; m != nil && m.info.APIAddr != "" {
 			return m.info.ID, m.info.APIAddr, nil
@@ -176,7 +198,7 @@ func (e *Engine) UnitMachine(name string) (id, apiAddr string, err error) {
 	return "", "", ErrNotFound
 }
 
-// unitView renders a unit; callers hold mu.
+// unitView renders a unit. It runs on the loop.
 func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	u := apiv1.Unit{
 		Name: r.name(), Hash: r.file.Hash, Description: r.file.Description,

@@ -68,13 +68,12 @@ func (t *term) contentOf(text string) string {
 
 // instanceFile returns the file of instance name of template tmpl: parsed
 // once per template and shared when every instance is alike
-// (unit.Shareable), parsed for each instance otherwise.
+// (unit.Shareable), parsed for each instance otherwise. It runs on the
+// loop (or the load, before it starts).
 func (t *term) instanceFile(tmpl *unit.File, name string) (*unit.File, error) {
 	if !unit.Shareable(tmpl) {
 		return unit.Instantiate(tmpl, unit.Instance(name))
 	}
-	t.protoMu.Lock()
-	defer t.protoMu.Unlock()
 	if f := t.protos[tmpl]; f != nil {
 		return f, nil
 	}
@@ -143,8 +142,11 @@ func (t *term) refFile(old, rec *unitRec) {
 }
 
 // commitRecords commits ops that write the records of recs: first, in a
-// commit of its own, every file they name that etcd does not hold yet.
-func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) bool)) error {
+// commit of its own, every file they name that etcd does not hold yet. It
+// may run beside the loop (a pass's write of a slice): it only reads, and
+// returns the files it stored for the loop to mark (markStored), also when
+// the records' commit failed.
+func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) bool)) (storedFiles, error) {
 	var files []registry.Op
 	var contents []string
 	seen := map[string]bool{}
@@ -161,21 +163,33 @@ func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) b
 		}
 	}
 	if err := t.commit(files); err != nil {
-		return err
+		return storedFiles{}, err
 	}
-	if len(contents) > 0 {
-		t.mu.Lock()
-		for i, c := range contents {
-			f := t.files[c]
-			if f == nil {
-				f = &storedFile{text: files[i].Value}
-				t.files[c] = f
-			}
-			f.stored = true
+	sf := storedFiles{contents: contents, files: files}
+	return sf, t.commit(ops)
+}
+
+// storedFiles are files a commit stored: their contents, and the ops that
+// wrote them.
+type storedFiles struct {
+	contents []string
+	files    []registry.Op
+}
+
+// markStored notes files etcd now holds. It runs on the loop, which holds
+// mu for writing.
+func (t *term) markStored(sf storedFiles) {
+	for i, c := range sf.contents {
+		f := t.files[c]
+		if f == nil {
+			f = &storedFile{}
+			t.files[c] = f
 		}
-		t.mu.Unlock()
+		if f.text == "" {
+			f.text = sf.files[i].Value
+		}
+		f.stored = true
 	}
-	return t.commit(ops)
 }
 
 // dropFiles deletes the stored files no unit names any more. It runs on
@@ -183,7 +197,6 @@ func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) b
 func (t *term) dropFiles() error {
 	var ops []registry.Op
 	var gone []string
-	t.mu.RLock()
 	for c, f := range t.files {
 		if f.refs <= 0 {
 			gone = append(gone, c)
@@ -192,7 +205,6 @@ func (t *term) dropFiles() error {
 			}
 		}
 	}
-	t.mu.RUnlock()
 	if len(gone) == 0 {
 		return nil
 	}
@@ -230,13 +242,16 @@ func (t *term) materialize() error {
 				ops = t.putRecord(ops, name, r)
 			}
 		}
-		err := t.commitRecords(ops, func(yield func(*unitRec) bool) {
+		sf, err := t.commitRecords(ops, func(yield func(*unitRec) bool) {
 			for _, name := range part {
 				if !yield(t.units[name]) {
 					return
 				}
 			}
 		})
+		t.mu.Lock()
+		t.markStored(sf)
+		t.mu.Unlock()
 		if err != nil {
 			return err
 		}

@@ -20,10 +20,12 @@ func (e *Engine) Scheduler() (apiv1.Scheduler, error) {
 	if err != nil {
 		return apiv1.Scheduler{}, err
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	s := optionsToAPI(t.options)
-	s.Shares = maps.Clone(t.shares)
+	v, err := t.readViews()
+	if err != nil {
+		return apiv1.Scheduler{}, err
+	}
+	s := v.scheduler
+	s.ReservedMetadata, s.Shares = slices.Clone(s.ReservedMetadata), maps.Clone(s.Shares)
 	return s, nil
 }
 

@@ -148,7 +148,7 @@ func signalConn(c *agentConn) {
 }
 
 // push queues an assignment (nil: removal) for the machine's agent, if it is
-// connected. Callers hold term.mu.
+// connected. It runs on the loop.
 func (m *machineRec) push(name string, r *unitRec) {
 	if m.conn != nil {
 		m.conn.queue(name, r)
@@ -156,7 +156,7 @@ func (m *machineRec) push(name string, r *unitRec) {
 }
 
 // pushDestroyed queues the removal of a destroyed unit for the machine's
-// agent, if it is connected. Callers hold term.mu.
+// agent, if it is connected. It runs on the loop.
 func (m *machineRec) pushDestroyed(name string) {
 	if m.conn != nil {
 		m.conn.queueDestroyed(name)
@@ -260,6 +260,9 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 		return status.Errorf(codes.FailedPrecondition, "stale leader revision %d; the leader's is %d", hello.LeaderRev, t.info.Rev)
 	}
 	conn, err := t.attach(hello)
+	if errors.Is(err, errTermOver) {
+		return status.Error(codes.Unavailable, "leadership term ended")
+	}
 	if err != nil {
 		e.log.Warn("refused an agent's Hello", "machine", hello.Machine.Id, "err", err)
 		return status.Error(codes.AlreadyExists, err.Error())
@@ -429,17 +432,31 @@ func (t *term) maySpeak(c *agentConn) bool {
 var errLeft = errors.New("the machine left the cluster")
 
 // attach registers an agent's stream and queues its full desired set, unless
-// the machine's name is held by another live daemon (nameInUse).
+// the machine's name is held by another live daemon (nameInUse): the loop
+// decides (attachInput), and the stream waits for its answer.
 func (t *term) attach(h *agentpb.Hello) (*agentConn, error) {
-	t.mu.Lock()
-	if err := t.nameInUse(h.Machine); err != nil {
-		t.mu.Unlock()
-		return nil, err
+	at := t.e.cfg.Now()
+	conn := t.newConn(h.Machine.Id, at)
+	res := make(chan error, 1)
+	t.inbox.put(&attachInput{pm: h.Machine, units: h.Units, conn: conn, at: at, check: true, res: res})
+	select {
+	case err := <-res:
+		if err != nil {
+			return nil, err
+		}
+		return conn, nil
+	case <-t.ctx.Done():
+		return nil, errTermOver
 	}
-	conn := t.attachLocked(h.Machine, h.Units)
-	t.mu.Unlock()
-	t.poke()
-	return conn, nil
+}
+
+// newConn makes the stream of machine id's agent, heard at.
+func (t *term) newConn(id string, at time.Time) *agentConn {
+	conn := newAgentConn(id)
+	conn.hold = &t.hold
+	conn.agentTTL = t.e.cfg.AgentTTL
+	conn.heardNano.Store(at.UnixNano())
+	return conn
 }
 
 // nameInUse returns an error naming the daemon that holds machine pm.Id if
@@ -447,11 +464,11 @@ func (t *term) attach(h *agentpb.Hello) (*agentConn, error) {
 // instance (another data dir: another machine took the same name). A
 // daemon restarted on the same data dir has the same instance and takes
 // its machine over, as does one whose old stream is not live. Daemons that
-// do not say their instance (older versions) are not compared. Callers
-// hold mu.
-func (t *term) nameInUse(pm *agentpb.Machine) error {
+// do not say their instance (older versions) are not compared. It runs on
+// the loop.
+func (t *term) nameInUse(pm *agentpb.Machine, now time.Time) error {
 	m := t.machines[pm.Id]
-	if m == nil || m.conn == nil || !t.reachable(m, t.e.cfg.Now()) {
+	if m == nil || m.conn == nil || !t.reachable(m, now) {
 		return nil
 	}
 	if m.info.Instance == "" || pm.Instance == "" || m.info.Instance == pm.Instance {
@@ -468,30 +485,16 @@ func orNone(s string) string {
 	return s
 }
 
-// attachMachine registers a machine whose agent is reachable (a stream in
-// grpc mode, a presence key in etcd mode) with the states it reports, and
-// has the loop send it its full desired set.
-func (t *term) attachMachine(pm *agentpb.Machine, units []*agentpb.UnitStatus) *agentConn {
-	t.mu.Lock()
-	conn := t.attachLocked(pm, units)
-	t.mu.Unlock()
-	t.poke()
-	return conn
-}
-
-// attachLocked is attachMachine with mu held; the caller pokes the loop.
-func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus) *agentConn {
-	conn := newAgentConn(pm.Id)
-	conn.hold = &t.hold
-	conn.agentTTL = t.e.cfg.AgentTTL
-	conn.heardNano.Store(t.e.cfg.Now().UnixNano())
+// attachLocked registers conn, the stream of machine pm heard at, with the
+// states it reports. It runs on the loop (attachInput), which pokes itself.
+func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus, conn *agentConn, at time.Time) {
 	m := t.machine(pm.Id)
 	if m.conn != nil {
 		m.conn.close()
 	}
 	m.left = false
 	m.conn = conn
-	m.lastSeen = t.e.cfg.Now()
+	m.lastSeen = at
 	m.info = machineInfo(pm)
 	eachState(m, func(name string, _ storedStatus) { t.viewChanged(name) })
 	// Each reported state keeps when its Active state was first seen, if
@@ -514,43 +517,18 @@ func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus) *a
 	// soon as it runs: deciding which global units fit needs the scheduler.
 	m.needFull = true
 	t.machineEvent(pm.Id, true)
-	return conn
 }
 
-// leave unregisters a machine whose agent left the cluster (it stopped its
-// units first): its unit states are purged, and the next pass places its
-// units elsewhere at once and forgets the machine. The caller closes conn.
+// leave has the loop unregister a machine whose agent left the cluster
+// (leaveInput). The caller closes conn.
 func (t *term) leave(conn *agentConn) {
-	t.mu.Lock()
-	if m := t.machines[conn.machine]; m != nil && m.conn == conn {
-		m.lastSeen, m.lastSent = m.heardAt(), m.sentAt()
-		m.conn = nil
-		m.left = true
-		var names []string
-		eachState(m, func(name string, _ storedStatus) { names = append(names, name) })
-		for _, name := range names {
-			s, _ := t.dropState(m, name)
-			t.stateEvent(conn.machine, s, true)
-			t.drained(conn.machine, name, false)
-		}
-		t.machineEvent(conn.machine, false)
-	}
-	t.mu.Unlock()
-	t.poke()
+	t.inbox.put(&leaveInput{conn: conn})
 }
 
+// detach closes a stream that ended and has the loop unregister it.
 func (t *term) detach(conn *agentConn) {
 	conn.close()
-	t.mu.Lock()
-	if m := t.machines[conn.machine]; m != nil && m.conn == conn {
-		// The machine's cut-off time counts from when it was last heard,
-		// not from when the broken stream was noticed (seconds later).
-		m.lastSeen, m.lastSent = m.heardAt(), m.sentAt()
-		m.conn = nil
-		t.machineEvent(conn.machine, false)
-	}
-	t.mu.Unlock()
-	t.poke()
+	t.inbox.put(&detachInput{conn: conn, at: t.e.cfg.Now()})
 }
 
 func (t *term) received(conn *agentConn, msg *agentpb.AgentMessage) {

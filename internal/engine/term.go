@@ -21,8 +21,8 @@ import (
 )
 
 // unitRec is a unit as the leader holds it. A unitRec is never modified in
-// place once published in term.units: changes replace it, so readers holding
-// the read lock see consistent records.
+// place once published in term.units: changes replace it, so the state's
+// builder, holding the read lock, sees consistent records.
 //
 // A million of them are among the leader's largest memory: 80 bytes each
 // (a size class of Go's allocator; 112 before): the name is su's, the
@@ -214,6 +214,11 @@ type term struct {
 	el    *election.Term
 	info  election.Info
 	start time.Time // when the term began to serve, its load done
+	// now is the loop's clock: the time of the iteration it is in (of the
+	// load, before the loop starts). Every decision takes the time from
+	// here, never from the system's clock; only the loop sets it, from
+	// cfg.Now at the start of each iteration.
+	now time.Time
 	// loaded is how many units the term loaded (the loop changes units).
 	loaded int
 	// reconnect is the time the machines get to reconnect after start
@@ -232,6 +237,10 @@ type term struct {
 	wg         sync.WaitGroup
 	deg        *degradation // lease and etcd reachability (degraded.go)
 
+	// What follows is the decision state: the loop goroutine's alone
+	// (inputs.go says how the rest reach it). mu is held for writing by
+	// the loop while it changes what the state's builder reads (publish.go,
+	// the one reader that takes it for reading); the loop reads without it.
 	mu       sync.RWMutex
 	units    map[string]*unitRec
 	machines map[string]*machineRec
@@ -242,6 +251,9 @@ type term struct {
 	globals      map[string]struct{} // global units (wanted or not)
 	// globalsDirty asks the loop to recompute where global units run.
 	globalsDirty bool
+	// machinesMoved says an input changed a machine (attach, detach,
+	// leave, new information): the loop publishes its views.
+	machinesMoved bool
 	// overrides are the metadata changes made through the API, per machine
 	// (a nil value removes the key the machine reports).
 	overrides map[string]map[string]*string
@@ -285,9 +297,8 @@ type term struct {
 	// (stored in their MachineRecord).
 	drainMachines map[string]int
 	// hist keeps each unit's recent notable events (lost, moved, placed
-	// again), shown with the unit.
-	histMu sync.Mutex
-	hist   map[string][]apiv1.HistoryEntry
+	// again), shown with the unit. The loop's, as all of the above.
+	hist map[string][]apiv1.HistoryEntry
 	// options are the scheduler's (strategy, roles); shares the roles'
 	// dominant shares after the last pass.
 	options scheduler.Options
@@ -302,12 +313,12 @@ type term struct {
 	legacy     map[string]bool
 	ranges     map[string]*pendingRange
 	standing   standing
-	protoMu    sync.Mutex
 	protos     map[*unit.File]*unit.File // template -> the instance its instances share
 	versions   versionsState             // versions.go
 	deploys    deployState               // deploy.go
 
-	// owned by the loop goroutine (it also holds mu when it changes them)
+	// the scheduler's mirror (not read by the state's builder: the loop
+	// changes it without mu)
 	sched         *scheduler.Cluster
 	schedMachines map[string]schedMachine
 	// schedGone is what the scheduler was last told of the machines it
@@ -338,6 +349,7 @@ type term struct {
 	// is the state publisher's.
 	changes    atomic.Uint64
 	acked      atomic.Uint64                  // writes acknowledged (apply rounds), for readers of the state
+	published  atomic.Pointer[loopViews]      // the loop's small views for readers (views.go)
 	snapshot   atomic.Pointer[state.Snapshot] // the latest published state
 	pubMu      sync.Mutex
 	pubAt      time.Time
@@ -366,7 +378,7 @@ const loadTimeout = 10 * time.Minute
 func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry.Follower) (*term, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &term{
-		e: e, el: el, info: el.Info, start: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
+		e: e, el: el, info: el.Info, start: e.cfg.Now(), now: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
 		committer: registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps,
 			Observe: func(d time.Duration) { e.cfg.Metrics.ObserveEtcd("txn", d) }}),
 		units:         map[string]*unitRec{},
@@ -453,7 +465,9 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	// million reported their states.
 	t.rechecked = placedAtLoad == 0
 	t.start = e.cfg.Now()
+	t.now = t.start
 	t.reconnect = reconnectGrace(len(t.machines))
+	t.publishViews()
 	t.startLoops()
 	return t, nil
 }
@@ -559,7 +573,7 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 			t.handovers[name] = handover{From: from} // the old copy runs until the new one is active
 		case !handedOver && r.machine == "":
 			t.draining[name] = from
-			t.movedAt[name] = t.e.cfg.Now()
+			t.movedAt[name] = t.now
 			t.units[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" })
 		}
 		// A move of a unit since destroyed or placed is stale; the next
@@ -568,8 +582,7 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 	return placed
 }
 
-// startLoops starts the term's goroutines: the loop, the publisher, the
-// inbox and, by registry mode, the candidates' or agents' followers.
+// startLoops starts the term's goroutines: the loop, the publisher and, by registry mode, the candidates' or agents' followers.
 func (t *term) startLoops() {
 	e := t.e
 	t.wg.Add(1)
@@ -578,9 +591,8 @@ func (t *term) startLoops() {
 		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.followCandidates() }()
 	}
-	t.wg.Add(2)
+	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.publishLoop() }()
-	go func() { defer t.wg.Done(); t.inboxLoop() }()
 	if e.cfg.Registry == registry.ModeEtcd {
 		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.followAgentsEtcd() }()
@@ -672,6 +684,21 @@ func (t *term) loop() {
 			round = append(round, r)
 		case <-t.kick:
 		case <-tick.C:
+		case <-t.inbox.wake:
+			// Agents' reports and other inputs: applied, without a pass
+			// unless one of them asks for one (poke).
+			t.now = t.e.cfg.Now()
+			t.mu.Lock()
+			t.applyInputs()
+			t.mu.Unlock()
+			if t.machinesMoved {
+				t.machinesMoved = false
+				t.publishViews()
+			}
+			continue
+		case <-t.inbox.readWake:
+			t.serveReads()
+			continue
 		}
 		// Every request waiting joins the round, and goes before the next
 		// pass whatever woke the loop: select picks at random among what
@@ -687,6 +714,8 @@ func (t *term) loop() {
 				break queued
 			}
 		}
+		// The iteration's time: every decision below takes it (t.now).
+		t.now = t.e.cfg.Now()
 		if t.refuseDegraded(round) {
 			continue
 		}
@@ -699,9 +728,13 @@ func (t *term) loop() {
 				at = dat
 			}
 			if !at.IsZero() {
+				// The timer is armed from the clock as it is now, after
+				// the pass: at is a time, not a delay.
 				recheck.Reset(max(at.Sub(t.e.cfg.Now()), 0) + time.Millisecond)
 			}
 		}
+		t.machinesMoved = false
+		t.publishViewsIfChanged()
 	}
 }
 
@@ -817,9 +850,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		}
 	}
 	if rec == nil {
-		t.histMu.Lock()
 		delete(t.hist, name)
-		t.histMu.Unlock()
 		delete(t.units, name)
 		delete(t.unplaced, name)
 		delete(t.globals, name)
@@ -894,19 +925,15 @@ const historyLen = 8
 
 // history records a notable event of a unit (lost, moved, placed again).
 func (t *term) history(name, what string) {
-	t.histMu.Lock()
-	h := append(t.hist[name], apiv1.HistoryEntry{Time: t.e.cfg.Now().UTC().Format(time.RFC3339Nano), Event: what})
+	h := append(t.hist[name], apiv1.HistoryEntry{Time: t.now.UTC().Format(time.RFC3339Nano), Event: what})
 	if len(h) > historyLen {
 		h = h[len(h)-historyLen:]
 	}
 	t.hist[name] = h
-	t.histMu.Unlock()
 }
 
 // unitHistory returns a copy of a unit's recent notable events.
 func (t *term) unitHistory(name string) []apiv1.HistoryEntry {
-	t.histMu.Lock()
-	defer t.histMu.Unlock()
 	return slices.Clone(t.hist[name])
 }
 

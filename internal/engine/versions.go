@@ -281,25 +281,18 @@ func (t *term) versionOps(p *roundPlan) {
 // commitVersionFiles stores the files of the versions a round makes older,
 // before the logs naming them (transactions of one commit land in any
 // order).
-func (t *term) commitVersionFiles(p *roundPlan) error {
+func (t *term) commitVersionFiles(p *roundPlan) (storedFiles, error) {
 	if len(p.versions.files) == 0 {
-		return nil
+		return storedFiles{}, nil
 	}
 	if err := t.commit(p.versions.files); err != nil {
-		return err
+		return storedFiles{}, err
 	}
-	t.mu.Lock()
+	sf := storedFiles{files: p.versions.files}
 	for _, op := range p.versions.files {
-		c := strings.TrimPrefix(op.Key, t.keys.Files())
-		f := t.files[c]
-		if f == nil {
-			f = &storedFile{}
-			t.files[c] = f
-		}
-		f.text, f.stored = op.Value, true
+		sf.contents = append(sf.contents, strings.TrimPrefix(op.Key, t.keys.Files()))
 	}
-	t.mu.Unlock()
-	return nil
+	return sf, nil
 }
 
 // applyVersions makes memory follow a durable round. Callers hold mu for
@@ -412,8 +405,11 @@ func (e *Engine) Versions(name string) (UnitVersions, error) {
 	if t == nil {
 		return UnitVersions{}, ErrNotLeader
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
+	return readOnLoop(t, func() (UnitVersions, error) { return t.unitVersions(name) })
+}
+
+// unitVersions is Versions on the loop.
+func (t *term) unitVersions(name string) (UnitVersions, error) {
 	owner := logOwner(name)
 	l, ok := t.versions.logs[owner]
 	if !ok {
@@ -536,7 +532,9 @@ func (e *Engine) KeepVersions() (int, error) {
 	if t == nil {
 		return 0, ErrNotLeader
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.versions.keep, nil
+	v, err := t.readViews()
+	if err != nil {
+		return 0, err
+	}
+	return v.keep, nil
 }
