@@ -75,7 +75,8 @@ func appendUnits(b []byte, units []Unit, base *Snapshot) ([]byte, []uint32) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		for p < len(old) && old[p].Name < units[i].Name {
+		// (Mostly the same string: == is a pointer's compare then.)
+		for p < len(old) && old[p].Name != units[i].Name && old[p].Name < units[i].Name {
 			p++
 		}
 		if p == len(old) || !sameUnit(&old[p], &units[i]) {
