@@ -28,6 +28,7 @@ type statePollers struct {
 
 	mu          sync.Mutex
 	lat         []time.Duration // every answer's
+	duringLat   []time.Duration // answers to fetches begun before every unit was active
 	afterLat    []time.Duration // answers to fetches begun once every unit was active
 	after       time.Time       // when every unit was seen active; zero before
 	errors      int
@@ -76,6 +77,8 @@ func (s *statePollers) poll(ctx context.Context, hc *http.Client) {
 			s.lat = append(s.lat, d)
 			if !s.after.IsZero() && !start.Before(s.after) {
 				s.afterLat = append(s.afterLat, d)
+			} else {
+				s.duringLat = append(s.duringLat, d)
 			}
 			if notModified {
 				s.notModified++
@@ -147,6 +150,10 @@ func (s *statePollers) measured() *StateReport {
 	all := summarizeMS(s.lat)
 	r := &StateReport{Pollers: s.n, Requests: all.Requests, Errors: s.errors, Bytes: s.bytes, Error: s.firstErr,
 		P50MS: all.P50MS, P99MS: all.P99MS, MaxMS: all.MaxMS, Conditional: s.conditional, NotModified: s.notModified}
+	if len(s.duringLat) > 0 {
+		during := summarizeMS(s.duringLat)
+		r.During = &during
+	}
 	if !s.after.IsZero() {
 		after := summarizeMS(s.afterLat)
 		r.After = &after

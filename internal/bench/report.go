@@ -122,6 +122,10 @@ type StateReport struct {
 	P99MS       float64 `json:"p99_ms"`
 	MaxMS       float64 `json:"max_ms"`
 	Bytes       int64   `json:"bytes"` // size of the last answer
+	// During is the latency of the fetches begun before every unit was
+	// active: the state while the leader schedules and starts the units.
+	// Absent when no fetch began before.
+	During *StateLatency `json:"during,omitempty"`
 	// After is the latency of the fetches begun once every unit was
 	// active: the whole cluster's state, at rest. Absent when the run
 	// did not get there.
@@ -286,6 +290,10 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "; %d errors, the first: %s", s.Errors, s.Error)
 		}
 		fmt.Fprintln(w)
+		if d := s.During; d != nil {
+			fmt.Fprintf(w, "               during the run:  %d answers, p50 %.1f ms  p99 %.1f ms  max %.1f ms\n",
+				d.Requests, d.P50MS, d.P99MS, d.MaxMS)
+		}
 		if a := s.After; a != nil {
 			fmt.Fprintf(w, "               once all active: %d answers, p50 %.1f ms  p99 %.1f ms  max %.1f ms\n",
 				a.Requests, a.P50MS, a.P99MS, a.MaxMS)

@@ -193,7 +193,8 @@ func sampleReport() *Report {
 		EngineCPUSeconds: 0.5, AgentCPUSeconds: 0.25, EtcdCPUSeconds: 0.125, BenchCPUSeconds: 0.1, OtherCPUSeconds: 0.3, HostCPUs: 2,
 		EnginePeakRSSBytes: 60 << 20, AgentPeakRSSBytes: 50 << 20, EtcdPeakRSSBytes: 40 << 20,
 		State: &StateReport{Pollers: 2, Requests: 10, Errors: 1, P50MS: 1.5, P99MS: 3, MaxMS: 4, Bytes: 2048, Error: "GET x: 503",
-			After: &StateLatency{Requests: 4, P50MS: 2, P99MS: 2.5, MaxMS: 2.5}},
+			During: &StateLatency{Requests: 6, P50MS: 1, P99MS: 3, MaxMS: 4},
+			After:  &StateLatency{Requests: 4, P50MS: 2, P99MS: 2.5, MaxMS: 2.5}},
 	}
 }
 
@@ -258,6 +259,7 @@ func TestWriteText(t *testing.T) {
 		"CPU seconds    engine 0.50  agents 0.25  etcd 0.12  bench 0.10  (other processes 0.30, of 2 CPUs)",
 		"peak memory    engine 60.0 MiB  agents 50.0 MiB  etcd 40.0 MiB",
 		"/v1/state      2 pollers: 10 answers, p50 1.5 ms  p99 3.0 ms  max 4.0 ms, 2.0 KiB each; 1 errors, the first: GET x: 503",
+		"               during the run:  6 answers, p50 1.0 ms  p99 3.0 ms  max 4.0 ms",
 		"               once all active: 4 answers, p50 2.0 ms  p99 2.5 ms  max 2.5 ms",
 	} {
 		if !strings.Contains(got, want) {

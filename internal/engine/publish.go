@@ -117,6 +117,10 @@ func (t *term) publish() *state.Snapshot {
 	}
 	t.pubCost = cost
 	t.pubAt, t.pubSeen = start, c
+	// Readers encode the state (once, the first that wants it whole); the
+	// units unchanged since the last state read whole are copied from its
+	// bytes then, not encoded again.
+	s.Follow(t.snapshot.Load())
 	t.snapshot.Store(s)
 	return s
 }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -338,6 +340,7 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	names := func() []string { return slices.Sorted(maps.Keys(tm.units)) }
 	actives := []string{"active", "failed", "inactive", "activating"}
+	var prev *state.Snapshot
 	for step := range 3000 {
 		tm.mu.Lock()
 		all := names()
@@ -374,7 +377,18 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 		}
 		tm.mu.Unlock()
 		if r.IntN(5) == 0 {
-			tm.buildSnapshot()
+			// Published and, one in two, read whole: encoded from the
+			// last one read whole, which it must equal afresh.
+			s, _ := tm.buildSnapshot()
+			s.Follow(prev)
+			prev = s
+			if r.IntN(2) == 0 {
+				var want bytes.Buffer
+				json.NewEncoder(&want).Encode(s.Select(state.Filter{}))
+				if got := s.JSON(); !bytes.Equal(got, want.Bytes()) {
+					t.Fatalf("step %d: the state encoded from the last one read differs from afresh:\n%s\nwant\n%s", step, got, want.Bytes())
+				}
+			}
 		}
 	}
 	s, _ := tm.buildSnapshot()

@@ -43,6 +43,16 @@ type Snapshot struct {
 
 	once sync.Once
 	json []byte
+	// unitAt is where each unit's encoding begins in json, and its last
+	// entry where the last unit's ends: what a later snapshot copies of
+	// the units unchanged since (Follow). Nil when json is too long for
+	// 32-bit offsets.
+	unitAt []uint32
+	// encoded is set once json and unitAt are (Follow reads them).
+	encoded atomic.Bool
+	// base is the snapshot before this one, already encoded, while this
+	// one is not (Follow).
+	base atomic.Pointer[Snapshot]
 	gzo  sync.Once
 	gz   []byte
 	// head is what every view (Page) shares, encoded once: the document up
@@ -102,18 +112,39 @@ func encoded(s *Snapshot, gzipped bool) {
 	}
 }
 
-// JSON is the whole snapshot encoded, computed once.
+// JSON is the whole snapshot encoded, computed once. The units unchanged
+// since the snapshot it follows (Follow), when that one was encoded, are
+// copied from its bytes rather than encoded again.
 func (s *Snapshot) JSON() []byte {
 	s.once.Do(func() {
 		encoded(s, false)
 		d, _ := cputime.Of(func() {
+			base := s.base.Load()
+			size := 256*len(s.Units) + 1024
+			if base != nil {
+				size = len(base.json) + len(base.json)/16 + 1024
+			}
 			st := s.view(nil, len(s.Units), "")
-			b := appendHead(make([]byte, 0, 256*len(s.Units)+1024), &st)
-			s.json = appendTail(b, s.Units, len(s.Units), "")
+			b := appendHead(make([]byte, 0, size), &st)
+			b, s.unitAt = appendUnits(b, s.Units, base)
+			s.json = appendTotal(b, len(s.Units), "")
 		})
 		s.cost.Add(int64(d))
+		s.encoded.Store(true)
+		s.base.Store(nil)
 	})
 	return s.json
+}
+
+// Follow tells s the snapshot published before it, prev: if prev is
+// encoded (JSON) by then, s's encoding copies the bytes of the units that
+// did not change since from prev's. Only an encoded prev is kept, and only
+// until s is encoded: no chain of snapshots is held, and one not read
+// whole holds none. Call it before s is published.
+func (s *Snapshot) Follow(prev *Snapshot) {
+	if prev != nil && prev.encoded.Load() && prev.unitAt != nil {
+		s.base.Store(prev)
+	}
 }
 
 // Gzip is JSON compressed, computed once.
