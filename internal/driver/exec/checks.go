@@ -10,7 +10,6 @@ import (
 	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/unit"
-	"github.com/flotilla/flotilla/internal/unithide"
 )
 
 // With Config.Checks the driver runs each unit's [X-Check] health checks
@@ -226,21 +225,7 @@ func (s *supervisor) probeCommand(f *unit.File, env *execEnv) health.CommandFunc
 			}
 			vars = e.List()
 		}
-		x := &exec.Cmd{
-			Path: b.path,
-			Args: b.argv,
-			Env:  vars,
-			Dir:  ee.dir,
-			SysProcAttr: &syscall.SysProcAttr{
-				Setpgid:    true,
-				Pdeathsig:  syscall.SIGKILL,
-				Credential: ee.cred,
-			},
-		}
-		if len(hidden) > 0 && d.euid == 0 {
-			unithide.Wrap(x, hidden)
-		}
-		return x, nil
+		return d.probeCmd(b.path, b.argv, vars, ee, hidden), nil
 	}
 }
 

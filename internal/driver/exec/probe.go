@@ -38,10 +38,17 @@ func ProbeCommand(f *unit.File, c unit.Command, hidden ...string) (*exec.Cmd, er
 	if err != nil {
 		return nil, err
 	}
+	return d.probeCmd(path, argv, env.List(), ee, hidden), nil
+}
+
+// probeCmd is a probe's process: path run with argv and vars as the unit's
+// processes are (ee: in its directory, as its user), in a process group of
+// its own killed with the caller, with hidden hidden from it.
+func (d *Driver) probeCmd(path string, argv, vars []string, ee *execEnv, hidden []string) *exec.Cmd {
 	cmd := &exec.Cmd{
 		Path: path,
 		Args: argv,
-		Env:  env.List(),
+		Env:  vars,
 		Dir:  ee.dir,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:    true,
@@ -52,5 +59,5 @@ func ProbeCommand(f *unit.File, c unit.Command, hidden ...string) (*exec.Cmd, er
 	if len(hidden) > 0 && d.euid == 0 {
 		unithide.Wrap(cmd, hidden)
 	}
-	return cmd, nil
+	return cmd
 }
