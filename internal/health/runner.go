@@ -92,13 +92,14 @@ func slotOf(interval time.Duration) time.Duration {
 }
 
 // onGrid returns the last instant of the grid of slot at or before at,
-// but after from (from itself when there is none).
+// or, when that is not after from, the first instant of the grid after
+// from (within a slot of at either way).
 func onGrid(from, at time.Time, slot time.Duration) time.Time {
 	// Truncate works on the wall clock and drops the monotonic reading:
 	// take the offset from from, and add it to from, which has one.
 	g := from.Add(at.Truncate(slot).Sub(from))
 	if !g.After(from) {
-		return from.Add(min(slot, at.Sub(from)))
+		return g.Add(slot)
 	}
 	return g
 }
