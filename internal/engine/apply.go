@@ -367,7 +367,7 @@ func (t *term) validateMachineWrite(p *roundPlan, req *machineWrite) error {
 	}
 	p.machines[req.machine] = ov
 	if _, ok := p.drain[req.machine]; !ok {
-		p.drain[req.machine] = t.drainMachines[req.machine]
+		p.drain[req.machine] = t.moves.drainMachines[req.machine]
 	}
 	if req.drain != nil {
 		p.drain[req.machine] = 0
@@ -558,7 +558,7 @@ func (t *term) entryOps(p *roundPlan, en roundEntry) {
 			return
 		case next == nil:
 			p.ops = append(p.ops, t.deleteRecord(name)...)
-			if _, handover := t.handovers[name]; t.draining[name] != "" || handover {
+			if t.moves.recorded(name) {
 				p.ops = append(p.ops, registry.DeleteMove(t.keys, name))
 			}
 		case cur == nil || cur.desired() != next.desired() || cur.file.Hash != next.file.Hash || cur.machine != next.machine || cur.content != next.content:
@@ -617,12 +617,7 @@ func (t *term) applyPlan(p *roundPlan) {
 	}
 	for id, ov := range p.machines {
 		t.overrides[id] = ov
-		if p.drain[id] != t.drainMachines[id] {
-			if p.drain[id] > 0 {
-				t.drainMachines[id] = p.drain[id]
-			} else {
-				delete(t.drainMachines, id)
-			}
+		if t.moves.setDrain(id, p.drain[id]) {
 			t.placeDirty = true
 			t.globalsDirty = true
 			t.changed()
@@ -643,8 +638,7 @@ func (t *term) applyPlan(p *roundPlan) {
 			t.sched.Unplace(name)
 		}
 		if movesFirst(en.cur, rec) {
-			t.draining[name] = en.cur.machine
-			t.movedAt[name] = t.now
+			t.moves.begin(name, en.cur.machine, t.now)
 		}
 		t.setUnitFrom(name, en.cur, rec)
 		if pr := en.pr; pr != nil {

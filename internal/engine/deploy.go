@@ -447,7 +447,7 @@ func (t *term) deployView(d registry.Deployment, now time.Time) map[string]deplo
 		// launched: wanted running and placed, or on its way to a machine
 		// (moving: placed again once its old copy stopped); one that fits
 		// nowhere is given its new file at once, as a stopped one is.
-		_, moving := t.draining[name]
+		_, moving := t.moves.draining[name]
 		in := deployInst{exists: true, launched: r.desired() == unit.Launched && (r.machine != "" || moving)}
 		in.isNew = t.newFile(d, name, r)
 		// mine: this term gave it the new file at replacedAt; it must have

@@ -25,7 +25,7 @@ func TestReportDoesNotWaitForTheLoop(t *testing.T) {
 		cancel:    cancel,
 		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
 		machines:  map[string]*machineRec{},
-		draining:  map[string]string{},
+		moves:     newMoves(),
 		events:    newEventLog(1, ctx.Done()),
 		kick:      make(chan struct{}, 1),
 		inbox:     newInboxes(),

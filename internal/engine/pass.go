@@ -92,7 +92,7 @@ func (ps *pass) decide() {
 	ps.placeHandovers()
 	// A unit the drain no longer holds (the drain ended, or the unit left)
 	// loses the reason it gave.
-	for name := range t.held {
+	for name := range t.moves.held {
 		_, keep := ps.held[name]
 		if rec := t.units[name]; !keep && ps.moved[name] == nil && rec != nil && rec.machine != "" && rec.reason != "" {
 			ps.moved[name] = rec.with(func(r *unitRec) { r.reason = "" })
@@ -100,10 +100,10 @@ func (ps *pass) decide() {
 	}
 	ps.stopOld, ps.handedOver = map[string]string{}, map[string]string{}
 	for _, name := range p.HandoverStop {
-		ps.stopOld[name] = t.handovers[name].From
+		ps.stopOld[name] = t.moves.handovers[name].From
 	}
 	for _, name := range p.HandoverDone {
-		ps.handedOver[name] = t.handovers[name].From
+		ps.handedOver[name] = t.moves.handovers[name].From
 		ps.again = true // an instance waiting for its turn may move now
 	}
 	ps.allocate(pending)
@@ -263,7 +263,7 @@ func (ps *pass) write() bool {
 			changes = append(changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted, or a handover ended)
 		}
 	}
-	slice := max(placeSlice, placesPerMachine*len(t.schedMachines))
+	slice := max(placeSlice, placesPerMachine*len(t.sched.machines))
 	var (
 		written     <-chan writeResult
 		writtenPart []movedUnit
@@ -400,13 +400,11 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 			t.written(name)
 		}
 		if from, ok := ps.newMoves[name]; ok {
-			t.draining[name] = from
-			t.movedAt[name] = ps.now
+			t.moves.begin(name, from, ps.now)
 		} else if from, ok := ps.newHandovers[name]; ok {
-			t.handovers[name] = handover{From: from}
+			t.moves.handOver(name, from)
 		} else if ps.done[name] {
-			delete(t.draining, name)
-			delete(t.movedAt, name)
+			t.moves.end(name)
 		} else if from, ok := ps.stopOld[name]; ok {
 			t.stopOldCopy(name, from, false)
 		} else if from, ok := ps.handedOver[name]; ok {
@@ -456,14 +454,14 @@ func (ps *pass) finish() bool {
 			delete(t.machines, id)
 		}
 	}
-	for id := range t.schedMachines {
+	for id := range t.sched.machines {
 		if m := t.machines[id]; m != nil {
 			m.used = t.sched.Used(id)
 		}
 	}
 	t.shares = t.sched.Shares()
 	t.shrinkUnplaced()
-	t.held = ps.held
+	t.moves.hold(ps.held)
 	t.mu.Unlock()
 	return true
 }

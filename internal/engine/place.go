@@ -9,7 +9,6 @@ import (
 	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
-	"github.com/flotilla/flotilla/internal/unit"
 )
 
 // The loop keeps t.sched equal to the committed schedule (see the
@@ -35,18 +34,6 @@ const maxLostLogged = 20
 // recheckChunk is how many placed units a pass checks against their
 // machines in a term's one check of them all (planInput).
 const recheckChunk = 1 << 14
-
-// schedMachine is what the scheduler was last told of a machine.
-type schedMachine struct {
-	metadata map[string]string
-	capacity scheduler.Resources
-	drivers  unit.DriverSet
-}
-
-// same reports whether the scheduler was told the same of both.
-func (a schedMachine) same(b schedMachine) bool {
-	return maps.Equal(a.metadata, b.metadata) && a.capacity == b.capacity && a.drivers == b.drivers
-}
 
 // reconcile runs one pass: it syncs machines and global units under the
 // lock, takes the plan's input (without it: the loop is the only writer)
@@ -97,12 +84,7 @@ func (t *term) reconcile() (recheck time.Time) {
 // there, and forgets the handover if done (that copy is gone). Callers
 // hold mu for writing.
 func (t *term) stopOldCopy(name, from string, done bool) {
-	h := t.handovers[name]
-	if done {
-		delete(t.handovers, name)
-	} else {
-		t.handovers[name] = handover{From: from, Stopping: true}
-	}
+	h := t.moves.stopOld(name, from, done)
 	if cur := t.units[name]; !h.Stopping && cur != nil && cur.machine != from {
 		if m := t.machines[from]; m != nil {
 			m.push(name, nil)
@@ -147,8 +129,8 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		Now: now, TermStart: t.start, Reconnect: t.reconnect, AgentTTL: t.e.cfg.AgentTTL, Grace: t.heartbeat(),
 		Machines:  make(map[string]planMachine, len(t.machines)),
 		Check:     map[string]string{},
-		Moves:     t.draining,
-		Handovers: t.handovers,
+		Moves:     t.moves.draining,
+		Handovers: t.moves.handovers,
 		Unit: func(name string) planUnit {
 			r := t.units[name]
 			if r == nil {
@@ -174,7 +156,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 			_, ok := t.statusOn(name, machine)
 			return ok
 		},
-		MovedAt: t.movedAt,
+		MovedAt: t.moves.movedAt,
 		Active: func(name, machine string) bool {
 			// Healthy too: a handover's old copy stops once the new one
 			// passes its checks ("": an agent that does not say).
@@ -186,7 +168,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 	t.planChecks(&in, drifted, now)
 	in.PlaceDirty = t.placeDirty || len(drifted) > 0
 	in.Stayed = map[string]string{}
-	for name, nowhere := range t.held {
+	for name, nowhere := range t.moves.held {
 		if r := t.units[name]; nowhere && r != nil {
 			in.Stayed[name] = r.reason
 		}
@@ -205,7 +187,7 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 func (t *term) planMachines(in *planInput, now time.Time) {
 	quiet := t.quietFor()
 	for id, m := range t.machines {
-		pm := planMachine{Reachable: t.reachable(m, now), Left: m.left, Draining: t.drainMachines[id] > 0, MaxParallel: t.drainMachines[id],
+		pm := planMachine{Reachable: t.reachable(m, now), Left: m.left, Draining: t.moves.drainMachines[id] > 0, MaxParallel: t.moves.drainMachines[id],
 			HeardAt: m.heardAt(), SentAt: m.sentAt(), Streams: t.e.cfg.Registry != registry.ModeEtcd}
 		if !pm.Reachable && !pm.Draining && !pm.Left {
 			// None of its units can be lost before it has been silent for
@@ -283,12 +265,11 @@ func (t *term) planChecks(in *planInput, drifted []string, now time.Time) {
 // goroutine.
 func (t *term) syncMachines(now time.Time) (drifted []string) {
 	for id, m := range t.machines {
-		sm, known := t.schedMachines[id]
-		if t.reachable(m, now) && t.drainMachines[id] == 0 {
+		sm, known := t.sched.machines[id]
+		if t.reachable(m, now) && t.moves.drainMachines[id] == 0 {
 			cur := schedMachine{metadata: t.metadata(m), capacity: scheduler.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes}, drivers: m.info.Drivers}
 			if !known || !cur.same(sm) {
-				t.sched.SetMachine(scheduler.Machine{ID: id, Metadata: cur.metadata, Capacity: cur.capacity, Drivers: cur.drivers})
-				t.schedMachines[id] = cur
+				gone, wasGone := t.sched.setMachine(id, cur)
 				t.placeDirty = true
 				if known {
 					drifted = append(drifted, id)
@@ -304,35 +285,20 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 					// had them. (A term's first sight of a machine checks
 					// nothing: the term's one check of every placed unit
 					// is for what it did not place itself.)
-					if gone, ok := t.schedGone[id]; ok {
-						delete(t.schedGone, id)
-						if !cur.same(gone) {
-							drifted = append(drifted, id)
-						}
+					if wasGone && !cur.same(gone) {
+						drifted = append(drifted, id)
 					}
 				}
 			}
 			continue
 		}
 		if known {
-			t.sched.RemoveMachine(id)
-			t.schedGone[id] = sm
-			delete(t.schedMachines, id)
+			t.sched.drop(id)
 			t.globalsDirty = true
 			t.placeDirty = true
 		}
 	}
-	for id := range t.schedMachines {
-		if _, ok := t.machines[id]; !ok {
-			t.sched.RemoveMachine(id)
-			delete(t.schedMachines, id)
-		}
-	}
-	for id := range t.schedGone {
-		if _, ok := t.machines[id]; !ok {
-			delete(t.schedGone, id) // forgotten: it comes back as new
-		}
-	}
+	t.sched.forget(t.machines)
 	if len(drifted) > 0 {
 		t.globalsDirty = true
 	}
@@ -348,10 +314,10 @@ func (t *term) syncGlobals(force bool) {
 		return
 	}
 	t.globalsDirty = false
-	for name := range t.schedGlobals {
+	for name := range t.sched.globals {
 		if r := t.units[name]; r == nil || !r.wanted() {
 			t.sched.Unplace(name)
-			delete(t.schedGlobals, name)
+			delete(t.sched.globals, name)
 		}
 	}
 	want := map[string]map[string]struct{}{} // machine -> global units
@@ -372,7 +338,7 @@ func (t *term) syncGlobals(force bool) {
 				t.sched.Place(r.su, id)
 			}
 		}
-		t.schedGlobals[name] = true
+		t.sched.globals[name] = true
 		t.placeDirty = true // global placements use room other units may want
 		for _, id := range t.sched.GlobalPlacements(name) {
 			if want[id] == nil {
@@ -425,7 +391,7 @@ func (t *term) sendFull() {
 		for name := range m.globals {
 			m.conn.pending[name] = t.units[name]
 		}
-		for name, h := range t.handovers {
+		for name, h := range t.moves.handovers {
 			if r := t.units[name]; h.From == m.info.ID && !h.Stopping && r != nil && r.machine != h.From {
 				m.conn.pending[name] = r // its old copy runs here until the new one is active
 			}

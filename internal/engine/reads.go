@@ -126,12 +126,12 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 func (t *term) machineViews() []apiv1.Machine {
 	out := []apiv1.Machine{}
 	var moving map[string]int // draining machine -> its units mid-move
-	if len(t.drainMachines) > 0 {
+	if len(t.moves.drainMachines) > 0 {
 		moving = map[string]int{}
-		for _, from := range t.draining {
+		for _, from := range t.moves.draining {
 			moving[from]++
 		}
-		for _, h := range t.handovers {
+		for _, h := range t.moves.handovers {
 			moving[h.From]++
 		}
 	}
@@ -147,11 +147,11 @@ func (t *term) machineViews() []apiv1.Machine {
 			APIAddr: m.info.APIAddr, Version: m.info.Version, Protocol: m.info.Protocol, Units: len(m.units) + len(m.globals),
 			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes},
 			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)},
-			Draining: t.drainMachines[id] > 0, MaxParallel: t.drainMachines[id], Drivers: drivers(m.info.Drivers)})
+			Draining: t.moves.drainMachines[id] > 0, MaxParallel: t.moves.drainMachines[id], Drivers: drivers(m.info.Drivers)})
 		if v := &out[len(out)-1]; v.Draining {
 			v.Moving = moving[id]
 			for _, e := range m.units {
-				if t.held[e.name] {
+				if t.moves.held[e.name] {
 					v.Staying = append(v.Staying, apiv1.UnitReason{Name: e.name, Reason: t.units[e.name].reason})
 				}
 			}
@@ -210,10 +210,10 @@ func (t *term) unitView(r *unitRec, withFile bool) apiv1.Unit {
 	}
 	u.History = t.unitHistory(r.name())
 	if r.machine == "" {
-		u.MovingFrom = t.draining[r.name()]
+		u.MovingFrom = t.moves.draining[r.name()]
 	} else {
-		u.MovingFrom = t.handovers[r.name()].From
-		u.Staying = t.held[r.name()]
+		u.MovingFrom = t.moves.handovers[r.name()].From
+		u.Staying = t.moves.held[r.name()]
 	}
 	if r.file.Fleet.Global {
 		// A global unit is where it fits: it has reached its desired state

@@ -115,7 +115,7 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	}
 	t.putState(m, s)
 	t.drained(m.info.ID, s.Name, s.Running())
-	if _, ok := t.handovers[s.Name]; ok && s.Active == "active" {
+	if _, ok := t.moves.handovers[s.Name]; ok && s.Active == "active" {
 		t.poke() // a handover's new copy may be active: its old copy stops
 	}
 	if s.Active == "active" && (!ok || prev.Active != "active") {
@@ -277,25 +277,8 @@ type term struct {
 	// last pass (units, machines, metadata, capacity, policy): without it a
 	// pass does not try the unplaced backlog again.
 	placeDirty bool
-	// draining holds units moving off a machine (unit -> machine), as
-	// recorded under moves/ in etcd: they are placed again once that
-	// machine's copy is gone (see plan.go).
-	draining map[string]string
-	// movedAt is when each move of draining began (this term's load, for
-	// one loaded from etcd): see planInput.settled.
-	movedAt map[string]time.Time
-	// handovers holds units of draining machines started elsewhere while
-	// their old copy keeps running there until the new one is active
-	// (unit -> old machine), recorded under moves/ too (see plan.go).
-	handovers map[string]handover
-	// held are the units a drain keeps on their machine for now, with
-	// their reason: true for those that fit nowhere else, false for
-	// instances waiting for their turn.
-	held map[string]bool
-	// drainMachines are the machines flotilla drain emptied, with how many
-	// instances of one template may move off at once: they take no units
-	// (stored in their MachineRecord).
-	drainMachines map[string]int
+	// moves are the units moving off a machine, and the drains (moves.go).
+	moves moves
 	// hist keeps each unit's recent notable events (lost, moved, placed
 	// again), shown with the unit. The loop's, as all of the above.
 	hist map[string][]apiv1.HistoryEntry
@@ -317,14 +300,9 @@ type term struct {
 	versions   versionsState             // versions.go
 	deploys    deployState               // deploy.go
 
-	// the scheduler's mirror (not read by the state's builder: the loop
-	// changes it without mu)
-	sched         *scheduler.Cluster
-	schedMachines map[string]schedMachine
-	// schedGone is what the scheduler was last told of the machines it
-	// dropped this term (unreachable or draining), until they come back.
-	schedGone    map[string]schedMachine
-	schedGlobals map[string]bool // global units placed in sched
+	// sched is the scheduler's mirror (mirror.go): not read by the
+	// state's builder, the loop changes it without mu.
+	sched mirror
 
 	reqs chan *applyReq
 	kick chan struct{}
@@ -381,37 +359,30 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		e: e, el: el, info: el.Info, start: e.cfg.Now(), now: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
 		committer: registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps,
 			Observe: func(d time.Duration) { e.cfg.Metrics.ObserveEtcd("txn", d) }}),
-		units:         map[string]*unitRec{},
-		machines:      map[string]*machineRec{},
-		unplaced:      map[string]struct{}{},
-		globals:       map[string]struct{}{},
-		sched:         scheduler.NewCluster(),
-		schedMachines: map[string]schedMachine{},
-		schedGone:     map[string]schedMachine{},
-		schedGlobals:  map[string]bool{},
-		followers:     map[string]struct{}{},
-		files:         map[string]*storedFile{},
-		rawContent:    map[string]string{},
-		legacy:        map[string]bool{},
-		ranges:        map[string]*pendingRange{},
-		standing:      standing{},
-		protos:        map[*unit.File]*unit.File{},
-		versions:      versionsState{logs: map[string]registry.VersionLog{}, keep: registry.DefaultKeepVersions},
-		deploys:       newDeployState(nil),
-		placeDirty:    true,
-		draining:      map[string]string{},
-		movedAt:       map[string]time.Time{},
-		handovers:     map[string]handover{},
-		held:          map[string]bool{},
-		drainMachines: map[string]int{},
-		hist:          map[string][]apiv1.HistoryEntry{},
-		overrides:     map[string]map[string]*string{},
-		events:        newEventLog(el.Info.Rev, ctx.Done()),
-		reqs:          make(chan *applyReq, 256),
-		kick:          make(chan struct{}, 1),
-		inbox:         newInboxes(),
-		singletons:    newDurations(),
-		lostAfters:    newDurations(),
+		units:      map[string]*unitRec{},
+		machines:   map[string]*machineRec{},
+		unplaced:   map[string]struct{}{},
+		globals:    map[string]struct{}{},
+		sched:      newMirror(),
+		followers:  map[string]struct{}{},
+		files:      map[string]*storedFile{},
+		rawContent: map[string]string{},
+		legacy:     map[string]bool{},
+		ranges:     map[string]*pendingRange{},
+		standing:   standing{},
+		protos:     map[*unit.File]*unit.File{},
+		versions:   versionsState{logs: map[string]registry.VersionLog{}, keep: registry.DefaultKeepVersions},
+		deploys:    newDeployState(nil),
+		placeDirty: true,
+		moves:      newMoves(),
+		hist:       map[string][]apiv1.HistoryEntry{},
+		overrides:  map[string]map[string]*string{},
+		events:     newEventLog(el.Info.Rev, ctx.Done()),
+		reqs:       make(chan *applyReq, 256),
+		kick:       make(chan struct{}, 1),
+		inbox:      newInboxes(),
+		singletons: newDurations(),
+		lostAfters: newDurations(),
 	}
 	t.commitCtx, t.stopCommit = context.WithCancel(ctx)
 	// The load takes as long as the cluster's size needs: a million units
@@ -503,7 +474,7 @@ func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
 	for id, m := range snap.Machines {
 		t.overrides[id] = m.Metadata
 		if m.Drain {
-			t.drainMachines[id] = max(m.MaxParallel, 1)
+			t.moves.setDrain(id, max(m.MaxParallel, 1))
 		}
 	}
 	t.legacy = snap.Legacy
@@ -570,10 +541,9 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 		switch r := t.units[name]; {
 		case r == nil || r.file.Fleet.Global:
 		case handedOver && r.machine != "" && r.machine != from:
-			t.handovers[name] = handover{From: from} // the old copy runs until the new one is active
+			t.moves.handOver(name, from) // the old copy runs until the new one is active
 		case !handedOver && r.machine == "":
-			t.draining[name] = from
-			t.movedAt[name] = t.now
+			t.moves.begin(name, from, t.now)
 			t.units[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" })
 		}
 		// A move of a unit since destroyed or placed is stale; the next
@@ -674,6 +644,9 @@ func (t *term) loop() {
 	recheck := time.NewTimer(time.Hour)
 	defer recheck.Stop()
 	for {
+		if checkInvariants {
+			t.checkTerm() // after the load, and after each step
+		}
 		var round []*applyReq
 		select {
 		case <-recheck.C:
@@ -825,7 +798,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 			switch {
 			case rec == nil:
 				m.pushDestroyed(name)
-			case t.handovers[name] != handover{From: old.machine}: // a handover's old copy runs on
+			case t.moves.handovers[name] != handover{From: old.machine}: // a handover's old copy runs on
 				m.push(name, nil)
 			}
 		}
@@ -854,15 +827,11 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		delete(t.units, name)
 		delete(t.unplaced, name)
 		delete(t.globals, name)
-		delete(t.draining, name)
-		delete(t.movedAt, name)
-		if h, ok := t.handovers[name]; ok {
-			delete(t.handovers, name)
+		if h, ok := t.moves.forget(name); ok {
 			if m := t.machines[h.From]; m != nil && h.From != old.machine {
 				m.pushDestroyed(name)
 			}
 		}
-		delete(t.held, name)
 		t.namesStale.Store(true)
 		return
 	}
@@ -935,18 +904,6 @@ func (t *term) history(name, what string) {
 // unitHistory returns a copy of a unit's recent notable events.
 func (t *term) unitHistory(name string) []apiv1.HistoryEntry {
 	return slices.Clone(t.hist[name])
-}
-
-// drained notes a report of a unit that may be moving off machine: once it
-// no longer runs there, the next pass places it. Callers hold mu.
-func (t *term) drained(machine, name string, running bool) {
-	if old, ok := t.draining[name]; ok && old == machine && !running {
-		t.placeDirty = true
-		t.poke()
-	}
-	if h, ok := t.handovers[name]; ok && h.From == machine && !running {
-		t.poke() // a handover's old copy is gone: it is forgotten
-	}
 }
 
 // reconnectPerMachine is the reconnect grace a new term gives each machine
