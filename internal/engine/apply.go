@@ -216,7 +216,7 @@ func (t *term) applyRound(round []*applyReq) {
 	if waited >= slowPass {
 		ph.note("waited for the loop (ms)", int(waited.Milliseconds()))
 	}
-	ph.note("unwritten", t.standing.count())
+	ph.note("unwritten", t.store.standing.count())
 	// A range record would create a destroyed instance again on the next
 	// leader's load (records.go): before a round destroys anything, write
 	// out what ranges stand for. Other changes write their units' records,
@@ -241,7 +241,7 @@ func (t *term) applyRound(round []*applyReq) {
 	var sf storedFiles
 	t.serveWhile(func() { sf, err = t.commitRound(p) })
 	t.mu.Lock()
-	t.markStored(sf)
+	t.store.markStored(sf)
 	t.mu.Unlock()
 	ph.done("commit")
 	if err != nil {
@@ -642,9 +642,9 @@ func (t *term) applyPlan(p *roundPlan) {
 		}
 		t.setUnitFrom(name, en.cur, rec)
 		if pr := en.pr; pr != nil {
-			t.standing.stand(pr, name)
+			t.store.standing.stand(pr, name)
 		} else {
-			t.written(name)
+			t.store.written(name)
 		}
 	}
 	t.standRanges(p.newRanges)
@@ -663,17 +663,17 @@ func (t *term) standRanges(newRanges []*pendingRange) {
 		// placed) has taken its key: it stands for those too, as they end
 		// the round at its desired state (rangeCovers), and its key must
 		// not be deleted while they need it.
-		if old := t.ranges[pr.key]; old != nil && old != pr {
+		if old := t.store.ranges[pr.key]; old != nil && old != pr {
 			for name := range old.names(old.template()) {
 				if i, ok := pr.index(name); ok {
 					pr.set(i)
 				}
 			}
 			old.bits, old.left = nil, 0
-			t.standing.remove(old)
+			t.store.standing.remove(old)
 		}
-		t.ranges[pr.key] = pr
-		t.standing.add(pr)
+		t.store.ranges[pr.key] = pr
+		t.store.standing.add(pr)
 	}
 }
 
@@ -837,7 +837,7 @@ func (t *term) validateRange(local map[string]*unitRec, lookup func(map[string]*
 		case cur == nil:
 			if f == nil {
 				var err error
-				if f, err = t.instanceFile(tmpl.file, name); err != nil {
+				if f, err = t.store.instanceFile(tmpl.file, name); err != nil {
 					return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 				}
 			}
@@ -895,7 +895,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		next = cur.with(func(r *unitRec) {
 			r.file = c.File
 			if r.content != "" {
-				r.content = t.contentOf(c.File.Raw)
+				r.content = t.store.contentOf(c.File.Raw)
 			}
 			if !reflect.DeepEqual(*su, *r.su) {
 				from := r.machine
@@ -914,7 +914,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 		if tmpl == nil {
 			return fmt.Errorf("%w: unit %s does not exist; submit its unit file first", ErrNotFound, c.Name)
 		}
-		f, err := t.instanceFile(tmpl.file, c.Name)
+		f, err := t.store.instanceFile(tmpl.file, c.Name)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}

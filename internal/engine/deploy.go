@@ -269,7 +269,7 @@ func canaryNames(d registry.Deployment, insts map[string]deployInst) []string {
 func (t *term) templateFollowers(tmpl string, log registry.VersionLog, skip map[string]*unitRec, lookup func(string) *unitRec) []string {
 	var tmplFiles []*unit.File
 	for _, v := range log.Versions {
-		if f := t.files[v.Content]; f != nil && f.text != "" {
+		if f := t.store.files[v.Content]; f != nil && f.text != "" {
 			if tf, err := unit.Parse(tmpl, []byte(f.text)); err == nil {
 				tmplFiles = append(tmplFiles, tf)
 			}
@@ -374,7 +374,7 @@ func (t *term) newFile(d registry.Deployment, name string, r *unitRec) bool {
 
 // instanceHash is the hash of instance name's file made from template f.
 func (t *term) instanceHash(f *unit.File, name string) string {
-	inf, err := t.instanceFile(f, name)
+	inf, err := t.store.instanceFile(f, name)
 	if err != nil {
 		return ""
 	}
@@ -529,17 +529,17 @@ func (t *term) runStep(st deployStep, now time.Time) {
 			if !unit.IsInstance(name) {
 				continue // a unit of its own: its write replaced it
 			}
-			if f, err := t.instanceFile(tmpl.file, name); err == nil {
+			if f, err := t.store.instanceFile(tmpl.file, name); err == nil {
 				changes = append(changes, Change{Name: name, File: f, Replace: true})
 			}
 		}
 		for _, name := range st.canaries {
-			if f, err := t.instanceFile(tmpl.file, name); err == nil {
+			if f, err := t.store.instanceFile(tmpl.file, name); err == nil {
 				changes = append(changes, Change{Name: name, File: f, DesiredState: unit.Launched})
 			}
 		}
 		if st.revert {
-			if f := t.files[st.rec.From]; f != nil && f.text != "" {
+			if f := t.store.files[st.rec.From]; f != nil && f.text != "" {
 				if tf, err := unit.Parse(st.rec.Unit, []byte(f.text)); err == nil {
 					changes = append(changes, Change{Name: st.rec.Unit, File: tf, Replace: true})
 					revertTo = st.rec.FromVersion

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -145,4 +146,60 @@ func TestMirrorCheck(t *testing.T) {
 		}
 	}()
 	tm.checkTerm()
+}
+
+// validStore returns units, version logs and a store that keep every
+// invariant: a@1.service, named by a range of a@.service, has its file
+// by content, and b.service keeps an older version's file.
+func validStore(t *testing.T) (map[string]*unitRec, map[string]registry.VersionLog, unitStore) {
+	st := newStore()
+	c1 := st.contentOf("x")
+	a := testRec(t, "a@1.service")
+	a.content = c1
+	units := map[string]*unitRec{"a@1.service": a, "b.service": testRec(t, "b.service")}
+	logs := map[string]registry.VersionLog{"b.service": {Versions: []registry.Version{{Content: "c2"}, {Content: "c3"}}}}
+	st.files[c1] = &storedFile{text: "x", refs: 1, stored: true}
+	st.files["c2"] = &storedFile{refs: 1}
+	pr := newPendingRange("k1", "a@.service", unit.Range{From: 1, To: 3})
+	st.ranges["k1"] = pr
+	st.standing.add(pr)
+	st.standing.stand(pr, "a@1.service")
+	return units, logs, st
+}
+
+// TestStoreCheck: unitStore.check finds each invariant broken on purpose,
+// and nothing in a store that keeps them.
+func TestStoreCheck(t *testing.T) {
+	units, logs, st := validStore(t)
+	if err := st.check(units, logs); err != nil {
+		t.Fatalf("a valid store: %v", err)
+	}
+	c1 := registry.ContentOf("x")
+	for _, tt := range []struct {
+		name, want string
+		breakIt    func(units map[string]*unitRec, st *unitStore)
+	}{
+		{"a file miscounted", "counts 2 units and versions naming it; 1 do", func(_ map[string]*unitRec, st *unitStore) { st.files[c1].refs = 2 }},
+		{"a version's file not kept", "file c2 is named, and not kept", func(_ map[string]*unitRec, st *unitStore) { delete(st.files, "c2") }},
+		{"a text under another's key", "not its own", func(_ map[string]*unitRec, st *unitStore) { st.rawContent["y"] = c1 }},
+		{"a range not indexed", "1 ranges, 0 indexed", func(_ map[string]*unitRec, st *unitStore) { delete(st.standing, "a@") }},
+		{"a range under another key", "is indexed under", func(_ map[string]*unitRec, st *unitStore) { st.ranges["k1"].key = "k9" }},
+		{"a range miscounting its units", "range k1 counts 2 units; it stands for 1", func(_ map[string]*unitRec, st *unitStore) { st.ranges["k1"].left = 2 }},
+		{"two ranges standing for a unit", "ranges k2 and k1 stand for a@1.service", func(_ map[string]*unitRec, st *unitStore) {
+			pr := newPendingRange("k2", "a@.service", unit.Range{From: 1, To: 3})
+			pr.set(0)
+			st.ranges["k2"] = pr
+			st.standing.add(pr)
+		}},
+		{"a range standing for a unit destroyed", "range k1 stands for a@1.service, which has no record", func(units map[string]*unitRec, st *unitStore) {
+			delete(units, "a@1.service")
+			st.files[c1].refs = 0
+		}},
+	} {
+		units, logs, st := validStore(t)
+		tt.breakIt(units, &st)
+		if err := st.check(units, logs); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: check = %v; want an error saying %q", tt.name, err, tt.want)
+		}
+	}
 }

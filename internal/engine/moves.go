@@ -167,7 +167,7 @@ var checkInvariants = false
 // checkTerm panics unless the term's parts keep their invariants. The
 // loop's: it runs there, between steps.
 func (t *term) checkTerm() {
-	if err := errors.Join(t.moves.check(t.units), t.sched.check(t)); err != nil {
+	if err := errors.Join(t.moves.check(t.units), t.sched.check(t), t.store.check(t.units, t.versions.logs)); err != nil {
 		panic(err)
 	}
 }

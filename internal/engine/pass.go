@@ -288,7 +288,7 @@ func (ps *pass) write() bool {
 				// so the tentative placements left in t.sched do not matter.
 				t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", writtenOps)
 				t.mu.Lock()
-				t.markStored(res.stored)
+				t.store.markStored(res.stored)
 				woken := t.hold.release() // the agents of a half applied
 				t.mu.Unlock()
 				wakeAll(woken)
@@ -392,12 +392,12 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 	t.mu.Lock()
 	ps.ph.done("lock")
 	t.hold.start()
-	t.markStored(stored)
+	t.store.markStored(stored)
 	t.applyInputs() // what came during the slice's write
 	for _, mu := range part {
 		name := mu.name
 		if nr, cur := mu.rec, t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {
-			t.written(name)
+			t.store.written(name)
 		}
 		if from, ok := ps.newMoves[name]; ok {
 			t.moves.begin(name, from, ps.now)
@@ -440,7 +440,7 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 // deleted.
 func (ps *pass) finish() bool {
 	t, ph := ps.t, ps.ph
-	ph.note("unwritten", t.standing.count())
+	ph.note("unwritten", t.store.standing.count())
 	defer ph.done("finish")
 	if err := t.dropRanges(); err != nil {
 		t.e.log.Warn("reconcile: could not delete finished range records", "err", err)

@@ -145,7 +145,7 @@ func (t *term) plan(w *planWrite) error {
 		if how, ok := deployed[name]; ok && next != nil {
 			pu.Deployment, pu.Change = how, PlanChanged
 			if tmpl := p.recs[unit.TemplateOf(name)]; tmpl != nil {
-				if f, err := t.instanceFile(tmpl.file, name); err == nil {
+				if f, err := t.store.instanceFile(tmpl.file, name); err == nil {
 					pu.Diff = unifiedDiff(name, next.file.Raw, f.Raw)
 				}
 			}

@@ -324,8 +324,8 @@ func TestSnapshotCopies(t *testing.T) {
 // observe, attachLocked) use besides.
 func changingTerm(tb testing.TB, n, machines int) *term {
 	tm := publishTerm(tb, n, machines)
-	tm.globals, tm.followers, tm.files, tm.rawContent = map[string]struct{}{}, map[string]struct{}{}, map[string]*storedFile{}, map[string]string{}
-	tm.protos, tm.moves, tm.hist, tm.overrides = map[*unit.File]*unit.File{}, newMoves(), map[string][]apiv1.HistoryEntry{}, map[string]map[string]*string{}
+	tm.globals, tm.followers, tm.store.files, tm.store.rawContent = map[string]struct{}{}, map[string]struct{}{}, map[string]*storedFile{}, map[string]string{}
+	tm.store.protos, tm.moves, tm.hist, tm.overrides = map[*unit.File]*unit.File{}, newMoves(), map[string][]apiv1.HistoryEntry{}, map[string]map[string]*string{}
 	tm.lostAfters, tm.singletons = newDurations(), newDurations()
 	return tm
 }

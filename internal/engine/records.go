@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,33 @@ import (
 //     unit destroyed needs more: a range would create it again, so a round
 //     that destroys anything first writes out every range (materialize).
 
+// unitStore is how the term's units are stored, besides t.units: the files by
+// content, the range records standing for units, and the units whose
+// schedule/ key predates records holding the machine. The loop's, changed
+// under mu.
+//
+// Its invariants (check):
+//   - each file counts the units in t.units naming it and the versions
+//     kept of it (refs), and the files of a unit's record exist;
+//   - a file's content key is its text's (rawContent);
+//   - the ranges and their index (standing) hold the same ranges, each
+//     under its key, and each range counts the units it stands for
+//     (left); each of those is a unit of t.units, and no other range
+//     stands for it.
+type unitStore struct {
+	files      map[string]*storedFile
+	rawContent map[string]string // file text -> content key
+	legacy     map[string]bool
+	ranges     map[string]*pendingRange
+	standing   standing
+	protos     map[*unit.File]*unit.File // template -> the instance its instances share
+}
+
+func newStore() unitStore {
+	return unitStore{files: map[string]*storedFile{}, rawContent: map[string]string{}, legacy: map[string]bool{},
+		ranges: map[string]*pendingRange{}, standing: standing{}, protos: map[*unit.File]*unit.File{}}
+}
+
 // storedFile is a unit file stored by content.
 type storedFile struct {
 	text   string
@@ -50,19 +78,19 @@ func (t *term) newRec(name string, f *unit.File) *unitRec {
 	r := &unitRec{file: f, want: wantInactive, su: scheduler.NewUnit(f)}
 	r.su.Name = name
 	if byContent(name) {
-		r.content = t.contentOf(f.Raw)
+		r.content = t.store.contentOf(f.Raw)
 	}
 	return r
 }
 
 // contentOf returns the content key of a file's text, computed once per
 // text in use.
-func (t *term) contentOf(text string) string {
-	if c, ok := t.rawContent[text]; ok {
+func (st *unitStore) contentOf(text string) string {
+	if c, ok := st.rawContent[text]; ok {
 		return c
 	}
 	c := registry.ContentOf(text)
-	t.rawContent[text] = c
+	st.rawContent[text] = c
 	return c
 }
 
@@ -70,20 +98,24 @@ func (t *term) contentOf(text string) string {
 // once per template and shared when every instance is alike
 // (unit.Shareable), parsed for each instance otherwise. It runs on the
 // loop (or the load, before it starts).
-func (t *term) instanceFile(tmpl *unit.File, name string) (*unit.File, error) {
+func (st *unitStore) instanceFile(tmpl *unit.File, name string) (*unit.File, error) {
 	if !unit.Shareable(tmpl) {
 		return unit.Instantiate(tmpl, unit.Instance(name))
 	}
-	if f := t.protos[tmpl]; f != nil {
+	if f := st.protos[tmpl]; f != nil {
 		return f, nil
 	}
 	f, err := unit.Instantiate(tmpl, unit.Instance(name))
 	if err != nil {
 		return nil, err
 	}
-	t.protos[tmpl] = f
+	st.protos[tmpl] = f
 	return f, nil
 }
+
+// forgetProto forgets the instance the instances of template tmpl share:
+// tmpl was replaced or destroyed.
+func (st *unitStore) forgetProto(tmpl *unit.File) { delete(st.protos, tmpl) }
 
 // record is unit name's stored record.
 func record(name string, r *unitRec) registry.Record {
@@ -101,7 +133,7 @@ func record(name string, r *unitRec) registry.Record {
 // the loop.
 func (t *term) putRecord(ops []registry.Op, name string, r *unitRec) []registry.Op {
 	ops = append(ops, registry.PutUnit(t.keys, record(name, r)))
-	if t.legacy[name] {
+	if t.store.legacy[name] {
 		ops = append(ops, registry.DeleteSchedule(t.keys, name))
 	}
 	return ops
@@ -110,7 +142,7 @@ func (t *term) putRecord(ops []registry.Op, name string, r *unitRec) []registry.
 // deleteRecord returns the ops that remove unit name's record.
 func (t *term) deleteRecord(name string) []registry.Op {
 	ops := []registry.Op{registry.DeleteUnit(t.keys, name)}
-	if t.legacy[name] {
+	if t.store.legacy[name] {
 		ops = append(ops, registry.DeleteSchedule(t.keys, name))
 	}
 	return ops
@@ -118,24 +150,24 @@ func (t *term) deleteRecord(name string) []registry.Op {
 
 // written notes that unit name's record was written or deleted: its
 // schedule/ key is gone, and a range no longer stands for it.
-func (t *term) written(name string) {
-	delete(t.legacy, name)
-	t.standing.written(name)
+func (st *unitStore) written(name string) {
+	delete(st.legacy, name)
+	st.standing.written(name)
 }
 
 // refFile counts the units naming each stored file as rec replaces old
 // (either may be nil). Callers hold mu for writing.
-func (t *term) refFile(old, rec *unitRec) {
+func (st *unitStore) refFile(old, rec *unitRec) {
 	if rec != nil && rec.content != "" {
-		f := t.files[rec.content]
+		f := st.files[rec.content]
 		if f == nil {
 			f = &storedFile{text: rec.file.Raw}
-			t.files[rec.content] = f
+			st.files[rec.content] = f
 		}
 		f.refs++
 	}
 	if old != nil && old.content != "" {
-		if f := t.files[old.content]; f != nil {
+		if f := st.files[old.content]; f != nil {
 			f.refs--
 		}
 	}
@@ -157,7 +189,7 @@ func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) b
 		}
 		last = r.content
 		seen[r.content] = true
-		if f := t.files[r.content]; f == nil || !f.stored {
+		if f := t.store.files[r.content]; f == nil || !f.stored {
 			files = append(files, registry.PutFile(t.keys, r.file.Raw))
 			contents = append(contents, r.content)
 		}
@@ -178,12 +210,12 @@ type storedFiles struct {
 
 // markStored notes files etcd now holds. It runs on the loop, which holds
 // mu for writing.
-func (t *term) markStored(sf storedFiles) {
+func (st *unitStore) markStored(sf storedFiles) {
 	for i, c := range sf.contents {
-		f := t.files[c]
+		f := st.files[c]
 		if f == nil {
 			f = &storedFile{}
-			t.files[c] = f
+			st.files[c] = f
 		}
 		if f.text == "" {
 			f.text = sf.files[i].Value
@@ -197,7 +229,7 @@ func (t *term) markStored(sf storedFiles) {
 func (t *term) dropFiles() error {
 	var ops []registry.Op
 	var gone []string
-	for c, f := range t.files {
+	for c, f := range t.store.files {
 		if f.refs <= 0 {
 			gone = append(gone, c)
 			if f.stored {
@@ -213,9 +245,9 @@ func (t *term) dropFiles() error {
 	}
 	t.mu.Lock()
 	for _, c := range gone {
-		if f := t.files[c]; f != nil && f.refs <= 0 {
-			delete(t.files, c)
-			delete(t.rawContent, f.text)
+		if f := t.store.files[c]; f != nil && f.refs <= 0 {
+			delete(t.store.files, c)
+			delete(t.store.rawContent, f.text)
 		}
 	}
 	t.mu.Unlock()
@@ -225,11 +257,11 @@ func (t *term) dropFiles() error {
 // materialize writes the record of every unit a range record stands for,
 // then deletes the ranges. It runs on the loop goroutine.
 func (t *term) materialize() error {
-	if len(t.ranges) == 0 {
+	if len(t.store.ranges) == 0 {
 		return nil
 	}
 	var names []string
-	for _, pr := range t.ranges {
+	for _, pr := range t.store.ranges {
 		names = slices.AppendSeq(names, pr.names(pr.template()))
 	}
 	slices.Sort(names)
@@ -250,14 +282,14 @@ func (t *term) materialize() error {
 			}
 		})
 		t.mu.Lock()
-		t.markStored(sf)
+		t.store.markStored(sf)
 		t.mu.Unlock()
 		if err != nil {
 			return err
 		}
 		t.mu.Lock()
 		for _, name := range part {
-			t.written(name)
+			t.store.written(name)
 		}
 		t.mu.Unlock()
 	}
@@ -269,7 +301,7 @@ func (t *term) materialize() error {
 func (t *term) dropRanges() error {
 	var ops []registry.Op
 	var done []string
-	for key, pr := range t.ranges {
+	for key, pr := range t.store.ranges {
 		if pr.left <= 0 {
 			ops = append(ops, registry.DeleteRange(key))
 			done = append(done, key)
@@ -279,8 +311,8 @@ func (t *term) dropRanges() error {
 		return err
 	}
 	for _, key := range done {
-		t.standing.remove(t.ranges[key])
-		delete(t.ranges, key)
+		t.store.standing.remove(t.store.ranges[key])
+		delete(t.store.ranges, key)
 	}
 	return nil
 }
@@ -314,11 +346,11 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 		}
 		r := unit.Range{From: rr.From, To: rr.To, Width: rr.Width}
 		pr := newPendingRange(rr.Key, rr.Template, r)
-		if old := t.ranges[rr.Key]; old != nil {
-			t.standing.remove(old)
+		if old := t.store.ranges[rr.Key]; old != nil {
+			t.store.standing.remove(old)
 		}
-		t.ranges[rr.Key] = pr
-		t.standing.add(pr)
+		t.store.ranges[rr.Key] = pr
+		t.store.standing.add(pr)
 		for i := range r.Len() {
 			name := unit.RangeName(rr.Template, r, i)
 			rec := t.units[name]
@@ -326,20 +358,20 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 				continue // changed since: its record says how
 			}
 			if rec == nil {
-				f, err := t.instanceFile(tmpl, name)
+				f, err := t.store.instanceFile(tmpl, name)
 				if err != nil {
 					t.e.log.Error("an instance of a stored range does not parse; leaving it out", "unit", name, "err", err)
 					continue
 				}
 				rec = t.newRec(name, f)
-				t.refFile(nil, rec)
+				t.store.refFile(nil, rec)
 				t.units[name] = rec
 			}
 			rec.setDesired(ds)
 			if !rec.wanted() {
 				rec.machine = ""
 			}
-			t.standing.stand(pr, name)
+			t.store.standing.stand(pr, name)
 		}
 	}
 }
@@ -407,7 +439,7 @@ func (m *recMaker) rec(name string, f *unit.File, ds unit.DesiredState) *unitRec
 	r.su.Name = name
 	if m.byContent {
 		if m.content == "" {
-			m.content = m.t.contentOf(f.Raw)
+			m.content = m.t.store.contentOf(f.Raw)
 		}
 		r.content = m.content
 	}
@@ -450,4 +482,70 @@ func rangeNames(template string, r unit.Range) []string {
 		}
 	}
 	return names
+}
+
+// check returns an error naming the first invariant (see unitStore) that
+// does not hold; units are the term's records and logs its versions.
+func (st *unitStore) check(units map[string]*unitRec, logs map[string]registry.VersionLog) error {
+	refs := map[string]int{}
+	for _, r := range units {
+		if r.content != "" {
+			refs[r.content]++
+		}
+	}
+	for name, l := range logs {
+		for _, c := range heldContents(name, l) {
+			refs[c]++
+		}
+	}
+	for c, f := range st.files {
+		if f.refs != refs[c] {
+			return fmt.Errorf("engine: file %s counts %d units and versions naming it; %d do", c, f.refs, refs[c])
+		}
+		delete(refs, c)
+	}
+	for c := range refs {
+		return fmt.Errorf("engine: file %s is named, and not kept", c)
+	}
+	for text, c := range st.rawContent {
+		if registry.ContentOf(text) != c {
+			return fmt.Errorf("engine: a text's content key is %s, not its own", c)
+		}
+	}
+	return st.checkRanges(units)
+}
+
+// checkRanges is check's part for the ranges.
+func (st *unitStore) checkRanges(units map[string]*unitRec) error {
+	indexed := 0
+	for prefix, l := range st.standing {
+		for _, pr := range l {
+			if pr.prefix != prefix || st.ranges[pr.key] != pr {
+				return fmt.Errorf("engine: range %s is indexed under %q, and kept as %p, not %p", pr.key, prefix, st.ranges[pr.key], pr)
+			}
+		}
+		indexed += len(l)
+	}
+	if indexed != len(st.ranges) {
+		return fmt.Errorf("engine: %d ranges, %d indexed", len(st.ranges), indexed)
+	}
+	for key, pr := range st.ranges {
+		if pr.key != key {
+			return fmt.Errorf("engine: range %s is kept as %s", pr.key, key)
+		}
+		n := 0
+		for name := range pr.names(pr.template()) {
+			n++
+			if owner, _ := st.standing.of(name); owner != pr {
+				return fmt.Errorf("engine: ranges %s and %s stand for %s", key, owner.key, name)
+			}
+			if units[name] == nil {
+				return fmt.Errorf("engine: range %s stands for %s, which has no record", key, name)
+			}
+		}
+		if n != pr.left {
+			return fmt.Errorf("engine: range %s counts %d units; it stands for %d", key, pr.left, n)
+		}
+	}
+	return nil
 }

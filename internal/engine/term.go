@@ -287,18 +287,12 @@ type term struct {
 	options scheduler.Options
 	shares  map[string]float64
 
-	// How units are stored (records.go): files by content, the units whose
-	// schedule/ key predates records holding the machine, and the range
-	// records not yet materialized with the units they stand for. Changed
-	// by the loop under mu.
-	files      map[string]*storedFile
-	rawContent map[string]string // file text -> content key
-	legacy     map[string]bool
-	ranges     map[string]*pendingRange
-	standing   standing
-	protos     map[*unit.File]*unit.File // template -> the instance its instances share
-	versions   versionsState             // versions.go
-	deploys    deployState               // deploy.go
+	// store is how units are stored (records.go): files by content, the
+	// range records not yet materialized, and what else names records.
+	// Changed by the loop under mu.
+	store    unitStore
+	versions versionsState // versions.go
+	deploys  deployState   // deploy.go
 
 	// sched is the scheduler's mirror (mirror.go): not read by the
 	// state's builder, the loop changes it without mu.
@@ -365,12 +359,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		globals:    map[string]struct{}{},
 		sched:      newMirror(),
 		followers:  map[string]struct{}{},
-		files:      map[string]*storedFile{},
-		rawContent: map[string]string{},
-		legacy:     map[string]bool{},
-		ranges:     map[string]*pendingRange{},
-		standing:   standing{},
-		protos:     map[*unit.File]*unit.File{},
+		store:      newStore(),
 		versions:   versionsState{logs: map[string]registry.VersionLog{}, keep: registry.DefaultKeepVersions},
 		deploys:    newDeployState(nil),
 		placeDirty: true,
@@ -477,9 +466,9 @@ func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
 			t.moves.setDrain(id, max(m.MaxParallel, 1))
 		}
 	}
-	t.legacy = snap.Legacy
+	t.store.legacy = snap.Legacy
 	for c := range snap.Files {
-		t.files[c] = &storedFile{text: snap.Files[c], stored: true}
+		t.store.files[c] = &storedFile{text: snap.Files[c], stored: true}
 	}
 	t.loadVersions(snap)
 	t.deploys = newDeployState(snap.Deployments)
@@ -506,7 +495,7 @@ func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
 		if !f.Fleet.Global {
 			rec.machine = machine
 		}
-		t.refFile(nil, rec)
+		t.store.refFile(nil, rec)
 		t.units[r.Name] = rec
 		t.noteLostAfter(r.Name, rec)
 	}
@@ -600,7 +589,7 @@ func (p *storedParser) parse(name, text string) (*unit.File, error) {
 		}
 		p.templates[k] = tmpl
 	}
-	f, err := p.t.instanceFile(tmpl, name)
+	f, err := p.t.store.instanceFile(tmpl, name)
 	if err != nil {
 		return nil, err
 	}
@@ -776,12 +765,12 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	// under the lock at that size.
 	sameFile := old != nil && rec != nil && old.file == rec.file
 	if !sameFile || old.content != rec.content {
-		t.refFile(old, rec)
+		t.store.refFile(old, rec)
 	}
 	if !sameFile {
 		t.noteLostAfter(name, rec)
 		if old != nil {
-			delete(t.protos, old.file) // a template replaced or destroyed
+			t.store.forgetProto(old.file) // a template replaced or destroyed
 		}
 		if rec != nil && len(rec.file.Fleet.MachineOf) > 0 {
 			t.followers[name] = struct{}{}

@@ -47,7 +47,7 @@ func (t *term) loadVersions(snap *registry.Snapshot) {
 	for name, l := range t.versions.logs {
 		t.refVersions(name, nil, &l)
 		for _, c := range heldContents(name, l) {
-			if f := t.files[c]; f == nil || !f.stored {
+			if f := t.store.files[c]; f == nil || !f.stored {
 				t.e.log.Warn("a version's file is missing from etcd: it cannot be shown or reverted to", "unit", name, "file", t.keys.File(c))
 			}
 		}
@@ -74,17 +74,17 @@ func heldContents(name string, l registry.VersionLog) []string {
 func (t *term) refVersions(name string, old, next *registry.VersionLog) {
 	if next != nil {
 		for _, c := range heldContents(name, *next) {
-			f := t.files[c]
+			f := t.store.files[c]
 			if f == nil {
 				f = &storedFile{}
-				t.files[c] = f
+				t.store.files[c] = f
 			}
 			f.refs++
 		}
 	}
 	if old != nil {
 		for _, c := range heldContents(name, *old) {
-			if f := t.files[c]; f != nil {
+			if f := t.store.files[c]; f != nil {
 				f.refs--
 			}
 		}
@@ -237,7 +237,7 @@ func (t *term) keepFile(p *roundPlan, name string, r *unitRec) {
 		return // stored by content already
 	}
 	c := registry.ContentOf(r.file.Raw)
-	if f := t.files[c]; (f != nil && f.stored) || p.versions.texts[c] {
+	if f := t.store.files[c]; (f != nil && f.stored) || p.versions.texts[c] {
 		return
 	}
 	if p.versions.texts == nil {
@@ -422,7 +422,7 @@ func (t *term) unitVersions(name string) (UnitVersions, error) {
 	out := UnitVersions{Unit: name, Log: owner, Index: l.Current().Index, Versions: make([]VersionInfo, 0, len(l.Versions))}
 	for i, v := range l.Versions {
 		vi := VersionInfo{Version: v}
-		if f := t.files[v.Content]; f != nil && f.stored {
+		if f := t.store.files[v.Content]; f != nil && f.stored {
 			vi.File = f.text
 		} else if i == len(l.Versions)-1 && t.units[owner] != nil {
 			vi.File = t.units[owner].file.Raw
