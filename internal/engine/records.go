@@ -65,7 +65,7 @@ func newStore() unitStore {
 // storedFile is a unit file stored by content.
 type storedFile struct {
 	text   string
-	refs   int  // units in t.units naming it
+	refs   int  // units in t.units and versions kept naming it
 	stored bool // written to etcd (or loaded from it)
 }
 
@@ -521,7 +521,7 @@ func (st *unitStore) checkRanges(units map[string]*unitRec) error {
 	for prefix, l := range st.standing {
 		for _, pr := range l {
 			if pr.prefix != prefix || st.ranges[pr.key] != pr {
-				return fmt.Errorf("engine: range %s is indexed under %q, and kept as %p, not %p", pr.key, prefix, st.ranges[pr.key], pr)
+				return fmt.Errorf("engine: range %s is indexed under %q, and is not the one kept under its key", pr.key, prefix)
 			}
 		}
 		indexed += len(l)
