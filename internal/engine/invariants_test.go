@@ -104,11 +104,14 @@ func TestMirrorCheck(t *testing.T) {
 		{"a machine both the scheduler's and dropped", "dropped too true", func(tm *term) { tm.sched.gone["m1"] = schedMachine{} }},
 		{"a machine the term forgot", "the term's false", func(tm *term) { delete(tm.machines, "m1") }},
 		{"a machine the scheduler lacks", "the scheduler's false", func(tm *term) { tm.sched.RemoveMachine("m1") }},
-		{"a wanted global unit not placed", "global unit g.service wanted true, placed in the scheduler false", func(tm *term) {
+		{"a global unit placed, not noted", "global unit g.service is placed in the scheduler on [m1], and not noted", func(tm *term) {
 			delete(tm.sched.globals, "g.service")
 		}},
-		{"a unit placed as global that is none", "a.service is placed in the scheduler as a global unit", func(tm *term) {
+		{"a unit noted as global that is none", "a.service is noted as placed in the scheduler as a global unit", func(tm *term) {
 			tm.sched.globals["a.service"] = true
+		}},
+		{"a global unit noted, not wanted", "g.service is noted as placed in the scheduler as a global unit, and is no wanted", func(tm *term) {
+			tm.units["g.service"].setDesired(unit.Inactive)
 		}},
 		{"a placed unit the scheduler does not place", `a.service is placed on "" in the scheduler, its record says "m1"`, func(tm *term) {
 			tm.sched.Unplace("a.service")
@@ -130,7 +133,7 @@ func TestMirrorCheck(t *testing.T) {
 	// Global units are checked once synced, placements in a term that
 	// decides.
 	tm := mirrorTerm(t)
-	delete(tm.sched.globals, "g.service")
+	tm.units["g.service"].setDesired(unit.Inactive)
 	tm.globalsDirty = true
 	tm.sched.Unplace("a.service")
 	tm.deg.since.Store(1)

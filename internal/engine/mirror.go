@@ -19,8 +19,11 @@ import (
 //   - a machine is either the scheduler's or dropped, never both, and one
 //     that is the scheduler's is a machine of the term and of the
 //     scheduler;
-//   - once syncGlobals has run (globalsDirty clear), the global units
-//     placed are exactly the wanted global units;
+//   - a global unit placed in the scheduler is noted as placed (globals),
+//     so that it is unplaced once no longer wanted; with no change to
+//     global units since syncGlobals ran (globalsDirty clear), each unit
+//     noted is a wanted global unit (a new term's are noted only once a
+//     machine comes, which dirties them);
 //   - in a term that still decides (neither ended nor degraded: a write
 //     of unknown outcome leaves the tentative placements of its pass), each
 //     unit that is not global is placed in the scheduler where its record
@@ -95,15 +98,15 @@ func (s *mirror) check(t *term) error {
 			return fmt.Errorf("engine: the scheduler's machine %s: dropped too %v, the scheduler's %v, the term's %v", id, ok, s.HasMachine(id), t.machines[id] != nil)
 		}
 	}
-	if !t.globalsDirty {
-		for name := range t.globals {
-			if r := t.units[name]; r.wanted() != s.globals[name] {
-				return fmt.Errorf("engine: global unit %s wanted %v, placed in the scheduler %v", name, r.wanted(), s.globals[name])
-			}
+	for name := range t.globals {
+		if on := s.GlobalPlacements(name); len(on) > 0 && !s.globals[name] {
+			return fmt.Errorf("engine: global unit %s is placed in the scheduler on %v, and not noted", name, on)
 		}
+	}
+	if !t.globalsDirty {
 		for name := range s.globals {
-			if _, ok := t.globals[name]; !ok {
-				return fmt.Errorf("engine: %s is placed in the scheduler as a global unit, and is none", name)
+			if r := t.units[name]; r == nil || !r.file.Fleet.Global || !r.wanted() {
+				return fmt.Errorf("engine: %s is noted as placed in the scheduler as a global unit, and is no wanted global unit", name)
 			}
 		}
 	}
