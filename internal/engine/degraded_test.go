@@ -264,10 +264,11 @@ func TestEngineDegradedDeposed(t *testing.T) {
 // TestEngineNoopWriteConfirmed: a leader whose election key is gone (it is
 // deposed but its lease still renews, so it has not noticed) does not
 // acknowledge a write that changes nothing: it confirms through etcd first.
-func TestEngineNoopWriteConfirmed(t *testing.T) {
+func TestEngineNoopWriteConfirmed(t *testing.T) { inBubble(t, testEngineNoopWriteConfirmed) }
+
+func testEngineNoopWriteConfirmed(t *testing.T) {
 	reg := "grpc"
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, reg, "e1")
 	waitLeader(t, e1)
 	ctx := context.Background()

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -202,6 +203,20 @@ func (s *Store) Client(ctx context.Context, name string) *Client {
 	cli.Lease = clientv3.NewLeaseFromLeaseClient(leaseClient{c}, cli, 5*time.Second)
 	cli.Watcher = &watcher{c: c}
 	return &Client{Client: cli, c: c}
+}
+
+// Start returns a new store and a client of it named "test", both closed
+// when the test ends (after what the test's later cleanups stop). Inside a
+// synctest bubble call it in the bubble.
+func Start(t testing.TB) (*Store, *Client) {
+	t.Helper()
+	s := New()
+	c := s.Client(context.Background(), "test")
+	t.Cleanup(func() {
+		c.Close()
+		s.Close()
+	})
+	return s, c
 }
 
 // Client is a clientv3 client of a Store.
