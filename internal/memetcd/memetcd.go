@@ -49,6 +49,11 @@ import (
 // default --max-txn-ops).
 const MaxTxnOps = 128
 
+// MinLeaseTTL is the shortest lease the store grants, in seconds: a
+// shorter one is granted this long, as etcd does. etcd's minimum is one and
+// a half election timeouts (its default, 1s) rounded up to a second.
+const MinLeaseTTL = 2
+
 // Write is one revision of the store: what a write transaction (or a
 // lease's expiry) changed.
 type Write struct {
@@ -685,7 +690,7 @@ func (s *Store) grant(r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	if s.leases[id] != nil {
 		return nil, rpctypes.ErrGRPCLeaseExist
 	}
-	l := &lease{id: id, ttl: max(r.TTL, 1), keys: map[string]bool{}}
+	l := &lease{id: id, ttl: max(r.TTL, MinLeaseTTL), keys: map[string]bool{}}
 	s.leases[id] = l
 	s.refresh(l)
 	return &pb.LeaseGrantResponse{Header: s.header(), ID: id, TTL: l.ttl}, nil
