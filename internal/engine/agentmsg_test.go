@@ -9,11 +9,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/flotilla/flotilla/internal/election"
-	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/waitfor"
@@ -25,8 +23,7 @@ import (
 // the machine is known to the leader; the leader's term goes on and a
 // well-formed agent is served as before.
 func TestAgentMessageLimits(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e)
 	_, rev0 := e.IsLeader()
@@ -39,7 +36,7 @@ func TestAgentMessageLimits(t *testing.T) {
 			break
 		}
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, dialOptions(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/memetcd"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
@@ -44,6 +46,18 @@ func placement(t *testing.T, e *engine.Engine) map[string]string {
 	return out
 }
 
+// cuttableEtcd returns two clients of an etcd kept in memory: one the test
+// cuts off from etcd and joins again (Cut), as a frozen etcd or a dropped
+// network would cut it, while etcd goes on (its leases expire), and one
+// that always reaches etcd.
+func cuttableEtcd(t *testing.T) (*memetcd.Client, *clientv3.Client) {
+	t.Helper()
+	s, direct := memetcd.Start(t)
+	cut := s.Client(context.Background(), "cut")
+	t.Cleanup(func() { cut.Close() })
+	return cut, direct.Client
+}
+
 func waitDegraded(t *testing.T, e *testEngine) time.Time {
 	t.Helper()
 	var since time.Time
@@ -62,12 +76,12 @@ func waitDegraded(t *testing.T, e *testEngine) time.Time {
 // is unreachable, refuses writes naming etcd and changes nothing; when etcd
 // is back a new term leads with the same units and schedule, and no unit
 // restarted.
-func TestEngineEtcdUnreachable(t *testing.T) {
+func TestEngineEtcdUnreachable(t *testing.T) { inBubble(t, testEngineEtcdUnreachable) }
+
+func testEngineEtcdUnreachable(t *testing.T) {
 	reg := "grpc"
-	srv := etcdtest.Start(t)
-	px := srv.Proxy(t)
-	cli := px.Client(t) // the engine and the agents reach etcd through the proxy
-	direct := srv.Client(t)
+	px, direct := cuttableEtcd(t)
+	cli := px.Client // the engine and the agents, cut off from etcd below
 	e1 := startEngine(t, cli, reg, "e1")
 	waitLeader(t, e1)
 	agents := []*testAgent{startAgent(t, cli, reg, "m1"), startAgent(t, cli, reg, "m2")}
@@ -103,7 +117,7 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 		}
 	}()
 	cutAt := time.Now()
-	px.Cut()
+	px.Cut(true)
 	since := waitDegraded(t, e1)
 	t.Logf("degraded %v after etcd was cut off", since.Sub(cutAt).Round(time.Millisecond))
 	if since.Before(cutAt) || since.After(time.Now()) {
@@ -178,7 +192,7 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 	}
 
 	// etcd is back: a new term loads from etcd and leads with the same units.
-	px.Restore()
+	px.Cut(false)
 	restoredAt := time.Now()
 	waitfor.Until(t, 20*time.Second, "a new term leads", func() error {
 		if ok, rev := e1.IsLeader(); !ok || rev == rev0 {
@@ -217,12 +231,12 @@ func TestEngineEtcdUnreachable(t *testing.T) {
 // engine (which reaches etcd) takes over keeps answering reads as degraded,
 // refuses even writes that change nothing, and drops its memory once it
 // reaches etcd again and sees the other leader.
-func TestEngineDegradedDeposed(t *testing.T) {
+func TestEngineDegradedDeposed(t *testing.T) { inBubble(t, testEngineDegradedDeposed) }
+
+func testEngineDegradedDeposed(t *testing.T) {
 	reg := "grpc"
-	srv := etcdtest.Start(t)
-	px := srv.Proxy(t)
-	direct := srv.Client(t)
-	e1 := startEngine(t, px.Client(t), reg, "e1")
+	px, direct := cuttableEtcd(t)
+	e1 := startEngine(t, px.Client, reg, "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, direct, reg, "e2")
 	a := startAgent(t, direct, reg, "m1")
@@ -234,7 +248,7 @@ func TestEngineDegradedDeposed(t *testing.T) {
 	waitfor.Until(t, 10*time.Second, "2 units active", func() error { _, err := allActive(e1.Engine, 2); return err })
 	since0 := unitsSince(a)
 
-	px.Cut()
+	px.Cut(true)
 	waitDegraded(t, e1)
 	waitLeader(t, e2)
 	waitfor.Until(t, 10*time.Second, "m1 reports to e2", func() error { _, err := allActive(e2.Engine, 2); return err })
@@ -246,7 +260,7 @@ func TestEngineDegradedDeposed(t *testing.T) {
 		t.Errorf("a no-op write on the deposed leader = %v, want an EtcdUnreachableError", err)
 	}
 
-	px.Restore()
+	px.Cut(false)
 	waitfor.Until(t, 10*time.Second, "e1 drops its degraded term", func() error {
 		if ok, _ := e1.IsLeader(); ok {
 			return errors.New("e1 still leads")
@@ -264,10 +278,11 @@ func TestEngineDegradedDeposed(t *testing.T) {
 // TestEngineNoopWriteConfirmed: a leader whose election key is gone (it is
 // deposed but its lease still renews, so it has not noticed) does not
 // acknowledge a write that changes nothing: it confirms through etcd first.
-func TestEngineNoopWriteConfirmed(t *testing.T) {
+func TestEngineNoopWriteConfirmed(t *testing.T) { inBubble(t, testEngineNoopWriteConfirmed) }
+
+func testEngineNoopWriteConfirmed(t *testing.T) {
 	reg := "grpc"
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, reg, "e1")
 	waitLeader(t, e1)
 	ctx := context.Background()
@@ -373,18 +388,12 @@ func TestEngineOversizedRecords(t *testing.T) {
 // is stalled for several election TTLs (as by a million-unit write) keeps
 // its lease: the same term leads throughout, answering reads as current,
 // and writes again once the connection moves.
-func TestEngineElectionOwnConnection(t *testing.T) {
-	srv := etcdtest.Start(t)
-	px := srv.Proxy(t)
-	data := px.Client(t)    // the engine's writes, reads and watches
-	direct := srv.Client(t) // its election
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close()
-	e, err := engine.New(engine.Config{Machine: "e1", Client: data, ElectionClient: direct, ElectionTTL: time.Second,
-		AgentTTL: agentTTL, GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t)})
+func TestEngineElectionOwnConnection(t *testing.T) { inBubble(t, testEngineElectionOwnConnection) }
+
+func testEngineElectionOwnConnection(t *testing.T) {
+	px, direct := cuttableEtcd(t) // the engine's writes, reads and watches; its election
+	e, err := engine.New(engine.Config{Machine: "e1", Client: px.Client, ElectionClient: direct, ElectionTTL: time.Second,
+		AgentTTL: agentTTL, GRPCAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:1", Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +408,7 @@ func TestEngineElectionOwnConnection(t *testing.T) {
 	}
 	_, rev0 := e.IsLeader()
 
-	px.Cut() // the data connection stalls; etcd and the election's connection do not
+	px.Cut(true) // the data connection stalls; etcd and the election's connection do not
 	cutAt := time.Now()
 	// Nothing tells that the engine would have been deposed by now but
 	// time: the term is watched for 4 TTLs.
@@ -415,7 +424,7 @@ func TestEngineElectionOwnConnection(t *testing.T) {
 		}
 		return nil
 	})
-	px.Restore()
+	px.Cut(false)
 	if err := e.Apply(context.Background(), launch(t, 1, "after")); err != nil {
 		t.Fatalf("a write once the data connection moves: %v", err)
 	}

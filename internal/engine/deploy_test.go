@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/engine"
-	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
@@ -127,8 +126,7 @@ func startInstances(t *testing.T, e *engine.Engine, tmpl, file string, n int) {
 
 // deployCluster starts an engine that leads and three sim agents.
 func deployCluster(t *testing.T) *testEngine {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	for i := range 3 {
 		startAgent(t, cli, "grpc", fmt.Sprintf("m%d", i))
@@ -141,7 +139,9 @@ func deployCluster(t *testing.T) *testEngine {
 // TestDeploymentRolls: a template with 10 running instances given a new
 // file with MaxParallel=2 is rolled by the leader: never fewer than 8
 // healthy, each instance restarted exactly once, the deployment succeeded.
-func TestDeploymentRolls(t *testing.T) {
+func TestDeploymentRolls(t *testing.T) { inBubble(t, testDeploymentRolls) }
+
+func testDeploymentRolls(t *testing.T) {
 	e := deployCluster(t)
 	startInstances(t, e.Engine, "web@.service", deployTemplate(1, ""), 10)
 	w := watch(t, func() *engine.Engine { return e.Engine }, "web", 10)
@@ -195,7 +195,9 @@ func healthyCount(e *engine.Engine, prefix string) int {
 // (its check fails) fails the deployment, which AutoRevert= rolls back:
 // the 10 instances never leave their file, never fewer than 10 healthy,
 // the canary is gone and the template has its first file again.
-func TestDeploymentCanaryReverts(t *testing.T) {
+func TestDeploymentCanaryReverts(t *testing.T) { inBubble(t, testDeploymentCanaryReverts) }
+
+func testDeploymentCanaryReverts(t *testing.T) {
 	e := deployCluster(t)
 	strategy := "Canary=1\nAutoRevert=true\nHealthyDeadline=2s\n"
 	v1 := deployTemplate(1, "") + strategy
@@ -244,9 +246,10 @@ func TestDeploymentCanaryReverts(t *testing.T) {
 
 // TestDeploymentSurvivesLeader: the leader is stopped mid-deployment; the
 // next one finishes it, restarting no instance twice.
-func TestDeploymentSurvivesLeader(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestDeploymentSurvivesLeader(t *testing.T) { inBubble(t, testDeploymentSurvivesLeader) }
+
+func testDeploymentSurvivesLeader(t *testing.T) {
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, "grpc", "e2")
@@ -291,9 +294,10 @@ func TestDeploymentSurvivesLeader(t *testing.T) {
 // TestDeploymentPlainUnit: a unit of its own replaced is watched as a
 // deployment of one: a healthy file succeeds; one whose check fails is
 // reverted (AutoRevert=), the unit back on its former file.
-func TestDeploymentPlainUnit(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestDeploymentPlainUnit(t *testing.T) { inBubble(t, testDeploymentPlainUnit) }
+
+func testDeploymentPlainUnit(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	startAgent(t, cli, "grpc", "m1")
 	waitLeader(t, e)

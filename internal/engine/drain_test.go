@@ -10,7 +10,6 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/engine"
-	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
 )
@@ -72,9 +71,10 @@ func startOnM1(t *testing.T, e *engine.Engine, changes []engine.Change) {
 // a unit that fits nowhere else stays, running, with its reason. The
 // machine takes no new units until the drain is cancelled, and the
 // staying unit then loses its reason.
-func TestEngineDrain(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineDrain(t *testing.T) { inBubble(t, testEngineDrain) }
+
+func testEngineDrain(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	a1 := startAgent(t, cli, "grpc", "m1", "stop=300ms", "start=200ms", "disk=ssd")
 	a2 := startAgent(t, cli, "grpc", "m2", "stop=300ms", "start=200ms")
@@ -175,9 +175,10 @@ func machineView(t *testing.T, e *engine.Engine, id string) apiv1.Machine {
 
 // TestEngineDrainParallel: drain's maxParallel lets that many instances of
 // a template move at once.
-func TestEngineDrainParallel(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineDrainParallel(t *testing.T) { inBubble(t, testEngineDrainParallel) }
+
+func testEngineDrainParallel(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	a1 := startAgent(t, cli, "grpc", "m1", "stop=300ms", "start=300ms")
 	a2 := startAgent(t, cli, "grpc", "m2", "stop=300ms", "start=300ms")
@@ -225,13 +226,12 @@ func TestEngineDrainParallel(t *testing.T) {
 // not only in the old leader's memory.
 func TestEngineHandoverSurvivesLeaderChange(t *testing.T) {
 	for _, reg := range []string{"grpc", "etcd"} {
-		t.Run(reg, func(t *testing.T) { testEngineHandoverSurvivesLeaderChange(t, reg) })
+		t.Run(reg, bubbled(func(t *testing.T) { testEngineHandoverSurvivesLeaderChange(t, reg) }))
 	}
 }
 
 func testEngineHandoverSurvivesLeaderChange(t *testing.T, reg string) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, reg, "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, reg, "e2")
@@ -289,9 +289,10 @@ func testEngineHandoverSurvivesLeaderChange(t *testing.T, reg string) {
 // TestEngineDrainWaitsForHealth: a drained service's old copy stops only
 // once its new copy is healthy: one whose check never passes keeps its
 // old copy running, while a unit without checks moves.
-func TestEngineDrainWaitsForHealth(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineDrainWaitsForHealth(t *testing.T) { inBubble(t, testEngineDrainWaitsForHealth) }
+
+func testEngineDrainWaitsForHealth(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	a1 := startAgent(t, cli, "grpc", "m1")
 	a2 := startAgent(t, cli, "grpc", "m2")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"reflect"
 	"slices"
 	"sort"
@@ -18,7 +17,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/agent"
@@ -26,6 +24,7 @@ import (
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/memetcd"
 	"github.com/flotilla/flotilla/internal/metrics"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -62,14 +61,20 @@ func (te *testEngine) waitPasses(t testing.TB) {
 	waitfor.True(t, 10*time.Second, te.name+" reconciling twice more", func() bool { return te.passes() >= n+2 })
 }
 
+// newEtcd returns a client of an etcd kept in memory (internal/memetcd),
+// closed when the test ends. Tests whose subject is etcd itself start a
+// real one (internal/etcdtest) instead; docs/testing.md lists them.
+func newEtcd(t testing.TB) *clientv3.Client {
+	t.Helper()
+	_, c := memetcd.Start(t)
+	return c.Client
+}
+
 // startEngine runs an engine with a gRPC server on loopback.
 // Options change its Config.
 func startEngine(t testing.TB, cli *clientv3.Client, reg, name string, options ...func(*engine.Config)) *testEngine {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listen(t)
 	// The leader as this engine's daemon would know it, for agents that ask.
 	var (
 		lmu    sync.Mutex
@@ -135,7 +140,11 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 	t.Helper()
 	md := map[string]string{}
 	var cpu, mem int64
-	var stopDelay, startDelay time.Duration
+	var stopDelay time.Duration
+	// A start takes a moment, as a process's does: in a bubble, where
+	// nothing else takes time, a unit would otherwise be active since the
+	// very instant the leader replaced it, not after.
+	startDelay := time.Millisecond
 	for _, kv := range metadata {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
@@ -152,7 +161,7 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 		}
 	}
 	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Metadata: md, CPUPercent: cpu, MemoryBytes: mem}, TTL: agentTTL,
-		Registry: reg, Etcd: cli, Logger: testLogger(t),
+		Registry: reg, Etcd: cli, Logger: testLogger(t), DialOptions: dialOptions(t),
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			return election.Observe(ctx, cli, registry.Keys{}.Election())
 		}})
@@ -415,9 +424,10 @@ func testEngineLifecycle(t *testing.T, reg string) {
 // TestEngineReservedMetadata: once a key is reserved, what machines claim
 // for it no longer counts (a unit placed by the claim leaves); only the
 // value an admin sets through the API does.
-func TestEngineReservedMetadata(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineReservedMetadata(t *testing.T) { inBubble(t, testEngineReservedMetadata) }
+
+func testEngineReservedMetadata(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	startAgent(t, cli, "grpc", "m1", "disk=ssd")
 	startAgent(t, cli, "grpc", "m2", "disk=ssd")
@@ -464,13 +474,12 @@ func TestEngineReservedMetadata(t *testing.T) {
 // unit all succeed.
 func TestEngineMetadataPatch(t *testing.T) {
 	for _, reg := range []string{"grpc", "etcd"} {
-		t.Run(reg, func(t *testing.T) { testEngineMetadataPatch(t, reg) })
+		t.Run(reg, bubbled(func(t *testing.T) { testEngineMetadataPatch(t, reg) }))
 	}
 }
 
 func testEngineMetadataPatch(t *testing.T, reg string) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e := startEngine(t, cli, reg, "e1")
 	startAgent(t, cli, reg, "m1", "disk=ssd")
 	startAgent(t, cli, reg, "m2", "disk=hdd")
@@ -545,13 +554,12 @@ func testEngineMetadataPatch(t *testing.T, reg string) {
 // a restart.
 func TestEngineGlobalUnits(t *testing.T) {
 	for _, reg := range []string{"grpc", "etcd"} {
-		t.Run(reg, func(t *testing.T) { testEngineGlobalUnits(t, reg) })
+		t.Run(reg, bubbled(func(t *testing.T) { testEngineGlobalUnits(t, reg) }))
 	}
 }
 
 func testEngineGlobalUnits(t *testing.T, reg string) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, reg, "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, reg, "e2")
@@ -625,10 +633,11 @@ func testEngineGlobalUnits(t *testing.T, reg string) {
 // TestEnginePolicy: units are placed only where they fit; what does not fit
 // says why; bin-packing and dominant resource fairness between roles follow
 // the policy set through the engine.
-func TestEnginePolicy(t *testing.T) {
+func TestEnginePolicy(t *testing.T) { inBubble(t, testEnginePolicy) }
+
+func testEnginePolicy(t *testing.T) {
 	reg := "grpc"
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e := startEngine(t, cli, reg, "e1")
 	startAgent(t, cli, reg, "m1", "cpu%=200", "mem=1G")
 	startAgent(t, cli, reg, "m2", "cpu%=200", "mem=1G")
@@ -747,10 +756,11 @@ func TestEnginePolicy(t *testing.T) {
 // TestEngineMoveWaitsForStop: a unit moving between two live machines (its
 // machine's metadata changed) starts on the new one only once the old one
 // has stopped it, so it never runs on both.
-func TestEngineMoveWaitsForStop(t *testing.T) {
+func TestEngineMoveWaitsForStop(t *testing.T) { inBubble(t, testEngineMoveWaitsForStop) }
+
+func testEngineMoveWaitsForStop(t *testing.T) {
 	reg := "grpc"
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e := startEngine(t, cli, reg, "e1")
 	a1 := startAgent(t, cli, reg, "m1", "disk=ssd", "stop=700ms")
 	a2 := startAgent(t, cli, reg, "m2", "disk=hdd", "stop=700ms")
@@ -794,13 +804,12 @@ func TestEngineMoveWaitsForStop(t *testing.T) {
 // copy has stopped: the move is in etcd, not only in the old leader's memory.
 func TestEngineMoveSurvivesLeaderChange(t *testing.T) {
 	for _, reg := range []string{"grpc", "etcd"} {
-		t.Run(reg, func(t *testing.T) { testEngineMoveSurvivesLeaderChange(t, reg) })
+		t.Run(reg, bubbled(func(t *testing.T) { testEngineMoveSurvivesLeaderChange(t, reg) }))
 	}
 }
 
 func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, reg, "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, reg, "e2")
@@ -860,9 +869,12 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 // new leader from etcd (its machine is cut off from etcd, not from the
 // daemons) finds it by asking the engines its old leader named, and keeps
 // its units: nothing restarts.
+//
+// It runs on the wall clock, not in a bubble: the agent tells how long its
+// leader has been quiet on the machine's monotonic clock (monotime, as the
+// leader stamps its messages), which a bubble's time does not move.
 func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, "grpc", "e2")
@@ -873,7 +885,7 @@ func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 	}
 	heard := &enginesHeard{}
 	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: agentTTL, Logger: testLogger(t),
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStreamInterceptor(heard.intercept)},
+		DialOptions: dialOptions(t, grpc.WithStreamInterceptor(heard.intercept)),
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			ch := make(chan election.Info, 1)
 			ch <- first
@@ -951,9 +963,10 @@ func startSSDUnit(t *testing.T, e *engine.Engine, a *testAgent) func(*testAgent)
 // agent TTL) with other metadata, has its units checked: a unit that no
 // longer fits there moves, as it would had the metadata changed while the
 // machine stayed. (They were placed back unchecked, and stayed for good.)
-func TestEngineMachineBackChanged(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineMachineBackChanged(t *testing.T) { inBubble(t, testEngineMachineBackChanged) }
+
+func testEngineMachineBackChanged(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e)
 	a1 := startAgent(t, cli, "grpc", "m1", "disk=ssd")

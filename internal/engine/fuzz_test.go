@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/limits"
 	"github.com/flotilla/flotilla/internal/machine"
+	"github.com/flotilla/flotilla/internal/memetcd"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -80,9 +80,8 @@ func FuzzAgentMessages(f *testing.F) {
 	f.Add(hello(&agentpb.Hello{Machine: m1, Units: []*agentpb.UnitStatus{{Name: "a.service", Message: strings.Repeat("é", 3000)}}}), []byte{}, []byte{}, false)
 	f.Add([]byte{0xff, 0x01}, []byte{0x0a}, []byte{}, false)
 
-	srv := etcdtest.Start(f)
-	cli := srv.Client(f)
-	e, err := New(Config{Machine: "e1", Client: cli, ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
+	_, cli := memetcd.Start(f)
+	e, err := New(Config{Machine: "e1", Client: cli.Client, ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
 		GRPCAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:1"})
 	if err != nil {
 		f.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
-	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
@@ -31,7 +30,7 @@ type memberAgent struct {
 func runMember(t *testing.T, cli *clientv3.Client, reg, name, ip, instance string) *memberAgent {
 	t.Helper()
 	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: ip, APIAddr: ip + ":7480", Instance: instance}, TTL: agentTTL,
-		Registry: reg, Etcd: cli, Logger: testLogger(t),
+		Registry: reg, Etcd: cli, Logger: testLogger(t), DialOptions: dialOptions(t),
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			return election.Observe(ctx, cli, registry.Keys{}.Election())
 		}})
@@ -68,9 +67,8 @@ const (
 // restarted) takes its machine over.
 func TestEngineNameInUse(t *testing.T) {
 	for _, reg := range []string{"grpc", "etcd"} {
-		t.Run(reg, func(t *testing.T) {
-			srv := etcdtest.Start(t)
-			cli := srv.Client(t)
+		t.Run(reg, bubbled(func(t *testing.T) {
+			cli := newEtcd(t)
 			e := startEngine(t, cli, reg, "e1")
 			first := runMember(t, cli, reg, "m1", "10.0.0.1", instA)
 			waitMachines(t, e.Engine, 1)
@@ -105,7 +103,7 @@ func TestEngineNameInUse(t *testing.T) {
 				t.Fatalf("the restarted m1 (same instance) ended: %v", err)
 			default:
 			}
-		})
+		}))
 	}
 }
 
@@ -114,9 +112,8 @@ func TestEngineNameInUse(t *testing.T) {
 // and LostAfter=infinity included, run elsewhere at once: not after a TTL.
 func TestEngineLeave(t *testing.T) {
 	for _, reg := range []string{"grpc", "etcd"} {
-		t.Run(reg, func(t *testing.T) {
-			srv := etcdtest.Start(t)
-			cli := srv.Client(t)
+		t.Run(reg, bubbled(func(t *testing.T) {
+			cli := newEtcd(t)
 			e := startEngine(t, cli, reg, "e1")
 			m1 := runMember(t, cli, reg, "m1", "10.0.0.1", instA)
 			waitMachines(t, e.Engine, 1)
@@ -188,6 +185,6 @@ func TestEngineLeave(t *testing.T) {
 			if n := len(m2.driver.States()); n != 3 {
 				t.Errorf("m2's driver has %d units, want 3", n)
 			}
-		})
+		}))
 	}
 }

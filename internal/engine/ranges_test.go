@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flotilla/flotilla/internal/engine"
-	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
@@ -45,13 +44,12 @@ func rangeChange(t *testing.T, name string, ds unit.DesiredState, destroy bool) 
 // destroying the range act on every instance.
 func TestEngineRange(t *testing.T) {
 	for _, reg := range []string{"grpc", "etcd"} {
-		t.Run(reg, func(t *testing.T) { testEngineRange(t, reg) })
+		t.Run(reg, bubbled(func(t *testing.T) { testEngineRange(t, reg) }))
 	}
 }
 
 func testEngineRange(t *testing.T, reg string) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	e := startEngine(t, cli, reg, "e1")
 	waitLeader(t, e)
 	startAgent(t, cli, reg, "m1")
@@ -144,9 +142,10 @@ func testEngineRange(t *testing.T, reg string) {
 // finish materializing (it died) is loaded by the next: instances with a
 // record keep their machine, the others are created from the range's file
 // and placed; the range is then deleted.
-func TestEngineRangeLoaded(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineRangeLoaded(t *testing.T) { inBubble(t, testEngineRangeLoaded) }
+
+func testEngineRangeLoaded(t *testing.T) {
+	cli := newEtcd(t)
 	ctx := context.Background()
 	keys := registry.Keys{}
 	tmpl := registry.PutFile(keys, rangeTemplate)
@@ -218,9 +217,10 @@ func TestEngineRangeLoaded(t *testing.T) {
 // range's start, before it has written every instance's record; the next
 // leader loads the range and brings every instance up, and no instance
 // runs twice.
-func TestEngineRangeFailover(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineRangeFailover(t *testing.T) { inBubble(t, testEngineRangeFailover) }
+
+func testEngineRangeFailover(t *testing.T) {
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, "grpc", "e2")
@@ -261,9 +261,10 @@ func TestEngineRangeFailover(t *testing.T) {
 // TestEngineRangeRounds: a range alone in its request and a range with
 // other changes of its instances in the same request set the same desired
 // states; a range of a template that does not exist names an instance.
-func TestEngineRangeRounds(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineRangeRounds(t *testing.T) { inBubble(t, testEngineRangeRounds) }
+
+func testEngineRangeRounds(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e)
 	ctx := context.Background()
@@ -318,9 +319,10 @@ func TestEngineRangeRounds(t *testing.T) {
 // stays one key: no instance's record is written for it. An instance
 // changed afterwards has its own record, which the next leader prefers to
 // the older range (registry.RangeRecord); the others take the range's.
-func TestEngineRangeStopOneKey(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineRangeStopOneKey(t *testing.T) { inBubble(t, testEngineRangeStopOneKey) }
+
+func testEngineRangeStopOneKey(t *testing.T) {
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, "grpc", "e2")
@@ -419,9 +421,10 @@ func TestEngineRangeStopOneKey(t *testing.T) {
 // (the same key) while the first still stood for some of them stands for
 // those too: its key is not deleted while they need it, and none of them
 // is lost when the next leader loads.
-func TestEngineRangeSameKey(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineRangeSameKey(t *testing.T) { inBubble(t, testEngineRangeSameKey) }
+
+func testEngineRangeSameKey(t *testing.T) {
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, "grpc", "e2")
@@ -468,9 +471,10 @@ func TestEngineRangeSameKey(t *testing.T) {
 // it is written, before it has applied it to every instance in memory (a
 // million took seconds), but a read made after the answer sees every
 // instance changed: reads wait for the apply.
-func TestEngineRangeReadsAfterReply(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineRangeReadsAfterReply(t *testing.T) { inBubble(t, testEngineRangeReadsAfterReply) }
+
+func testEngineRangeReadsAfterReply(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e)
 	ctx := context.Background()
@@ -505,8 +509,11 @@ func TestEngineRangeReadsAfterReply(t *testing.T) {
 // 5) is refused naming an instance, and the leader allocates next to
 // nothing for it: no map, no names sized by the ranges.
 func TestEngineRangesOfNoTemplateCostNothing(t *testing.T) {
-	srv := etcdtest.Start(t)
-	e := startEngine(t, srv.Client(t), "grpc", "e1")
+	inBubble(t, testEngineRangesOfNoTemplateCostNothing)
+}
+
+func testEngineRangesOfNoTemplateCostNothing(t *testing.T) {
+	e := startEngine(t, newEtcd(t), "grpc", "e1")
 	waitLeader(t, e)
 	var changes []engine.Change
 	for i := range 20 {

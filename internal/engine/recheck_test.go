@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla/flotilla/internal/etcdtest"
+	"github.com/flotilla/flotilla/internal/memetcd"
 	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
@@ -14,8 +14,8 @@ import (
 // of an empty cluster has none, and does not check the units it places
 // itself (a million, in 61 passes, while they reported their states).
 func TestFreshTermChecksNothing(t *testing.T) {
-	srv := etcdtest.Start(t)
-	e, err := New(Config{Machine: "e1", Client: srv.Client(t), ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
+	_, cli := memetcd.Start(t)
+	e, err := New(Config{Machine: "e1", Client: cli.Client, ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
 		GRPCAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"github.com/flotilla/flotilla/internal/driver/sim"
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/engine"
-	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/internal/waitfor"
@@ -38,10 +37,11 @@ func storedSchema(t *testing.T, cli *clientv3.Client) string {
 // finds a newer schema, before it campaigns or once it has won, does not
 // lead and says why, naming both versions; it leads once the schema is
 // one it can.
-func TestEngineSchema(t *testing.T) {
+func TestEngineSchema(t *testing.T) { inBubble(t, testEngineSchema) }
+
+func testEngineSchema(t *testing.T) {
 	engine.SetSchemaRecheck(t, 200*time.Millisecond)
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+	cli := newEtcd(t)
 	ctx := context.Background()
 	keys := registry.Keys{}
 	own := strconv.Itoa(version.SchemaVersion)
@@ -123,14 +123,15 @@ func TestEngineSchema(t *testing.T) {
 // TestEngineProtocolWindow: the leader refuses an agent whose protocol is
 // outside its window, with both versions in the error the agent's Run
 // returns; an agent one protocol ahead joins.
-func TestEngineProtocolWindow(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineProtocolWindow(t *testing.T) { inBubble(t, testEngineProtocolWindow) }
+
+func testEngineProtocolWindow(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e)
 	run := func(name string, protocol int) (*agent.Agent, context.CancelFunc, chan error) {
 		a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Version: "9.9.9+future", Protocol: protocol}, TTL: agentTTL,
-			Logger: testLogger(t),
+			Logger: testLogger(t), DialOptions: dialOptions(t),
 			Leaders: func(ctx context.Context) <-chan election.Info {
 				return election.Observe(ctx, cli, registry.Keys{}.Election())
 			}})
@@ -182,14 +183,15 @@ func TestEngineProtocolWindow(t *testing.T) {
 
 // TestEngineProtocolWindowEtcd: in the etcd registry mode the leader takes
 // a machine outside its protocol window for absent.
-func TestEngineProtocolWindowEtcd(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineProtocolWindowEtcd(t *testing.T) { inBubble(t, testEngineProtocolWindowEtcd) }
+
+func testEngineProtocolWindowEtcd(t *testing.T) {
+	cli := newEtcd(t)
 	e := startEngine(t, cli, "etcd", "e1")
 	waitLeader(t, e)
 	start := func(name string, protocol int) {
 		a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Protocol: protocol}, TTL: agentTTL,
-			Registry: "etcd", Etcd: cli, Logger: testLogger(t)})
+			Registry: "etcd", Etcd: cli, Logger: testLogger(t), DialOptions: dialOptions(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flotilla/flotilla/internal/engine"
-	"github.com/flotilla/flotilla/internal/etcdtest"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/waitfor"
@@ -42,9 +41,10 @@ func sleepFile(t *testing.T, name string, n int) *unit.File {
 // (the last Keep and the tagged ones) across a leader change, with files
 // shared by content; a revert makes a version of an old file; a stale
 // check index is refused and changes nothing; a destroyed unit's log goes.
-func TestEngineVersions(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
+func TestEngineVersions(t *testing.T) { inBubble(t, testEngineVersions) }
+
+func testEngineVersions(t *testing.T) {
+	cli := newEtcd(t)
 	e1 := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e1)
 	ctx := context.Background()

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -47,6 +48,11 @@ import (
 // MaxTxnOps is the store's limit on a transaction's operations (etcd's
 // default --max-txn-ops).
 const MaxTxnOps = 128
+
+// MinLeaseTTL is the shortest lease the store grants, in seconds: a
+// shorter one is granted this long, as etcd does. etcd's minimum is one and
+// a half election timeouts (its default, 1s) rounded up to a second.
+const MinLeaseTTL = 2
 
 // Write is one revision of the store: what a write transaction (or a
 // lease's expiry) changed.
@@ -202,6 +208,20 @@ func (s *Store) Client(ctx context.Context, name string) *Client {
 	cli.Lease = clientv3.NewLeaseFromLeaseClient(leaseClient{c}, cli, 5*time.Second)
 	cli.Watcher = &watcher{c: c}
 	return &Client{Client: cli, c: c}
+}
+
+// Start returns a new store and a client of it named "test", both closed
+// when the test ends (after what the test's later cleanups stop). Inside a
+// synctest bubble call it in the bubble.
+func Start(t testing.TB) (*Store, *Client) {
+	t.Helper()
+	s := New()
+	c := s.Client(context.Background(), "test")
+	t.Cleanup(func() {
+		c.Close()
+		s.Close()
+	})
+	return s, c
 }
 
 // Client is a clientv3 client of a Store.
@@ -670,7 +690,7 @@ func (s *Store) grant(r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	if s.leases[id] != nil {
 		return nil, rpctypes.ErrGRPCLeaseExist
 	}
-	l := &lease{id: id, ttl: max(r.TTL, 1), keys: map[string]bool{}}
+	l := &lease{id: id, ttl: max(r.TTL, MinLeaseTTL), keys: map[string]bool{}}
 	s.leases[id] = l
 	s.refresh(l)
 	return &pb.LeaseGrantResponse{Header: s.header(), ID: id, TTL: l.ttl}, nil

@@ -95,6 +95,13 @@ func exercise(t *testing.T, cli *clientv3.Client) []string {
 	txn("delete nothing", nil, []clientv3.Op{clientv3.OpDelete("nothing")}, nil)
 	get("all", "", clientv3.WithPrefix())
 
+	if short, err := cli.Grant(ctx, 1); err != nil {
+		say("grant a 1s lease: %s", errOf(err))
+	} else {
+		say("grant a 1s lease: ttl %d", short.TTL)
+		_, err = cli.Revoke(ctx, short.ID)
+		say("revoke it: %s", errOf(err))
+	}
 	l, err := cli.Grant(ctx, 30)
 	if err != nil {
 		t.Fatal(err)
