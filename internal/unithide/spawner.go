@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/flotilla/flotilla/internal/spawn"
 )
 
 // A Spawner starts short-lived commands (the [X-Check] Exec= probes) in one
@@ -128,10 +130,7 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 			if r.Err != "" {
 				return errors.New(r.Err)
 			}
-			if ws := syscall.WaitStatus(r.Status); ws.Exited() && ws.ExitStatus() == 0 {
-				return nil
-			}
-			return &SpawnExitError{Status: syscall.WaitStatus(r.Status)}
+			return spawn.Err(syscall.WaitStatus(r.Status))
 		case <-dead:
 			return errors.New("the probe spawner process ended")
 		case <-ctx.Done():
@@ -158,18 +157,7 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 }
 
 // SpawnExitError is the end of a command a Spawner ran that did not exit 0.
-type SpawnExitError struct{ Status syscall.WaitStatus }
-
-func (e *SpawnExitError) Error() string {
-	ws := e.Status
-	switch {
-	case ws.Exited():
-		return "exit status " + strconv.Itoa(ws.ExitStatus())
-	case ws.Signaled():
-		return "signal: " + ws.Signal().String()
-	}
-	return "wait status " + strconv.Itoa(int(ws))
-}
+type SpawnExitError = spawn.ExitError
 
 // unwrap reads back what Wrap made of a command, if it was for s's paths.
 func (s *Spawner) unwrap(cmd *exec.Cmd) (spawnRequest, bool) {
@@ -337,22 +325,22 @@ func serveSpawner(a []string, in io.Reader, out io.Writer) error {
 
 // spawnOne starts and waits for one command.
 func spawnOne(req spawnRequest, reply func(spawnReply)) {
-	out := &cappedBuffer{max: maxSpawnOutput}
-	cmd := &exec.Cmd{Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir, Stdout: out, Stderr: out,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}}
 	cred, err := credential(req.UID, req.GID, req.Groups)
+	var p *spawn.Proc
 	if err == nil {
-		cmd.SysProcAttr.Credential = cred
-		err = cmd.Start()
+		p, err = spawn.Start(&spawn.Attr{Path: req.Path, Argv: req.Args, Env: req.Env, Dir: req.Dir, Cred: cred}, maxSpawnOutput)
 	}
 	if err != nil {
 		reply(spawnReply{ID: req.ID, Done: true, Err: err.Error()})
 		return
 	}
-	reply(spawnReply{ID: req.ID, PID: cmd.Process.Pid})
-	cmd.Wait()
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	reply(spawnReply{ID: req.ID, Done: true, Status: int(ws), Output: out.String()})
+	reply(spawnReply{ID: req.ID, PID: p.Pid})
+	ws, out, err := p.Wait(context.Background())
+	if err != nil {
+		reply(spawnReply{ID: req.ID, Done: true, Err: err.Error(), Output: string(out)})
+		return
+	}
+	reply(spawnReply{ID: req.ID, Done: true, Status: int(ws), Output: string(out)})
 }
 
 // credential is Wrap's uid, gid and groups arguments as a Credential; nil
@@ -389,26 +377,4 @@ func credential(uid, gid, groups string) (*syscall.Credential, error) {
 		}
 	}
 	return c, nil
-}
-
-// cappedBuffer keeps the first max bytes written to it.
-type cappedBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if room := c.max - len(c.b); room > 0 {
-		c.b = append(c.b, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (c *cappedBuffer) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return string(c.b)
 }
