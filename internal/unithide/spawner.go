@@ -59,9 +59,12 @@ func NewSpawner(paths []string) *Spawner {
 	return &Spawner{paths: append([]string(nil), paths...), waits: map[uint64]chan spawnReply{}}
 }
 
-// spawnRequest asks the spawner to start a command.
+// spawnRequest asks the spawner to start a command, or with Kill to kill
+// the process group of the command ID it started (or, not started yet, to
+// kill it once started).
 type spawnRequest struct {
 	ID     uint64   `json:"id"`
+	Kill   bool     `json:"kill,omitempty"`
 	Path   string   `json:"path"`
 	Args   []string `json:"args"`
 	Env    []string `json:"env"`
@@ -71,10 +74,10 @@ type spawnRequest struct {
 	Groups string   `json:"groups"` // ",g1,g2"; "-": unchanged
 }
 
-// spawnReply is what became of one: started (PID), or ended.
+// spawnReply is what became of one: it ended. It is the one reply: no
+// other round trip for each command.
 type spawnReply struct {
 	ID     uint64 `json:"id"`
-	PID    int    `json:"pid,omitempty"`
 	Done   bool   `json:"done,omitempty"`
 	Err    string `json:"err,omitempty"`    // it could not start
 	Status int    `json:"status,omitempty"` // its wait status
@@ -108,19 +111,14 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 			return context.Cause(ctx)
 		}
 	}
-	ch, dead, err := s.send(req)
+	ch, dead, err := s.send(&req)
 	if err != nil {
 		return err
 	}
-	var pid int
 	var killed error
 	for {
 		select {
 		case r := <-ch:
-			if !r.Done {
-				pid = r.PID
-				continue
-			}
 			if cmd.Stdout != nil && r.Output != "" {
 				io.WriteString(cmd.Stdout, r.Output)
 			}
@@ -134,24 +132,11 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 		case <-dead:
 			return errors.New("the probe spawner process ended")
 		case <-ctx.Done():
-			if pid > 0 {
-				syscall.Kill(-pid, syscall.SIGKILL)
-				killed = context.Cause(ctx)
-				ctx = context.Background() // then wait for its end
-				continue
-			}
-			// Not started yet: it is killed as soon as it is.
-			go func() {
-				for r := range ch {
-					if !r.Done && r.PID > 0 {
-						syscall.Kill(-r.PID, syscall.SIGKILL)
-					}
-					if r.Done {
-						return
-					}
-				}
-			}()
-			return context.Cause(ctx)
+			// The spawner kills its process group (at once, or once
+			// started), then replies that it ended.
+			killed = context.Cause(ctx)
+			ctx = context.Background()
+			s.send(&spawnRequest{ID: req.ID, Kill: true})
 		}
 	}
 }
@@ -177,10 +162,18 @@ func (s *Spawner) unwrap(cmd *exec.Cmd) (spawnRequest, bool) {
 	return spawnRequest{UID: a[2], GID: a[3], Groups: a[4], Dir: a[5], Path: a[7+n], Args: a[8+n:], Env: cmd.Env}, true
 }
 
-// send hands req to the spawner process, starting one if none runs.
-func (s *Spawner) send(req spawnRequest) (chan spawnReply, chan struct{}, error) {
+// send hands req to the spawner process, starting one if none runs, and
+// returns the channel of its reply (none for a Kill) and the current
+// process's end. A Kill goes only to the process its command went to.
+func (s *Spawner) send(req *spawnRequest) (chan spawnReply, chan struct{}, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if req.Kill {
+		if s.waits[req.ID] != nil {
+			s.enc.Encode(req)
+		}
+		return nil, nil, nil
+	}
 	if s.close {
 		return nil, nil, errors.New("the probe spawner is closed")
 	}
@@ -191,7 +184,7 @@ func (s *Spawner) send(req spawnRequest) (chan spawnReply, chan struct{}, error)
 	}
 	s.next++
 	req.ID = s.next
-	ch := make(chan spawnReply, 2)
+	ch := make(chan spawnReply, 1)
 	s.waits[req.ID] = ch
 	if err := s.enc.Encode(req); err != nil {
 		delete(s.waits, req.ID)
@@ -244,9 +237,7 @@ func (s *Spawner) readReplies(p *exec.Cmd, out io.Reader, dead chan struct{}) {
 		}
 		s.mu.Lock()
 		ch := s.waits[r.ID]
-		if r.Done {
-			delete(s.waits, r.ID)
-		}
+		delete(s.waits, r.ID)
 		s.mu.Unlock()
 		if ch != nil {
 			ch <- r
@@ -305,6 +296,8 @@ func serveSpawner(a []string, in io.Reader, out io.Writer) error {
 		enc.Encode(r)
 	}
 	var wg sync.WaitGroup
+	var cmu sync.Mutex
+	cancels := map[uint64]context.CancelCauseFunc{} // of the commands not yet ended
 	dec := json.NewDecoder(bufio.NewReader(in))
 	for {
 		var req spawnRequest
@@ -315,16 +308,33 @@ func serveSpawner(a []string, in io.Reader, out io.Writer) error {
 			}
 			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			spawnOne(req, reply)
-		}()
+		cmu.Lock()
+		if req.Kill {
+			if cancel := cancels[req.ID]; cancel != nil {
+				cancel(errKilled)
+			}
+			cmu.Unlock()
+			continue
+		}
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancels[req.ID] = cancel
+		cmu.Unlock()
+		wg.Go(func() {
+			spawnOne(ctx, req, reply)
+			cmu.Lock()
+			delete(cancels, req.ID)
+			cmu.Unlock()
+			cancel(nil)
+		})
 	}
 }
 
-// spawnOne starts and waits for one command.
-func spawnOne(req spawnRequest, reply func(spawnReply)) {
+// errKilled is why a command was killed: its Run's context ended.
+var errKilled = errors.New("killed")
+
+// spawnOne starts and waits for one command; at ctx's end its process
+// group is killed.
+func spawnOne(ctx context.Context, req spawnRequest, reply func(spawnReply)) {
 	cred, err := credential(req.UID, req.GID, req.Groups)
 	var p *spawn.Proc
 	if err == nil {
@@ -334,8 +344,7 @@ func spawnOne(req spawnRequest, reply func(spawnReply)) {
 		reply(spawnReply{ID: req.ID, Done: true, Err: err.Error()})
 		return
 	}
-	reply(spawnReply{ID: req.ID, PID: p.Pid})
-	ws, out, err := p.Wait(context.Background())
+	ws, out, err := p.Wait(ctx)
 	if err != nil {
 		reply(spawnReply{ID: req.ID, Done: true, Err: err.Error(), Output: string(out)})
 		return
