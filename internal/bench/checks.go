@@ -23,7 +23,9 @@ import (
 // either started (Exec=: their reaped children, and the probe spawner of
 // either, run as root, with its reaped children), and of the bench's own
 // TCP listener (TCP=: the other end of every probe), as a share of one
-// core.
+// core. The probes' time is split into Flotilla's (the spawner's own: its
+// forks, waits and replies) and the commands' (the reaped children's
+// cutime and cstime: each from its fork to its exit, so with the exec).
 
 // checkUnit is the unit file of a run with checks of kind check ("tcp"
 // or "http" against addr, or "exec" running /bin/true) every interval.
@@ -108,7 +110,12 @@ type HoldReport struct {
 	// ProbesCPUSeconds is the CPU time of the daemon's children reaped
 	// during the hold and of its probe spawner (as root) and the children
 	// that reaped: the Exec= probes.
-	ProbesCPUSeconds     float64 `json:"probes_cpu_seconds"`
+	ProbesCPUSeconds float64 `json:"probes_cpu_seconds"`
+	// SpawnerCPUSeconds is the probe spawners' own part of it (Flotilla's
+	// cost), CommandsCPUSeconds the rest: the reaped children, the check
+	// commands themselves (the user's cost).
+	SpawnerCPUSeconds    float64 `json:"spawner_cpu_seconds"`
+	CommandsCPUSeconds   float64 `json:"commands_cpu_seconds"`
 	SupervisorCPUSeconds float64 `json:"supervisor_cpu_seconds"`
 	// ListenerCPUSeconds is the bench process's CPU time during the hold:
 	// its TCP listener accepting the TCP= probes' connections.
@@ -123,6 +130,14 @@ type HoldReport struct {
 	ChecksPercent  float64 `json:"checks_percent_of_a_core"`
 	DaemonPercent  float64 `json:"daemon_and_probes_percent_of_a_core"`
 	CheckerPercent float64 `json:"checker_percent_of_a_core"`
+	// SupervisorPercent is the supervisor and its probe spawner (what
+	// Flotilla spends running the checks, the daemon's idle cost aside);
+	// FlotillaPercent adds the daemon; CommandsPercent is the check
+	// commands' own processes. CheckerPercent is FlotillaPercent +
+	// CommandsPercent.
+	SupervisorPercent float64 `json:"supervisor_percent_of_a_core"`
+	FlotillaPercent   float64 `json:"flotilla_percent_of_a_core"`
+	CommandsPercent   float64 `json:"commands_percent_of_a_core"`
 	// Connections is how many connections the listener accepted (TCP=);
 	// Healthy how many units were healthy at the end.
 	Connections int64 `json:"connections,omitempty"`
@@ -135,8 +150,13 @@ const clockTicks = 100
 
 // cpuSample is the CPU times the hold compares.
 type cpuSample struct {
-	daemon, children, sup, self, host time.Duration
-	at                                time.Time
+	daemon, spawner, commands, sup, self, host time.Duration
+	at                                         time.Time
+}
+
+// reaped is the CPU time of st's reaped children.
+func reaped(st procfs.ProcStat) time.Duration {
+	return time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
 }
 
 func (d *benchDaemon) sample() cpuSample {
@@ -144,7 +164,7 @@ func (d *benchDaemon) sample() cpuSample {
 	if p, err := procfs.NewProc(d.proc.pid()); err == nil {
 		if st, err := p.Stat(); err == nil {
 			s.daemon = seconds(st.CPUTime())
-			s.children = time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
+			s.commands = reaped(st)
 		}
 	}
 	sup := d.supervisorPID()
@@ -154,7 +174,7 @@ func (d *benchDaemon) sample() cpuSample {
 				s.sup = seconds(st.CPUTime())
 				// Its reaped children: the Exec= probes it ran (the units,
 				// sleeping, do not end during the hold).
-				s.children += time.Duration(st.CUTime+st.CSTime) * time.Second / clockTicks
+				s.commands += reaped(st)
 			}
 		}
 	}
@@ -167,7 +187,8 @@ func (d *benchDaemon) sample() cpuSample {
 				continue
 			}
 			if args, err := p.CmdLine(); err == nil && len(args) > 0 && args[0] == "flotilla-unit-spawner" {
-				s.children += seconds(st.CPUTime()) + time.Duration(st.CUTime+st.CSTime)*time.Second/clockTicks
+				s.spawner += seconds(st.CPUTime())
+				s.commands += reaped(st)
 			}
 		}
 	}
@@ -211,21 +232,28 @@ func (d *benchDaemon) hold(ctx context.Context, cfg *DriverConfig, l *checkListe
 	}
 	s1 := d.sample()
 	el := s1.at.Sub(s0.at)
+	daemon, sup, spawner := s1.daemon-s0.daemon, s1.sup-s0.sup, s1.spawner-s0.spawner
+	commands, self := s1.commands-s0.commands, s1.self-s0.self
 	r := &HoldReport{
 		Check: cmp.Or(cfg.Check, "no"), IntervalSeconds: cfg.CheckInterval.Seconds(), HoldSeconds: round3(el.Seconds()),
-		DaemonCPUSeconds:     round3((s1.daemon - s0.daemon).Seconds()),
-		ProbesCPUSeconds:     round3((s1.children - s0.children).Seconds()),
-		SupervisorCPUSeconds: round3((s1.sup - s0.sup).Seconds()),
-		ListenerCPUSeconds:   round3((s1.self - s0.self).Seconds()),
+		DaemonCPUSeconds:     round3(daemon.Seconds()),
+		ProbesCPUSeconds:     round3((spawner + commands).Seconds()),
+		SpawnerCPUSeconds:    round3(spawner.Seconds()),
+		CommandsCPUSeconds:   round3(commands.Seconds()),
+		SupervisorCPUSeconds: round3(sup.Seconds()),
+		ListenerCPUSeconds:   round3(self.Seconds()),
 		HostBusySeconds:      round3((s1.host - s0.host).Seconds()),
 	}
 	if l != nil {
 		r.Connections = l.accepted.Load() - conns0
 	}
-	total := (s1.daemon - s0.daemon) + (s1.children - s0.children) + (s1.sup - s0.sup) + (s1.self - s0.self)
-	r.ChecksPercent = round3(100 * total.Seconds() / el.Seconds())
-	r.DaemonPercent = round3(100 * ((s1.daemon - s0.daemon) + (s1.children - s0.children)).Seconds() / el.Seconds())
-	r.CheckerPercent = round3(100 * ((s1.daemon - s0.daemon) + (s1.children - s0.children) + (s1.sup - s0.sup)).Seconds() / el.Seconds())
+	pct := func(d time.Duration) float64 { return round3(100 * d.Seconds() / el.Seconds()) }
+	r.ChecksPercent = pct(daemon + spawner + commands + sup + self)
+	r.DaemonPercent = pct(daemon + spawner + commands)
+	r.CheckerPercent = pct(daemon + spawner + commands + sup)
+	r.SupervisorPercent = pct(sup + spawner)
+	r.FlotillaPercent = pct(daemon + sup + spawner)
+	r.CommandsPercent = pct(commands)
 	n, err := countHealthy(ctx, "http://"+d.api)
 	if err != nil {
 		return nil, err

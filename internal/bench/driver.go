@@ -196,6 +196,8 @@ func (r *DriverReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  hold:  %8.3f s with %s checks every %v: %.2f%% of a core, %.2f%% without the listener (daemon %.2f s, probes %.2f s, supervisor %.2f s, listener %.2f s; host busy %.2f s); %d connections, %d healthy\n",
 			h.HoldSeconds, h.Check, time.Duration(h.IntervalSeconds*float64(time.Second)), h.ChecksPercent, h.CheckerPercent,
 			h.DaemonCPUSeconds, h.ProbesCPUSeconds, h.SupervisorCPUSeconds, h.ListenerCPUSeconds, h.HostBusySeconds, h.Connections, h.Healthy)
+		fmt.Fprintf(w, "         Flotilla %.2f%% of a core (supervisor and probe spawner %.2f%%: %.2f s + %.2f s; daemon %.2f s), check commands %.2f%% (%.2f s)\n",
+			h.FlotillaPercent, h.SupervisorPercent, h.SupervisorCPUSeconds, h.SpawnerCPUSeconds, h.DaemonCPUSeconds, h.CommandsPercent, h.CommandsCPUSeconds)
 	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "  plain loop (%s): start %.3f s, stop %.3f s\n", b.Kind, b.StartSeconds, b.StopSeconds)

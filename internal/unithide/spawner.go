@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/flotilla/flotilla/internal/spawn"
 )
 
 // A Spawner starts short-lived commands (the [X-Check] Exec= probes) in one
@@ -57,9 +59,12 @@ func NewSpawner(paths []string) *Spawner {
 	return &Spawner{paths: append([]string(nil), paths...), waits: map[uint64]chan spawnReply{}}
 }
 
-// spawnRequest asks the spawner to start a command.
+// spawnRequest asks the spawner to start a command, or with Kill to kill
+// the process group of the command ID it started (or, not started yet, to
+// kill it once started).
 type spawnRequest struct {
 	ID     uint64   `json:"id"`
+	Kill   bool     `json:"kill,omitempty"`
 	Path   string   `json:"path"`
 	Args   []string `json:"args"`
 	Env    []string `json:"env"`
@@ -69,10 +74,10 @@ type spawnRequest struct {
 	Groups string   `json:"groups"` // ",g1,g2"; "-": unchanged
 }
 
-// spawnReply is what became of one: started (PID), or ended.
+// spawnReply is what became of one: it ended. It is the one reply: no
+// other round trip for each command.
 type spawnReply struct {
 	ID     uint64 `json:"id"`
-	PID    int    `json:"pid,omitempty"`
 	Done   bool   `json:"done,omitempty"`
 	Err    string `json:"err,omitempty"`    // it could not start
 	Status int    `json:"status,omitempty"` // its wait status
@@ -106,19 +111,14 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 			return context.Cause(ctx)
 		}
 	}
-	ch, dead, err := s.send(req)
+	ch, dead, err := s.send(&req)
 	if err != nil {
 		return err
 	}
-	var pid int
 	var killed error
 	for {
 		select {
 		case r := <-ch:
-			if !r.Done {
-				pid = r.PID
-				continue
-			}
 			if cmd.Stdout != nil && r.Output != "" {
 				io.WriteString(cmd.Stdout, r.Output)
 			}
@@ -128,48 +128,21 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 			if r.Err != "" {
 				return errors.New(r.Err)
 			}
-			if ws := syscall.WaitStatus(r.Status); ws.Exited() && ws.ExitStatus() == 0 {
-				return nil
-			}
-			return &SpawnExitError{Status: syscall.WaitStatus(r.Status)}
+			return spawn.Err(syscall.WaitStatus(r.Status))
 		case <-dead:
 			return errors.New("the probe spawner process ended")
 		case <-ctx.Done():
-			if pid > 0 {
-				syscall.Kill(-pid, syscall.SIGKILL)
-				killed = context.Cause(ctx)
-				ctx = context.Background() // then wait for its end
-				continue
-			}
-			// Not started yet: it is killed as soon as it is.
-			go func() {
-				for r := range ch {
-					if !r.Done && r.PID > 0 {
-						syscall.Kill(-r.PID, syscall.SIGKILL)
-					}
-					if r.Done {
-						return
-					}
-				}
-			}()
-			return context.Cause(ctx)
+			// The spawner kills its process group (at once, or once
+			// started), then replies that it ended.
+			killed = context.Cause(ctx)
+			ctx = context.Background()
+			s.send(&spawnRequest{ID: req.ID, Kill: true})
 		}
 	}
 }
 
 // SpawnExitError is the end of a command a Spawner ran that did not exit 0.
-type SpawnExitError struct{ Status syscall.WaitStatus }
-
-func (e *SpawnExitError) Error() string {
-	ws := e.Status
-	switch {
-	case ws.Exited():
-		return "exit status " + strconv.Itoa(ws.ExitStatus())
-	case ws.Signaled():
-		return "signal: " + ws.Signal().String()
-	}
-	return "wait status " + strconv.Itoa(int(ws))
-}
+type SpawnExitError = spawn.ExitError
 
 // unwrap reads back what Wrap made of a command, if it was for s's paths.
 func (s *Spawner) unwrap(cmd *exec.Cmd) (spawnRequest, bool) {
@@ -189,10 +162,18 @@ func (s *Spawner) unwrap(cmd *exec.Cmd) (spawnRequest, bool) {
 	return spawnRequest{UID: a[2], GID: a[3], Groups: a[4], Dir: a[5], Path: a[7+n], Args: a[8+n:], Env: cmd.Env}, true
 }
 
-// send hands req to the spawner process, starting one if none runs.
-func (s *Spawner) send(req spawnRequest) (chan spawnReply, chan struct{}, error) {
+// send hands req to the spawner process, starting one if none runs, and
+// returns the channel of its reply (none for a Kill) and the current
+// process's end. A Kill goes only to the process its command went to.
+func (s *Spawner) send(req *spawnRequest) (chan spawnReply, chan struct{}, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if req.Kill {
+		if s.waits[req.ID] != nil {
+			s.enc.Encode(req)
+		}
+		return nil, nil, nil
+	}
 	if s.close {
 		return nil, nil, errors.New("the probe spawner is closed")
 	}
@@ -203,7 +184,7 @@ func (s *Spawner) send(req spawnRequest) (chan spawnReply, chan struct{}, error)
 	}
 	s.next++
 	req.ID = s.next
-	ch := make(chan spawnReply, 2)
+	ch := make(chan spawnReply, 1)
 	s.waits[req.ID] = ch
 	if err := s.enc.Encode(req); err != nil {
 		delete(s.waits, req.ID)
@@ -256,9 +237,7 @@ func (s *Spawner) readReplies(p *exec.Cmd, out io.Reader, dead chan struct{}) {
 		}
 		s.mu.Lock()
 		ch := s.waits[r.ID]
-		if r.Done {
-			delete(s.waits, r.ID)
-		}
+		delete(s.waits, r.ID)
 		s.mu.Unlock()
 		if ch != nil {
 			ch <- r
@@ -317,6 +296,8 @@ func serveSpawner(a []string, in io.Reader, out io.Writer) error {
 		enc.Encode(r)
 	}
 	var wg sync.WaitGroup
+	var cmu sync.Mutex
+	cancels := map[uint64]context.CancelCauseFunc{} // of the commands not yet ended
 	dec := json.NewDecoder(bufio.NewReader(in))
 	for {
 		var req spawnRequest
@@ -327,32 +308,48 @@ func serveSpawner(a []string, in io.Reader, out io.Writer) error {
 			}
 			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			spawnOne(req, reply)
-		}()
+		cmu.Lock()
+		if req.Kill {
+			if cancel := cancels[req.ID]; cancel != nil {
+				cancel(errKilled)
+			}
+			cmu.Unlock()
+			continue
+		}
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancels[req.ID] = cancel
+		cmu.Unlock()
+		wg.Go(func() {
+			spawnOne(ctx, req, reply)
+			cmu.Lock()
+			delete(cancels, req.ID)
+			cmu.Unlock()
+			cancel(nil)
+		})
 	}
 }
 
-// spawnOne starts and waits for one command.
-func spawnOne(req spawnRequest, reply func(spawnReply)) {
-	out := &cappedBuffer{max: maxSpawnOutput}
-	cmd := &exec.Cmd{Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir, Stdout: out, Stderr: out,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}}
+// errKilled is why a command was killed: its Run's context ended.
+var errKilled = errors.New("killed")
+
+// spawnOne starts and waits for one command; at ctx's end its process
+// group is killed.
+func spawnOne(ctx context.Context, req spawnRequest, reply func(spawnReply)) {
 	cred, err := credential(req.UID, req.GID, req.Groups)
+	var p *spawn.Proc
 	if err == nil {
-		cmd.SysProcAttr.Credential = cred
-		err = cmd.Start()
+		p, err = spawn.Start(&spawn.Attr{Path: req.Path, Argv: req.Args, Env: req.Env, Dir: req.Dir, Cred: cred}, maxSpawnOutput)
 	}
 	if err != nil {
 		reply(spawnReply{ID: req.ID, Done: true, Err: err.Error()})
 		return
 	}
-	reply(spawnReply{ID: req.ID, PID: cmd.Process.Pid})
-	cmd.Wait()
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	reply(spawnReply{ID: req.ID, Done: true, Status: int(ws), Output: out.String()})
+	ws, out, err := p.Wait(ctx)
+	if err != nil {
+		reply(spawnReply{ID: req.ID, Done: true, Err: err.Error(), Output: string(out)})
+		return
+	}
+	reply(spawnReply{ID: req.ID, Done: true, Status: int(ws), Output: string(out)})
 }
 
 // credential is Wrap's uid, gid and groups arguments as a Credential; nil
@@ -389,26 +386,4 @@ func credential(uid, gid, groups string) (*syscall.Credential, error) {
 		}
 	}
 	return c, nil
-}
-
-// cappedBuffer keeps the first max bytes written to it.
-type cappedBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if room := c.max - len(c.b); room > 0 {
-		c.b = append(c.b, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (c *cappedBuffer) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return string(c.b)
 }

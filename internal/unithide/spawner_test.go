@@ -87,6 +87,18 @@ func TestSpawner(t *testing.T) {
 		return syscall.Kill(pid, 0) != nil || zombie(pid)
 	})
 
+	// A context ended before the command starts: the spawner kills it as
+	// soon as it has started it, and Run returns once it is gone.
+	ended, end := context.WithCancelCause(t.Context())
+	end(errors.New("stopped"))
+	t0 := time.Now()
+	if _, err := run(ended, shell(dir, "exec sleep 60")); err == nil || err.Error() != "stopped" {
+		t.Errorf("with its context ended: %v, want the cause", err)
+	}
+	if el := time.Since(t0); el > 30*time.Second {
+		t.Errorf("with its context ended: %v before Run returned", el)
+	}
+
 	// Not rewritten by Wrap: run as is, nothing hidden.
 	plain := shell(dir, "cat secret/key")
 	var o bytes.Buffer

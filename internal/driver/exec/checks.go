@@ -2,13 +2,12 @@ package execdriver
 
 import (
 	"context"
-	"errors"
 	"os/exec"
 	"strings"
-	"syscall"
 
 	"github.com/flotilla/flotilla/internal/driver/service"
 	"github.com/flotilla/flotilla/internal/health"
+	"github.com/flotilla/flotilla/internal/spawn"
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
@@ -229,46 +228,41 @@ func (s *supervisor) probeCommand(f *unit.File, env *execEnv) health.CommandFunc
 	}
 }
 
+// maxProbeOutput is how much of a probe's output runProbe keeps (as
+// unithide.Spawner does).
+const maxProbeOutput = 4096
+
 // runProbe runs an Exec= probe's process to its end: through
 // Config.ProbeRunner when set (it hides the paths), or as a child of this
-// process, counted among the driver's children (a subreaper's orphan
-// reaping must leave it alone) and waited for through a pidfd, not a
-// thread blocked in wait. When ctx ends first its process group is
-// SIGKILLed.
+// process (internal/spawn), counted among the driver's children (a
+// subreaper's orphan reaping must leave it alone) until it is reaped, its
+// exit and its output waited for through the runtime's poller, not a
+// thread blocked in wait. The first maxProbeOutput bytes of its output go
+// to x.Stdout. When ctx ends first its process group is SIGKILLed.
 func (d *Driver) runProbe(ctx context.Context, x *exec.Cmd) error {
 	if d.cfg.ProbeRunner != nil {
 		return d.cfg.ProbeRunner(ctx, x)
 	}
+	a := &spawn.Attr{Path: x.Path, Argv: x.Args, Env: x.Env, Dir: x.Dir}
+	if sa := x.SysProcAttr; sa != nil {
+		a.Cred, a.Unshareflags = sa.Credential, sa.Unshareflags
+	}
 	d.kids.lock.RLock()
-	err := x.Start()
+	p, err := spawn.Start(a, maxProbeOutput)
 	if err == nil {
-		d.kids.add(x.Process.Pid)
+		d.kids.add(p.Pid)
 	}
 	d.kids.lock.RUnlock()
 	if err != nil {
 		return err
 	}
-	pid := x.Process.Pid
-	defer d.kids.remove(pid)
-	exited := make(chan bool, 1)
-	go func() { exited <- awaitExit(pid) }()
-	select {
-	case ok := <-exited:
-		if !ok { // no pidfd: Wait, with a goroutine to kill at ctx's end
-			stop := context.AfterFunc(ctx, func() { syscall.Kill(-pid, syscall.SIGKILL) })
-			err := x.Wait()
-			stop()
-			return err
-		}
-	case <-ctx.Done():
-		syscall.Kill(-pid, syscall.SIGKILL) // exited but not reaped at worst: the group is still ours
-		<-exited
+	defer d.kids.remove(p.Pid)
+	ws, out, err := p.Wait(ctx)
+	if x.Stdout != nil && len(out) > 0 {
+		x.Stdout.Write(out)
 	}
-	if err := x.Wait(); err != nil {
-		if ctx.Err() != nil {
-			return errors.Join(context.Cause(ctx), err)
-		}
+	if err != nil {
 		return err
 	}
-	return nil
+	return spawn.Err(ws)
 }

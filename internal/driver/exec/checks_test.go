@@ -1,9 +1,14 @@
 package execdriver
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,5 +84,51 @@ func TestDriverRunsChecks(t *testing.T) {
 	}
 	if log := journal(t, d, "web.service"); strings.Count(log, "Restarting it") != 1 {
 		t.Errorf("the log tells of %d restarts, want 1:\n%s", strings.Count(log, "Restarting it"), log)
+	}
+}
+
+// TestRunProbeBesideReaper: probes run as the driver's own children report
+// their own exit status and output while orphan-reaping passes run all
+// along, which must leave them to their waits.
+func TestRunProbeBesideReaper(t *testing.T) {
+	d, _ := newTestDriver(t, nil)
+	stop, reaping := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(reaping)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				d.ReapOrphans()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		wg.Go(func() {
+			x := &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", fmt.Sprintf("echo out%d; exit %d", i, i%4)},
+				SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+			var out bytes.Buffer
+			x.Stdout = &out
+			got, want := "", ""
+			if err := d.runProbe(t.Context(), x); err != nil {
+				got = err.Error()
+			}
+			if i%4 != 0 {
+				want = fmt.Sprintf("exit status %d", i%4)
+			}
+			if got != want || out.String() != fmt.Sprintf("out%d\n", i) {
+				errs <- fmt.Errorf("probe %d: %q, output %q; want %q", i, got, out.String(), want)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-reaping
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

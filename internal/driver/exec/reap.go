@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/flotilla/flotilla/internal/spawn"
 	"golang.org/x/sys/unix"
 )
 
@@ -113,14 +114,5 @@ func awaitExit(pid int) bool {
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return false
-	}
-	rc.Read(func(fd uintptr) bool {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		return err != nil || info.Signo != 0
-	})
-	return true
+	return spawn.AwaitExit(f)
 }
