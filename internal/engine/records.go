@@ -97,8 +97,7 @@ func record(name string, r *unitRec) registry.Record {
 }
 
 // putRecord appends to ops the ops that write unit name's record (and
-// delete its schedule/ key of an older layout). Callers hold mu or run on
-// the loop.
+// delete its schedule/ key of an older layout). It runs on the loop.
 func (t *term) putRecord(ops []registry.Op, name string, r *unitRec) []registry.Op {
 	ops = append(ops, registry.PutUnit(t.keys, record(name, r)))
 	if t.legacy[name] {
@@ -124,7 +123,7 @@ func (t *term) written(name string) {
 }
 
 // refFile counts the units naming each stored file as rec replaces old
-// (either may be nil). Callers hold mu for writing.
+// (either may be nil). It runs on the loop.
 func (t *term) refFile(old, rec *unitRec) {
 	if rec != nil && rec.content != "" {
 		f := t.files[rec.content]
@@ -176,8 +175,7 @@ type storedFiles struct {
 	files    []registry.Op
 }
 
-// markStored notes files etcd now holds. It runs on the loop, which holds
-// mu for writing.
+// markStored notes files etcd now holds. It runs on the loop.
 func (t *term) markStored(sf storedFiles) {
 	for i, c := range sf.contents {
 		f := t.files[c]
@@ -211,14 +209,12 @@ func (t *term) dropFiles() error {
 	if err := t.commit(ops); err != nil {
 		return err
 	}
-	t.mu.Lock()
 	for _, c := range gone {
 		if f := t.files[c]; f != nil && f.refs <= 0 {
 			delete(t.files, c)
 			delete(t.rawContent, f.text)
 		}
 	}
-	t.mu.Unlock()
 	return nil
 }
 
@@ -249,17 +245,13 @@ func (t *term) materialize() error {
 				}
 			}
 		})
-		t.mu.Lock()
 		t.markStored(sf)
-		t.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		t.mu.Lock()
 		for _, name := range part {
 			t.written(name)
 		}
-		t.mu.Unlock()
 	}
 	return t.dropRanges()
 }
