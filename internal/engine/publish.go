@@ -165,10 +165,12 @@ type buildCost struct{ loop, waited time.Duration }
 func (c *buildCost) onLoop(t *term, fn func()) error {
 	at := time.Now()
 	var work time.Duration
-	err := t.onLoop(func() { work, _ = cputime.Of(fn) })
+	if err := t.onLoop(func() { work, _ = cputime.Of(fn) }); err != nil {
+		return err // fn may yet run, and set work
+	}
 	c.loop += work
 	c.waited += time.Since(at) - work
-	return err
+	return nil
 }
 
 // buildSnapshot copies the cluster; nil if the term ended first. It reads
@@ -191,8 +193,8 @@ func (c *buildCost) onLoop(t *term, fn func()) error {
 // fifth of the leader's CPU.
 //
 // A call the build gave up on (the term ended first) may still run on the
-// loop after it returned: what the calls write is the build's own, or the
-// loop's.
+// loop after it returned: what the calls write is the loop's, or the
+// build's own, which it reads no more once it gave up.
 func (t *term) buildSnapshot() (*state.Snapshot, buildCost) {
 	s := &state.Snapshot{}
 	var c buildCost

@@ -35,10 +35,11 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &term{
 		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), Registry: registry.ModeGRPC}},
 		ctx:       ctx,
+		cancel:    cancel,
 		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
 		deg:       newDegradation(),
 		events:    newEventLog(0, nil), // its goroutine outlives the test: the term never ends
@@ -59,7 +60,7 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 			}
 		}
 	}()
-	tb.Cleanup(func() { cancel(); <-loopDone })
+	tb.Cleanup(func() { cancel(nil); <-loopDone })
 	for i := range machines {
 		id := fmt.Sprintf("m%05d", i)
 		m := t.machine(id)
@@ -184,6 +185,33 @@ func TestStateDoesNotWait(t *testing.T) {
 	waitfor.True(t, 10*time.Second, "the rebuild a stale read started", func() bool { return tm.state() != first })
 	if got := tm.state(); len(got.Units) != 11 || tm.e.generation.Load() != gen+1 {
 		t.Errorf("rebuilt state has %d units, %d builds since; want 11 units from one build", len(got.Units), tm.e.generation.Load()-gen)
+	}
+}
+
+// TestStateTermEnds: a build under way when the term ends gives no state
+// (the term's first read gets none: the engine does not lead), and its
+// call that the loop runs after the build gave up touches nothing the
+// build still reads.
+func TestStateTermEnds(t *testing.T) {
+	tm := publishTerm(t, 10, 2)
+	busy, release := make(chan struct{}), make(chan struct{})
+	go tm.onLoop(func() { close(busy); <-release }) // the loop busy with a pass
+	<-busy
+	defer close(release)
+	got := make(chan *state.Snapshot)
+	go func() { got <- tm.state() }()
+	waitfor.True(t, 10*time.Second, "the build's first call queued", func() bool {
+		tm.inbox.mu.Lock()
+		defer tm.inbox.mu.Unlock()
+		return len(tm.inbox.reads) > 0
+	})
+	tm.cancel(ErrNotLeader)
+	if s := <-got; s != nil {
+		t.Fatalf("a term that ended before its first build gave a state of %d units", len(s.Units))
+	}
+	tm.serveReads() // the loop, not yet stopped, answers the call anyway
+	if s := tm.snapshot.Load(); s != nil {
+		t.Errorf("the build the term's end cut short was published (%d units)", len(s.Units))
 	}
 }
 
