@@ -240,9 +240,7 @@ func (t *term) applyRound(round []*applyReq) {
 	ph.note("ops", len(p.ops))
 	var sf storedFiles
 	t.serveWhile(func() { sf, err = t.commitRound(p) })
-	t.mu.Lock()
 	t.store.markStored(sf)
-	t.mu.Unlock()
 	ph.done("commit")
 	if err != nil {
 		answerAll(p.accepted, err)
@@ -603,14 +601,13 @@ func (t *term) commitRound(p *roundPlan) (storedFiles, error) {
 
 // applyPlan acknowledges a durable round and makes memory follow it.
 func (t *term) applyPlan(p *roundPlan) {
-	t.mu.Lock()
 	// The round is durable: acknowledge it now, rather than after the
 	// apply below. A client that reads after the reply still sees its
 	// change, as etcd's reads wait for its applied index: the loop answers
 	// reads only once the apply is done (onLoop), views show the rounds
-	// acknowledged (readViews), and the state's builder waits on mu; and a
-	// stop of a million instances is answered once written, not a second
-	// or two of applying later.
+	// acknowledged (readViews), and the state's builder reads on the loop
+	// too; and a stop of a million instances is answered once written, not
+	// a second or two of applying later.
 	t.acked.Add(1) // before the replies: a state read after one shows the round
 	for _, req := range p.accepted {
 		req.res <- applyRes{}
@@ -650,9 +647,7 @@ func (t *term) applyPlan(p *roundPlan) {
 	t.standRanges(p.newRanges)
 	t.applyVersions(p)
 	t.applyDeploys(p)
-	woken := t.hold.release()
-	t.mu.Unlock()
-	wakeAll(woken)
+	wakeAll(t.hold.release())
 }
 
 // standRanges makes the round's range records stand for their instances.
@@ -739,7 +734,7 @@ func coverOne(content string, c Change, r *unitRec, changed, created bool) (stri
 
 // grown returns m, or when n is more than it holds a copy of it with room
 // for n more: a map that takes a million units at once is made once, not
-// split and rehashed as it grows. Callers hold mu for writing.
+// split and rehashed as it grows. It runs on the loop.
 func grown[K comparable, V any](m map[K]V, n int) map[K]V {
 	if n <= len(m) {
 		return m

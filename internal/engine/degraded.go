@@ -233,7 +233,7 @@ func (t *term) watchLease() {
 //
 // That the term may answer when the read begins does not make the answer
 // current: the term may degrade, or another leader be elected, while the
-// read waits for the lock or is written out. An answer is vouched for when
+// read waits for the loop or is written out. An answer is vouched for when
 // it is given (Read, Vouch).
 func (e *Engine) reader() (*term, error) {
 	t := e.leader()

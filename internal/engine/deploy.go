@@ -27,8 +27,7 @@ import (
 // outcome into a round of writes (the instances' files, canaries made or
 // destroyed, a revert, the record) through applyRound, as the API's are.
 
-// deployState is the term's deployments. Changed by the loop under mu; the
-// times are the loop's own.
+// deployState is the term's deployments: the loop's, as are the times.
 type deployState struct {
 	recs map[string]registry.Deployment // by template
 	// replaced is when the loop gave an instance its new file, healthy
@@ -411,7 +410,7 @@ func (t *term) deployOps(p *roundPlan) {
 }
 
 // applyDeploys makes memory follow a durable round, telling /v1/events
-// and counting ended deployments. Callers hold mu.
+// and counting ended deployments. It runs on the loop.
 func (t *term) applyDeploys(p *roundPlan) {
 	for name, d := range p.deploys {
 		old, had := t.deploys.recs[name]

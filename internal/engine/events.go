@@ -304,7 +304,7 @@ func (e *Engine) TermDone() <-chan struct{} {
 }
 
 // unitEvent records a change of a unit's desired state, file or placement.
-// Callers hold mu for writing.
+// It runs on the loop.
 func (t *term) unitEvent(name string, rec *unitRec) {
 	ev := apiv1.Event{Type: "unit", Unit: name, Revision: t.committer.Revision()}
 	if rec == nil {

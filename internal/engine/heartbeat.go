@@ -101,8 +101,8 @@ func (s *durations) shortest() time.Duration {
 // noteLostAfter keeps, as rec replaces the unit's old record (nil: none),
 // the shortest LostAfter= of the singleton units (heartbeatInterval), and
 // the shortest LostAfter= any unit sets: a pass need not look at the units
-// of a machine silent for less than that (see planInput). Callers hold mu
-// for writing.
+// of a machine silent for less than that (see planInput). It runs on the
+// loop.
 func (t *term) noteLostAfter(name string, rec *unitRec) {
 	var single, any time.Duration
 	if rec != nil {

@@ -153,8 +153,7 @@ func (t *term) report(conn *agentConn, u *agentpb.StatusUpdate) {
 
 // applyInputs applies the reports and inputs queued so far: the reports
 // first, since a stream's reports came before its detach or leave (and
-// after its attach, which its Hello waited for). It runs on the loop,
-// which holds mu for writing.
+// after its attach, which its Hello waited for). It runs on the loop.
 func (t *term) applyInputs() {
 	t.applyInboxLocked()
 	for _, in := range t.inbox.takeInputs() {

@@ -14,8 +14,8 @@ import (
 // input is an event from outside the loop that changes the leader's
 // decision state: an agent's stream attaching, detaching or leaving, what
 // the etcd registry's watch saw. Its goroutine queues it (inboxes.put),
-// and only the loop applies it (applyInputs), holding mu for writing while
-// readers still take mu. Each carries the time it was seen at.
+// and only the loop applies it (applyInputs). Each carries the time it was
+// seen at.
 type input interface {
 	apply(t *term)
 }

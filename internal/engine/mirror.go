@@ -12,8 +12,7 @@ import (
 // machines it places on (the reachable ones that do not drain, with what
 // it was told of them), those it dropped this term, and the global units
 // placed in it. The loop keeps it equal to the committed schedule (see
-// place.go); the state's builder never reads it, so the loop changes it
-// without mu.
+// place.go); only the loop reads or changes it.
 //
 // Its invariants (check), between the loop's steps:
 //   - a machine is either the scheduler's or dropped, never both, and one

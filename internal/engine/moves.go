@@ -173,7 +173,7 @@ func (t *term) checkTerm() {
 }
 
 // drained notes a report of a unit that may be moving off machine: once it
-// no longer runs there, the next pass places it. Callers hold mu.
+// no longer runs there, the next pass places it. It runs on the loop.
 func (t *term) drained(machine, name string, running bool) {
 	if old, ok := t.moves.draining[name]; ok && old == machine && !running {
 		t.placeDirty = true

@@ -234,9 +234,9 @@ func (ps *pass) allocate(pending []*scheduler.Unit) {
 }
 
 // write commits and applies the pass's changes in slices, so that agents
-// start on the first units while the rest are written, and the lock is
-// released in between. Only this goroutine changes t.units, so it reads
-// them without the lock. It reports whether every slice was written.
+// start on the first units while the rest are written, and the loop
+// answers reads in between (awaitWrite). It reports whether every slice
+// was written.
 //
 // A part is prepared while the one before it is written: at a million
 // units the pass spent a third of its time making records and ops and
@@ -287,11 +287,8 @@ func (ps *pass) write() bool {
 				// commit has ended the term (the next one reloads from etcd),
 				// so the tentative placements left in t.sched do not matter.
 				t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", writtenOps)
-				t.mu.Lock()
 				t.store.markStored(res.stored)
-				woken := t.hold.release() // the agents of a half applied
-				t.mu.Unlock()
-				wakeAll(woken)
+				wakeAll(t.hold.release()) // the agents of a half applied
 				return false
 			}
 			applied++
@@ -389,8 +386,6 @@ func (ps *pass) commit(part []movedUnit, ops []registry.Op) <-chan writeResult {
 // slice is applied (wake).
 func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 	t := ps.t
-	t.mu.Lock()
-	ps.ph.done("lock")
 	t.hold.start()
 	t.store.markStored(stored)
 	t.applyInputs() // what came during the slice's write
@@ -428,7 +423,6 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 	if wake {
 		woken = t.hold.release()
 	}
-	t.mu.Unlock()
 	wakeAll(woken)
 	ps.ph.done("apply")
 }
@@ -447,8 +441,6 @@ func (ps *pass) finish() bool {
 		return false
 	}
 	ph.done("ranges")
-	t.mu.Lock()
-	ph.done("lock")
 	for _, id := range ps.p.Gone {
 		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
 			delete(t.machines, id)
@@ -462,6 +454,5 @@ func (ps *pass) finish() bool {
 	t.shares = t.sched.Shares()
 	t.shrinkUnplaced()
 	t.moves.hold(ps.held)
-	t.mu.Unlock()
 	return true
 }

@@ -50,8 +50,6 @@ func (t *term) reconcile() (recheck time.Time) {
 		t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(ph.began).Seconds())
 		ph.logSlow(t.e.log, "reconcile pass")
 	}()
-	t.mu.Lock()
-	ph.done("lock")
 	t.applyInputs()
 	ph.done("inbox")
 	t.hold.start()
@@ -59,12 +57,9 @@ func (t *term) reconcile() (recheck time.Time) {
 	t.syncGlobals(len(drifted) > 0)
 	ph.done("sync")
 	t.sendFull()
-	woken := t.hold.release()
-	t.mu.Unlock()
-	wakeAll(woken)
+	wakeAll(t.hold.release())
 	ph.done("full")
 
-	// The loop is the only writer: it reads its state without the lock.
 	ps := &pass{t: t, now: now, ph: &ph}
 	ps.p = planReconcile(t.planInput(now, drifted))
 	t.placeDirty = false
@@ -81,8 +76,8 @@ func (t *term) reconcile() (recheck time.Time) {
 }
 
 // stopOldCopy has machine from stop unit name's copy that a handover kept
-// there, and forgets the handover if done (that copy is gone). Callers
-// hold mu for writing.
+// there, and forgets the handover if done (that copy is gone). It runs on
+// the loop.
 func (t *term) stopOldCopy(name, from string, done bool) {
 	h := t.moves.stopOld(name, from, done)
 	if cur := t.units[name]; !h.Stopping && cur != nil && cur.machine != from {
@@ -93,8 +88,8 @@ func (t *term) stopOldCopy(name, from string, done bool) {
 	}
 }
 
-// statusOn is unit name's status as machine reports it, if it does.
-// Callers hold mu.
+// statusOn is unit name's status as machine reports it, if it does. It
+// runs on the loop.
 func (t *term) statusOn(name, machine string) (agentStatus, bool) {
 	if m := t.machines[machine]; m != nil {
 		return t.statusOf(m, name)
@@ -107,7 +102,7 @@ func (t *term) statusOn(name, machine string) (agentStatus, bool) {
 // units of a start left it empty but 60 MB large, and the pass that
 // places them empties it a slice at a time while the rest of the heap
 // grows. Each copy costs a quarter of the deletes since the last, so the
-// copies cost a third of the deletes in all. Callers hold mu for writing.
+// copies cost a third of the deletes in all. It runs on the loop.
 func (t *term) shrinkUnplaced() {
 	t.unplacedRoom = max(t.unplacedRoom, len(t.unplaced))
 	if t.unplacedRoom < 1024 || len(t.unplaced) >= t.unplacedRoom/4 {
@@ -193,7 +188,7 @@ func (t *term) planMachines(in *planInput, now time.Time) {
 			// None of its units can be lost before it has been silent for
 			// the shortest LostAfter=: while 10,000 machines reconnect to a
 			// new leader, describing their million units at every pass kept
-			// the lock from the reconnecting streams.
+			// the loop from the reconnecting streams.
 			if at := in.heardFrom(pm).Add(quiet); now.Before(at) {
 				if in.Wake.IsZero() || at.Before(in.Wake) {
 					in.Wake = at
@@ -223,8 +218,8 @@ func (t *term) planChecks(in *planInput, drifted []string, now time.Time) {
 	}
 	if !t.rechecked && now.Sub(t.start) > t.e.cfg.AgentTTL+t.e.cfg.HeartbeatInterval {
 		// recheckChunk units a pass, the next pass at once: a new leader of
-		// a million units checked them all in one pass of 15 s, under the
-		// read lock that 10,000 reconnecting agents' Hellos waited for, and
+		// a million units checked them all in one pass of 15 s, which
+		// 10,000 reconnecting agents' Hellos waited for, and
 		// a request waits for the pass under way (65,536 a pass took 1 s).
 		if t.recheck == nil {
 			t.recheck = make([]string, 0, len(t.units))
@@ -261,8 +256,7 @@ func (t *term) planChecks(in *planInput, drifted []string, now time.Time) {
 
 // syncMachines makes the scheduler's machines the reachable ones that do
 // not drain, with their metadata and capacity, and returns those whose
-// metadata or capacity changed. Callers hold mu and run on the loop
-// goroutine.
+// metadata or capacity changed. It runs on the loop.
 func (t *term) syncMachines(now time.Time) (drifted []string) {
 	for id, m := range t.machines {
 		sm, known := t.sched.machines[id]
@@ -308,7 +302,8 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 
 // syncGlobals places every wanted global unit on the machines where it fits
 // (in name order, so global units that conflict settle the same way every
-// time) and tells the machines that gained or lost one. Callers hold mu.
+// time) and tells the machines that gained or lost one. It runs on the
+// loop.
 func (t *term) syncGlobals(force bool) {
 	if !t.globalsDirty && !force {
 		return
@@ -375,7 +370,7 @@ func (t *term) syncGlobals(force bool) {
 }
 
 // sendFull queues the full desired set (scheduled and global units) of each
-// stream that awaits it. Callers hold mu.
+// stream that awaits it. It runs on the loop.
 func (t *term) sendFull() {
 	for _, m := range t.machines {
 		if m.conn == nil || !m.needFull {

@@ -52,7 +52,7 @@ func (e *Engine) State() *state.Snapshot {
 	return t.state()
 }
 
-// changed notes that readers' state is stale. Callers hold mu (either way).
+// changed notes that readers' state is stale. Any goroutine may call it.
 func (t *term) changed() { t.changes.Add(1) }
 
 // state returns the latest snapshot, starting a rebuild in the background
@@ -98,22 +98,28 @@ func (t *term) stale(cur *state.Snapshot, interval time.Duration, k time.Duratio
 	return t.changes.Load() != t.pubSeen && time.Since(t.pubAt) >= max(interval, k*(t.pubCost+cur.EncodeCost()))
 }
 
-// publish builds and publishes a snapshot. Callers hold pubMu.
+// publish builds and publishes a snapshot, and returns it (the last one
+// if the term ended before it was built). Callers hold pubMu.
 func (t *term) publish() *state.Snapshot {
 	start, c := time.Now(), t.changes.Load()
 	var (
-		s      *state.Snapshot
-		waited time.Duration
+		s     *state.Snapshot
+		spent buildCost
 	)
-	// The cost is the build's work: the CPU time it took, not its waits
-	// for the lock nor for a CPU. While 10,000 agents reconnected to a new
-	// leader of a million units, a build waited for their Hellos most of
-	// 10 s, and four times that kept the state 40 s old; and a build that
-	// took 10 s on a host whose CPUs were busy kept it 40 s old again,
-	// although its work was a second's.
-	cost, cpu := cputime.Of(func() { s, waited = t.buildSnapshot() })
-	if !cpu {
-		cost -= waited
+	// The cost is the build's work, its own and the loop's for it: the CPU
+	// time it took, not its waits for the loop nor for a CPU. While 10,000
+	// agents reconnected to a new leader of a million units, a build waited
+	// for their Hellos most of 10 s, and four times that kept the state 40 s
+	// old; and a build that took 10 s on a host whose CPUs were busy kept it
+	// 40 s old again, although its work was a second's.
+	cost, cpu := cputime.Of(func() { s, spent = t.buildSnapshot() })
+	if s == nil {
+		return t.snapshot.Load() // the term ended
+	}
+	if cpu {
+		cost += spent.loop
+	} else {
+		cost -= spent.waited
 	}
 	t.pubCost = cost
 	t.pubAt, t.pubSeen = start, c
@@ -143,95 +149,161 @@ func (t *term) publishLoop() {
 	}
 }
 
-// buildChunk is how many units a build copies under one hold of the read
-// lock: a million units' copy takes 0.5-1 s (more on a loaded host), and a
-// writer waiting for the lock (the scheduler's loop) waited all of it, as
-// did every reader behind the writer.
+// buildChunk is how many units' views a build has the loop make in one
+// call: a million units' views take 0.5-1 s (more on a loaded host), and
+// the loop, which answers a build's calls between its steps (onLoop),
+// would otherwise be held up all of it.
 const buildChunk = 4096
 
-// buildSnapshot copies the cluster under the read lock, buildChunk units at
-// a time, letting writers in between: each unit is as it was at one moment,
-// the whole at most one build later than Revision says (Revision is taken
-// first, so a client following /v1/events from it misses nothing). Units
-// come out in name order from an index rebuilt only when units come or go.
-// Callers hold pubMu, which keeps that index while the lock is let go.
-// It also returns how long it waited for the lock.
+// buildCost is what a build cost besides its own goroutine's work: the
+// CPU time the loop spent on its calls (loop), and how long it waited for
+// the loop otherwise (waited).
+type buildCost struct{ loop, waited time.Duration }
+
+// onLoop runs fn on the loop (term.onLoop) for a build, adding what it
+// cost there to c.
+func (c *buildCost) onLoop(t *term, fn func()) error {
+	at := time.Now()
+	var work time.Duration
+	if err := t.onLoop(func() { work, _ = cputime.Of(fn) }); err != nil {
+		return err // fn may yet run, and set work
+	}
+	c.loop += work
+	c.waited += time.Since(at) - work
+	return nil
+}
+
+// buildSnapshot copies the cluster; nil if the term ended first. It reads
+// the decision state only on the loop, in bounded pieces: one call takes
+// the machines, the units' names and the units whose views changed since
+// the last build (takeDirty), then one call a buildChunk units makes their
+// views, while the build sorts, searches and copies off the loop. Each
+// unit is as it was at one moment, the whole at most one build later than
+// Revision says (Revision is taken first, so a client following
+// /v1/events from it misses nothing). Writes is taken on the loop, where
+// every acknowledged round is applied (applyPlan answers no reads between
+// acknowledging a round and applying it). Units come out in name order
+// from an index rebuilt only when units come or go. Callers hold pubMu,
+// which keeps that index between the calls.
 //
 // While no unit came or went since the last build, a build copies the last
 // snapshot and makes again only the views of the units that changed since
 // (viewChanged): a million units' views take half a second to make, three
 // map lookups a unit, and during a start of a million the builds took a
 // fifth of the leader's CPU.
-func (t *term) buildSnapshot() (s *state.Snapshot, waited time.Duration) {
-	// Writes first: a write acknowledged by then was acknowledged under
-	// the write lock, and is applied before the first read lock below.
-	s = &state.Snapshot{Writes: t.acked.Load()}
+//
+// A call the build gave up on (the term ended first) may still run on the
+// loop after it returned: what the calls write is the loop's, or the
+// build's own, which it reads no more once it gave up.
+func (t *term) buildSnapshot() (*state.Snapshot, buildCost) {
+	s := &state.Snapshot{}
+	var c buildCost
 	s.Term, s.Generation, s.Revision, s.Leader = t.info.Rev, t.e.generation.Add(1), t.committer.Revision(), t.info.Machine
 	if since, ok := t.degradedSince(); ok {
 		s.EtcdUnreachableSince = since.UTC().Format(time.RFC3339)
 	}
-	rlock := func() {
-		at := time.Now()
-		t.mu.RLock()
-		waited += time.Since(at)
+	t.namesMu.Lock()
+	prev := t.namesFrom
+	t.namesMu.Unlock()
+	var (
+		names []string // listed now, when prev is not the index
+		dirty []string
+		all   bool // every view made again
+	)
+	if c.onLoop(t, func() {
+		s.Writes = t.acked.Load()
+		if s.Revision == 0 {
+			s.Revision = t.rev
+		}
+		s.Machines = t.machineViews()
+		if prev != nil && !t.namesStale.Load() && len(prev.Units) == len(t.units) {
+			dirty, all = t.takeDirty()
+		} else {
+			prev, names = nil, t.unitNames()
+			t.takeDirty()
+		}
+		if all = all || prev == nil || t.views == nil; all {
+			t.views = &sharedViews{}
+		}
+	}) != nil {
+		return nil, c
 	}
-	rlock()
-	if s.Revision == 0 {
-		s.Revision = t.rev
+	n, nameAt := len(names), func(i int) string { return names[i] }
+	if prev != nil {
+		n, nameAt = len(prev.Units), func(i int) string { return prev.Units[i].Name }
+	} else {
+		// The snapshot is the next build's index, not a list of its own:
+		// at a million units that was 16 MB more.
+		slices.Sort(names) // off the loop: a million names take a second
 	}
-	s.Machines = t.machineViews()
-	prev, n, nameAt := t.sortedNames()
-	dirty, all := t.takeDirty()
-	t.mu.RUnlock()
-	if prev == nil || all || t.views == nil {
-		t.views = &sharedViews{}
+	if all {
 		s.Units = make([]state.Unit, 0, n)
 		for lo := 0; lo < n; lo += buildChunk {
-			rlock()
-			for i := lo; i < min(lo+buildChunk, n); i++ {
-				if r := t.units[nameAt(i)]; r != nil { // else gone since the index was built
-					s.Units = append(s.Units, state.Unit{Name: r.name(), Shared: t.view(r)})
+			if c.onLoop(t, func() {
+				for i := lo; i < min(lo+buildChunk, n); i++ {
+					if r := t.units[nameAt(i)]; r != nil { // else gone since the names were listed
+						s.Units = append(s.Units, state.Unit{Name: r.name(), Shared: t.view(r)})
+					}
 				}
+			}) != nil {
+				return nil, c
 			}
-			t.mu.RUnlock()
 		}
 	} else {
 		s.Units = slices.Clone(prev.Units)
 		slices.Sort(dirty)
 		dirty = slices.Compact(dirty)
+		at := make([]int, len(dirty)) // each one's unit in s.Units; -1: none
+		for j, name := range dirty {
+			i, ok := slices.BinarySearchFunc(s.Units, name, func(u state.Unit, name string) int { return strings.Compare(u.Name, name) })
+			if !ok {
+				i = -1 // came since the index was built: the next build lists it
+			}
+			at[j] = i
+		}
 		gone := false
 		for lo := 0; lo < len(dirty); lo += buildChunk {
-			rlock()
-			for _, name := range dirty[lo:min(lo+buildChunk, len(dirty))] {
-				i, ok := slices.BinarySearchFunc(s.Units, name, func(u state.Unit, name string) int { return strings.Compare(u.Name, name) })
-				if !ok {
-					continue // came since the index was built: the next build lists it
+			if c.onLoop(t, func() {
+				for j := lo; j < min(lo+buildChunk, len(dirty)); j++ {
+					if i := at[j]; i < 0 {
+						continue
+					} else if r := t.units[dirty[j]]; r != nil {
+						s.Units[i].Shared = t.view(r)
+					} else {
+						s.Units[i].Shared, gone = nil, true
+					}
 				}
-				if r := t.units[name]; r != nil {
-					s.Units[i].Shared = t.view(r)
-				} else {
-					s.Units[i].Shared, gone = nil, true
-				}
+			}) != nil {
+				return nil, c
 			}
-			t.mu.RUnlock()
 		}
 		if gone {
 			s.Units = slices.DeleteFunc(s.Units, func(u state.Unit) bool { return u.Shared == nil })
 		}
-		if verifyViews {
-			t.checkViews(s)
-		}
 	}
 	t.built(s, n)
-	rlock()
-	unplaced := len(t.unplaced)
-	t.mu.RUnlock()
+	var (
+		unplaced int
+		wrong    any // what checkViews found
+	)
+	if c.onLoop(t, func() {
+		unplaced = len(t.unplaced)
+		if verifyViews && !all {
+			defer func() { wrong = recover() }()
+			t.checkViews(s)
+		}
+	}) != nil {
+		return nil, c
+	}
+	if wrong != nil {
+		panic(wrong) // the build's, not the loop's
+	}
 	t.countUnits(s, unplaced)
-	return s, waited
+	return s, c
 }
 
 // view returns unit r's view, as the published state shows it; r is the
-// record t.units holds. Callers hold mu (read) and pubMu.
+// record t.units holds. It runs on the loop, for a build.
 func (t *term) view(r *unitRec) *state.Shared {
 	sh := t.views
 	v := state.Shared{Machine: r.machine, Reason: r.reason, Spec: sh.spec(r)}
@@ -250,10 +322,9 @@ func (t *term) view(r *unitRec) *state.Shared {
 }
 
 // viewChanged notes that unit name's view in the published state may have
-// changed: its record, or its reported state on a machine. Callers hold mu
-// for writing.
+// changed: its record, or its reported state on a machine. It runs on the
+// loop.
 func (t *term) viewChanged(name string) {
-	t.dirtyMu.Lock()
 	switch {
 	case t.dirtyAll:
 	case len(t.dirty) >= max(len(t.units)/2, 1024):
@@ -261,15 +332,13 @@ func (t *term) viewChanged(name string) {
 	default:
 		t.dirty = append(t.dirty, name)
 	}
-	t.dirtyMu.Unlock()
 }
 
 // takeDirty returns the units whose views changed since it was last
-// called, or all: too many to list. Callers hold mu (read), so that no
-// change falls between the index a build uses and the changes it takes.
+// called, or all: too many to list. It runs on the loop, in the build's
+// call that takes the units' names, so that no change falls between the
+// index a build uses and the changes it takes.
 func (t *term) takeDirty() (names []string, all bool) {
-	t.dirtyMu.Lock()
-	defer t.dirtyMu.Unlock()
 	names, all = t.dirty, t.dirtyAll
 	t.dirty, t.dirtyAll = nil, false
 	return names, all
@@ -283,20 +352,16 @@ var verifyViews = false
 
 // checkViews panics if a unit of s, built from the last snapshot, shows a
 // view other than its record and state say, unless it changed since s's
-// build took the changes (then the next build makes it again).
+// build took the changes (then the next build makes it again). It runs on
+// the loop.
 func (t *term) checkViews(s *state.Snapshot) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 	t.checkLists()
-	t.dirtyMu.Lock()
+	if t.dirtyAll {
+		return
+	}
 	since := map[string]bool{}
 	for _, name := range t.dirty {
 		since[name] = true
-	}
-	all := t.dirtyAll
-	t.dirtyMu.Unlock()
-	if all {
-		return
 	}
 	for _, u := range s.Units {
 		r := t.units[u.Name]
@@ -313,7 +378,8 @@ func (t *term) checkViews(s *state.Snapshot) {
 }
 
 // checkLists panics unless each machine's list holds exactly the units
-// whose records place them there (not global), each at its slot.
+// whose records place them there (not global), each at its slot. It runs
+// on the loop.
 func (t *term) checkLists() {
 	listed := 0
 	for id, m := range t.machines {
@@ -383,9 +449,9 @@ func (sh *sharedViews) spec(r *unitRec) *state.Spec {
 // sharedOn returns the Shared for v, a unit on machine m (nil: none).
 // Units in name order go round the machines (a template's instances
 // were placed that way), so the last Shared of each machine is kept on
-// it (pubShared, touched only by builds, which pubMu serializes) and
-// checked before the map: at a million units the map's lookups took a
-// third of a build.
+// it (pubShared, touched only by builds' calls on the loop) and checked
+// before the map: at a million units the map's lookups took a third of a
+// build.
 func (sh *sharedViews) sharedOn(m *machineRec, v state.Shared) *state.Shared {
 	if m == nil {
 		return sh.shared.Get(v)
@@ -415,32 +481,19 @@ func (sh *sharedViews) status(c unique.Handle[statusCodes]) *state.Status {
 	return st
 }
 
-// sortedNames returns the units' names in order (n of them, the i-th by
-// name(i)): the names of the last snapshot built (prev), when no unit came
-// or went since, or else a list made now (prev nil). Callers hold mu
-// (read), which it lets go while it sorts (a million names take a second),
-// and pubMu, which keeps the index until the build ends (built, below).
-// The snapshot is the index, not a list of its own: at a million units that
-// was 16 MB more.
-func (t *term) sortedNames() (prev *state.Snapshot, n int, name func(int) string) {
-	t.namesMu.Lock()
-	defer t.namesMu.Unlock()
-	if from := t.namesFrom; from != nil && !t.namesStale.Load() && len(from.Units) == len(t.units) {
-		return from, len(from.Units), func(i int) string { return from.Units[i].Name }
-	}
+// unitNames lists the units' names, in no order (a build sorts them off
+// the loop). It runs on the loop, for a build that cannot use the last
+// snapshot as its index.
+func (t *term) unitNames() []string {
 	names := make([]string, 0, len(t.units))
 	for name := range t.units {
 		names = append(names, name)
 	}
 	t.namesStale.Store(false) // a unit coming or going from now on sets it again
-	t.namesFrom = nil
-	t.mu.RUnlock()
-	sort.Strings(names)
-	t.mu.RLock()
-	return nil, len(names), func(i int) string { return names[i] }
+	return names
 }
 
-// built notes snapshot s, built from names sortedNames gave (n of them),
+// built notes snapshot s, built from n names (buildSnapshot),
 // as the next build's index if it holds them all. Callers hold pubMu.
 func (t *term) built(s *state.Snapshot, n int) {
 	t.namesMu.Lock()

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -25,22 +26,41 @@ import (
 
 // publishTerm is a term holding n units on machines machines, every one
 // reported active, as a leader's memory is once a bench's units started
-// (no etcd: only what buildSnapshot reads).
+// (no etcd: only what buildSnapshot reads), with a loop that only answers
+// reads (onLoop) until the test ends. The test's goroutine may change the
+// term while no build is under way; during one, it changes it on the loop.
 func publishTerm(tb testing.TB, n, machines int) *term {
 	tb.Helper()
 	f, err := unit.Parse("bench@.service", []byte("[Service]\nExecStart=/bin/true\n"))
 	if err != nil {
 		tb.Fatal(err)
 	}
+	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &term{
 		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), Registry: registry.ModeGRPC}},
+		ctx:       ctx,
+		cancel:    cancel,
 		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
 		deg:       newDegradation(),
 		events:    newEventLog(0, nil), // its goroutine outlives the test: the term never ends
+		inbox:     newInboxes(),
 		units:     map[string]*unitRec{},
 		machines:  map[string]*machineRec{},
 		unplaced:  map[string]struct{}{},
 	}
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.inbox.readWake:
+				t.serveReads()
+			}
+		}
+	}()
+	tb.Cleanup(func() { cancel(nil); <-loopDone })
 	for i := range machines {
 		id := fmt.Sprintf("m%05d", i)
 		m := t.machine(id)
@@ -61,9 +81,9 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 }
 
 // BenchmarkBuildSnapshot is one build of the published state, at 100,000
-// and at a million units on 10,000 machines, and how long the scheduler,
-// taking the term's lock every millisecond meanwhile, waited for it at
-// most (lock-wait-ms): every view made (all), or the last snapshot copied
+// and at a million units on 10,000 machines, and how long a read on the
+// loop, made every millisecond meanwhile, waited for the loop at most
+// (loop-wait-ms): every view made (all), or the last snapshot copied
 // with a fifth of the units changed since (a fifth; a start of a million
 // changes about that many between two builds).
 func BenchmarkBuildSnapshot(b *testing.B) {
@@ -87,23 +107,22 @@ func BenchmarkBuildSnapshot(b *testing.B) {
 						case <-time.After(time.Millisecond):
 						}
 						start := time.Now()
-						t.mu.Lock()
+						t.onLoop(func() {})
 						maxWait = max(maxWait, time.Since(start))
-						t.mu.Unlock()
 					}
 				}()
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
 					b.StopTimer()
-					t.mu.Lock()
-					if changed == "all" {
-						t.views = nil
-					} else {
-						for j := i % 5; j < n; j += 5 {
-							t.viewChanged(names[j])
+					t.onLoop(func() {
+						if changed == "all" {
+							t.views = nil
+						} else {
+							for j := i % 5; j < n; j += 5 {
+								t.viewChanged(names[j])
+							}
 						}
-					}
-					t.mu.Unlock()
+					})
 					b.StartTimer()
 					if s, _ := t.buildSnapshot(); len(s.Units) != n {
 						b.Fatalf("%d units", len(s.Units))
@@ -112,15 +131,15 @@ func BenchmarkBuildSnapshot(b *testing.B) {
 				b.StopTimer()
 				close(stop)
 				<-done
-				b.ReportMetric(float64(maxWait.Microseconds())/1000, "lock-wait-ms")
+				b.ReportMetric(float64(maxWait.Microseconds())/1000, "loop-wait-ms")
 			})
 		}
 	}
 }
 
 // TestStateDoesNotWait: once a state exists, a read that finds it stale
-// gets it at once, even while the term's lock is held, and starts one
-// rebuild, which later reads get; with nothing changed, no rebuild.
+// gets it at once, even while the loop is busy, and starts one rebuild,
+// which later reads get; with nothing changed, no rebuild.
 func TestStateDoesNotWait(t *testing.T) {
 	tm := publishTerm(t, 10, 2)
 	first := tm.state() // the first read waits for a build
@@ -137,10 +156,14 @@ func TestStateDoesNotWait(t *testing.T) {
 		t.Fatalf("with nothing changed, a new state was built (generation %d)", got.Generation)
 	}
 
-	tm.mu.Lock() // the scheduler writes, and holds the lock meanwhile
-	tm.units["new.service"] = newTestRec("new.service", tm.units["bench@0.service"].file, unit.Launched, "")
-	tm.namesStale.Store(true)
-	tm.changed()
+	tm.onLoop(func() {
+		tm.units["new.service"] = newTestRec("new.service", tm.units["bench@0.service"].file, unit.Launched, "")
+		tm.namesStale.Store(true)
+		tm.changed()
+	})
+	busy, release := make(chan struct{}), make(chan struct{})
+	go tm.onLoop(func() { close(busy); <-release }) // the loop busy with a pass
+	<-busy
 	age()
 	gen := tm.e.generation.Load()
 	returned := make(chan struct{})
@@ -155,13 +178,40 @@ func TestStateDoesNotWait(t *testing.T) {
 	select {
 	case <-returned:
 	case <-time.After(10 * time.Second):
-		tm.mu.Unlock()
+		close(release)
 		t.Fatal("a read of a stale state waited for the rebuild")
 	}
-	tm.mu.Unlock()
+	close(release)
 	waitfor.True(t, 10*time.Second, "the rebuild a stale read started", func() bool { return tm.state() != first })
 	if got := tm.state(); len(got.Units) != 11 || tm.e.generation.Load() != gen+1 {
 		t.Errorf("rebuilt state has %d units, %d builds since; want 11 units from one build", len(got.Units), tm.e.generation.Load()-gen)
+	}
+}
+
+// TestStateTermEnds: a build under way when the term ends gives no state
+// (the term's first read gets none: the engine does not lead), and its
+// call that the loop runs after the build gave up touches nothing the
+// build still reads.
+func TestStateTermEnds(t *testing.T) {
+	tm := publishTerm(t, 10, 2)
+	busy, release := make(chan struct{}), make(chan struct{})
+	go tm.onLoop(func() { close(busy); <-release }) // the loop busy with a pass
+	<-busy
+	defer close(release)
+	got := make(chan *state.Snapshot)
+	go func() { got <- tm.state() }()
+	waitfor.True(t, 10*time.Second, "the build's first call queued", func() bool {
+		tm.inbox.mu.Lock()
+		defer tm.inbox.mu.Unlock()
+		return len(tm.inbox.reads) > 0
+	})
+	tm.cancel(ErrNotLeader)
+	if s := <-got; s != nil {
+		t.Fatalf("a term that ended before its first build gave a state of %d units", len(s.Units))
+	}
+	tm.serveReads() // the loop, not yet stopped, answers the call anyway
+	if s := tm.snapshot.Load(); s != nil {
+		t.Errorf("the build the term's end cut short was published (%d units)", len(s.Units))
 	}
 }
 
@@ -170,12 +220,12 @@ func TestStateDoesNotWait(t *testing.T) {
 func TestStateShowsAckedWrite(t *testing.T) {
 	tm := publishTerm(t, 10, 2)
 	first := tm.state()
-	tm.mu.Lock() // as an apply round: acknowledged, then applied, under the lock
-	tm.acked.Add(1)
-	tm.units["new.service"] = newTestRec("new.service", tm.units["bench@0.service"].file, unit.Launched, "")
-	tm.namesStale.Store(true)
-	tm.changed()
-	tm.mu.Unlock()
+	tm.onLoop(func() { // as an apply round: acknowledged, then applied, on the loop
+		tm.acked.Add(1)
+		tm.units["new.service"] = newTestRec("new.service", tm.units["bench@0.service"].file, unit.Launched, "")
+		tm.namesStale.Store(true)
+		tm.changed()
+	})
 	got := tm.state()
 	if got == first || len(got.Units) != 11 {
 		t.Fatalf("state read after an acknowledged write has %d units (generation %d, the last was %d), want 11", len(got.Units), got.Generation, first.Generation)
@@ -185,28 +235,26 @@ func TestStateShowsAckedWrite(t *testing.T) {
 	}
 }
 
-// TestPublishCostExcludesLockWaits: what a build of the state waited for
-// the lock is not counted in its cost, which spaces the next build (4×
-// the cost): a build that waited for writers seconds would otherwise keep
-// the state stale four times as long.
-func TestPublishCostExcludesLockWaits(t *testing.T) {
+// TestPublishCostExcludesLoopWaits: what a build of the state waited for
+// the loop is not counted in its cost, which spaces the next build (4×
+// the cost): a build that waited for the loop's work seconds would
+// otherwise keep the state stale four times as long.
+func TestPublishCostExcludesLoopWaits(t *testing.T) {
 	tm := publishTerm(t, 1000, 10)
 	const hold = 300 * time.Millisecond
-	tm.mu.Lock()
-	go func() {
-		time.Sleep(hold)
-		tm.mu.Unlock()
-	}()
-	tm.pubMu.Lock()
 	start := time.Now()
+	busy := make(chan struct{})
+	go tm.onLoop(func() { close(busy); time.Sleep(hold) }) // the loop busy with a pass
+	<-busy
+	tm.pubMu.Lock()
 	tm.publish()
 	took := time.Since(start)
 	tm.pubMu.Unlock()
 	if took < hold {
-		t.Fatalf("the build took %v, less than the %v the lock was held", took, hold)
+		t.Fatalf("the build took %v, less than the %v the loop was busy", took, hold)
 	}
 	if tm.pubCost > took-hold+50*time.Millisecond {
-		t.Errorf("the build's cost is %v of its %v, which waited %v for the lock: the wait is counted", tm.pubCost, took, hold)
+		t.Errorf("the build's cost is %v of its %v, which waited %v for the loop: the wait is counted", tm.pubCost, took, hold)
 	}
 }
 
@@ -234,11 +282,9 @@ func TestSnapshotNames(t *testing.T) {
 	// One goes and one comes: as many units, other names.
 	// (As setUnitFrom does it, without the rest of a term.)
 	gone := tm.units["bench@1.service"]
-	tm.mu.Lock()
 	delete(tm.units, "bench@1.service")
 	tm.units["bench@10.service"] = newTestRec("bench@10.service", gone.file, unit.Launched, gone.machine)
 	tm.namesStale.Store(true)
-	tm.mu.Unlock()
 	want = []string{"bench@0.service", "bench@10.service", "bench@2.service", "bench@3.service", "bench@4.service"}
 	if got := build(); !slices.Equal(got, want) {
 		t.Fatalf("after a unit went and another came: %v; want %v", got, want)
@@ -294,10 +340,8 @@ func TestSnapshotCopies(t *testing.T) {
 	// bench@17.service fails on its machine.
 	r := tm.units["bench@17.service"]
 	m := tm.machines[r.machine]
-	tm.mu.Lock()
 	tm.observe(m, agentStatus{Applied: r.file.Hash, Status: unit.Status{Name: "bench@17.service", Hash: r.file.Hash,
 		Load: "loaded", Active: "failed", Sub: "failed"}}, time.Now())
-	tm.mu.Unlock()
 	next, _ := tm.buildSnapshot()
 	i, _ := slices.BinarySearchFunc(next.Units, "bench@17.service", func(u state.Unit, n string) int { return strings.Compare(u.Name, n) })
 	if u := next.Units[i]; u.Name != "bench@17.service" || u.Status == nil || u.Status.Active != "failed" {
@@ -309,9 +353,7 @@ func TestSnapshotCopies(t *testing.T) {
 		}
 	}
 	// A change that says nothing is found by the check.
-	tm.mu.Lock()
 	tm.putState(m, agentStatus{Status: unit.Status{Name: "bench@27.service", Load: "loaded", Active: "inactive", Sub: "dead"}}) // on the same machine
-	tm.mu.Unlock()
 	defer func() {
 		if recover() == nil {
 			t.Error("a view changed without viewChanged went unnoticed")
@@ -342,7 +384,6 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 	actives := []string{"active", "failed", "inactive", "activating"}
 	var prev *state.Snapshot
 	for step := range 3000 {
-		tm.mu.Lock()
 		all := names()
 		name := all[r.IntN(len(all))]
 		rec := tm.units[name]
@@ -375,7 +416,6 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 			n := fmt.Sprintf("new@%d.service", step)
 			tm.setUnit(n, newTestRec(n, rec.file, unit.Launched, fmt.Sprintf("m%05d", r.IntN(6))))
 		}
-		tm.mu.Unlock()
 		if r.IntN(5) == 0 {
 			// Published and, one in two, read whole: encoded from the
 			// last one read whole, which it must equal afresh.
@@ -392,9 +432,7 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 		}
 	}
 	s, _ := tm.buildSnapshot()
-	tm.mu.Lock()
 	tm.views, tm.namesFrom = nil, nil // the next build makes every view
-	tm.mu.Unlock()
 	fresh, _ := tm.buildSnapshot()
 	if len(s.Units) != len(fresh.Units) {
 		t.Fatalf("%d units copied, %d made afresh", len(s.Units), len(fresh.Units))

@@ -122,7 +122,7 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 }
 
 // machineViews renders the connected machines sorted by ID. It runs on the
-// loop (views), or under mu (the publisher).
+// loop (views, and the state's builds).
 func (t *term) machineViews() []apiv1.Machine {
 	out := []apiv1.Machine{}
 	var moving map[string]int // draining machine -> its units mid-move

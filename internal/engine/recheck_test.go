@@ -26,9 +26,10 @@ func TestFreshTermChecksNothing(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	waitfor.True(t, 10*time.Second, "the engine leads", func() bool { return e.leader() != nil })
 	tm := e.leader()
-	tm.mu.RLock()
-	rechecked := tm.rechecked
-	tm.mu.RUnlock()
+	rechecked, err := readOnLoop(tm, func() (bool, error) { return tm.rechecked, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !rechecked {
 		t.Error("a term that loaded no placed unit has its check of placed units to do")
 	}

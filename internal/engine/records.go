@@ -37,8 +37,7 @@ import (
 
 // unitStore is how the term's units are stored, besides t.units: the files by
 // content, the range records standing for units, and the units whose
-// schedule/ key predates records holding the machine. The loop's, changed
-// under mu.
+// schedule/ key predates records holding the machine. The loop's.
 //
 // Its invariants (check):
 //   - each file counts the units in t.units naming it and the versions
@@ -129,8 +128,7 @@ func record(name string, r *unitRec) registry.Record {
 }
 
 // putRecord appends to ops the ops that write unit name's record (and
-// delete its schedule/ key of an older layout). Callers hold mu or run on
-// the loop.
+// delete its schedule/ key of an older layout). It runs on the loop.
 func (t *term) putRecord(ops []registry.Op, name string, r *unitRec) []registry.Op {
 	ops = append(ops, registry.PutUnit(t.keys, record(name, r)))
 	if t.store.legacy[name] {
@@ -156,7 +154,7 @@ func (st *unitStore) written(name string) {
 }
 
 // refFile counts the units naming each stored file as rec replaces old
-// (either may be nil). Callers hold mu for writing.
+// (either may be nil). It runs on the loop.
 func (st *unitStore) refFile(old, rec *unitRec) {
 	if rec != nil && rec.content != "" {
 		f := st.files[rec.content]
@@ -208,8 +206,7 @@ type storedFiles struct {
 	files    []registry.Op
 }
 
-// markStored notes files etcd now holds. It runs on the loop, which holds
-// mu for writing.
+// markStored notes files etcd now holds. It runs on the loop.
 func (st *unitStore) markStored(sf storedFiles) {
 	for i, c := range sf.contents {
 		f := st.files[c]
@@ -243,14 +240,12 @@ func (t *term) dropFiles() error {
 	if err := t.commit(ops); err != nil {
 		return err
 	}
-	t.mu.Lock()
 	for _, c := range gone {
 		if f := t.store.files[c]; f != nil && f.refs <= 0 {
 			delete(t.store.files, c)
 			delete(t.store.rawContent, f.text)
 		}
 	}
-	t.mu.Unlock()
 	return nil
 }
 
@@ -281,17 +276,13 @@ func (t *term) materialize() error {
 				}
 			}
 		})
-		t.mu.Lock()
 		t.store.markStored(sf)
-		t.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		t.mu.Lock()
 		for _, name := range part {
 			t.store.written(name)
 		}
-		t.mu.Unlock()
 	}
 	return t.dropRanges()
 }

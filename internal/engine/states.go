@@ -36,8 +36,8 @@ func (st storedStatus) ok() bool { return st.codes != unique.Handle[statusCodes]
 // The states a machine's agent reported are kept in two places: a unit
 // scheduled on the machine has its state in its entry of the machine's
 // list (unitList, at its record's slot); any other unit's is in the
-// machine's others. These find the one a name goes to. Callers hold mu
-// (for writing, to change them).
+// machine's others. These find the one a name goes to. They run on the
+// loop.
 
 // listed returns unit name's entry in m's list, nil unless it is
 // scheduled there.

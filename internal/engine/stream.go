@@ -66,7 +66,7 @@ const maxSentFiles = 256
 // once for the slice and sends its units in one message. Woken one by
 // one, a sender took each unit as it was queued: an agent got its units of
 // a slice in as many messages, and a million units took a message a unit
-// on both sides. Guarded by the term's mu (held for writing).
+// on both sides. The loop's.
 type wakeHold struct {
 	on    bool
 	conns map[*agentConn]struct{}
@@ -90,7 +90,7 @@ func wakeAll(conns map[*agentConn]struct{}) {
 }
 
 // wakeSender wakes c's sender, or records it to wake once the hold ends.
-// Callers hold the term's mu.
+// It runs on the loop.
 func (c *agentConn) wakeSender() {
 	if c.hold != nil && c.hold.on {
 		if c.hold.conns == nil {

@@ -21,8 +21,9 @@ import (
 )
 
 // unitRec is a unit as the leader holds it. A unitRec is never modified in
-// place once published in term.units: changes replace it, so the state's
-// builder, holding the read lock, sees consistent records.
+// place once published in term.units: changes replace it, so that the
+// goroutines holding one (a stream's sender, a commit in flight) see it
+// whole.
 //
 // A million of them are among the leader's largest memory: 80 bytes each
 // (a size class of Go's allocator; 112 before): the name is su's, the
@@ -44,8 +45,8 @@ type unitRec struct {
 	atPlaced bool
 	want     wantCode
 	// slot is the unit's place in its machine's list (machineRec.units),
-	// kept by setUnitFrom; set in place under the write lock (no reader
-	// reads it), and only meaningful in the record t.units holds.
+	// kept by setUnitFrom; set in place by the loop (nothing else reads
+	// it), and only meaningful in the record t.units holds.
 	slot int32
 }
 
@@ -99,8 +100,8 @@ type agentStatus struct {
 	Observed time.Time
 }
 
-// observe records a unit's status reported by machine m at now. Callers
-// hold mu for writing.
+// observe records a unit's status reported by machine m at now. It runs
+// on the loop.
 func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	t.changed()
 	if r := t.units[s.Name]; r != nil {
@@ -121,7 +122,7 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	if s.Active == "active" && (!ok || prev.Active != "active") {
 		if r := t.units[s.Name]; r != nil && r.at != 0 && r.atPlaced && r.machine == m.info.ID {
 			t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("active").Observe(now.Sub(unixNano(r.at)).Seconds())
-			r.at = 0 // a timing field: safe to clear in place under the write lock
+			r.at = 0 // a timing field only the loop reads: safe to clear in place
 		}
 	}
 	if !ok || prev.Load != s.Load || prev.Active != s.Active || prev.Sub != s.Sub || prev.Health != s.Health {
@@ -200,7 +201,7 @@ func (m *machineRec) sentAt() time.Time {
 
 // reachable reports whether the machine's agent can be told anything: its
 // stream is open and it has spoken within muteAfter (in the etcd registry
-// mode: its presence key exists). Callers hold mu.
+// mode: its presence key exists). It runs on the loop.
 func (t *term) reachable(m *machineRec, now time.Time) bool {
 	if m.conn == nil {
 		return false
@@ -237,11 +238,10 @@ type term struct {
 	wg         sync.WaitGroup
 	deg        *degradation // lease and etcd reachability (degraded.go)
 
-	// What follows is the decision state: the loop goroutine's alone
-	// (inputs.go says how the rest reach it). mu is held for writing by
-	// the loop while it changes what the state's builder reads (publish.go,
-	// the one reader that takes it for reading); the loop reads without it.
-	mu       sync.RWMutex
+	// What follows is the decision state: the loop goroutine's alone, with
+	// no lock. Other goroutines reach it through the loop (inputs.go): they
+	// queue inputs, or reads it runs between its steps (onLoop), as the
+	// state's builder does (publish.go).
 	units    map[string]*unitRec
 	machines map[string]*machineRec
 	unplaced map[string]struct{} // wanted units without a machine
@@ -289,13 +289,12 @@ type term struct {
 
 	// store is how units are stored (records.go): files by content, the
 	// range records not yet materialized, and what else names records.
-	// Changed by the loop under mu.
+	// The loop's.
 	store    unitStore
 	versions versionsState // versions.go
 	deploys  deployState   // deploy.go
 
-	// sched is the scheduler's mirror (mirror.go): not read by the
-	// state's builder, the loop changes it without mu.
+	// sched is the scheduler's mirror (mirror.go), the loop's.
 	sched mirror
 
 	reqs chan *applyReq
@@ -331,13 +330,13 @@ type term struct {
 	namesFrom  *state.Snapshot // the last snapshot built, while it holds every unit (sortedNames)
 	namesStale atomic.Bool     // units came or went since namesFrom's names were listed
 	// views are the values the last builds' units share, kept from build
-	// to build while units are only changed (pubMu's).
+	// to build while units are only changed: the loop's, used only by the
+	// builds' calls on it (buildSnapshot).
 	views *sharedViews
 	// The units whose view in the published state changed since the last
 	// build began (viewChanged): a build while no unit came or went
 	// copies the last snapshot and makes only their views again. Too many
-	// to list, and the next build makes every view (dirtyAll).
-	dirtyMu  sync.Mutex
+	// to list, and the next build makes every view (dirtyAll). The loop's.
 	dirty    []string
 	dirtyAll bool
 	events   *eventLog
@@ -605,7 +604,8 @@ func (t *term) stop() {
 	t.wg.Wait()
 }
 
-// machine returns the record of machine id, creating it. Callers hold mu.
+// machine returns the record of machine id, creating it. It runs on the
+// loop.
 func (t *term) machine(id string) *machineRec {
 	m, ok := t.machines[id]
 	if !ok {
@@ -650,9 +650,7 @@ func (t *term) loop() {
 			// Agents' reports and other inputs: applied, without a pass
 			// unless one of them asks for one (poke).
 			t.now = t.e.cfg.Now()
-			t.mu.Lock()
 			t.applyInputs()
-			t.mu.Unlock()
 			if t.machinesMoved {
 				t.machinesMoved = false
 				t.publishViews()
@@ -749,7 +747,7 @@ func assignment(r *unitRec) *agentpb.Assignment {
 }
 
 // setUnit publishes rec as unit name's record (nil deletes it), keeping the
-// indexes and telling the agents concerned. Callers hold mu for writing.
+// indexes and telling the agents concerned. It runs on the loop.
 func (t *term) setUnit(name string, rec *unitRec) {
 	t.setUnitFrom(name, t.units[name], rec)
 }
@@ -762,7 +760,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	// What follows from the file alone is unchanged when the file is: a
 	// range of a million instances started or stopped changes only their
 	// desired state, and each map operation skipped here is a second
-	// under the lock at that size.
+	// of the loop's at that size.
 	sameFile := old != nil && rec != nil && old.file == rec.file
 	if !sameFile || old.content != rec.content {
 		t.store.refFile(old, rec)
@@ -853,7 +851,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 
 // metadata is a machine's effective metadata: what it reports, less the
 // keys an admin reserved (scheduler.Options.ReservedMetadata), changed by
-// the API's overrides, which win. Callers hold mu.
+// the API's overrides, which win. It runs on the loop.
 func (t *term) metadata(m *machineRec) map[string]string {
 	ov := t.overrides[m.info.ID]
 	reserved := t.options.ReservedMetadata

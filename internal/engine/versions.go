@@ -22,7 +22,7 @@ import (
 // file is a stored file, counted in storedFile.refs), so history, diff and
 // revert read memory, and a plan's check index is known without etcd.
 
-// versionsState is the term's versions. Changed by the loop under mu.
+// versionsState is the term's versions: the loop's.
 type versionsState struct {
 	logs  map[string]registry.VersionLog
 	index int64 // the cluster's version index: the newest version's
@@ -70,7 +70,7 @@ func heldContents(name string, l registry.VersionLog) []string {
 }
 
 // refVersions counts the files of unit name's log as it changes from old
-// to next (either may be nil). Callers hold mu for writing.
+// to next (either may be nil). It runs on the loop.
 func (t *term) refVersions(name string, old, next *registry.VersionLog) {
 	if next != nil {
 		for _, c := range heldContents(name, *next) {
@@ -295,8 +295,7 @@ func (t *term) commitVersionFiles(p *roundPlan) (storedFiles, error) {
 	return sf, nil
 }
 
-// applyVersions makes memory follow a durable round. Callers hold mu for
-// writing.
+// applyVersions makes memory follow a durable round. It runs on the loop.
 func (t *term) applyVersions(p *roundPlan) {
 	for name, l := range p.versions.logs {
 		if old, ok := t.versions.logs[name]; ok {
