@@ -236,50 +236,14 @@ func (t *term) buildSnapshot() (*state.Snapshot, buildCost) {
 		// at a million units that was 16 MB more.
 		slices.Sort(names) // off the loop: a million names take a second
 	}
+	var ok bool
 	if all {
-		s.Units = make([]state.Unit, 0, n)
-		for lo := 0; lo < n; lo += buildChunk {
-			if c.onLoop(t, func() {
-				for i := lo; i < min(lo+buildChunk, n); i++ {
-					if r := t.units[nameAt(i)]; r != nil { // else gone since the names were listed
-						s.Units = append(s.Units, state.Unit{Name: r.name(), Shared: t.view(r)})
-					}
-				}
-			}) != nil {
-				return nil, c
-			}
-		}
+		ok = t.makeViews(s, &c, n, nameAt)
 	} else {
-		s.Units = slices.Clone(prev.Units)
-		slices.Sort(dirty)
-		dirty = slices.Compact(dirty)
-		at := make([]int, len(dirty)) // each one's unit in s.Units; -1: none
-		for j, name := range dirty {
-			i, ok := slices.BinarySearchFunc(s.Units, name, func(u state.Unit, name string) int { return strings.Compare(u.Name, name) })
-			if !ok {
-				i = -1 // came since the index was built: the next build lists it
-			}
-			at[j] = i
-		}
-		gone := false
-		for lo := 0; lo < len(dirty); lo += buildChunk {
-			if c.onLoop(t, func() {
-				for j := lo; j < min(lo+buildChunk, len(dirty)); j++ {
-					if i := at[j]; i < 0 {
-						continue
-					} else if r := t.units[dirty[j]]; r != nil {
-						s.Units[i].Shared = t.view(r)
-					} else {
-						s.Units[i].Shared, gone = nil, true
-					}
-				}
-			}) != nil {
-				return nil, c
-			}
-		}
-		if gone {
-			s.Units = slices.DeleteFunc(s.Units, func(u state.Unit) bool { return u.Shared == nil })
-		}
+		ok = t.remakeViews(s, &c, prev, dirty)
+	}
+	if !ok {
+		return nil, c
 	}
 	t.built(s, n)
 	var (
@@ -300,6 +264,62 @@ func (t *term) buildSnapshot() (*state.Snapshot, buildCost) {
 	}
 	t.countUnits(s, unplaced)
 	return s, c
+}
+
+// makeViews lists in s every unit of the n that nameAt names, with its view
+// made again, on the loop buildChunk units at a time. It reports false when
+// the term ended meanwhile.
+func (t *term) makeViews(s *state.Snapshot, c *buildCost, n int, nameAt func(int) string) bool {
+	s.Units = make([]state.Unit, 0, n)
+	for lo := 0; lo < n; lo += buildChunk {
+		if c.onLoop(t, func() {
+			for i := lo; i < min(lo+buildChunk, n); i++ {
+				if r := t.units[nameAt(i)]; r != nil { // else gone since the names were listed
+					s.Units = append(s.Units, state.Unit{Name: r.name(), Shared: t.view(r)})
+				}
+			}
+		}) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// remakeViews copies prev's units into s and makes again, on the loop
+// buildChunk units at a time, the views of the dirty ones (dropping those
+// gone). It reports false when the term ended meanwhile.
+func (t *term) remakeViews(s *state.Snapshot, c *buildCost, prev *state.Snapshot, dirty []string) bool {
+	s.Units = slices.Clone(prev.Units)
+	slices.Sort(dirty)
+	dirty = slices.Compact(dirty)
+	at := make([]int, len(dirty)) // each one's unit in s.Units; -1: none
+	for j, name := range dirty {
+		i, ok := slices.BinarySearchFunc(s.Units, name, func(u state.Unit, name string) int { return strings.Compare(u.Name, name) })
+		if !ok {
+			i = -1 // came since the index was built: the next build lists it
+		}
+		at[j] = i
+	}
+	gone := false
+	for lo := 0; lo < len(dirty); lo += buildChunk {
+		if c.onLoop(t, func() {
+			for j := lo; j < min(lo+buildChunk, len(dirty)); j++ {
+				if i := at[j]; i < 0 {
+					continue
+				} else if r := t.units[dirty[j]]; r != nil {
+					s.Units[i].Shared = t.view(r)
+				} else {
+					s.Units[i].Shared, gone = nil, true
+				}
+			}
+		}) != nil {
+			return false
+		}
+	}
+	if gone {
+		s.Units = slices.DeleteFunc(s.Units, func(u state.Unit) bool { return u.Shared == nil })
+	}
+	return true
 }
 
 // view returns unit r's view, as the published state shows it; r is the
