@@ -114,17 +114,18 @@ func (e *Engine) Machines() ([]apiv1.Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := t.readViews()
-	if err != nil {
-		return nil, err
-	}
-	return v.machines, nil
+	// The machines' views are made when asked, on the loop (which shows
+	// every write acknowledged before the call), not published with the
+	// loop's other views: made again at each publish, after every pass
+	// and every agent's attach, they were most of the engine's added
+	// garbage during a start (docs/benchmarks.md).
+	return readOnLoop(t, func() ([]apiv1.Machine, error) { return t.machineViews(), nil })
 }
 
 // machineViews renders the connected machines sorted by ID. It runs on the
-// loop (views, and the state's builds).
+// loop (Machines, and the state's builds).
 func (t *term) machineViews() []apiv1.Machine {
-	out := []apiv1.Machine{}
+	out := make([]apiv1.Machine, 0, len(t.machines))
 	var moving map[string]int // draining machine -> its units mid-move
 	if len(t.moves.drainMachines) > 0 {
 		moving = map[string]int{}

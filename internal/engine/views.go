@@ -8,8 +8,7 @@ import (
 
 // loopViews are small views of the decision state that the loop publishes
 // for readers: made by the loop from its state, immutable once published,
-// and loaded by readers without a lock (Machines, Scheduler,
-// KeepVersions). The loop publishes them after a round of writes is
+// and loaded by readers without a lock (Scheduler, KeepVersions). The loop publishes them after a round of writes is
 // applied, after a pass, and after inputs that change machines; the
 // cluster state (publish.go) is the other published value.
 type loopViews struct {
@@ -19,7 +18,6 @@ type loopViews struct {
 	writes uint64
 	// changes is t.changes when they were made.
 	changes   uint64
-	machines  []apiv1.Machine
 	scheduler apiv1.Scheduler
 	keep      int
 	next      chan struct{} // closed once newer views are published
@@ -30,7 +28,7 @@ type loopViews struct {
 func (t *term) publishViews() {
 	s := optionsToAPI(t.options)
 	s.Shares = maps.Clone(t.shares)
-	v := &loopViews{writes: t.acked.Load(), changes: t.changes.Load(), machines: t.machineViews(), scheduler: s,
+	v := &loopViews{writes: t.acked.Load(), changes: t.changes.Load(), scheduler: s,
 		keep: t.versions.keep, next: make(chan struct{})}
 	if old := t.published.Swap(v); old != nil {
 		close(old.next)
