@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 var flotillaBin string
@@ -165,6 +166,15 @@ func newCluster(t *testing.T, n int, extra func(i int) []string) *cluster {
 
 // newClusterOn starts n daemons of the flotilla binary bin ("": the one
 // under test).
+// newLeadingNode starts a one-node cluster (newCluster's extra flags) and
+// returns its node once it leads.
+func newLeadingNode(t *testing.T, extra func(i int) []string) *node {
+	c := newCluster(t, 1, extra)
+	n1 := c.nodes[0]
+	waitfor.Until(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
+	return n1
+}
+
 func newClusterOn(t *testing.T, n int, bin string, extra func(i int) []string) *cluster {
 	t.Helper()
 	c := &cluster{t: t}

@@ -58,9 +58,7 @@ func TestHealthChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, 1, nil)
-	n1 := c.nodes[0]
-	waitfor.Until(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
+	n1 := newLeadingNode(t, nil)
 
 	const interval, unhealthyAfter = time.Second, 3
 	dir := t.TempDir()
@@ -217,9 +215,7 @@ func TestHealthChecksWithDaemonKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, 1, nil)
-	n1 := c.nodes[0]
-	waitfor.Until(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
+	n1 := newLeadingNode(t, nil)
 	dir := t.TempDir()
 	flag, startsFile := filepath.Join(dir, "ok"), filepath.Join(dir, "starts")
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {

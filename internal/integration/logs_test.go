@@ -20,9 +20,7 @@ func TestUnitLogs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a daemon")
 	}
-	c := newCluster(t, 1, func(int) []string { return []string{"--log-max-size", "1K", "--log-max-files", "2"} })
-	n1 := c.nodes[0]
-	waitfor.Until(t, 60*time.Second, "a leader", func() error { _, err := leaderOf(t, n1); return err })
+	n1 := newLeadingNode(t, func(int) []string { return []string{"--log-max-size", "1K", "--log-max-files", "2"} })
 	const chatty = `[Service]
 ExecStart=/bin/sh -c 'i=0; while [ $i -lt 200 ]; do echo line $i of %s; i=$((i+1)); done; exec sleep 600'
 TimeoutStopSec=5
