@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/unit"
@@ -416,7 +415,7 @@ func (t *term) applyDeploys(p *roundPlan) {
 		old, had := t.deploys.recs[name]
 		if d == nil {
 			delete(t.deploys.recs, name)
-			t.events.append(apiv1.Event{Type: "deployment", Unit: name, Removed: true, Revision: t.committer.Revision()}, t.now)
+			t.events.append(loggedEvent{kind: deploymentKind, unit: name, removed: true, rev: t.committer.Revision()}, t.now)
 			continue
 		}
 		t.deploys.recs[name] = *d
@@ -427,8 +426,8 @@ func (t *term) applyDeploys(p *roundPlan) {
 		if !d.Active() && (!had || old.Active() || old.ToVersion != d.ToVersion) {
 			t.e.cfg.Metrics.DeploymentSteps.WithLabelValues(d.Status).Inc()
 		}
-		t.events.append(apiv1.Event{Type: "deployment", Unit: name, Status: d.Status, Version: d.ToVersion, Done: d.Done,
-			Message: d.Message, Revision: t.committer.Revision()}, t.now)
+		t.events.append(loggedEvent{kind: deploymentKind, unit: name, a: d.Status, b: d.Message, version: int32(d.ToVersion),
+			done: int32(d.Done), rev: t.committer.Revision()}, t.now)
 	}
 }
 

@@ -50,7 +50,7 @@ func TestEventLog(t *testing.T) {
 		t.Fatal("subscribe(\"\") = reset")
 	}
 	for i := range 3 {
-		l.append(apiv1.Event{Type: "unit", Unit: fmt.Sprintf("u%d.service", i)}, time.Now())
+		l.append(loggedEvent{kind: unitKind, unit: fmt.Sprintf("u%d.service", i)}, time.Now())
 	}
 	waitfor.True(t, 5*time.Second, "3 events published", func() bool { return l.published.Load() >= 3 })
 	ra, _ := a.Read()
@@ -76,7 +76,7 @@ func TestEventLog(t *testing.T) {
 	// may resume where it was.
 	slow, _ := l.subscribe("")
 	for range maxReaderLag + 10 {
-		l.append(apiv1.Event{Type: "state", Unit: "u.service"}, time.Now())
+		l.append(loggedEvent{kind: stateKind, unit: "u.service"}, time.Now())
 	}
 	waitfor.True(t, 5*time.Second, "the events past the slow reader published", func() bool { return l.published.Load() >= 3+maxReaderLag+10 })
 	if _, err := slow.Read(); !errors.Is(err, ErrSlowReader) || !strings.Contains(err.Error(), "resume from 7.3") {
@@ -102,7 +102,7 @@ func TestEventAppendNeverWaitsForReaders(t *testing.T) {
 	for range 3000 {
 		l.subscribe("")
 	}
-	l.append(apiv1.Event{Type: "unit", Unit: "first.service"}, time.Now())
+	l.append(loggedEvent{kind: unitKind, unit: "first.service"}, time.Now())
 	waitfor.True(t, 5*time.Second, "the first event published", func() bool { return l.published.Load() >= 1 })
 	l.winMu.RLock() // a reader finding its page
 	encoding := make(chan struct{})
@@ -113,7 +113,7 @@ func TestEventAppendNeverWaitsForReaders(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range 100_000 {
-			l.append(apiv1.Event{Type: "state", Unit: "u.service"}, time.Now())
+			l.append(loggedEvent{kind: stateKind, unit: "u.service"}, time.Now())
 		}
 	}()
 	select {
@@ -123,4 +123,28 @@ func TestEventAppendNeverWaitsForReaders(t *testing.T) {
 	}
 	l.winMu.RUnlock()
 	close(release)
+}
+
+// TestLoggedEventFields checks that every kind of event the log keeps
+// comes back with each field the API shows it with.
+func TestLoggedEventFields(t *testing.T) {
+	for _, tc := range []struct {
+		le   loggedEvent
+		want apiv1.Event
+	}{
+		{loggedEvent{kind: unitKind, rev: 7, unit: "u.service", machine: "m1", a: "h", b: "launched", c: "why", global: true},
+			apiv1.Event{Type: "unit", Revision: 7, Unit: "u.service", Machine: "m1", Hash: "h", DesiredState: "launched", Reason: "why", Global: true}},
+		{loggedEvent{kind: unitKind, unit: "u.service", removed: true},
+			apiv1.Event{Type: "unit", Unit: "u.service", Removed: true}},
+		{loggedEvent{kind: stateKind, rev: 8, unit: "u.service", machine: "m1", a: "loaded", b: "active", c: "running", d: "healthy"},
+			apiv1.Event{Type: "state", Revision: 8, Unit: "u.service", Machine: "m1", Load: "loaded", Active: "active", Sub: "running", Health: "healthy"}},
+		{loggedEvent{kind: machineKind, rev: 9, machine: "m2", removed: true},
+			apiv1.Event{Type: "machine", Revision: 9, Machine: "m2", Removed: true}},
+		{loggedEvent{kind: deploymentKind, rev: 10, unit: "web@.service", a: "running", b: "2 of 4", version: 3, done: 2},
+			apiv1.Event{Type: "deployment", Revision: 10, Unit: "web@.service", Status: "running", Message: "2 of 4", Version: 3, Done: 2}},
+	} {
+		if got := tc.le.event(); got != tc.want {
+			t.Errorf("%+v: got %+v, want %+v", tc.le, got, tc.want)
+		}
+	}
 }
