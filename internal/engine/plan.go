@@ -277,6 +277,21 @@ func latest(a, b time.Time) time.Time {
 	return b
 }
 
+// attention is, sorted, the machines a pass goes through one by one: those
+// unreachable or draining. A reachable machine's units are looked at only
+// when something asks (Check). At 10,000 machines, sorting every machine's
+// name at every pass was a tenth of the plan's allocations.
+func (in *planInput) attention() []string {
+	var ids []string
+	for id, m := range in.Machines {
+		if !m.Reachable || m.Draining {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // planReconcile decides a reconcile pass. It is pure: everything it reads
 // is in the input.
 func planReconcile(in planInput) reconcilePlan {
@@ -289,7 +304,7 @@ func planReconcile(in planInput) reconcilePlan {
 	inFlight := in.drainsInFlight()
 
 	// Units on machines that are unreachable, or draining.
-	for _, id := range slices.Sorted(maps.Keys(in.Machines)) {
+	for _, id := range in.attention() {
 		m := in.Machines[id]
 		for _, name := range slices.Sorted(slices.Values(m.Units)) {
 			u := in.Unit(name)

@@ -248,7 +248,10 @@ type term struct {
 	// unplacedRoom is the most t.unplaced held since it was made, as
 	// far as shrinkUnplaced saw.
 	unplacedRoom int
-	globals      map[string]struct{} // global units (wanted or not)
+	// machineScratch is the loop's: the map each pass's planInput describes
+	// the machines in (planScratch).
+	machineScratch map[string]planMachine
+	globals        map[string]struct{} // global units (wanted or not)
 	// globalsDirty asks the loop to recompute where global units run.
 	globalsDirty bool
 	// machinesMoved says an input changed a machine (attach, detach,
