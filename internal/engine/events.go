@@ -36,9 +36,9 @@ var ErrSlowReader = errors.New("engine: the event reader fell too far behind")
 // Server-Sent Event and shared by every reader. The engine never waits for
 // a reader:
 //
-//  1. An append (under the term's lock) puts the event on a list behind
-//     appendMu, a lock only the log's encoder also takes, for a swap, and
-//     wakes the encoder. It formats nothing.
+//  1. An append (on the loop) writes the event into a chunk behind
+//     appendMu, a lock only the log's encoder also takes, to take what
+//     was written, and wakes the encoder. It formats nothing.
 //  2. The log's goroutine (encode) moves the list, at most every
 //     eventFlushEvery, into a page it links after the last one, and
 //     closes that page's ready channel, which wakes the readers that
@@ -57,9 +57,9 @@ type eventLog struct {
 	done <-chan struct{} // the term's end
 
 	appendMu sync.Mutex
-	pending  []loggedEvent
-	kick     chan struct{} // cap 1: the encoder has work
-	lastLen  int           // the encoder's: how many it took last
+	full     [][]loggedEvent // chunks filled since the encoder last took them
+	pending  []loggedEvent   // the chunk being filled (what is left of it)
+	kick     chan struct{}   // cap 1: the encoder has work
 
 	winMu     sync.RWMutex
 	window    []*eventPage // the pages holding the last eventLogSize events, oldest first
@@ -149,11 +149,23 @@ func newEventLog(term int64, done <-chan struct{}) *eventLog {
 	return l
 }
 
+// eventChunk is how many events the log allocates room for at once. Events
+// are written into chunks that never grow: a list grown by appends would
+// allocate and copy twice what it holds, three or four million events when
+// a million units start.
+const eventChunk = 1024
+
 // append records le, which happened at at (the loop's clock); its ID is
 // set when it is encoded.
 func (l *eventLog) append(le loggedEvent, at time.Time) {
 	le.at = at.UnixNano()
 	l.appendMu.Lock()
+	if len(l.pending) == cap(l.pending) {
+		if len(l.pending) > 0 {
+			l.full = append(l.full, l.pending)
+		}
+		l.pending = make([]loggedEvent, 0, eventChunk)
+	}
 	l.pending = append(l.pending, le)
 	l.appendMu.Unlock()
 	select {
@@ -171,16 +183,18 @@ func (l *eventLog) encode() {
 		case <-l.done:
 			return
 		}
-		// The next list is made as long as the last one: events come in
-		// bursts, and a list grown from nothing by appends allocates and
-		// copies twice what it holds.
-		next := make([]loggedEvent, 0, l.lastLen)
+		// A page a chunk, and one of the chunk being filled: what is
+		// appended to it after goes past the page's end, and a page's
+		// events never change.
 		l.appendMu.Lock()
-		evs := l.pending
-		l.pending = next
+		pages := l.full
+		if len(l.pending) > 0 {
+			pages = append(pages, l.pending)
+			l.pending = l.pending[len(l.pending):]
+		}
+		l.full = nil
 		l.appendMu.Unlock()
-		l.lastLen = max(len(evs), 16)
-		if len(evs) > 0 {
+		for _, evs := range pages {
 			l.publish(evs)
 		}
 		select {

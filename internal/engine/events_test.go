@@ -148,3 +148,30 @@ func TestLoggedEventFields(t *testing.T) {
 		}
 	}
 }
+
+// TestEventChunks: events written across the log's chunks, some pages
+// published while their chunk was still being filled, come back in order,
+// each once, with their own fields.
+func TestEventChunks(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := newEventLog(3, ctx.Done())
+	c, _ := l.subscribe("")
+	n := 0
+	for _, burst := range []int{5, eventChunk, 1, 2*eventChunk + 7} {
+		for range burst {
+			l.append(loggedEvent{kind: unitKind, unit: fmt.Sprintf("u%d.service", n)}, time.Now())
+			n++
+		}
+		waitfor.True(t, 5*time.Second, "the burst published", func() bool { return l.published.Load() >= uint64(n) })
+	}
+	frames := strings.Split(strings.TrimSuffix(string(readAll(t, c, n)), "\n\n"), "\n\n")
+	if len(frames) != n {
+		t.Fatalf("read %d events, want %d", len(frames), n)
+	}
+	for i, f := range frames {
+		if id, unit := fmt.Sprintf("id: 3.%d\n", i+1), fmt.Sprintf(`"unit":"u%d.service"`, i); !strings.HasPrefix(f, id) || !strings.Contains(f, unit) {
+			t.Fatalf("event %d = %q, want %q with %s", i, f, id, unit)
+		}
+	}
+}
