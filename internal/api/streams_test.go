@@ -99,7 +99,7 @@ func TestLongLivedStreams(t *testing.T) {
 				return
 			}
 			w.(http.Flusher).Flush()
-			time.Sleep(timeout / 2)
+			time.Sleep(timeout / 2) // the stream's pace, past the timeouts: what the test is about
 		}
 		fmt.Fprintln(w, "end")
 	}

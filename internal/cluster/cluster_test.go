@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/systemdtest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // mark is in the command line of every unit process the test starts, so
@@ -130,7 +131,7 @@ func TestCluster(t *testing.T) {
 	if out := x.cli(nil, "list-units"); !strings.Contains(out, "hello.service") || !strings.Contains(out, "forker.service") {
 		t.Errorf("list-units lacks the units:\n%s", out)
 	}
-	systemdtest.WaitFor(t, 20*time.Second, func() error {
+	waitfor.Until(t, 20*time.Second, "the journal of hello.service", func() error {
 		out, err := c.Flotilla(ctx, c.Env(), "journal", "--lines", "2", "hello.service")
 		if err != nil || !strings.Contains(out, "hello") {
 			return fmt.Errorf("journal hello.service = %q, %v; want its hello lines", out, err)
@@ -216,7 +217,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("restarted flotilla.service on the leader %s", leader.Name)
-	systemdtest.WaitFor(t, 60*time.Second, func() error {
+	waitfor.Until(t, 60*time.Second, "a leader and one copy of each unit", func() error {
 		if _, err := x.tryLeader(); err != nil {
 			return err
 		}
@@ -373,7 +374,7 @@ func (x *tour) tryLeader() (Node, error) {
 func (x *tour) leader() Node {
 	x.t.Helper()
 	var l Node
-	systemdtest.WaitFor(x.t, 30*time.Second, func() (err error) {
+	waitfor.Until(x.t, 30*time.Second, "a leader", func() (err error) {
 		l, err = x.tryLeader()
 		return err
 	})
@@ -522,7 +523,7 @@ func (x *tour) oneCopy(skip []string) error {
 
 func (x *tour) waitOneCopy(skip []string, timeout time.Duration) {
 	x.t.Helper()
-	systemdtest.WaitFor(x.t, timeout, func() error { return x.oneCopy(skip) })
+	waitfor.Until(x.t, timeout, "one copy of each unit", func() error { return x.oneCopy(skip) })
 }
 
 // waitElsewhere waits until each unit of lost has a process on a machine
@@ -530,7 +531,7 @@ func (x *tour) waitOneCopy(skip []string, timeout time.Duration) {
 // active there.
 func (x *tour) waitElsewhere(lost []string, gone string, skip []string, timeout time.Duration) {
 	x.t.Helper()
-	systemdtest.WaitFor(x.t, timeout, func() error {
+	waitfor.Until(x.t, timeout, "the lost units elsewhere", func() error {
 		rows, err := x.tryUnits(skip)
 		if err != nil {
 			return err

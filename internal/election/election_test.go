@@ -53,10 +53,13 @@ func TestCampaignAndObserve(t *testing.T) {
 		}
 		bDone <- b
 	}()
+	// Once b waits for the keys before its own to go, it has had its
+	// chance to win.
+	waitfor.Until(t, 10*time.Second, "b waiting for a's key to go", waitfor.Parked("concurrency.waitDeletes"))
 	select {
 	case <-bDone:
 		t.Fatal("b won while a leads")
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	fence := a.Fence()
 	if err := a.Resign(ctx); err != nil {
@@ -137,10 +140,20 @@ func TestObserveKeepsLeaderWhileEtcdUnreachable(t *testing.T) {
 		t.Fatalf("observed %+v, want a", in)
 	}
 	px.Cut()
+	// Once a's lease has expired in etcd, the observer has had its chance
+	// to report none.
+	direct := srv.Client(t)
+	waitfor.Until(t, 10*time.Second, "a's key gone from etcd", func() error {
+		resp, err := direct.Get(ctx, a.Info.Key)
+		if err == nil && len(resp.Kvs) != 0 {
+			err = errors.New("a's key is there")
+		}
+		return err
+	})
 	select {
 	case in := <-seen:
 		t.Fatalf("observer cut off from etcd reported %+v", in)
-	case <-time.After(4 * time.Second): // beyond a's lease (etcd grants at least 2s)
+	default:
 	}
 	px.Restore()
 	select {

@@ -21,8 +21,11 @@ import (
 // TestAgentMessageLimits: a Hello or a status update over one of the
 // limits ends the agent's stream with InvalidArgument naming it, before
 // the machine is known to the leader; the leader's term goes on and a
-// well-formed agent is served as before.
-func TestAgentMessageLimits(t *testing.T) {
+// well-formed agent is served as before. The cases are not subtests:
+// t.Run cannot be called in a bubble.
+func TestAgentMessageLimits(t *testing.T) { inBubble(t, testAgentMessageLimits) }
+
+func testAgentMessageLimits(t *testing.T) {
 	cli := newEtcd(t)
 	e := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e)
@@ -73,28 +76,9 @@ func TestAgentMessageLimits(t *testing.T) {
 		{"unit name in update", []*agentpb.AgentMessage{hello(ok("m2")), update(&agentpb.StatusUpdate{Units: []*agentpb.UnitStatus{status1("a b")}})}, "status update: units[0]"},
 		{"removed name in update", []*agentpb.AgentMessage{hello(ok("m2")), update(&agentpb.StatusUpdate{Removed: []string{""}})}, "removed[0]"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-			defer scancel()
-			stream, err := agentpb.NewEngineClient(conn).Connect(sctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range tc.msgs {
-				if err := stream.Send(m); err != nil {
-					break // the leader ended the stream: Recv says why
-				}
-			}
-			for {
-				_, err = stream.Recv()
-				if err != nil {
-					break
-				}
-			}
-			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("stream ended with %v, want InvalidArgument naming %q", err, tc.want)
-			}
-		})
+		if err := refused(ctx, conn, tc.msgs); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: stream ended with %v, want InvalidArgument naming %q", tc.name, err, tc.want)
+		}
 	}
 	ms, err := e.Machines()
 	if err != nil {
@@ -118,4 +102,25 @@ func TestAgentMessageLimits(t *testing.T) {
 		}
 		return fmt.Errorf("machines %v", ms)
 	})
+}
+
+// refused sends msgs on a new stream to the leader and returns how the
+// stream ended.
+func refused(ctx context.Context, conn *grpc.ClientConn, msgs []*agentpb.AgentMessage) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := agentpb.NewEngineClient(conn).Connect(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if err := stream.Send(m); err != nil {
+			break // the leader ended the stream: Recv says why
+		}
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return err
+		}
+	}
 }

@@ -7,10 +7,13 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/flotilla/flotilla/internal/monotime"
 )
 
 // inBubble runs f in a testing/synctest bubble: time is virtual (timers,
@@ -98,4 +101,15 @@ func dialOptions(t testing.TB, more ...grpc.DialOption) []grpc.DialOption {
 		opts = append(opts, grpc.WithContextDialer(n.(*memNet).dial))
 	}
 	return append(opts, more...)
+}
+
+// mono is the monotonic clock of an engine or agent (their Config.Mono):
+// in a bubble, the bubble's time, which only moves forward, so that the
+// leader's stamps and the agent's count of its silence move with the
+// test's timers; else nil, the machine's (monotime.Now).
+func mono(t testing.TB) func() monotime.Time {
+	if _, ok := nets.Load(t); !ok {
+		return nil
+	}
+	return func() monotime.Time { return monotime.Time(time.Now().UnixNano()) }
 }

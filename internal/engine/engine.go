@@ -14,6 +14,7 @@ import (
 	"github.com/flotilla/flotilla/internal/election"
 	"github.com/flotilla/flotilla/internal/machine"
 	"github.com/flotilla/flotilla/internal/metrics"
+	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
@@ -62,6 +63,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests substitute it.
 	Now func() time.Time
+	// Mono is the machine's monotonic clock, which stamps the messages to
+	// agents (they time their leader's silence from it); nil means
+	// monotime.Now. Tests under testing/synctest substitute one that
+	// follows their fake time, as they do the agents'.
+	Mono func() monotime.Time
 	// LeaderInfo returns the leader as this daemon last learnt it from etcd,
 	// for the Leader RPC agents ask when etcd cannot tell them; nil leaves
 	// it unanswered.
@@ -118,6 +124,9 @@ func (c *Config) validate() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Mono == nil {
+		c.Mono = monotime.Now
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ func startEngine(t testing.TB, cli *clientv3.Client, reg, name string, options .
 		}
 	}()
 	cfg := engine.Config{Machine: name, Client: cli, Registry: reg, ElectionTTL: time.Second, AgentTTL: agentTTL,
-		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t),
+		GRPCAddr: ln.Addr().String(), APIAddr: "127.0.0.1:1", Logger: testLogger(t), Mono: mono(t),
 		LeaderInfo: func() (election.Info, bool) {
 			lmu.Lock()
 			defer lmu.Unlock()
@@ -161,7 +161,7 @@ func startAgent(t *testing.T, cli *clientv3.Client, reg, name string, metadata .
 		}
 	}
 	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: name, IP: "127.0.0.1", Metadata: md, CPUPercent: cpu, MemoryBytes: mem}, TTL: agentTTL,
-		Registry: reg, Etcd: cli, Logger: testLogger(t), DialOptions: dialOptions(t),
+		Registry: reg, Etcd: cli, Logger: testLogger(t), DialOptions: dialOptions(t), Mono: mono(t),
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			return election.Observe(ctx, cli, registry.Keys{}.Election())
 		}})
@@ -868,12 +868,13 @@ func testEngineMoveSurvivesLeaderChange(t *testing.T, reg string) {
 // TestEngineAgentFindsLeaderWithoutEtcd: an agent that cannot learn of a
 // new leader from etcd (its machine is cut off from etcd, not from the
 // daemons) finds it by asking the engines its old leader named, and keeps
-// its units: nothing restarts.
-//
-// It runs on the wall clock, not in a bubble: the agent tells how long its
-// leader has been quiet on the machine's monotonic clock (monotime, as the
-// leader stamps its messages), which a bubble's time does not move.
+// its units: nothing restarts. The agent tells its leader quiet on its
+// monotonic clock, which follows the bubble's time (mono).
 func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
+	inBubble(t, testEngineAgentFindsLeaderWithoutEtcd)
+}
+
+func testEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 	cli := newEtcd(t)
 	e1 := startEngine(t, cli, "grpc", "e1")
 	waitLeader(t, e1)
@@ -885,7 +886,7 @@ func TestEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 	}
 	heard := &enginesHeard{}
 	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: agentTTL, Logger: testLogger(t),
-		DialOptions: dialOptions(t, grpc.WithStreamInterceptor(heard.intercept)),
+		DialOptions: dialOptions(t, grpc.WithStreamInterceptor(heard.intercept)), Mono: mono(t),
 		Leaders: func(ctx context.Context) <-chan election.Info {
 			ch := make(chan election.Info, 1)
 			ch <- first

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
@@ -40,7 +41,9 @@ func readAll(t *testing.T, c *EventCursor, want int) []byte {
 // bytes; a reader resumes after a position; a position of another term is
 // a reset; a reader that falls maxReaderLag behind is dropped with a
 // position it can resume from.
-func TestEventLog(t *testing.T) {
+func TestEventLog(t *testing.T) { synctest.Test(t, testEventLog) }
+
+func testEventLog(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	l := newEventLog(7, ctx.Done())

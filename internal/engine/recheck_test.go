@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/flotilla/flotilla/internal/memetcd"
@@ -13,7 +14,9 @@ import (
 // against its machine is for what a former term placed; the first leader
 // of an empty cluster has none, and does not check the units it places
 // itself (a million, in 61 passes, while they reported their states).
-func TestFreshTermChecksNothing(t *testing.T) {
+func TestFreshTermChecksNothing(t *testing.T) { synctest.Test(t, testFreshTermChecksNothing) }
+
+func testFreshTermChecksNothing(t *testing.T) {
 	_, cli := memetcd.Start(t)
 	e, err := New(Config{Machine: "e1", Client: cli.Client, ElectionTTL: time.Second, AgentTTL: 5 * time.Second,
 		GRPCAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:1"})

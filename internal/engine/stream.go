@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/flotilla/flotilla/internal/monotime"
 	"github.com/flotilla/flotilla/internal/unit"
 	"github.com/flotilla/flotilla/internal/version"
 	"github.com/flotilla/flotilla/proto/agentpb"
@@ -374,7 +373,7 @@ func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn, recvErr <
 	emit := func(msg *agentpb.EngineMessage) error {
 		withEngines(msg, &t.engines, &enginesSent)
 		now := t.e.cfg.Now()
-		msg.SentMonoNano = int64(monotime.Now())
+		msg.SentMonoNano = int64(t.e.cfg.Mono())
 		// Every message tells the interval; a shorter one counts once
 		// sent, a longer one once the agent can have read it (muteAfterFor
 		// takes the longer of the two meanwhile).

@@ -178,7 +178,7 @@ func fleetctlWait(t *testing.T, url, name, want string, limit time.Duration) {
 	t.Helper()
 	var u fleetUnit
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // fleetctl's pace, which the test imitates: a condition polled
 		code, out := do(t, url, "GET", "/fleet/v1/units/"+name, "", false)
 		if err := json.Unmarshal([]byte(out), &u); code != 200 || err != nil {
 			t.Fatalf("GET %s = %d %s", name, code, out)

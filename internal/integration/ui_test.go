@@ -228,7 +228,7 @@ func TestDashboard(t *testing.T) {
 		visible(`tr[data-unit="web@3.service"][data-state="active"]`),
 		visible(`tr[data-unit="crash.service"][data-state="failed"]`),
 		visible(`tr[data-unit="late.service"][data-state="active"]`),
-		chromedp.Sleep(2*time.Second)) // let the row highlights fade
+		until(`document.querySelector("tr.flash") === null`)) // the row highlights faded
 	png := shot("units")
 	if os.Getenv(screenshotEnv) != "" {
 		if err := os.WriteFile(filepath.Join("..", "..", "docs", "dashboard.png"), png, 0o644); err != nil {

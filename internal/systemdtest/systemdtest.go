@@ -334,19 +334,3 @@ func BuildStatic(t testing.TB, dir, pkg, name string, test bool) string {
 	return out
 }
 
-// WaitFor polls cond every 100ms until it returns nil or timeout passes;
-// then it fails the test with cond's last error.
-func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

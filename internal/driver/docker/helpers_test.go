@@ -166,12 +166,11 @@ type harness struct {
 
 	mu       sync.Mutex
 	statuses []unit.Status
-	changed  chan struct{}
 }
 
 func newHarness(t testing.TB) *harness {
 	cli := engine(t)
-	h := &harness{t: t, cli: cli, image: testImage(t, cli), dir: t.TempDir(), run: rand.Text()[:12], changed: make(chan struct{}, 1)}
+	h := &harness{t: t, cli: cli, image: testImage(t, cli), dir: t.TempDir(), run: rand.Text()[:12]}
 	h.machine = "m-" + h.run
 	t.Cleanup(h.cleanup)
 	return h
@@ -224,10 +223,6 @@ func (h *harness) notify(st unit.Status) {
 	h.mu.Lock()
 	h.statuses = append(h.statuses, st)
 	h.mu.Unlock()
-	select {
-	case h.changed <- struct{}{}:
-	default:
-	}
 }
 
 // seen reports whether some notified status of the unit matched.
@@ -245,20 +240,17 @@ func (h *harness) seen(name string, match func(unit.Status) bool) bool {
 // wait waits until the driver reports the unit in a state that matches.
 func (h *harness) wait(d *Driver, name string, within time.Duration, what string, match func(unit.Status) bool) unit.Status {
 	h.t.Helper()
-	deadline := time.After(within)
-	for {
+	var got unit.Status
+	waitfor.Until(h.t, within, name+" "+what, func() error {
 		for _, st := range d.States() {
 			if st.Name == name && match(st) {
-				return st
+				got = st
+				return nil
 			}
 		}
-		select {
-		case <-h.changed:
-		case <-time.After(50 * time.Millisecond):
-		case <-deadline:
-			h.t.Fatalf("%s: not %s within %s; states %+v", name, what, within, d.States())
-		}
-	}
+		return fmt.Errorf("states %+v", d.States())
+	})
+	return got
 }
 
 func active(st unit.Status) bool { return st.Active == "active" && st.Sub == "running" && st.PID > 0 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flotilla/flotilla/internal/systemdtest"
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // benchEnv sets how many units TestInsideBench starts and stops; unset, it
@@ -115,7 +116,7 @@ func TestInsideBench(t *testing.T) {
 	name := func(i int) string { return fmt.Sprintf("bench-%04d.service", i) }
 	result := func(what string, d time.Duration) { t.Logf("RESULT %s %.2fs", what, d.Seconds()) }
 	waitCount := func(state string) {
-		systemdtest.WaitFor(t, 10*time.Minute, func() error {
+		waitfor.Until(t, 10*time.Minute, "units "+state, func() error {
 			if got := c.count(state); got < n {
 				return fmt.Errorf("%d of %d units %s", got, n, state)
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/systemdtest"
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // daemonUnits are the units TestDaemon submits: Debian-style services of
@@ -76,7 +77,7 @@ func TestDaemon(t *testing.T) {
 		t.Helper()
 		c.Must("systemd-run", "--unit", "flotilla-dev", "--property", "KillMode=mixed",
 			"/usr/local/bin/flotilla", "dev", "--driver", "systemd", "--data-dir", "/var/lib/flotilla-dev")
-		systemdtest.WaitFor(t, 30*time.Second, func() error {
+		waitfor.Until(t, 30*time.Second, "the daemon answering", func() error {
 			_, err := c.Exec("flotilla", "list-machines")
 			return err
 		})
@@ -120,8 +121,8 @@ func TestDaemon(t *testing.T) {
 			return nil
 		}
 	}
-	systemdtest.WaitFor(t, 20*time.Second, check(want))
-	systemdtest.WaitFor(t, 10*time.Second, func() error {
+	waitfor.Until(t, 20*time.Second, "the units as wanted", check(want))
+	waitfor.Until(t, 10*time.Second, "the timer to run beat.service twice", func() error {
 		b, _ := c.Exec("cat", "/run/beats")
 		if n := strings.Count(b, "beat"); n < 2 {
 			return fmt.Errorf("the timer ran beat.service %d times, want 2", n)
@@ -133,7 +134,7 @@ func TestDaemon(t *testing.T) {
 	}
 	// Once its service runs, systemd shows the socket running too.
 	want["greet.service"], want["greet.socket"] = "active/running", "active/running"
-	systemdtest.WaitFor(t, 10*time.Second, check(want))
+	waitfor.Until(t, 10*time.Second, "greet.socket and greet.service running", check(want))
 
 	running := []string{"web.service", "ready.service", "forker.service", "greet.service"}
 	pids := func() map[string]string {
@@ -152,7 +153,7 @@ func TestDaemon(t *testing.T) {
 		t.Fatalf("main PIDs after the daemon stopped = %v, want %v", after, before)
 	}
 	startDaemon()
-	systemdtest.WaitFor(t, 20*time.Second, check(want))
+	waitfor.Until(t, 20*time.Second, "the units as wanted after the restart", check(want))
 	if after := pids(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("main PIDs after the daemon restarted = %v, want %v", after, before)
 	}
@@ -191,7 +192,7 @@ func TestDaemon(t *testing.T) {
 
 	// destroy removes the unit from systemd.
 	c.Must("flotilla", "destroy", "web.service")
-	systemdtest.WaitFor(t, 20*time.Second, func() error {
+	waitfor.Until(t, 20*time.Second, "web.service gone from systemd", func() error {
 		if ls := strings.TrimSpace(c.Must("systemctl", "show", "-P", "LoadState", "web.service")); ls != "not-found" {
 			return fmt.Errorf("web.service is %s in systemd after destroy, want not-found", ls)
 		}

@@ -118,7 +118,7 @@ func (r *recorder) last(name string) unit.Status {
 // wait waits until the unit's last notified status is active/sub.
 func (r *recorder) wait(t *testing.T, name, active, sub string, timeout time.Duration) unit.Status {
 	t.Helper()
-	systemdtest.WaitFor(t, timeout, func() error {
+	waitfor.Until(t, timeout, name+" "+active+"/"+sub, func() error {
 		if s := r.last(name); s.Active != active || s.Sub != sub {
 			return fmt.Errorf("%s is %s/%s, want %s/%s (history %v)", name, s.Active, s.Sub, active, sub, states(r.history(name)))
 		}
@@ -289,7 +289,7 @@ ListenStream=127.0.0.1:7999
 		}
 	}
 	r.wait(t, "tick.timer", "active", "waiting", 5*time.Second)
-	systemdtest.WaitFor(t, 10*time.Second, func() error {
+	waitfor.Until(t, 10*time.Second, "the timer to run tick.service twice", func() error {
 		b, _ := os.ReadFile("/run/ticks")
 		if n := strings.Count(string(b), "tick"); n < 2 {
 			return fmt.Errorf("tick.service ran %d times, want the timer to run it at least twice", n)
@@ -467,7 +467,7 @@ ExecStart=/bin/sleep infinity
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d.Detach(ctx)
-	systemdtest.WaitFor(t, 5*time.Second, func() error {
+	waitfor.Until(t, 5*time.Second, "single.service stopped at its deadline", func() error {
 		if got := systemctl(t, "show", "-P", "ActiveState", "single.service"); got != "inactive" && got != "failed" {
 			return fmt.Errorf("single.service is %s, want stopped at its deadline", got)
 		}
@@ -504,7 +504,7 @@ ExecStart=/bin/sleep infinity
 	if err := d2.Fence(0, nil); err != nil {
 		t.Fatal(err)
 	}
-	systemdtest.WaitFor(t, 5*time.Second, func() error {
+	waitfor.Until(t, 5*time.Second, "the fence timers gone", func() error {
 		if got := systemctl(t, "list-units", "--all", "--plain", "--no-legend", fencePrefix+"*"); strings.Contains(got, ".timer") {
 			return fmt.Errorf("fence timers left after Fence(0, nil): %q", got)
 		}
@@ -525,7 +525,7 @@ ExecStart=/bin/sh -c 'i=0; while true; do i=$((i+1)); echo line $i; sleep 0.3; d
 		t.Fatal(err)
 	}
 	r.wait(t, "talk.service", "active", "running", 10*time.Second)
-	systemdtest.WaitFor(t, 10*time.Second, func() error {
+	waitfor.Until(t, 10*time.Second, "2 lines of the journal of talk.service", func() error {
 		var b strings.Builder
 		if err := d.Journal(context.Background(), "talk.service", 2, false, &b); err != nil {
 			return err
@@ -617,7 +617,7 @@ func TestInsideInstancePathMount(t *testing.T) {
 		}
 	}
 	r.wait(t, "inst@blue.service", "active", "running", 10*time.Second)
-	systemdtest.WaitFor(t, 10*time.Second, func() error {
+	waitfor.Until(t, 10*time.Second, "the journal of inst@blue.service", func() error {
 		var b strings.Builder
 		d.Journal(context.Background(), "inst@blue.service", -1, false, &b)
 		if !strings.Contains(b.String(), "instance blue") {
