@@ -333,4 +333,3 @@ func BuildStatic(t testing.TB, dir, pkg, name string, test bool) string {
 	}
 	return out
 }
-
