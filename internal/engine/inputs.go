@@ -45,7 +45,6 @@ func (in *attachInput) apply(t *term) {
 		}
 	}
 	t.attachLocked(in.pm, in.units, in.conn, in.at)
-	t.machinesMoved = true
 	t.poke()
 	if in.res != nil {
 		in.res <- nil
@@ -75,7 +74,6 @@ func (in *detachInput) apply(t *term) {
 	}
 	m.conn = nil
 	t.machineEvent(in.conn.machine, false)
-	t.machinesMoved = true
 	t.poke()
 }
 
@@ -98,7 +96,6 @@ func (in *leaveInput) apply(t *term) {
 			t.drained(conn.machine, name, false)
 		}
 		t.machineEvent(conn.machine, false)
-		t.machinesMoved = true
 	}
 	t.poke()
 }
@@ -114,7 +111,6 @@ func (in *machineInput) apply(t *term) {
 	if m := t.machines[in.pm.Id]; m != nil {
 		m.info = machineInfo(in.pm)
 		m.lastSeen = in.at
-		t.machinesMoved = true
 	}
 	t.poke()
 }

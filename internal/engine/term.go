@@ -254,9 +254,6 @@ type term struct {
 	globals        map[string]struct{} // global units (wanted or not)
 	// globalsDirty asks the loop to recompute where global units run.
 	globalsDirty bool
-	// machinesMoved says an input changed a machine (attach, detach,
-	// leave, new information): the loop publishes its views.
-	machinesMoved bool
 	// overrides are the metadata changes made through the API, per machine
 	// (a nil value removes the key the machine reports).
 	overrides map[string]map[string]*string
@@ -654,10 +651,6 @@ func (t *term) loop() {
 			// unless one of them asks for one (poke).
 			t.now = t.e.cfg.Now()
 			t.applyInputs()
-			if t.machinesMoved {
-				t.machinesMoved = false
-				t.publishViews()
-			}
 			continue
 		case <-t.inbox.readWake:
 			t.serveReads()
@@ -696,7 +689,6 @@ func (t *term) loop() {
 				recheck.Reset(max(at.Sub(t.e.cfg.Now()), 0) + time.Millisecond)
 			}
 		}
-		t.machinesMoved = false
 		t.publishViewsIfChanged()
 	}
 }

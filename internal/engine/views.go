@@ -8,8 +8,8 @@ import (
 
 // loopViews are small views of the decision state that the loop publishes
 // for readers: made by the loop from its state, immutable once published,
-// and loaded by readers without a lock (Scheduler, KeepVersions). The loop publishes them after a round of writes is
-// applied, after a pass, and after inputs that change machines; the
+// and loaded by readers without a lock (Scheduler, KeepVersions). The loop
+// publishes them after a round of writes is applied and after a pass; the
 // cluster state (publish.go) is the other published value.
 type loopViews struct {
 	// writes is how many write rounds were acknowledged when they were
