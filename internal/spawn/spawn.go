@@ -58,13 +58,39 @@ var devNull = sync.OnceValues(func() (int, error) {
 // reaped until Wait, so a caller that reaps other children (a child
 // subreaper) must leave Pid alone until Wait returns.
 func Start(a *Attr, max int) (*Proc, error) {
-	null, err := devNull()
+	fds, err := StartFDs(a)
 	if err != nil {
 		return nil, err
 	}
+	pr := &Proc{Pid: fds.Pid, max: max}
+	// Non-blocking, both are read through the runtime's poller.
+	pr.out = os.NewFile(uintptr(fds.Out), "|0")
+	if fds.PidFD >= 0 {
+		pr.pidfd = os.NewFile(uintptr(fds.PidFD), "pidfd")
+	}
+	return pr, nil
+}
+
+// FDs is a command StartFDs started: its process ID (also its process
+// group's), its pidfd (-1 where the kernel gives none) and the read end
+// of its output pipe, both non-blocking and close-on-exec, the caller's
+// to read, poll and close.
+type FDs struct {
+	Pid, PidFD, Out int
+}
+
+// StartFDs starts a as Start does, leaving its pidfd and output to the
+// caller: for a process that waits for many commands in one epoll loop of
+// its own (the probe spawner) rather than a goroutine and two poller
+// registrations per command.
+func StartFDs(a *Attr) (FDs, error) {
+	null, err := devNull()
+	if err != nil {
+		return FDs{}, err
+	}
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
-		return nil, os.NewSyscallError("pipe2", err)
+		return FDs{}, os.NewSyscallError("pipe2", err)
 	}
 	pidfd := -1
 	pid, err := syscall.ForkExec(a.Path, a.Argv, &syscall.ProcAttr{
@@ -82,17 +108,13 @@ func Start(a *Attr, max int) (*Proc, error) {
 	syscall.Close(p[1])
 	if err != nil {
 		syscall.Close(p[0])
-		return nil, &os.PathError{Op: "fork/exec", Path: a.Path, Err: err}
+		return FDs{}, &os.PathError{Op: "fork/exec", Path: a.Path, Err: err}
 	}
-	pr := &Proc{Pid: pid, max: max}
-	// Non-blocking, both are read through the runtime's poller.
-	syscall.SetNonblock(p[0], true)
-	pr.out = os.NewFile(uintptr(p[0]), "|0")
+	syscall.SetNonblock(p[0], true) // the child's end blocks, as a program expects
 	if pidfd >= 0 {
 		syscall.SetNonblock(pidfd, true)
-		pr.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
 	}
-	return pr, nil
+	return FDs{Pid: pid, PidFD: pidfd, Out: p[0]}, nil
 }
 
 // Wait reads the command's output until its end, then waits for its exit

@@ -1,14 +1,13 @@
 package unithide
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,13 +32,19 @@ type Spawner struct {
 	paths []string
 
 	mu    sync.Mutex
-	proc  *exec.Cmd
-	in    io.WriteCloser
-	enc   *json.Encoder
-	waits map[uint64]chan spawnReply
+	proc  *spawnerProc // nil: none runs
 	next  uint64
-	dead  chan struct{} // closed when the current process's replies end
 	close bool
+}
+
+// spawnerProc is one spawner process and what is under way with it.
+type spawnerProc struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	waits map[uint64]chan spawnReply // under Spawner.mu
+	queue []byte                     // request frames not yet written, under Spawner.mu
+	wake  chan struct{}              // the writer has a queue to write
+	dead  chan struct{}              // closed when its replies end
 }
 
 // Arg0Spawner is argv[0] of a Spawner's process.
@@ -47,41 +52,49 @@ const Arg0Spawner = "flotilla-unit-spawner"
 
 func init() {
 	if len(os.Args) > 0 && os.Args[0] == Arg0Spawner {
-		err := serveSpawner(os.Args[1:], os.Stdin, os.Stdout)
-		fmt.Fprintf(os.Stderr, "flotilla: spawner: %v\n", err)
-		os.Exit(exitSetup)
+		// Not on this goroutine: during init it is locked to the main
+		// thread, and a locked goroutine's every wakeup is a handoff from
+		// the thread that found it runnable to its own.
+		done := make(chan error)
+		go func() { done <- serveSpawner(os.Args[1:], 0, 1) }()
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "flotilla: spawner: %v\n", err)
+			os.Exit(exitSetup)
+		}
+		os.Exit(0)
 	}
 }
 
 // NewSpawner returns a Spawner covering paths; its process starts at the
 // first Run.
 func NewSpawner(paths []string) *Spawner {
-	return &Spawner{paths: append([]string(nil), paths...), waits: map[uint64]chan spawnReply{}}
+	return &Spawner{paths: append([]string(nil), paths...)}
 }
 
 // spawnRequest asks the spawner to start a command, or with Kill to kill
-// the process group of the command ID it started (or, not started yet, to
-// kill it once started).
+// the process group of the command ID it started (requests are carried
+// out in order: a command is started before its Kill is read). See
+// spawnwire.go for how they travel.
 type spawnRequest struct {
-	ID     uint64   `json:"id"`
-	Kill   bool     `json:"kill,omitempty"`
-	Path   string   `json:"path"`
-	Args   []string `json:"args"`
-	Env    []string `json:"env"`
-	Dir    string   `json:"dir"`
-	UID    string   `json:"uid"`    // "-": unchanged
-	GID    string   `json:"gid"`    // "-": unchanged
-	Groups string   `json:"groups"` // ",g1,g2"; "-": unchanged
+	ID     uint64
+	Kill   bool
+	Path   string
+	Args   []string
+	Env    []string
+	Dir    string
+	UID    string // "-": unchanged
+	GID    string // "-": unchanged
+	Groups string // ",g1,g2"; "-": unchanged
 }
 
 // spawnReply is what became of one: it ended. It is the one reply: no
 // other round trip for each command.
 type spawnReply struct {
-	ID     uint64 `json:"id"`
-	Done   bool   `json:"done,omitempty"`
-	Err    string `json:"err,omitempty"`    // it could not start
-	Status int    `json:"status,omitempty"` // its wait status
-	Output string `json:"output,omitempty"` // the first maxSpawnOutput bytes of its stdout and stderr
+	ID     uint64
+	Done   bool
+	Err    string // it could not start
+	Status int    // its wait status
+	Output string // the first maxSpawnOutput bytes of its stdout and stderr
 }
 
 const maxSpawnOutput = 4096
@@ -111,7 +124,7 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 			return context.Cause(ctx)
 		}
 	}
-	ch, dead, err := s.send(&req)
+	ch, proc, err := s.send(&req, nil)
 	if err != nil {
 		return err
 	}
@@ -129,14 +142,14 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 				return errors.New(r.Err)
 			}
 			return spawn.Err(syscall.WaitStatus(r.Status))
-		case <-dead:
+		case <-proc.dead:
 			return errors.New("the probe spawner process ended")
 		case <-ctx.Done():
 			// The spawner kills its process group (at once, or once
 			// started), then replies that it ended.
 			killed = context.Cause(ctx)
 			ctx = context.Background()
-			s.send(&spawnRequest{ID: req.ID, Kill: true})
+			s.send(&spawnRequest{ID: req.ID, Kill: true}, proc)
 		}
 	}
 }
@@ -162,15 +175,16 @@ func (s *Spawner) unwrap(cmd *exec.Cmd) (spawnRequest, bool) {
 	return spawnRequest{UID: a[2], GID: a[3], Groups: a[4], Dir: a[5], Path: a[7+n], Args: a[8+n:], Env: cmd.Env}, true
 }
 
-// send hands req to the spawner process, starting one if none runs, and
-// returns the channel of its reply (none for a Kill) and the current
-// process's end. A Kill goes only to the process its command went to.
-func (s *Spawner) send(req *spawnRequest) (chan spawnReply, chan struct{}, error) {
+// send queues req for the spawner process, starting one if none runs,
+// and returns the channel of its reply and the process's end. A Kill
+// (proc: the process its command went to) has no reply, and goes nowhere
+// when that process is gone or has replied.
+func (s *Spawner) send(req *spawnRequest, proc *spawnerProc) (chan spawnReply, *spawnerProc, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if req.Kill {
-		if s.waits[req.ID] != nil {
-			s.enc.Encode(req)
+		if s.proc == proc && proc.waits[req.ID] != nil {
+			proc.enqueue(req) // a kill's frame is a few bytes
 		}
 		return nil, nil, nil
 	}
@@ -184,19 +198,36 @@ func (s *Spawner) send(req *spawnRequest) (chan spawnReply, chan struct{}, error
 	}
 	s.next++
 	req.ID = s.next
-	ch := make(chan spawnReply, 1)
-	s.waits[req.ID] = ch
-	if err := s.enc.Encode(req); err != nil {
-		delete(s.waits, req.ID)
-		return nil, nil, fmt.Errorf("the probe spawner: %w", err)
+	if err := s.proc.enqueue(req); err != nil {
+		return nil, nil, err
 	}
-	return ch, s.dead, nil
+	ch := make(chan spawnReply, 1)
+	s.proc.waits[req.ID] = ch
+	return ch, s.proc, nil
+}
+
+// enqueue adds req's frame to the queue, and wakes the writer for the
+// first of a batch. Under Spawner.mu.
+func (p *spawnerProc) enqueue(req *spawnRequest) error {
+	at := len(p.queue)
+	p.queue = appendRequest(p.queue, req)
+	if n := len(p.queue) - at - 4; n > maxFrame {
+		p.queue = p.queue[:at]
+		return fmt.Errorf("the command's arguments and environment take %d bytes: %w", n, syscall.E2BIG)
+	}
+	if at == 0 {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
 }
 
 func (s *Spawner) startLocked() error {
 	args := []string{Arg0Spawner, strconv.Itoa(os.Getpid()), strconv.Itoa(len(s.paths))}
 	args = append(args, s.paths...)
-	p := &exec.Cmd{
+	cmd := &exec.Cmd{
 		Path:   "/proc/self/exe",
 		Args:   args,
 		Env:    []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -208,51 +239,98 @@ func (s *Spawner) startLocked() error {
 			Unshareflags: syscall.CLONE_NEWNS,
 		},
 	}
-	in, err := p.StdinPipe()
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		return err
 	}
-	out, err := p.StdoutPipe()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start the probe spawner: %w", err)
 	}
-	dead := make(chan struct{})
-	s.proc, s.in, s.enc, s.dead = p, in, json.NewEncoder(in), dead
-	go s.readReplies(p, out, dead)
+	p := &spawnerProc{cmd: cmd, in: in, waits: map[uint64]chan spawnReply{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
+	s.proc = p
+	go s.readReplies(p, out)
+	go s.writeRequests(p)
 	return nil
+}
+
+// writeRequests writes p's queued requests until p's end. Woken by the
+// first request of a batch, it lets the other goroutines that are ready
+// run first (the probes that fell due in the same grid slot of the
+// health runners' clock), so that their requests go in the same write.
+func (s *Spawner) writeRequests(p *spawnerProc) {
+	var buf []byte
+	for {
+		select {
+		case <-p.wake:
+		case <-p.dead:
+			return
+		}
+		runtime.Gosched()
+		s.mu.Lock()
+		buf, p.queue = p.queue, buf[:0]
+		s.mu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		if _, err := p.in.Write(buf); err != nil {
+			return // the process is ending: readReplies sees it
+		}
+	}
 }
 
 // readReplies hands the spawner's replies to the waiting Runs until its
 // output ends; then the process is forgotten, and the next Run starts
 // another.
-func (s *Spawner) readReplies(p *exec.Cmd, out io.Reader, dead chan struct{}) {
-	dec := json.NewDecoder(bufio.NewReader(out))
+func (s *Spawner) readReplies(p *spawnerProc, out io.Reader) {
+	var buf []byte
+	chunk := make([]byte, 64<<10)
 	for {
-		var r spawnReply
-		if err := dec.Decode(&r); err != nil {
-			break
+		n, err := out.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		b := buf
+		var bad error
+		for {
+			body, rest, ok, ferr := nextFrame(b)
+			if !ok {
+				bad = ferr
+				break
+			}
+			b = rest
+			r, derr := decodeReply(body)
+			if derr != nil {
+				bad = derr
+				break
+			}
+			s.mu.Lock()
+			ch := p.waits[r.ID]
+			delete(p.waits, r.ID)
+			s.mu.Unlock()
+			if ch != nil {
+				ch <- r
+			}
 		}
-		s.mu.Lock()
-		ch := s.waits[r.ID]
-		delete(s.waits, r.ID)
-		s.mu.Unlock()
-		if ch != nil {
-			ch <- r
+		buf = append(buf[:0], b...)
+		if err != nil || bad != nil {
+			if bad != nil {
+				fmt.Fprintf(os.Stderr, "flotilla: the probe spawner's reply: %v\n", bad)
+			}
+			break
 		}
 	}
 	s.mu.Lock()
 	if s.proc == p {
 		s.proc = nil
-		s.in.Close()
 	}
-	clear(s.waits)
+	p.in.Close()
+	clear(p.waits)
 	s.mu.Unlock()
-	close(dead)
-	p.Process.Kill()
-	p.Wait()
+	close(p.dead)
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
 }
 
 // Close ends the spawner's process; Runs under way fail.
@@ -261,95 +339,12 @@ func (s *Spawner) Close() {
 	s.close = true
 	p := s.proc
 	if p != nil {
-		s.in.Close() // the spawner ends at the end of its input
+		p.in.Close() // the spawner ends at the end of its input
 	}
-	dead := s.dead
 	s.mu.Unlock()
 	if p != nil {
-		<-dead
+		<-p.dead
 	}
-}
-
-// serveSpawner is the spawner's process: it covers the paths in its mount
-// namespace (a new one, Unshareflags), then starts each command it is
-// asked to, replying when it started and when it ended, until its input
-// ends. Arguments: the parent's PID, the number of paths, the paths.
-func serveSpawner(a []string, in io.Reader, out io.Writer) error {
-	if len(a) < 2 {
-		return fmt.Errorf("%d arguments", len(a))
-	}
-	n, err := strconv.Atoi(a[1])
-	if err != nil || n < 0 || len(a) != 2+n {
-		return fmt.Errorf("bad path count %q", a[1])
-	}
-	if err := makeInaccessible(a[2:]); err != nil {
-		return err
-	}
-	if strconv.Itoa(os.Getppid()) != a[0] {
-		return fmt.Errorf("the daemon (PID %s) is gone", a[0])
-	}
-	var mu sync.Mutex
-	enc := json.NewEncoder(out)
-	reply := func(r spawnReply) {
-		mu.Lock()
-		defer mu.Unlock()
-		enc.Encode(r)
-	}
-	var wg sync.WaitGroup
-	var cmu sync.Mutex
-	cancels := map[uint64]context.CancelCauseFunc{} // of the commands not yet ended
-	dec := json.NewDecoder(bufio.NewReader(in))
-	for {
-		var req spawnRequest
-		if err := dec.Decode(&req); err != nil {
-			wg.Wait()
-			if errors.Is(err, io.EOF) {
-				os.Exit(0)
-			}
-			return err
-		}
-		cmu.Lock()
-		if req.Kill {
-			if cancel := cancels[req.ID]; cancel != nil {
-				cancel(errKilled)
-			}
-			cmu.Unlock()
-			continue
-		}
-		ctx, cancel := context.WithCancelCause(context.Background())
-		cancels[req.ID] = cancel
-		cmu.Unlock()
-		wg.Go(func() {
-			spawnOne(ctx, req, reply)
-			cmu.Lock()
-			delete(cancels, req.ID)
-			cmu.Unlock()
-			cancel(nil)
-		})
-	}
-}
-
-// errKilled is why a command was killed: its Run's context ended.
-var errKilled = errors.New("killed")
-
-// spawnOne starts and waits for one command; at ctx's end its process
-// group is killed.
-func spawnOne(ctx context.Context, req spawnRequest, reply func(spawnReply)) {
-	cred, err := credential(req.UID, req.GID, req.Groups)
-	var p *spawn.Proc
-	if err == nil {
-		p, err = spawn.Start(&spawn.Attr{Path: req.Path, Argv: req.Args, Env: req.Env, Dir: req.Dir, Cred: cred}, maxSpawnOutput)
-	}
-	if err != nil {
-		reply(spawnReply{ID: req.ID, Done: true, Err: err.Error()})
-		return
-	}
-	ws, out, err := p.Wait(ctx)
-	if err != nil {
-		reply(spawnReply{ID: req.ID, Done: true, Err: err.Error(), Output: string(out)})
-		return
-	}
-	reply(spawnReply{ID: req.ID, Done: true, Status: int(ws), Output: string(out)})
 }
 
 // credential is Wrap's uid, gid and groups arguments as a Credential; nil

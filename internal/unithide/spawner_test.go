@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,11 +61,44 @@ func TestSpawner(t *testing.T) {
 	if out, err := run(t.Context(), shell(dir, "true")); err != nil || out != "" {
 		t.Errorf("true: %q, %v", out, err)
 	}
+	// Many at once, as a grid slot's probes come: each its own reply.
+	var wg sync.WaitGroup
+	wrong := make([]string, 40)
+	for i := range wrong {
+		wg.Go(func() {
+			out, err := run(t.Context(), shell(dir, fmt.Sprintf("echo %d; exit %d", i, i%3)))
+			want := "<nil>"
+			if i%3 != 0 {
+				want = fmt.Sprintf("exit status %d", i%3)
+			}
+			if out != fmt.Sprintf("%d\n", i) || fmt.Sprint(err) != want {
+				wrong[i] = fmt.Sprintf("command %d: %q, %v", i, out, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, w := range wrong {
+		if w != "" {
+			t.Error(w)
+		}
+	}
+	// More output than a pipe holds: read to its end, the first 4 KiB kept.
+	if out, err := run(t.Context(), shell(dir, "head -c 300000 /dev/zero | tr '\\0' x")); err != nil || out != strings.Repeat("x", maxSpawnOutput) {
+		t.Errorf("300,000 bytes of output: %d bytes kept, %v", len(out), err)
+	}
+
+	// A command too large for a frame is refused here; the spawner goes on.
+	huge := shell(dir, "true")
+	huge.Env = append(huge.Env, "BIG="+strings.Repeat("x", maxFrame))
+	if _, err := run(t.Context(), huge); !errors.Is(err, syscall.E2BIG) {
+		t.Errorf("a 16 MiB environment: %v, want E2BIG", err)
+	}
+
 	// One spawner process for all.
-	first := s.proc.Process.Pid
+	first := s.proc.cmd.Process.Pid
 	run(t.Context(), shell(dir, "true"))
-	if s.proc.Process.Pid != first {
-		t.Errorf("a second spawner %d after %d", s.proc.Process.Pid, first)
+	if s.proc.cmd.Process.Pid != first {
+		t.Errorf("a second spawner %d after %d", s.proc.cmd.Process.Pid, first)
 	}
 
 	nobody := shell("/", "id -u; id -g") // the temporary directory is root's alone
@@ -108,7 +143,7 @@ func TestSpawner(t *testing.T) {
 	}
 
 	// A spawner that died is replaced.
-	s.proc.Process.Kill()
+	s.proc.cmd.Process.Kill()
 	waitfor.True(t, 10*time.Second, "the spawner forgotten", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
