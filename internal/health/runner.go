@@ -86,9 +86,14 @@ func (r *Runner) Stop() {
 }
 
 // slotOf is the spacing of the grid the runs of checks every interval
-// fall on: a hundredth of the interval, between 10 and 50 ms.
+// fall on: a twentieth of the interval, between 10 and 250 ms. Each
+// instant of the grid is a wakeup of the checker (and of the probe
+// spawner) for the checks that fall on it, so the coarser the grid the
+// fewer wakeups, each doing more: at a hundredth (50 ms for 5 s), half of
+// the supervisor's CPU for 1,000 Exec= checks was the runtime waking
+// and parking its threads (docs/benchmarks.md).
 func slotOf(interval time.Duration) time.Duration {
-	return min(max(interval/100, 10*time.Millisecond), 50*time.Millisecond)
+	return min(max(interval/20, 10*time.Millisecond), 250*time.Millisecond)
 }
 
 // onGrid returns the last instant of the grid of slot at or before at,
