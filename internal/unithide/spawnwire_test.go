@@ -89,3 +89,42 @@ func TestSpawnFrames(t *testing.T) {
 		t.Errorf("a request read as a reply: %v", err)
 	}
 }
+
+// FuzzSpawnFrames: whatever bytes arrive, splitting and decoding them
+// returns frames or an error, never a panic, and a request decoded is
+// written back to the same frame.
+func FuzzSpawnFrames(f *testing.F) {
+	f.Add(appendRequest(nil, &spawnRequest{ID: 3, Path: "/bin/true", Args: []string{"true"}, Env: []string{"A=1"}, UID: "-", GID: "-", Groups: "-"}))
+	f.Add(appendRequest(nil, &spawnRequest{ID: 4, Kill: true}))
+	f.Add(appendReply(nil, &spawnReply{ID: 5, Done: true, Status: 256, Output: "out"}))
+	f.Add([]byte{5, 0, 0, 0, frameStart, 0x80, 0x80, 0x80, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for {
+			body, rest, ok, err := nextFrame(b)
+			if !ok || err != nil {
+				return
+			}
+			if len(rest) >= len(b) {
+				t.Fatalf("nextFrame took nothing of %d bytes", len(b))
+			}
+			b = rest
+			if q, err := decodeRequest(body); err == nil {
+				if again := appendRequest(nil, &q); string(again[4:]) != string(body) && canonical(body) {
+					t.Fatalf("request %+v written back as %x, read from %x", q, again[4:], body)
+				}
+			}
+			decodeReply(body)
+		}
+	})
+}
+
+// canonical says whether a frame's uvarints are all in their shortest
+// form, as appendRequest writes them (binary.Uvarint also reads longer
+// ones, which decode to the same request).
+func canonical(body []byte) bool {
+	q, err := decodeRequest(body)
+	if err != nil {
+		return false
+	}
+	return len(appendRequest(nil, &q))-4 == len(body)
+}
