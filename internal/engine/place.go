@@ -44,10 +44,13 @@ const recheckChunk = 1 << 14
 // (zero: not before the next tick).
 func (t *term) reconcile() (recheck time.Time) {
 	now := t.now
+	t.pace.now = false // this is the pass asked for
 	var ph passPhases
 	ph.start(time.Now()) // phases measure the work: the system's clock
 	defer func() {
-		t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(ph.began).Seconds())
+		ended := time.Now()
+		t.pace.passed(ph.began, ended)
+		t.e.cfg.Metrics.ReconcileDuration.Observe(ended.Sub(ph.began).Seconds())
 		ph.logSlow(t.e.log, "reconcile pass")
 	}()
 	t.applyInputs()
@@ -70,7 +73,7 @@ func (t *term) reconcile() (recheck time.Time) {
 		return time.Time{}
 	}
 	if ps.again || t.recheck != nil || t.followersMoved {
-		t.poke()
+		t.pokeNow()
 	}
 	return ps.p.Recheck
 }

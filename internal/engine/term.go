@@ -299,6 +299,7 @@ type term struct {
 
 	reqs chan *applyReq
 	kick chan struct{}
+	pace passPacing // pace.go: the loop's
 	// inbox holds the agents' reports not yet applied (inbox.go).
 	inbox *inboxes
 	// hold gathers senders to wake after a slice of placements (stream.go).
@@ -632,6 +633,9 @@ func (t *term) loop() {
 	// to a heartbeat interval later.
 	recheck := time.NewTimer(time.Hour)
 	defer recheck.Stop()
+	paced := time.NewTimer(time.Hour) // a pass an input asked for, waiting (pace.go)
+	paced.Stop()
+	defer paced.Stop()
 	for {
 		if checkInvariants {
 			t.checkTerm() // after the load, and after each step
@@ -645,6 +649,11 @@ func (t *term) loop() {
 		case r := <-t.reqs:
 			round = append(round, r)
 		case <-t.kick:
+			if d := t.pace.wait(time.Now()); d > 0 {
+				paced.Reset(d)
+				continue
+			}
+		case <-paced.C:
 		case <-tick.C:
 		case <-t.inbox.wake:
 			// Agents' reports and other inputs: applied, without a pass
@@ -679,6 +688,7 @@ func (t *term) loop() {
 			t.applyRound(round)
 		}
 		if t.leaseValid() {
+			paced.Stop() // this pass is the one it waits for
 			at := t.reconcile()
 			if dat := t.deploy(); !dat.IsZero() && (at.IsZero() || dat.Before(at)) {
 				at = dat
