@@ -20,16 +20,27 @@ import (
 // is closed as soon as it is accepted. gRPC connections that have not
 // finished their handshake (TLS: authenticated the peer) have a bound of
 // their own, limits.GRPCPendingConns, so idle connections cannot hold the
-// agents' port.
+// agents' port: while that many are pending, the gRPC listener accepts no
+// more, and the next wait in the kernel's listen queue until one is
+// authenticated or closed (idle ones are closed after
+// limits.GRPCHandshakeTimeout). Closing them instead, as this did, turned
+// the 10,000 agents that came back to a new leader at once into 29,000
+// refused connections, each followed by the agent's reconnect backoff of
+// one second and more: every agent was back 22–28 s after a failover at
+// 100,000 units, 5.5 s after the new leader served (docs/benchmarks.md,
+// session 16).
 type connLimit struct {
 	max     int64 // connections in all
 	open    atomic.Int64
-	pending atomic.Int64 // gRPC connections not authenticated yet
+	pending atomic.Int64  // gRPC connections not authenticated yet
+	room    chan struct{} // cap 1: pending went down
 	log     *slog.Logger
 
 	mu         sync.Mutex
 	refused    int // since the last log line
+	held       int // accepts put off while pending was full, since the last log line
 	lastLogged time.Time
+	lastHeld   time.Time
 }
 
 // newConnLimit bounds the connections by the process's open-files limit,
@@ -40,7 +51,7 @@ func newConnLimit(log *slog.Logger) *connLimit {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < uint64(n) {
 		n = int64(rl.Cur)
 	}
-	return &connLimit{max: connsFor(n), log: log}
+	return &connLimit{max: connsFor(n), log: log, room: make(chan struct{}, 1)}
 }
 
 // connsFor is how many connections the listeners may hold under an
@@ -53,7 +64,39 @@ func connsFor(n int64) int64 {
 // connections, pending until authenticated (see handshakeCreds), or until
 // they send anything when plain is set (no TLS: nothing to authenticate).
 func (c *connLimit) wrap(ln net.Listener, grpc, plain bool) net.Listener {
-	return &limitedListener{Listener: ln, c: c, grpc: grpc, plain: plain}
+	return &limitedListener{Listener: ln, c: c, grpc: grpc, plain: plain, closed: make(chan struct{})}
+}
+
+// awaitRoom returns once fewer than limits.GRPCPendingConns gRPC
+// connections are pending, or closed is.
+func (c *connLimit) awaitRoom(closed <-chan struct{}) {
+	if c.pending.Load() < limits.GRPCPendingConns {
+		return
+	}
+	c.mu.Lock()
+	c.held++
+	if time.Since(c.lastHeld) >= 10*time.Second {
+		c.log.Warn("holding new gRPC connections in the listen queue: too many have not authenticated", "held", c.held,
+			"pending_grpc", c.pending.Load(), "pending_limit", limits.GRPCPendingConns)
+		c.held, c.lastHeld = 0, time.Now()
+	}
+	c.mu.Unlock()
+	for c.pending.Load() >= limits.GRPCPendingConns {
+		select {
+		case <-c.room:
+		case <-closed:
+			return
+		}
+	}
+}
+
+// unpend counts one gRPC connection less as pending.
+func (c *connLimit) unpend() {
+	c.pending.Add(-1)
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
 }
 
 func (c *connLimit) refuse(why string) {
@@ -63,8 +106,7 @@ func (c *connLimit) refuse(why string) {
 	if time.Since(c.lastLogged) < 10*time.Second {
 		return
 	}
-	c.log.Warn("refusing new connections", "why", why, "refused", c.refused, "open", c.open.Load(), "limit", c.max,
-		"pending_grpc", c.pending.Load(), "pending_limit", limits.GRPCPendingConns)
+	c.log.Warn("refusing new connections", "why", why, "refused", c.refused, "open", c.open.Load(), "limit", c.max)
 	c.refused, c.lastLogged = 0, time.Now()
 }
 
@@ -72,10 +114,20 @@ type limitedListener struct {
 	net.Listener
 	c           *connLimit
 	grpc, plain bool
+	closed      chan struct{}
+	closeOnce   sync.Once
+}
+
+func (l *limitedListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }
 
 func (l *limitedListener) Accept() (net.Conn, error) {
 	for {
+		if l.grpc {
+			l.c.awaitRoom(l.closed)
+		}
 		conn, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
@@ -88,13 +140,7 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 		}
 		cc := &countedConn{Conn: conn, c: l.c, plain: l.plain}
 		if l.grpc {
-			if l.c.pending.Add(1) > limits.GRPCPendingConns {
-				l.c.pending.Add(-1)
-				l.c.open.Add(-1)
-				conn.Close()
-				l.c.refuse("too many gRPC connections have not authenticated")
-				continue
-			}
+			l.c.pending.Add(1) // one listener accepts them: at most the bound
 			cc.pending.Store(true)
 		}
 		return cc, nil
@@ -113,7 +159,7 @@ type countedConn struct {
 // authenticated stops counting the connection as pending.
 func (cc *countedConn) authenticated() {
 	if cc.pending.CompareAndSwap(true, false) {
-		cc.c.pending.Add(-1)
+		cc.c.unpend()
 	}
 }
 

@@ -61,10 +61,22 @@ func closedWithin(cn net.Conn, d time.Duration) bool {
 	return !(ok && ne.Timeout())
 }
 
+// heldWithin reports whether cn stays open and silent for d: the daemon
+// has not accepted it (gRPC's server speaks first once it has).
+func heldWithin(cn net.Conn, d time.Duration) bool {
+	cn.SetReadDeadline(time.Now().Add(d))
+	defer cn.SetReadDeadline(time.Time{})
+	n, err := cn.Read(make([]byte, 1))
+	ne, ok := err.(net.Error)
+	return n == 0 && ok && ne.Timeout()
+}
+
 // TestIdleGRPCConnections (issue 23, finding 7): connections to the gRPC
 // port that never handshake are closed after limits.GRPCHandshakeTimeout,
 // not held for gRPC's default 2 minutes; beyond limits.GRPCPendingConns of
-// them, new ones are closed at once.
+// them, new ones wait in the listen queue, neither served nor closed,
+// until there is room, and are served then (a reconnecting agent is not
+// sent into its backoff).
 func TestIdleGRPCConnections(t *testing.T) {
 	a := startDaemon(t, Config{APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"})
 	idle := dialIdle(t, a.GRPC, limits.GRPCPendingConns)
@@ -76,15 +88,16 @@ func TestIdleGRPCConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer extra.Close()
-	if !closedWithin(extra, 2*time.Second) {
-		t.Errorf("connection %d beyond %d unauthenticated ones was not closed at once", limits.GRPCPendingConns+1, limits.GRPCPendingConns)
+	if !heldWithin(extra, 2*time.Second) {
+		t.Errorf("connection %d beyond %d unauthenticated ones was served or closed at once; want it held in the listen queue", limits.GRPCPendingConns+1, limits.GRPCPendingConns)
 	}
 	for i, cn := range idle {
 		if !closedWithin(cn, limits.GRPCHandshakeTimeout+5*time.Second) {
 			t.Fatalf("idle connection %d still open %v after the handshake deadline", i, 5*time.Second)
 		}
 	}
-	// Room again: a connection that speaks is served.
+	// Room again: the one held is served, and so is a new one that speaks.
+	heardFrom(t, extra, "the connection held while the idle ones were pending")
 	cn, err := net.Dial("tcp", a.GRPC)
 	if err != nil {
 		t.Fatal(err)
@@ -252,16 +265,24 @@ func TestGRPCPendingWithTLS(t *testing.T) {
 	if _, err := authed.Read(make([]byte, 1)); err != nil {
 		t.Fatalf("the gRPC server after the handshake: %v, want its SETTINGS", err)
 	}
+	// A TLS server does not speak first: a connection accepted and left
+	// idle is closed at the handshake deadline, one held in the listen
+	// queue is not.
 	idle := dialIdle(t, a.GRPC, limits.GRPCPendingConns)
-	if closedWithin(idle[len(idle)-1], time.Second) {
-		t.Errorf("idle connection %d closed at once beside an authenticated one: the authenticated one still counts", limits.GRPCPendingConns)
-	}
 	extra, err := net.Dial("tcp", a.GRPC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer extra.Close()
-	if !closedWithin(extra, 2*time.Second) {
-		t.Errorf("idle connection %d was not closed at once", limits.GRPCPendingConns+1)
+	if !closedWithin(idle[len(idle)-1], limits.GRPCHandshakeTimeout+5*time.Second) {
+		t.Fatalf("idle connection %d beside an authenticated one was not accepted (closed at the handshake deadline): the authenticated one still counts", limits.GRPCPendingConns)
+	}
+	// The idle ones went at their deadline; the one held was accepted only
+	// then, so it is still open.
+	if closedWithin(extra, time.Second) {
+		t.Errorf("connection %d beyond %d unauthenticated ones was accepted at once; want it held", limits.GRPCPendingConns+1, limits.GRPCPendingConns)
+	}
+	if !closedWithin(extra, limits.GRPCHandshakeTimeout+5*time.Second) {
+		t.Errorf("connection %d, held, was not accepted (and closed idle) once there was room", limits.GRPCPendingConns+1)
 	}
 }

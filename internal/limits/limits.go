@@ -170,8 +170,10 @@ const (
 	GRPCHandshakeTimeout = 5 * time.Second
 
 	// GRPCPendingConns (128) bounds the connections to the gRPC port that
-	// have not finished their handshake: more are closed as they come.
-	// Agents reconnecting to a new leader all at once retry with backoff.
+	// have not finished their handshake: while that many are pending, more
+	// wait in the kernel's listen queue, not accepted, until one is
+	// authenticated or closed. Agents reconnecting to a new leader all at
+	// once are taken in as fast as the daemon authenticates them.
 	GRPCPendingConns = 128
 
 	// ReservedFDs (256) is how many file descriptors, at least, the daemon
