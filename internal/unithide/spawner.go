@@ -91,7 +91,6 @@ type spawnRequest struct {
 // other round trip for each command.
 type spawnReply struct {
 	ID     uint64
-	Done   bool
 	Err    string // it could not start
 	Status int    // its wait status
 	Output string // the first maxSpawnOutput bytes of its stdout and stderr
@@ -145,8 +144,8 @@ func (s *Spawner) Run(ctx context.Context, cmd *exec.Cmd) error {
 		case <-proc.dead:
 			return errors.New("the probe spawner process ended")
 		case <-ctx.Done():
-			// The spawner kills its process group (at once, or once
-			// started), then replies that it ended.
+			// The spawner kills its process group (the request that
+			// started it went first), then replies once it ended.
 			killed = context.Cause(ctx)
 			ctx = context.Background()
 			s.send(&spawnRequest{ID: req.ID, Kill: true}, proc)

@@ -209,7 +209,7 @@ func (l *spawnLoop) start(req *spawnRequest) {
 		fds, err = spawn.StartFDs(&spawn.Attr{Path: req.Path, Argv: req.Args, Env: req.Env, Dir: req.Dir, Cred: cred})
 	}
 	if err != nil {
-		l.replies = appendReply(l.replies, &spawnReply{ID: req.ID, Done: true, Err: err.Error()})
+		l.replies = appendReply(l.replies, &spawnReply{ID: req.ID, Err: err.Error()})
 		return
 	}
 	p := &spawned{id: req.ID, fds: fds}
@@ -255,7 +255,7 @@ func (l *spawnLoop) progress(p *spawned, fd int) {
 		l.reap(p, 0)
 	}
 	delete(l.live, p.id)
-	l.replies = appendReply(l.replies, &spawnReply{ID: p.id, Done: true, Status: int(p.status), Output: string(p.output)})
+	l.replies = appendReply(l.replies, &spawnReply{ID: p.id, Status: int(p.status), Output: string(p.output)})
 }
 
 // readOutput reads p's output until the pipe is empty, keeping the first

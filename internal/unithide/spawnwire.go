@@ -172,7 +172,7 @@ func decodeReply(body []byte) (spawnReply, error) {
 		return spawnReply{}, fmt.Errorf("a reply frame of kind %d", body[0])
 	}
 	r := frameReader{b: body[1:]}
-	p := spawnReply{ID: r.uvarint(), Done: true}
+	p := spawnReply{ID: r.uvarint()}
 	p.Status = int(int32(uint32(r.uvarint())))
 	p.Err = r.string()
 	p.Output = r.string()

@@ -45,9 +45,9 @@ func TestSpawnFrames(t *testing.T) {
 	}
 
 	replies := []spawnReply{
-		{ID: 7, Done: true, Status: 3 << 8, Output: "no\n"},
-		{ID: 8, Done: true, Err: "fork/exec /nope: no such file or directory"},
-		{ID: 9, Done: true, Status: 9, Output: strings.Repeat("x", maxSpawnOutput)},
+		{ID: 7, Status: 3 << 8, Output: "no\n"},
+		{ID: 8, Err: "fork/exec /nope: no such file or directory"},
+		{ID: 9, Status: 9, Output: strings.Repeat("x", maxSpawnOutput)},
 	}
 	b = nil
 	for i := range replies {
@@ -96,7 +96,7 @@ func TestSpawnFrames(t *testing.T) {
 func FuzzSpawnFrames(f *testing.F) {
 	f.Add(appendRequest(nil, &spawnRequest{ID: 3, Path: "/bin/true", Args: []string{"true"}, Env: []string{"A=1"}, UID: "-", GID: "-", Groups: "-"}))
 	f.Add(appendRequest(nil, &spawnRequest{ID: 4, Kill: true}))
-	f.Add(appendReply(nil, &spawnReply{ID: 5, Done: true, Status: 256, Output: "out"}))
+	f.Add(appendReply(nil, &spawnReply{ID: 5, Status: 256, Output: "out"}))
 	f.Add([]byte{5, 0, 0, 0, frameStart, 0x80, 0x80, 0x80, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for {
