@@ -236,6 +236,20 @@ type Status struct {
 	// campaign: etcd holds data of a schema it cannot lead. Its machine
 	// still runs units as an agent.
 	LeadRefused string `json:"leadRefused,omitempty"`
+	// Standby is, from a daemon whose engine campaigns while another
+	// leads, whether it holds ready the state it would lead with.
+	Standby *Standby `json:"standby,omitempty"`
+}
+
+// Standby is what a standing-by engine holds ready (Status.Standby).
+type Standby struct {
+	// Prepared says the engine has made, from the durable record as it
+	// is now, the state a new leader starts from: elected, it serves at
+	// once instead of loading every unit first. An engine prepares once
+	// the record has stayed the same for half a second (longer in a
+	// large cluster: as long as the state takes to make).
+	Prepared bool `json:"prepared"`
+	Units    int  `json:"units"` // how many units that state holds
 }
 
 // State is the answer of GET /v1/state: the whole cluster as the leader

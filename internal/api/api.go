@@ -361,6 +361,9 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 		if err := s.cfg.Engine.Refused(); err != nil {
 			st.LeadRefused = err.Error()
 		}
+		if prepared, units, ok := s.cfg.Engine.Standby(); ok && !st.IsLeader {
+			st.Standby = &apiv1.Standby{Prepared: prepared, Units: units}
+		}
 	}
 	writeJSON(w, http.StatusOK, st)
 }

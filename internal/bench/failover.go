@@ -17,6 +17,14 @@ import (
 // the agents' processes (not through the API): a failover restarts none.
 type FailoverReport struct {
 	Killed string `json:"killed"` // the engine killed
+	// StandbySeconds is how long the bench waited, before the kill, for
+	// the other engines to hold ready the state they would lead with
+	// (GET /v1/status "standby"), as they do in a cluster that has not
+	// changed for a moment; StandbyReady says they all did (false: the
+	// kill came after standbyTimeout regardless). Engines of the etcd
+	// registry prepare nothing: they are not waited for.
+	StandbySeconds float64 `json:"standby_seconds"`
+	StandbyReady   bool    `json:"standby_ready"`
 	// LeaderSeconds, AgentsSeconds and ActiveSeconds are from the kill
 	// (nil: not reached within the timeout).
 	LeaderSeconds *float64 `json:"leader_seconds"`
@@ -54,6 +62,9 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 		return nil, fmt.Errorf("failover: no running engine serves %s, the leader's API", c.leaderAPI)
 	}
 	r.Killed = victim.name
+	waited := time.Now()
+	r.StandbyReady = waitStandbys(ctx, c, victim, prog)
+	r.StandbySeconds = round3(time.Since(waited).Seconds())
 	// With --profile, the surviving engines and the agents' processes are
 	// profiled from the kill until the cluster is whole again (files
 	// <registry>-failover-...).
@@ -160,4 +171,45 @@ func victimAPI(c *cluster, p *process) string {
 		}
 	}
 	return ""
+}
+
+// standbyTimeout bounds how long the bench waits for the standbys to
+// prepare before it kills the leader.
+const standbyTimeout = 2 * time.Minute
+
+// waitStandbys waits until every engine but the leader, victim, says it
+// holds ready the state it would lead with, and reports whether they all
+// did within standbyTimeout.
+func waitStandbys(ctx context.Context, c *cluster, victim *process, prog *progress) bool {
+	deadline := time.Now().Add(standbyTimeout)
+	for {
+		waiting := 0
+		for i, a := range c.engineAPI {
+			if p := c.engines[i]; p == victim || p.killed {
+				continue
+			}
+			cl, err := c.client(a, client.WithTimeout(5*time.Second))
+			if err != nil {
+				return false
+			}
+			// An engine of the etcd registry prepares nothing (it
+			// follows no record), and says nothing of it.
+			if st, err := cl.Status(ctx); err != nil || (st.Standby != nil && !st.Standby.Prepared) {
+				waiting++
+			}
+		}
+		if waiting == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			prog.phase("failover: %d standing-by engines had not prepared after %v; killing the leader anyway", waiting, standbyTimeout)
+			return false
+		}
+		prog.status("waiting for %d standing-by engines to prepare", waiting)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

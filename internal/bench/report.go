@@ -306,8 +306,12 @@ func (r *Report) WriteText(w io.Writer) {
 			}
 			return fmt.Sprintf("%.3f s", *p)
 		}
-		fmt.Fprintf(w, "failover       %s killed: a new leader serving after %s, every agent reconnected after %s, every unit active in its state after %s; %d units started meanwhile",
-			f.Killed, secs(f.LeaderSeconds), secs(f.AgentsSeconds), secs(f.ActiveSeconds), f.Restarted)
+		ready := fmt.Sprintf("the standbys prepared after %.1f s", f.StandbySeconds)
+		if !f.StandbyReady {
+			ready = fmt.Sprintf("the standbys had not prepared after %.1f s", f.StandbySeconds)
+		}
+		fmt.Fprintf(w, "failover       %s killed (%s): a new leader serving after %s, every agent reconnected after %s, every unit active in its state after %s; %d units started meanwhile",
+			f.Killed, ready, secs(f.LeaderSeconds), secs(f.AgentsSeconds), secs(f.ActiveSeconds), f.Restarted)
 		if f.Error != "" {
 			fmt.Fprintf(w, " (%s)", f.Error)
 		}

@@ -162,6 +162,9 @@ type Engine struct {
 	// refused is why this engine does not campaign (schema.go), nil
 	// while it does.
 	refused atomic.Pointer[error]
+	// standby prepares a term's state while the engine campaigns (nil
+	// while it does not).
+	standby atomic.Pointer[standby]
 }
 
 // New returns an engine; Run makes it campaign.
@@ -182,16 +185,24 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		// While it campaigns, the engine follows the durable record, so
 		// that if it wins it need not read it all from etcd
-		// (registry.Follower); it stops following once it leads, when it
-		// writes the record itself.
+		// (registry.Follower), and prepares the state a term would make
+		// of it (standby.go); it stops both once it leads, when it writes
+		// the record itself.
 		fctx, stopFollowing := context.WithCancel(ctx)
-		var fol *registry.Follower
+		var (
+			fol *registry.Follower
+			sb  *standby
+		)
 		if e.cfg.Registry == registry.ModeGRPC {
 			fol = registry.NewFollower(e.cfg.Client, e.cfg.Keys)
 			go fol.Run(fctx)
+			sb = newStandby(e, fol)
+			go sb.run(fctx)
+			e.standby.Store(sb)
 		}
 		t, err := election.Campaign(ctx, e.cfg.ElectionClient, e.cfg.Keys.Election(), e.cfg.ElectionTTL, me)
 		if err != nil {
+			e.standby.Store(nil)
 			stopFollowing()
 			if ctx.Err() != nil {
 				break
@@ -200,7 +211,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			sleepCtx(ctx, time.Second)
 			continue
 		}
-		e.lead(ctx, t, fol, stopFollowing)
+		e.lead(ctx, t, fol, sb, stopFollowing)
 	}
 	if t := e.leader(); t != nil {
 		e.drop(t) // a degraded term
@@ -209,12 +220,13 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 // lead runs one term until it ends.
-func (e *Engine) lead(ctx context.Context, el *election.Term, fol *registry.Follower, stopFollowing func()) {
+func (e *Engine) lead(ctx context.Context, el *election.Term, fol *registry.Follower, sb *standby, stopFollowing func()) {
 	log := e.log.With("leader_rev", el.Info.Rev)
 	started := e.cfg.Now()
 	ready := make(chan struct{})
 	e.loading.Store(&ready)
-	t, err := newTerm(ctx, e, el, fol)
+	t, err := newTerm(ctx, e, el, fol, sb)
+	e.standby.Store(nil)
 	stopFollowing()
 	if err == nil {
 		e.install(t)
@@ -236,7 +248,7 @@ func (e *Engine) lead(ctx context.Context, el *election.Term, fol *registry.Foll
 		sleepCtx(ctx, time.Second)
 		return
 	}
-	log.Info("elected leader", "units", t.loaded, "load_ms", e.cfg.Now().Sub(started).Milliseconds())
+	log.Info("elected leader", "units", t.loaded, "from", t.loadedFrom, "load_ms", e.cfg.Now().Sub(started).Milliseconds())
 	if e.onTerm != nil {
 		e.onTerm(t)
 	}

@@ -12,3 +12,11 @@ func SetSchemaRecheck(t testing.TB, d time.Duration) {
 	schemaRecheck = d
 	t.Cleanup(func() { schemaRecheck = old })
 }
+
+// LoadedFrom says where the engine's term took its state from (term.loadedFrom), "" while it does not lead.
+func (e *Engine) LoadedFrom() string {
+	if t := e.leader(); t != nil {
+		return t.loadedFrom
+	}
+	return ""
+}

@@ -20,15 +20,14 @@ func TestReportDoesNotWaitForTheLoop(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	tm := &term{
-		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), HeartbeatInterval: time.Second, Registry: registry.ModeGRPC}},
-		ctx:       ctx,
-		cancel:    cancel,
-		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
-		machines:  map[string]*machineRec{},
-		moves:     newMoves(),
-		events:    newEventLog(1, ctx.Done()),
-		kick:      make(chan struct{}, 1),
-		inbox:     newInboxes(),
+		e:             &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), HeartbeatInterval: time.Second, Registry: registry.ModeGRPC}},
+		ctx:           ctx,
+		cancel:        cancel,
+		committer:     registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
+		decisionState: &decisionState{machines: map[string]*machineRec{}, moves: newMoves()},
+		events:        newEventLog(1, ctx.Done()),
+		kick:          make(chan struct{}, 1),
+		inbox:         newInboxes(),
 	}
 	conn := newAgentConn("m1")
 	tm.machine("m1").conn = conn
@@ -83,7 +82,7 @@ func TestReportDoesNotWaitForTheLoop(t *testing.T) {
 func TestLoopAnswersReadsWhileItCommits(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	tm := &term{ctx: ctx, inbox: newInboxes(), units: map[string]*unitRec{"a.service": nil}}
+	tm := &term{ctx: ctx, inbox: newInboxes(), decisionState: &decisionState{units: map[string]*unitRec{"a.service": nil}}}
 	etcd := make(chan struct{}) // the commit's answer
 	answered := make(chan error, 1)
 	go func() {

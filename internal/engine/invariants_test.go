@@ -75,9 +75,9 @@ func mirrorTerm(t *testing.T) *term {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tm := &term{ctx: context.Background(), deg: newDegradation(), machines: map[string]*machineRec{}, sched: newMirror(), moves: newMoves(),
+	tm := &term{ctx: context.Background(), deg: newDegradation(), decisionState: &decisionState{machines: map[string]*machineRec{}, sched: newMirror(), moves: newMoves(),
 		units:   map[string]*unitRec{"a.service": testRec(t, "a.service"), "g.service": newTestRec("g.service", g, unit.Launched, "")},
-		globals: map[string]struct{}{"g.service": {}}}
+		globals: map[string]struct{}{"g.service": {}}}}
 	tm.machine("m1")
 	tm.machine("m2")
 	tm.units["a.service"].machine = "m1"

@@ -18,7 +18,7 @@ import (
 // holds under a quarter of what it held (a start of a million units left
 // it empty but 60 MB large), and keeps every unit it holds.
 func TestShrinkUnplaced(t *testing.T) {
-	tm := &term{unplaced: map[string]struct{}{}}
+	tm := &term{decisionState: &decisionState{unplaced: map[string]struct{}{}}}
 	for i := range 10000 {
 		tm.unplaced[fmt.Sprint(i)] = struct{}{}
 	}

@@ -44,9 +44,8 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 		deg:       newDegradation(),
 		events:    newEventLog(0, nil), // its goroutine outlives the test: the term never ends
 		inbox:     newInboxes(),
-		units:     map[string]*unitRec{},
-		machines:  map[string]*machineRec{},
-		unplaced:  map[string]struct{}{},
+		decisionState: &decisionState{units: map[string]*unitRec{}, machines: map[string]*machineRec{},
+			unplaced: map[string]struct{}{}},
 	}
 	loopDone := make(chan struct{})
 	go func() {

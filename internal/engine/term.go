@@ -209,39 +209,17 @@ func (t *term) reachable(m *machineRec, now time.Time) bool {
 	return t.e.cfg.Registry == registry.ModeEtcd || now.Sub(m.heardAt()) <= t.muteAfterFor(m.conn)
 }
 
-// term is the leader's state for one election term.
-type term struct {
-	e     *Engine
-	el    *election.Term
-	info  election.Info
-	start time.Time // when the term began to serve, its load done
-	// now is the loop's clock: the time of the iteration it is in (of the
-	// load, before the loop starts). Every decision takes the time from
-	// here, never from the system's clock; only the loop sets it, from
-	// cfg.Now at the start of each iteration.
-	now time.Time
-	// loaded is how many units the term loaded (the loop changes units).
-	loaded int
-	// reconnect is the time the machines get to reconnect after start
-	// before their silence counts (reconnectGrace).
-	reconnect time.Duration
-	keys      registry.Keys
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	committer *registry.Committer
-	// commitCtx is the committer's and its callers': cancelled when the
-	// term degrades, so a degraded term sends nothing more to etcd (its
-	// in-flight writes are abandoned, of unknown outcome) and does not
-	// starve the campaign that is to replace it.
-	commitCtx  context.Context
-	stopCommit context.CancelFunc
-	wg         sync.WaitGroup
-	deg        *degradation // lease and etcd reachability (degraded.go)
-
-	// What follows is the decision state: the loop goroutine's alone, with
-	// no lock. Other goroutines reach it through the loop (inputs.go): they
-	// queue inputs, or reads it runs between its steps (onLoop), as the
-	// state's builder does (publish.go).
+// decisionState is a term's decision state: the durable record as the leader
+// holds it (units, machines, placements, moves, files, versions,
+// deployments) and what it derives from it. It is the loop goroutine's
+// alone, with no lock. Other goroutines reach it through the loop
+// (inputs.go): they queue inputs, or reads it runs between its steps
+// (onLoop), as the state's builder does (publish.go).
+//
+// A term loads it from etcd when it is elected, or takes the one its
+// engine prepared while it stood by (standby.go): that is why it is a
+// value of its own, made before the term it serves.
+type decisionState struct {
 	units    map[string]*unitRec
 	machines map[string]*machineRec
 	unplaced map[string]struct{} // wanted units without a machine
@@ -297,6 +275,74 @@ type term struct {
 	// sched is the scheduler's mirror (mirror.go), the loop's.
 	sched mirror
 
+	// singletons holds the LostAfter= of singleton units that set one,
+	// and shortestLostAfter the shortest of them: both set the heartbeat
+	// interval (heartbeat.go), which the agents' senders read.
+	singletons        *durations
+	shortestLostAfter atomic.Int64
+	// lostAfters holds every unit's LostAfter= that is set (not infinity),
+	// and shortestLost the shortest of them (noteLostAfter).
+	lostAfters   *durations
+	shortestLost time.Duration
+}
+
+// newDecisionState returns an empty decision state.
+func newDecisionState() *decisionState {
+	return &decisionState{
+		units:      map[string]*unitRec{},
+		machines:   map[string]*machineRec{},
+		unplaced:   map[string]struct{}{},
+		globals:    map[string]struct{}{},
+		sched:      newMirror(),
+		followers:  map[string]struct{}{},
+		store:      newStore(),
+		versions:   versionsState{logs: map[string]registry.VersionLog{}, keep: registry.DefaultKeepVersions},
+		deploys:    newDeployState(nil),
+		placeDirty: true,
+		moves:      newMoves(),
+		hist:       map[string][]apiv1.HistoryEntry{},
+		overrides:  map[string]map[string]*string{},
+		singletons: newDurations(),
+		lostAfters: newDurations(),
+	}
+}
+
+// term is the leader's state for one election term.
+type term struct {
+	e     *Engine
+	el    *election.Term
+	info  election.Info
+	start time.Time // when the term began to serve, its load done
+	// now is the loop's clock: the time of the iteration it is in (of the
+	// load, before the loop starts). Every decision takes the time from
+	// here, never from the system's clock; only the loop sets it, from
+	// cfg.Now at the start of each iteration.
+	now time.Time
+	// loaded is how many units the term loaded (the loop changes units),
+	// and loadedFrom where from: the state its standby prepared
+	// ("prepared"), the record it followed ("followed") or etcd ("etcd").
+	loaded     int
+	loadedFrom string
+	// reconnect is the time the machines get to reconnect after start
+	// before their silence counts (reconnectGrace).
+	reconnect time.Duration
+	keys      registry.Keys
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	committer *registry.Committer
+	// commitCtx is the committer's and its callers': cancelled when the
+	// term degrades, so a degraded term sends nothing more to etcd (its
+	// in-flight writes are abandoned, of unknown outcome) and does not
+	// starve the campaign that is to replace it.
+	commitCtx  context.Context
+	stopCommit context.CancelFunc
+	wg         sync.WaitGroup
+	deg        *degradation // lease and etcd reachability (degraded.go)
+
+	// The decision state: the loop goroutine's alone, with no lock
+	// (decisionState).
+	*decisionState
+
 	reqs chan *applyReq
 	kick chan struct{}
 	pace passPacing // pace.go: the loop's
@@ -304,16 +350,9 @@ type term struct {
 	inbox *inboxes
 	// hold gathers senders to wake after a slice of placements (stream.go).
 	hold wakeHold
-	// streams counts the agents' open streams; singletons holds the
-	// LostAfter= of singleton units that set one, and shortestLostAfter
-	// the shortest of them: both set the heartbeat interval (heartbeat.go).
-	streams           atomic.Int64
-	singletons        *durations
-	shortestLostAfter atomic.Int64
-	// lostAfters holds every unit's LostAfter= that is set (not infinity),
-	// and shortestLost the shortest of them (noteLostAfter).
-	lostAfters   *durations
-	shortestLost time.Duration
+	// streams counts the agents' open streams: with the decision state's
+	// shortestLostAfter it sets the heartbeat interval (heartbeat.go).
+	streams atomic.Int64
 	// engines are the engine candidates' gRPC addresses (discovery.go).
 	engines atomic.Pointer[engineList]
 
@@ -347,31 +386,17 @@ type term struct {
 // election session lasts but etcd does not answer.
 const loadTimeout = 10 * time.Minute
 
-func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry.Follower) (*term, error) {
+func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry.Follower, sb *standby) (*term, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &term{
 		e: e, el: el, info: el.Info, start: e.cfg.Now(), now: e.cfg.Now(), keys: e.cfg.Keys, ctx: ctx, cancel: cancel, deg: newDegradation(),
 		committer: registry.NewCommitter(e.cfg.Client, el.Fence(), registry.CommitterConfig{MaxOps: e.cfg.MaxTxnOps,
 			Observe: func(d time.Duration) { e.cfg.Metrics.ObserveEtcd("txn", d) }}),
-		units:      map[string]*unitRec{},
-		machines:   map[string]*machineRec{},
-		unplaced:   map[string]struct{}{},
-		globals:    map[string]struct{}{},
-		sched:      newMirror(),
-		followers:  map[string]struct{}{},
-		store:      newStore(),
-		versions:   versionsState{logs: map[string]registry.VersionLog{}, keep: registry.DefaultKeepVersions},
-		deploys:    newDeployState(nil),
-		placeDirty: true,
-		moves:      newMoves(),
-		hist:       map[string][]apiv1.HistoryEntry{},
-		overrides:  map[string]map[string]*string{},
-		events:     newEventLog(el.Info.Rev, ctx.Done()),
-		reqs:       make(chan *applyReq, 256),
-		kick:       make(chan struct{}, 1),
-		inbox:      newInboxes(),
-		singletons: newDurations(),
-		lostAfters: newDurations(),
+		decisionState: newDecisionState(),
+		events:        newEventLog(el.Info.Rev, ctx.Done()),
+		reqs:          make(chan *applyReq, 256),
+		kick:          make(chan struct{}, 1),
+		inbox:         newInboxes(),
 	}
 	t.commitCtx, t.stopCommit = context.WithCancel(ctx)
 	// The load takes as long as the cluster's size needs: a million units
@@ -402,7 +427,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	var ph passPhases
 	ph.start(time.Now())
 	defer ph.logSlow(e.log, "loading the cluster at the start of a term")
-	snap, err := t.readRecord(lctx, fol, &ph)
+	snap, p, err := t.readRecord(lctx, fol, sb, &ph)
 	lcancel()
 	if err != nil {
 		cancel(err)
@@ -410,8 +435,24 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		t.wg.Wait()
 		return nil, err
 	}
-	t.loadRecords(snap, &ph)
-	placedAtLoad := t.indexUnits(snap, &ph)
+	var placedAtLoad int
+	switch {
+	case p != nil:
+		t.loadedFrom = "prepared"
+		t.decisionState, placedAtLoad = p.state, p.placed
+		t.loadMoves(p.moves)
+		ph.note("units", p.units)
+		ph.note("ranges", p.ranges)
+		e.log.Info("took the state prepared while standing by", "units", len(t.units), "prepared_ms", p.took.Milliseconds())
+	default:
+		t.loadedFrom = "etcd"
+		if snap.Changes > 0 {
+			t.loadedFrom = "followed"
+		}
+		t.loadRecords(snap, &ph)
+		placedAtLoad = t.indexUnits(snap, &ph)
+		t.loadMoves(snap.Moves)
+	}
 	// The term serves from now: a machine's silence counts from here (and
 	// the reconnect grace), not from the election, which came before a
 	// load that takes a minute at a million units. Counted from the
@@ -432,15 +473,26 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	return t, nil
 }
 
-// readRecord returns what the engine followed while it campaigned, caught
-// up to now, or the whole record read from etcd.
-func (t *term) readRecord(ctx context.Context, fol *registry.Follower, ph *passPhases) (*registry.Snapshot, error) {
+// readRecord returns the state the engine's standby prepared if the record
+// it followed while it campaigned, caught up to now, is the one it was
+// prepared from (standby.go); else that record, or the whole record read
+// from etcd.
+func (t *term) readRecord(ctx context.Context, fol *registry.Follower, sb *standby, ph *passPhases) (*registry.Snapshot, *prepared, error) {
 	e := t.e
 	if fol != nil {
-		snap, err := fol.Snapshot(ctx)
+		n, err := fol.CatchUp(ctx)
 		ph.done("catch up")
+		if err == nil {
+			if p := sb.take(ctx, n); p != nil {
+				ph.done("prepared")
+				return nil, p, nil
+			}
+			snap := fol.Current()
+			ph.done("copy")
+			return snap, nil, nil
+		}
 		if !errors.Is(err, registry.ErrBehind) {
-			return snap, err
+			return nil, nil, err
 		}
 		e.log.Warn("the record this engine followed is behind etcd; reading it all", "err", err)
 	}
@@ -448,7 +500,7 @@ func (t *term) readRecord(ctx context.Context, fol *registry.Follower, ph *passP
 	snap, err := registry.Load(ctx, e.cfg.Client, t.keys)
 	e.cfg.Metrics.ObserveEtcd("load", time.Since(start))
 	ph.done("read etcd")
-	return snap, err
+	return snap, nil, err
 }
 
 // loadRecords makes the term's units, machines' overrides, files and
@@ -503,8 +555,8 @@ func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
 }
 
 // indexUnits loads the ranges and indexes the units loaded: followers,
-// globals, machines' units, the unplaced, and the moves under way. It
-// returns how many units were placed.
+// globals, machines' units and the unplaced. It returns how many units
+// were placed.
 func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 	ph.note("units", len(snap.Units))
 	ph.note("ranges", len(snap.Ranges))
@@ -525,7 +577,13 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 			t.unplaced[name] = struct{}{}
 		}
 	}
-	for name, move := range snap.Moves {
+	return placed
+}
+
+// loadMoves begins the moves under way in the record (unit name -> move,
+// registry.ParseMove), as of the term's clock.
+func (t *term) loadMoves(moves map[string]string) {
+	for name, move := range moves {
 		from, handedOver := registry.ParseMove(move)
 		switch r := t.units[name]; {
 		case r == nil || r.file.Fleet.Global:
@@ -538,7 +596,6 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 		// A move of a unit since destroyed or placed is stale; the next
 		// pass of a move completing deletes its key.
 	}
-	return placed
 }
 
 // startLoops starts the term's goroutines: the loop, the publisher and, by registry mode, the candidates' or agents' followers.

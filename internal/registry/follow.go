@@ -50,11 +50,18 @@ type Follower struct {
 	vindex     int64
 	vconfig    []byte
 	bad        map[string]bool // keys whose value did not decode
+	// changes counts the changes applied to the record (a load counts as
+	// one): while it is the same, so is the record, whatever revision
+	// etcd is at (writes to keys the follower passes over, such as the
+	// election's, move the revision and change nothing here).
+	changes uint64
+	// changed is closed (and replaced) whenever changes moves.
+	changed chan struct{}
 }
 
 // NewFollower returns a Follower of keys' record; Run makes it follow.
 func NewFollower(cli *clientv3.Client, keys Keys) *Follower {
-	return &Follower{cli: cli, keys: keys, progressed: make(chan struct{})}
+	return &Follower{cli: cli, keys: keys, progressed: make(chan struct{}), changed: make(chan struct{})}
 }
 
 // Run follows the record until ctx ends, then lets go of it (an engine
@@ -115,7 +122,15 @@ func (f *Follower) reset(snap *Snapshot) {
 		// it is written again: Load skipped it the same way.
 		f.bad[strings.Fields(k)[0]] = true
 	}
+	f.changes++
+	f.noteChanged()
 	f.advance(snap.Revision)
+}
+
+// noteChanged wakes those waiting for a change. Callers hold mu.
+func (f *Follower) noteChanged() {
+	close(f.changed)
+	f.changed = make(chan struct{})
 }
 
 // advance notes that the record is as of rev. Callers hold mu.
@@ -137,8 +152,14 @@ func (f *Follower) watch(ctx context.Context, rev int64) {
 			return
 		}
 		f.mu.Lock()
+		n := f.changes
 		for _, ev := range resp.Events {
-			f.apply(ev)
+			if f.apply(ev) {
+				f.changes++
+			}
+		}
+		if f.changes != n {
+			f.noteChanged()
 		}
 		switch {
 		case resp.IsProgressNotify():
@@ -150,8 +171,9 @@ func (f *Follower) watch(ctx context.Context, rev int64) {
 	}
 }
 
-// apply applies one change. Callers hold mu.
-func (f *Follower) apply(ev *clientv3.Event) {
+// apply applies one change, and reports whether it was to a key the
+// follower keeps. Callers hold mu.
+func (f *Follower) apply(ev *clientv3.Event) bool {
 	key := string(ev.Kv.Key)
 	del := ev.Type == clientv3.EventTypeDelete
 	delete(f.bad, key)
@@ -161,12 +183,12 @@ func (f *Follower) apply(ev *clientv3.Event) {
 		name := strings.TrimPrefix(key, k.Units())
 		delete(f.units, name)
 		if del {
-			return
+			return true
 		}
 		r, ok := k.decodeRecord(key, ev.Kv.Value, ev.Kv.ModRevision)
 		if !ok {
 			f.bad[key] = true
-			return
+			return true
 		}
 		if r.Content != "" {
 			r.File = ""
@@ -175,12 +197,12 @@ func (f *Follower) apply(ev *clientv3.Event) {
 	case strings.HasPrefix(key, k.Ranges()):
 		delete(f.ranges, key)
 		if del {
-			return
+			return true
 		}
 		r, ok := decodeRange(key, ev.Kv.Value, ev.Kv.ModRevision)
 		if !ok {
 			f.bad[key] = true
-			return
+			return true
 		}
 		f.ranges[key] = r
 	case strings.HasPrefix(key, k.Files()):
@@ -193,12 +215,12 @@ func (f *Follower) apply(ev *clientv3.Event) {
 		id := strings.TrimPrefix(key, k.Machines())
 		delete(f.machines, id)
 		if del {
-			return
+			return true
 		}
 		var r MachineRecord
 		if err := json.Unmarshal(ev.Kv.Value, &r); err != nil {
 			f.bad[key] = true
-			return
+			return true
 		}
 		f.machines[id] = r
 	case key == k.SchedulerConfig():
@@ -209,23 +231,23 @@ func (f *Follower) apply(ev *clientv3.Event) {
 	case strings.HasPrefix(key, k.Versions()):
 		delete(f.versions, strings.TrimPrefix(key, k.Versions()))
 		if del {
-			return
+			return true
 		}
 		name, l, ok := k.decodeVersionLog(key, ev.Kv.Value)
 		if !ok {
 			f.bad[key] = true
-			return
+			return true
 		}
 		f.versions[name] = l
 	case strings.HasPrefix(key, k.Deployments()):
 		delete(f.deploys, strings.TrimPrefix(key, k.Deployments()))
 		if del {
-			return
+			return true
 		}
 		d, ok := k.decodeDeployment(key, ev.Kv.Value)
 		if !ok {
 			f.bad[key] = true
-			return
+			return true
 		}
 		f.deploys[d.Unit] = d
 	case key == k.VersionIndex():
@@ -237,7 +259,10 @@ func (f *Follower) apply(ev *clientv3.Event) {
 		if !del {
 			f.vconfig = append([]byte(nil), ev.Kv.Value...)
 		}
+	default:
+		return false
 	}
+	return true
 }
 
 func setOrDelete(m map[string]string, k, v string, del bool) {
@@ -270,14 +295,45 @@ var ErrBehind = errors.New("registry: the follower is behind etcd")
 
 // Snapshot returns the record as Load would read it now: it waits until
 // the follower has applied every change up to the revision etcd is at
-// when it is called, asking etcd to tell the watch how far it is. Its
-// Units come in no particular order.
+// when it is called (CatchUp), and copies it. Its Units come in no
+// particular order.
 func (f *Follower) Snapshot(ctx context.Context) (*Snapshot, error) {
+	if _, err := f.CatchUp(ctx); err != nil {
+		return nil, err
+	}
+	return f.Current(), nil
+}
+
+// Current copies the record as the follower holds it now, caught up or
+// not; nil before it has loaded one.
+func (f *Follower) Current() *Snapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rev == 0 {
+		return nil
+	}
+	return f.snapshot()
+}
+
+// Changes returns how many changes the follower has applied to the record
+// (Snapshot.Changes: the same count, the same record), whether it has
+// loaded one, and a channel closed at the next change.
+func (f *Follower) Changes() (n uint64, loaded bool, changed <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changes, f.rev > 0, f.changed
+}
+
+// CatchUp waits until the follower has applied every change up to the
+// revision etcd is at when it is called, asking etcd to tell the watch how
+// far it is, and returns the count of changes applied (Changes) as of
+// then. ErrBehind if it does not within catchUpWait.
+func (f *Follower) CatchUp(ctx context.Context) (uint64, error) {
 	// A read of one key: its header is etcd's current revision (Load's
 	// count of every key under the prefix costs etcd a walk of them all).
 	resp, err := f.cli.Get(ctx, f.keys.SchedulerConfig())
 	if err != nil {
-		return nil, fmt.Errorf("registry: follow: %w", err)
+		return 0, fmt.Errorf("registry: follow: %w", err)
 	}
 	want := resp.Header.Revision
 	ask := time.NewTicker(100 * time.Millisecond)
@@ -290,32 +346,32 @@ func (f *Follower) Snapshot(ctx context.Context) (*Snapshot, error) {
 		f.mu.Lock()
 		if f.rev >= want {
 			defer f.mu.Unlock()
-			return f.snapshot(), nil
+			return f.changes, nil
 		}
 		rev, progressed := f.rev, f.progressed
 		f.mu.Unlock()
 		if rev > 0 && time.Now().After(behind) {
-			return nil, fmt.Errorf("%w: at revision %d of %d after %v", ErrBehind, rev, want, wait)
+			return 0, fmt.Errorf("%w: at revision %d of %d after %v", ErrBehind, rev, want, wait)
 		}
 		// Progress notifications come only when asked (or every few
 		// minutes): ask, and again while none comes. The request goes to
 		// the watch stream of a context with the same metadata as the
 		// watch's (WithRequireLeader).
 		if err := f.cli.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("registry: follow: %w", err)
+			return 0, fmt.Errorf("registry: follow: %w", err)
 		}
 		select {
 		case <-progressed:
 		case <-ask.C:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
 }
 
 // snapshot copies the record as a Snapshot. Callers hold mu.
 func (f *Follower) snapshot() *Snapshot {
-	snap := &Snapshot{Revision: f.rev, Units: make([]Record, 0, len(f.units)),
+	snap := &Snapshot{Revision: f.rev, Changes: f.changes, Units: make([]Record, 0, len(f.units)),
 		Schedule: make(map[string]string, len(f.units)), Legacy: make(map[string]bool, len(f.schedule)),
 		Files: make(map[string]string, len(f.files)), Moves: make(map[string]string, len(f.moves)),
 		Machines: make(map[string]MachineRecord, len(f.machines))}

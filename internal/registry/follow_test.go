@@ -22,6 +22,7 @@ func normal(s *registry.Snapshot) *registry.Snapshot {
 	c.Ranges = slices.Clone(s.Ranges)
 	slices.SortFunc(c.Ranges, func(a, b registry.RangeRecord) int { return strings.Compare(a.Key, b.Key) })
 	c.Skipped = slices.Sorted(slices.Values(s.Skipped))
+	c.Changes = 0 // a follower's count; Load has none
 	return &c
 }
 

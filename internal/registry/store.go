@@ -81,6 +81,9 @@ type Snapshot struct {
 	// from leading.
 	Skipped  []string
 	Revision int64
+	// Changes is, in a Follower's snapshot, its count of changes applied
+	// (Follower.Changes); 0 from Load.
+	Changes uint64
 }
 
 // Load reads every unit and the schedule at one consistent revision.
