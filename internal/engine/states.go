@@ -108,7 +108,9 @@ func clearStates(m *machineRec) {
 	for i := range m.units {
 		m.units[i].st = storedStatus{}
 	}
-	m.others = unitStates{}
+	if len(m.others) > 0 {
+		m.others = unitStates{}
+	}
 }
 
 // store returns s in its stored form, without its name and machine.

@@ -498,7 +498,8 @@ func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus, co
 	eachState(m, func(name string, _ storedStatus) { t.viewChanged(name) })
 	// Each reported state keeps when its Active state was first seen, if
 	// the machine reported the same before; every other state is dropped.
-	sts := make([]agentStatus, len(units))
+	sts := t.attachScratch(len(units))
+	defer clear(sts) // no reference kept to the Hello's strings
 	for i, s := range units {
 		t.viewChanged(s.Name)
 		sts[i] = fromProto(pm.Id, s)
@@ -516,6 +517,17 @@ func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus, co
 	// soon as it runs: deciding which global units fit needs the scheduler.
 	m.needFull = true
 	t.machineEvent(pm.Id, true)
+}
+
+// attachScratch returns the loop's slice for a Hello's n states, reused
+// from Hello to Hello: 10,000 agents reconnecting to a new leader of a
+// million units made a million states' worth of it, garbage for a
+// collector with a large heap to mark.
+func (t *term) attachScratch(n int) []agentStatus {
+	if cap(t.scratchStates) < n {
+		t.scratchStates = make([]agentStatus, n)
+	}
+	return t.scratchStates[:n]
 }
 
 // leave has the loop unregister a machine whose agent left the cluster

@@ -227,8 +227,10 @@ type decisionState struct {
 	// far as shrinkUnplaced saw.
 	unplacedRoom int
 	// machineScratch is the loop's: the map each pass's planInput describes
-	// the machines in (planScratch).
+	// the machines in (planScratch); and scratchStates the slice a Hello's
+	// states are made in (attachScratch).
 	machineScratch map[string]planMachine
+	scratchStates  []agentStatus
 	globals        map[string]struct{} // global units (wanted or not)
 	// globalsDirty asks the loop to recompute where global units run.
 	globalsDirty bool
@@ -577,6 +579,7 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 			t.unplaced[name] = struct{}{}
 		}
 	}
+	t.sched.Reserve(placed)
 	return placed
 }
 

@@ -223,6 +223,7 @@ type Cluster struct {
 	minCap   Resources              // smallest known capacity per dimension, for binpack's bound
 
 	where     map[string]*placement              // non-global units
+	slab      []placement                        // placements not handed out yet (newPlacement)
 	global    map[string]map[*machine]*placement // global units' instances
 	replacers map[string]map[*placement]struct{} // replaced name -> placed units replacing it
 	pats      patterns
@@ -376,6 +377,31 @@ func (c *Cluster) Place(u *Unit, id string) {
 	}
 }
 
+// Reserve makes room for n more placed units: a new leader places every
+// unit of the cluster as the machines reconnect, and the map of where
+// they are grew, and was copied, all the way to its size while the
+// agents waited.
+func (c *Cluster) Reserve(n int) {
+	if len(c.where) == 0 && n > 0 {
+		c.where = make(map[string]*placement, n)
+	}
+}
+
+// placementSlab is how many placements are allocated at once: a million
+// placed units are a thousand allocations, not a million, while one kept
+// keeps at most a slab's worth of others' memory.
+const placementSlab = 1024
+
+// newPlacement returns a placement to fill in.
+func (c *Cluster) newPlacement() *placement {
+	if len(c.slab) == 0 {
+		c.slab = make([]placement, placementSlab)
+	}
+	pl := &c.slab[0]
+	c.slab = c.slab[1:]
+	return pl
+}
+
 // Unplace forgets where the named unit runs (every machine, for a global
 // unit).
 func (c *Cluster) Unplace(name string) {
@@ -463,7 +489,8 @@ func (c *Cluster) add(u *Unit, ms *machine) {
 			c.pats.unused--
 		}
 	}
-	pl := &placement{u: u, m: ms, prep: pr, idx: int32(len(ms.placed))}
+	pl := c.newPlacement()
+	*pl = placement{u: u, m: ms, prep: pr, idx: int32(len(ms.placed))}
 	for _, p := range c.pats.candidates(u.Name) {
 		if p.match(u.Name) {
 			c.match(pl, p)

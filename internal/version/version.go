@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -51,14 +52,18 @@ type Info struct {
 	Platform string `json:"platform"`
 }
 
-// Get returns the running binary's build information.
-func Get() Info {
+// Get returns the running binary's build information. It is read once: a
+// leader checks every agent's Hello against it, and the parse is garbage
+// for a collector that has a large heap to mark.
+func Get() Info { return get() }
+
+var get = sync.OnceValue(func() Info {
 	in := Info{Version: version, Commit: commit, BuildDate: date, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		fromBuildInfo(&in, bi)
 	}
 	return in
-}
+})
 
 // pseudoVersion matches the end of a Go module pseudo-version
 // (v0.0.0-20250102030405-abcdef123456, maybe +dirty): the commit's time and
