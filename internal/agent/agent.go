@@ -423,13 +423,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		return a.runEtcd(ctx)
 	}
 
-	lw := &leaderWatch{found: make(chan struct{}, 1)}
+	lw := &leaderWatch{found: make(chan struct{}, 1), now: a.cfg.Mono}
 	if a.cfg.Leaders != nil {
 		lw.ch = a.cfg.Leaders(ctx)
 	}
 	a.lw.Store(lw)
 	defer every(&wg, func() time.Duration { return max(a.heartbeat(), 250*time.Millisecond) }, func() {
-		if in, ok := a.findLeader(ctx, lw.current()); ok && lw.offer(in) {
+		if in, ok := a.findLeader(ctx, lw.current(), lw.learnedAt()); ok && lw.offer(in) {
 			a.log.Info("found a newer leader through the engines, not etcd", "leader", in.Machine, "leader_rev", in.Rev)
 		}
 	}).stop()
@@ -515,8 +515,19 @@ func (a *Agent) joined() {
 type leaderWatch struct {
 	ch    <-chan election.Info // nil once closed
 	found chan struct{}        // signalled when the engines told of a newer leader
+	now   func() monotime.Time // the agent's clock
 	mu    sync.Mutex
 	cur   election.Info
+	// learned is when the agent learnt of a newer leader than it knew
+	// (zero: never).
+	learned monotime.Time
+}
+
+// learnedAt is when the agent last learnt of a newer leader.
+func (w *leaderWatch) learnedAt() monotime.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.learned
 }
 
 func (w *leaderWatch) current() election.Info {
@@ -545,6 +556,9 @@ func (w *leaderWatch) take(in election.Info, ok bool) {
 	}
 	w.mu.Lock()
 	if in.Machine == "" || in.Rev >= w.cur.Rev {
+		if in.Rev > w.cur.Rev && w.now != nil {
+			w.learned = w.now()
+		}
 		w.cur = in // never back to an older term an engine told of
 	}
 	w.mu.Unlock()
@@ -556,6 +570,9 @@ func (w *leaderWatch) offer(in election.Info) bool {
 	newer := in.Rev > w.cur.Rev
 	if newer {
 		w.cur = in
+		if w.now != nil {
+			w.learned = w.now()
+		}
 	}
 	w.mu.Unlock()
 	if newer {
@@ -986,10 +1003,16 @@ type sharedLoader interface {
 // way. It returns the answer with the highest revision, if newer than cur.
 // Run calls it every heartbeat (at least 250 ms apart). An agent given
 // Servers asks them too, and asks at once while it knows no leader.
-func (a *Agent) findLeader(ctx context.Context, cur election.Info) (election.Info, bool) {
+func (a *Agent) findLeader(ctx context.Context, cur election.Info, learned monotime.Time) (election.Info, bool) {
 	stale := 2*a.heartbeat() + 250*time.Millisecond
 	a.mu.Lock()
-	quiet := a.cfg.Mono().Sub(a.wordLocked())
+	// Silence counts from the last word, or from learning of a new leader
+	// the agent is still reaching: once a leader dies, every agent of the
+	// cluster falls silent, learns of the next leader from etcd, and
+	// reconnects; had they asked every engine too, while they waited
+	// for the new leader to take them back, their questions would have
+	// taken the CPU it needed for that.
+	quiet := a.cfg.Mono().Sub(max(a.wordLocked(), learned))
 	var engines []string
 	if quiet >= stale || len(a.cfg.Servers) > 0 && cur.GRPCAddr == "" {
 		engines = slices.Clone(a.engines)

@@ -280,3 +280,48 @@ func running(t *testing.T, a *Agent) (stop func()) {
 		}
 	}
 }
+
+// TestNoQuestionsWhileReachingNewLeader: an agent that has just learnt of
+// a new leader from its leader source does not ask the engines who leads
+// while it reaches that leader: its silence counts from when it learnt.
+// When a leader dies every agent falls silent at once, and 10,000 of them
+// asking the engines while the new leader took them back cost the CPU it
+// needed for that.
+func TestNoQuestionsWhileReachingNewLeader(t *testing.T) {
+	quiet, next, other := &silentEngine{}, &mutedEngine{}, &askedEngine{}
+	quietAddr, nextAddr, otherAddr := serveEngine(t, quiet), serveEngine(t, next), serveEngine(t, other)
+	quiet.engines = []string{quietAddr, otherAddr}
+	cur := &agentpb.LeaderInfo{Machine: "e1", GrpcAddr: quietAddr, Rev: 7}
+	quiet.leader = cur
+	other.leader.Store(cur)
+	src := make(leaderSource, 4)
+	src <- election.Info{Machine: "e1", GRPCAddr: quietAddr, Rev: 7}
+	const heartbeat = 400 * time.Millisecond // a question every 400 ms while silent
+	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: src.leaders,
+		TTL: 10 * time.Second, HeartbeatInterval: heartbeat})
+	defer running(t, a)()
+	waitfor.True(t, 10*time.Second, "a question while the leader is quiet", func() bool { return other.asked.Load() > 0 })
+	src <- election.Info{Machine: "e2", GRPCAddr: nextAddr, Rev: 9}
+	waitfor.True(t, 5*time.Second, "a stream to the new leader", func() bool { return next.streams.Load() > 0 })
+	// Mute, but only just learnt of: no question for the stale
+	// window (2 heartbeats and 250 ms), bar one already under way.
+	asked := other.asked.Load()
+	waitfor.Never(t, 2*heartbeat+100*time.Millisecond, "a question to the engines just after learning of a new leader", func() bool {
+		return other.asked.Load() > asked+1
+	})
+	// Then, the leader still mute, it asks again.
+	waitfor.True(t, 5*time.Second, "questions once the new leader stays silent", func() bool { return other.asked.Load() > asked+1 })
+}
+
+// mutedEngine takes streams and says nothing on them, as a leader still
+// loading the cluster does.
+type mutedEngine struct {
+	agentpb.UnimplementedEngineServer
+	streams atomic.Int64
+}
+
+func (e *mutedEngine) Connect(s agentpb.Engine_ConnectServer) error {
+	e.streams.Add(1)
+	<-s.Context().Done()
+	return nil
+}
