@@ -247,7 +247,7 @@ type Standby struct {
 	// is now, the state a new leader starts from: elected, it serves at
 	// once instead of loading every unit first. An engine prepares once
 	// the record has stayed the same for half a second (longer in a
-	// large cluster: as long as the state takes to make).
+	// large cluster: twice as long as the state takes to make).
 	Prepared bool `json:"prepared"`
 	Units    int  `json:"units"` // how many units that state holds
 }

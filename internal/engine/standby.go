@@ -19,7 +19,8 @@ import (
 // reason.
 //
 // It prepares once the record has stayed the same for a while
-// (standby.quiet), not at each change: a standby makes the whole state
+// (standby.quiet: half a second, or twice what the last took), not at
+// each change: a standby makes the whole state
 // again, so it would otherwise spend a core following a leader that
 // writes a range of a million placements in slices. A term elected while the state for the
 // record's current changes is being made waits for it, the same work its
@@ -98,13 +99,17 @@ func (s *standby) run(ctx context.Context) {
 }
 
 // quiet is how long the record must stay the same before the standby
-// prepares its state: standbyQuiet, or as long as the last one took to
-// make, so that a standby whose leader keeps writing spends at most half
-// of a core making states it throws away.
+// prepares its state: standbyQuiet, or twice as long as the last one took
+// to make, so that a standby whose leader keeps writing spends at most a
+// third of a core making states it throws away. (At once as long, the
+// standbys of a bench sharing two CPUs with their leader made a million
+// units' state in the middle of its start, between the write of the range
+// and the writes of the placements, and again at the end: the start took
+// a third longer.)
 func (s *standby) quiet() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return max(standbyQuiet, s.took)
+	return max(standbyQuiet, 2*s.took)
 }
 
 // has reports whether the state for the record's change count n is ready
