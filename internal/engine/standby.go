@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -136,7 +137,18 @@ func (s *standby) build() {
 	s.ready = nil
 	s.building, s.built = snap.Changes, make(chan struct{})
 	s.mu.Unlock()
-	p := s.e.prepare(snap)
+	// The work is done at the lowest priority, on a thread of its own
+	// that ends with it: a standby shares its machine with the units
+	// placed there (and, in a bench, with its leader), which come first.
+	made := make(chan *prepared, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if err := lowerThreadPriority(); err != nil {
+			s.e.log.Debug("cannot lower the priority of the standby's preparation", "err", err)
+		}
+		made <- s.e.prepare(snap)
+	}()
+	p := <-made
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.building, s.took = 0, p.took
