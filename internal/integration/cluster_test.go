@@ -161,6 +161,25 @@ func testClusterLifecycle(t *testing.T, reg string) {
 		}
 	}
 	checkReadSide(t, follower, leaderName, 6)
+	// The follower's engine stands by, prepared to lead with the six units
+	// (in the etcd registry mode an engine follows no record, and says
+	// nothing of a standby).
+	waitfor.Until(t, 10*time.Second, follower.name+" prepared to lead", func() error {
+		resp, err := http.Get("http://" + follower.api + "/v1/status")
+		if err != nil {
+			return err
+		}
+		var st apiv1.Status
+		json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		switch {
+		case reg == "etcd" && (st.IsLeader || st.Standby != nil):
+			return fmt.Errorf("status %+v, standby %+v; want a follower that says nothing of a standby", st, st.Standby)
+		case reg == "grpc" && (st.IsLeader || st.Standby == nil || !st.Standby.Prepared || st.Standby.Units != 6):
+			return fmt.Errorf("status %+v, standby %+v; want a standby prepared with 6 units", st, st.Standby)
+		}
+		return nil
+	})
 
 	// stop: the process ends, the unit stays loaded on its machine.
 	stoppedPID := states["sleep6.service"].PID
