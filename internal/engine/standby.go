@@ -21,12 +21,13 @@ import (
 //
 // It prepares once the record has stayed the same for a while
 // (standby.quiet: half a second, or twice what the last took), not at
-// each change: a standby makes the whole state
-// again, so it would otherwise spend a core following a leader that
-// writes a range of a million placements in slices. A term elected while the state for the
-// record's current changes is being made waits for it, the same work its
-// load would do; elected while the record has changed since, it loads as
-// before. Being built from the same code (loadRecords, indexUnits) as a
+// each change: a standby makes the whole state again, so it would
+// otherwise spend a core following a leader that writes a range of a
+// million placements in slices. It prepares at the lowest priority (the
+// units of its machine come first). A term elected while the state for
+// the record's current changes is being made waits for it, the same work
+// its load would do; elected while the record has changed since, it
+// loads as before. Being built from the same code (loadRecords, indexUnits) as a
 // term's load, the prepared state is that load's, but for the moves under
 // way, which a term begins at its own start (loadMoves).
 //
