@@ -1017,12 +1017,15 @@ func (a *hAgent) open(le *hEngine) {
 	go func() {
 		err := le.e.Connect(s)
 		cancel()
-		close(s.ended)
+		// Forgotten before ended is closed: run, woken by it, opens the
+		// next stream at once only if it finds none (it found this one
+		// still, under load, and waited a second for its next tick).
 		a.mu.Lock()
 		if a.stream == s {
 			a.stream, a.on = nil, nil
 		}
 		a.mu.Unlock()
+		close(s.ended)
 		if why, ok := s.why.Load().(string); ok {
 			a.h.note(2, a.name, fmt.Sprintf("%s: %s", a.name, why))
 		} else {
