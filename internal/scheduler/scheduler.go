@@ -377,10 +377,10 @@ func (c *Cluster) Place(u *Unit, id string) {
 	}
 }
 
-// Reserve makes room for n more placed units: a new leader places every
-// unit of the cluster as the machines reconnect, and the map of where
-// they are grew, and was copied, all the way to its size while the
-// agents waited.
+// Reserve makes room for n placed units in a cluster with none placed: a
+// new leader places every unit of the cluster as the machines reconnect,
+// and the map of where they are grew, and was copied, all the way to its
+// size while the agents waited. It does nothing once units are placed.
 func (c *Cluster) Reserve(n int) {
 	if len(c.where) == 0 && n > 0 {
 		c.where = make(map[string]*placement, n)
