@@ -75,8 +75,26 @@ func client(t testing.TB, endpoint string) *clientv3.Client {
 // ends. Closing some members (Etcd.Close) leaves the others cut off from
 // their quorum, as a partition would: a test sees what such a member still
 // answers on its own.
+//
+// The members' peer addresses must be known before any starts, so they
+// are picked free and bound a moment later: another process may take one
+// in between (a connection's own port, from the same range), and the
+// cluster is then started again on other ports, up to three times.
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		out, err := startCluster(t, n)
+		if err == nil {
+			return out
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("%v; starting the cluster again on other ports", err)
+	}
+}
+
+func startCluster(t testing.TB, n int) ([]*Server, error) {
 	cfgs := make([]*embed.Config, n)
 	var initial []string
 	for i := range cfgs {
@@ -108,10 +126,19 @@ func StartCluster(t testing.TB, n int) []*Server {
 			errs <- nil
 		}()
 	}
+	var failed error
 	for range cfgs {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		if err := <-errs; err != nil && failed == nil {
+			failed = err
 		}
+	}
+	if failed != nil {
+		for _, s := range out {
+			if s != nil {
+				s.Stop() // a member without its peers would wait for them
+			}
+		}
+		return nil, failed
 	}
 	for _, s := range out {
 		select {
@@ -120,7 +147,7 @@ func StartCluster(t testing.TB, n int) []*Server {
 			t.Fatal("etcdtest: cluster not ready within 30s")
 		}
 	}
-	return out
+	return out, nil
 }
 
 // freeAddr returns a loopback address no one listens on now.
