@@ -59,9 +59,9 @@ type prepared struct {
 	changes uint64            // the record's (registry.Snapshot.Changes)
 	moves   map[string]string // the record's moves, for the term to begin (loadMoves)
 	placed  int               // units placed (indexUnits)
-	units   int               // unit records and ranges in the record
-	ranges  int
-	took    time.Duration // to make it
+	units   int               // unit records in the record
+	ranges  int               // and range records
+	took    time.Duration     // to make it
 }
 
 // standbyQuiet is how long the record stays the same, at least, before a

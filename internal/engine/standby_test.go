@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,7 +49,9 @@ func testStandbyPrepares(t *testing.T) {
 	waitMachines(t, e2.Engine, 2)
 	waitfor.Until(t, 10*time.Second, "the same 20 units active under e2", func() error {
 		after, err := allActive(e2.Engine, 20)
-		if err == nil && !maps.EqualFunc(after, before, sameSet) {
+		if err == nil && !maps.EqualFunc(after, before, func(a, b []string) bool {
+			return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+		}) {
 			return fmt.Errorf("units per machine %v, were %v", after, before)
 		}
 		return err
@@ -84,20 +87,4 @@ func waitStandby(t *testing.T, e *testEngine, n int) {
 		}
 		return nil
 	})
-}
-
-func sameSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	in := map[string]bool{}
-	for _, s := range a {
-		in[s] = true
-	}
-	for _, s := range b {
-		if !in[s] {
-			return false
-		}
-	}
-	return true
 }

@@ -165,13 +165,10 @@ func testClusterLifecycle(t *testing.T, reg string) {
 	// (in the etcd registry mode an engine follows no record, and says
 	// nothing of a standby).
 	waitfor.Until(t, 10*time.Second, follower.name+" prepared to lead", func() error {
-		resp, err := http.Get("http://" + follower.api + "/v1/status")
-		if err != nil {
+		var st apiv1.Status
+		if _, err := getJSON("http://"+follower.api+"/v1/status", &st); err != nil {
 			return err
 		}
-		var st apiv1.Status
-		json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
 		switch {
 		case reg == "etcd" && (st.IsLeader || st.Standby != nil):
 			return fmt.Errorf("status %+v, standby %+v; want a follower that says nothing of a standby", st, st.Standby)
@@ -376,13 +373,11 @@ func checkReadSide(t *testing.T, nd *node, leader string, units int) {
 	t.Helper()
 	// A read may get the state as it was and start a fresh one.
 	waitfor.Until(t, 10*time.Second, "GET /v1/state on "+nd.name, func() error {
-		resp, err := http.Get("http://" + nd.api + "/v1/state")
+		var st apiv1.State
+		resp, err := getJSON("http://"+nd.api+"/v1/state", &st)
 		if err != nil {
 			return err
 		}
-		var st apiv1.State
-		json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
 		if resp.StatusCode != 200 || st.Leader != leader || len(st.Units) != units || len(st.Machines) != 3 || resp.Header.Get("ETag") == "" {
 			return fmt.Errorf("%d, leader %q, %d units, %d machines, ETag %q; want the leader's state", resp.StatusCode, st.Leader, len(st.Units), len(st.Machines), resp.Header.Get("ETag"))
 		}
@@ -418,4 +413,16 @@ func checkReadSide(t *testing.T, nd *node, leader string, units int) {
 			t.Errorf("GET %s on %s = %d without %q", path, nd.name, resp.StatusCode, want)
 		}
 	}
+}
+
+// getJSON gets url and decodes its body into v (left as it is if the body
+// is not JSON of it: the caller checks what it holds).
+func getJSON(url string, v any) (*http.Response, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	json.NewDecoder(resp.Body).Decode(v)
+	return resp, nil
 }
