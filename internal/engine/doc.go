@@ -89,7 +89,7 @@
 // and the time, to buckets lost, misfit, waiting, done moving, place and
 // gone, and a drain's handover, stay and queued) carried out by
 // term.reconcile (place.go). A machine is reachable
-// while its stream is open and its agent speaks. A unreachable machine's
+// while its stream is open and its agent speaks. An unreachable machine's
 // units stay scheduled there until their [X-Fleet] LostAfter= (default the
 // agent TTL, "infinity" never) has passed since it was last heard, or since
 // the term began: then ordinary units are placed elsewhere, while the
@@ -98,7 +98,9 @@
 // since the leader last sent the machine anything, by when its agent (or
 // the supervisor holding its deadline) has killed it. Global units are
 // never replaced. A machine that left (Leave, above) is gone at once: its
-// units are stopped already. A unit moving off a reachable machine (its constraints no
+// units are stopped already. While a quarter of the machines (ten at
+// least) are unreachable at once, the leader doubts they are gone and
+// replaces none of their units for a while (doubt.go). A unit moving off a reachable machine (its constraints no
 // longer hold there, Replaces=, or a Singleton= unit of a draining
 // machine) is recorded under moves/ in etcd with the machine, and placed
 // again only once that copy is gone: a new leader loads the moves, so a

@@ -65,6 +65,7 @@ func (t *term) reconcile() (recheck time.Time) {
 
 	ps := &pass{t: t, now: now, ph: &ph}
 	ps.p = planReconcile(t.planInput(now, drifted))
+	t.noteDoubt(&ps.p)
 	t.placeDirty = false
 	ps.decide()
 	ph.done("plan")
@@ -125,6 +126,7 @@ func (t *term) shrinkUnplaced() {
 func (t *term) planInput(now time.Time, drifted []string) planInput {
 	in := planInput{
 		Now: now, TermStart: t.start, Reconnect: t.reconnect, AgentTTL: t.e.cfg.AgentTTL, Grace: t.heartbeat(),
+		Doubt: t.doubt, DoubtFor: doubtFor(len(t.machines), t.e.cfg.AgentTTL),
 		Machines:  t.planScratch(),
 		Check:     map[string]string{},
 		Moves:     t.moves.draining,

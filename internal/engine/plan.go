@@ -125,6 +125,11 @@ type planInput struct {
 	// Backlog are the wanted units without a machine to try to place
 	// (empty when nothing placement depends on has changed).
 	Backlog []string
+	// Doubt is until when earlier passes doubted that the unreachable
+	// machines are gone (doubt.go; zero: they did not), and DoubtFor how
+	// long a doubt that begins now lasts.
+	Doubt    time.Time
+	DoubtFor time.Duration
 }
 
 // planMachine is what the plan knows of one machine.
@@ -198,6 +203,12 @@ type reconcilePlan struct {
 	// Recheck is the earliest time at which a unit of an unreachable
 	// machine will be lost, if nothing else changes (zero: none).
 	Recheck time.Time
+	// Doubt is until when the leader doubts that its unreachable machines
+	// are gone (doubt.go; zero: it does not): Silent of the Known machines
+	// (those that have not left) are unreachable, and Held units that
+	// would have been lost were not.
+	Doubt               time.Time
+	Silent, Known, Held int
 }
 
 type lostUnit struct {
@@ -324,6 +335,17 @@ func planReconcile(in planInput) reconcilePlan {
 			p.Gone = append(p.Gone, id)
 		}
 	}
+	doubting := in.doubt(&p)
+	if doubting {
+		p.Lost = slices.DeleteFunc(p.Lost, func(l lostUnit) bool {
+			if l.Left {
+				return false
+			}
+			p.Held++
+			delete(place, l.Name)
+			return true
+		})
+	}
 	// Units that no longer fit their machine.
 	for _, name := range slices.Sorted(maps.Keys(in.Check)) {
 		id := in.Check[name]
@@ -349,6 +371,7 @@ func planReconcile(in planInput) reconcilePlan {
 			gone = !in.Running(name, from) && in.settled(name, from, m)
 		case known:
 			gone, _ = in.isLost(u, m, &p)
+			gone = gone && (!doubting || m.Left)
 		default: // never heard this term: as unreachable since it began
 			gone, _ = in.isLost(u, planMachine{}, &p)
 		}

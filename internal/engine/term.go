@@ -286,6 +286,12 @@ type decisionState struct {
 	// and shortestLost the shortest of them (noteLostAfter).
 	lostAfters   *durations
 	shortestLost time.Duration
+	// doubt is until when the leader doubts that its unreachable machines
+	// are gone (doubt.go; zero: it does not). The loop's.
+	doubt time.Time
+	// doubtRanOut is set once the doubt has run out while machines stay
+	// silent.
+	doubtRanOut bool
 }
 
 // newDecisionState returns an empty decision state.
