@@ -647,12 +647,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		// A stream's liveness is the agent's heartbeats (the leader stops
 		// speaking to an agent silent for two intervals, and places its
-		// units elsewhere after their LostAfter=); the transport's pings
-		// only find dead TCP peers. Answered within 5 s, they cut healthy
-		// agents off a leader whose host was busy: at 10,000 agents
-		// reconnecting to a new leader, thousands of streams dropped and
-		// reconnected in waves. They are now given the agent TTL's default.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 20 * time.Second}),
+		// units elsewhere after their LostAfter=, or later when many
+		// machines fall silent at once: engine/doubt.go); the transport's
+		// pings only find dead TCP peers, and must not be quicker than the
+		// leader's judgement. Answered within 5 s, they cut healthy agents
+		// off a leader whose host was busy: at 10,000 agents reconnecting
+		// to a new leader, thousands of streams dropped and reconnected in
+		// waves. After 30 s of silence (10 s, then 20 s unanswered) they
+		// still closed streams of agents that had fallen behind on a
+		// starved host during a million-unit start (1,667 of 5,000 agents
+		// read EOF from the leader, 30 s after they fell silent): each
+		// then dialled again through the leader's listen queue, full of
+		// others doing the same (dial timeouts, backoff up to 15 s), and
+		// machines stayed away for minutes. A dead peer now holds its
+		// stream for 2 min.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 90 * time.Second}),
 	}
 	gopts = append(gopts, agentpb.ServerTransport()...)
 	var authorizeAgent func(ctx context.Context, machine, ip, apiAddr string) error
