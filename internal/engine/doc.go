@@ -98,7 +98,7 @@
 // since the leader last sent the machine anything, by when its agent (or
 // the supervisor holding its deadline) has killed it. Global units are
 // never replaced. A machine that left (Leave, above) is gone at once: its
-// units are stopped already. While a quarter of the machines (ten at
+// units are stopped already. While a tenth of the machines (ten at
 // least) are unreachable at once, the leader doubts they are gone and
 // replaces none of their units for a while (doubt.go). A unit moving off a reachable machine (its constraints no
 // longer hold there, Replaces=, or a Singleton= unit of a draining

@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// A leader that cannot hear most of its machines at once doubts that they
+// A leader that cannot hear many of its machines at once doubts that they
 // are gone before it places their units elsewhere. Machines fail one at a
-// time, a rack at a time; a quarter of a cluster falling silent together
+// time, a rack at a time; a tenth of a cluster falling silent together
 // is more likely the leader's own trouble (its host starved, its network
 // congested, etcd slow to keep its lease) or a partition between it and
 // machines that still run their units: replacing them all would start
@@ -20,8 +20,8 @@ import (
 // 272,000 units elsewhere in one pass.
 //
 // The doubt begins when a pass would lose units of unreachable machines
-// while at least massSilenceMin machines, and a quarter of those that
-// have not left, are unreachable. For doubtFor from then, no unit of an
+// while at least massSilenceMin machines, and a tenth of those that have
+// not left, are unreachable. For doubtFor from then, no unit of an
 // unreachable machine is lost (a machine that left is gone all the same:
 // it said so), however many machines are heard again meanwhile: the last
 // to come back are the slowest of the same trouble. Once it has run out,
@@ -31,13 +31,13 @@ import (
 // unit.
 
 // massSilenceMin is the fewest silent machines that make the leader doubt:
-// in a small cluster a quarter is one or two machines, and those do fail.
+// in a small cluster a tenth is a machine or two, and those do fail.
 const massSilenceMin = 10
 
 // massSilence reports whether silent machines of known (those that have not
 // left) are enough to doubt that they are gone.
 func massSilence(silent, known int) bool {
-	return silent >= massSilenceMin && 4*silent >= known
+	return silent >= massSilenceMin && 10*silent >= known
 }
 
 // doubtFor is how long a doubt lasts: the agent TTL, or the time a new

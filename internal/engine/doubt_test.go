@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestPlanDoubt: when a quarter of the machines (ten at least) fall silent
+// TestPlanDoubt: when a tenth of the machines (ten at least) fall silent
 // at once, the leader holds their units where they are until the doubt
 // has run its time; fewer silent machines, or a machine that left, lose
 // their units as LostAfter= says.
@@ -50,13 +50,13 @@ func TestPlanDoubt(t *testing.T) {
 	if p := planReconcile(in); len(p.Lost) != 9 || !p.Doubt.IsZero() || p.Held != 0 {
 		t.Errorf("9 of 39 silent: lost %d, doubt %v, held %d; want 9 lost, no doubt", len(p.Lost), p.Doubt, p.Held)
 	}
-	// Ten of 41: under a quarter.
-	in = cluster(31, 10, 0)
+	// Ten of 101: under a tenth.
+	in = cluster(91, 10, 0)
 	in.Now = at(30)
 	if p := planReconcile(in); len(p.Lost) != 10 || !p.Doubt.IsZero() {
-		t.Errorf("10 of 41 silent: lost %d, doubt %v; want 10 lost, no doubt", len(p.Lost), p.Doubt)
+		t.Errorf("10 of 101 silent: lost %d, doubt %v; want 10 lost, no doubt", len(p.Lost), p.Doubt)
 	}
-	// Ten of 40: the doubt begins, for DoubtFor; nothing is lost, and the
+	// Ten of 40 (a tenth, and more): the doubt begins, for DoubtFor; nothing is lost, and the
 	// loop is to look again when it ends.
 	in = cluster(30, 10, 0)
 	in.Now = at(30)
