@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/procfs"
+
+	"github.com/flotilla/flotilla/internal/cputime"
 	"github.com/flotilla/flotilla/internal/registry"
 )
 
@@ -24,7 +27,8 @@ import (
 // each change: a standby makes the whole state again, so it would
 // otherwise spend a core following a leader that writes a range of a
 // million placements in slices. It prepares at the lowest priority (the
-// units of its machine come first). A term elected while the state for
+// units of its machine come first), and a large record only while its
+// host has a CPU to spare (spare). A term elected while the state for
 // the record's current changes is being made waits for it, the same work
 // its load would do; elected while the record has changed since, it
 // loads as before. Being built from the same code (loadRecords, indexUnits) as a
@@ -37,6 +41,8 @@ import (
 type standby struct {
 	e   *Engine
 	fol *registry.Follower
+	// host reads the host's idle CPU time (readHostIdle).
+	host func() hostIdle
 
 	mu sync.Mutex
 	// ready is the last state prepared, nil if none (or taken).
@@ -49,7 +55,8 @@ type standby struct {
 	// taken is set once a term took the standby's state or decided to
 	// load instead: it prepares no more.
 	taken bool
-	// took is how long the last state took to make.
+	// took is what the last state cost to make: the CPU time of the
+	// thread that made it (its wall time where that cannot be read).
 	took time.Duration
 }
 
@@ -69,17 +76,18 @@ type prepared struct {
 const standbyQuiet = 500 * time.Millisecond
 
 func newStandby(e *Engine, fol *registry.Follower) *standby {
-	return &standby{e: e, fol: fol}
+	return &standby{e: e, fol: fol, host: readHostIdle}
 }
 
 // run prepares the state whenever the record has settled on a new one,
-// until ctx ends (the engine leads, or stops). Then it lets go of a state
-// no term took.
+// and the host has a CPU to spare for it (spare), until ctx ends (the
+// engine leads, or stops). Then it lets go of a state no term took.
 func (s *standby) run(ctx context.Context) {
 	defer s.drop()
 	for {
 		n, loaded, changed := s.fol.Changes()
 		if loaded && !s.has(n) {
+			idle := s.host()
 			quiet := time.NewTimer(s.quiet())
 			select {
 			case <-ctx.Done():
@@ -88,7 +96,9 @@ func (s *standby) run(ctx context.Context) {
 			case <-changed:
 				quiet.Stop()
 			case <-quiet.C:
-				s.build()
+				if s.spare(s.fol.Units(), idle, s.host()) {
+					s.build()
+				}
 			}
 			continue
 		}
@@ -112,6 +122,61 @@ func (s *standby) quiet() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return max(standbyQuiet, 2*s.took)
+}
+
+// costlyUnits is how many units a record must hold for its preparation to
+// wait until the host has a CPU to spare (spare): a standby of a few
+// thousand units prepares in milliseconds whatever the host does; a
+// million units cost 8 CPU-s.
+const costlyUnits = 10000
+
+// spareCPU is the idle CPU, in CPUs, the host must have had while the
+// record stayed the same for a costly preparation to begin.
+const spareCPU = 0.5
+
+// hostIdle is a reading of the host's idle CPU time, summed over its CPUs,
+// and when it was taken.
+type hostIdle struct {
+	idle time.Duration
+	at   time.Time
+	ok   bool
+}
+
+// readHostIdle reads the host's idle CPU time from /proc/stat (idle and
+// waiting for I/O, every CPU's).
+func readHostIdle() hostIdle {
+	at := time.Now()
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return hostIdle{}
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return hostIdle{}
+	}
+	idle := st.CPUTotal.Idle + st.CPUTotal.Iowait
+	return hostIdle{idle: time.Duration(idle * float64(time.Second)), at: at, ok: true}
+}
+
+// spare reports whether the standby may prepare a record of units now,
+// the host's idle CPU read at from and to, the record's quiet period: at
+// once if the record is small, else only if the host had spareCPU idle
+// over that period (or its idle time cannot be read). Three engines, etcd and
+// ten thousand simulated agents on a 2-CPU host: standbys preparing a
+// million units' state while the agents started their units took CPU the
+// agents' heartbeats needed, and the leader found thousands of machines
+// silent (doubt.go). A real standby's host mostly has CPU to spare; a
+// standby whose host has none loads the record when elected, as before.
+func (s *standby) spare(units int, from, to hostIdle) bool {
+	if units < costlyUnits || !from.ok || !to.ok || !to.at.After(from.at) {
+		return true
+	}
+	idle := float64(to.idle-from.idle) / float64(to.at.Sub(from.at))
+	if idle < spareCPU {
+		s.e.log.Debug("the host has no CPU to spare: the standby prepares later", "units", units, "idle_cpus", idle)
+		return false
+	}
+	return true
 }
 
 // has reports whether the state for the record's change count n is ready
@@ -142,17 +207,26 @@ func (s *standby) build() {
 	// that ends with it: a standby shares its machine with the units
 	// placed there (and, in a bench, with its leader), which come first.
 	made := make(chan *prepared, 1)
+	var cost time.Duration
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
 		if err := lowerThreadPriority(); err != nil {
 			s.e.log.Debug("cannot lower the priority of the standby's preparation", "err", err)
 		}
-		made <- s.e.prepare(snap)
+		cpu0, ok0 := cputime.Thread()
+		p := s.e.prepare(snap)
+		// What it cost, not how long it took: niced on a busy host, a
+		// preparation of 8 CPU-s took 65 s.
+		cost = p.took
+		if cpu1, ok1 := cputime.Thread(); ok0 && ok1 && cpu1 >= cpu0 {
+			cost = cpu1 - cpu0
+		}
+		made <- p
 	}()
 	p := <-made
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.building, s.took = 0, p.took
+	s.building, s.took = 0, cost
 	close(s.built)
 	if !s.taken {
 		s.ready = p

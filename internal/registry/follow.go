@@ -315,6 +315,20 @@ func (f *Follower) Current() *Snapshot {
 	return f.snapshot()
 }
 
+// Units returns how many units the record holds, at most: its unit
+// records and its range records' instances (an instance that was changed
+// since its range was written has a record of its own too). It is
+// cheap: a standby sizes its work by it.
+func (f *Follower) Units() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.units)
+	for _, r := range f.ranges {
+		n += r.To - r.From + 1
+	}
+	return n
+}
+
 // Changes returns how many changes the follower has applied to the record
 // (Snapshot.Changes: the same count, the same record), whether it has
 // loaded one, and a channel closed at the next change.
