@@ -335,6 +335,7 @@ func (e *Engine) install(t *term) {
 	old := e.term.Swap(t)
 	e.cfg.Metrics.IsLeader.Set(1)
 	e.cfg.Metrics.EtcdUnreachableSince.Set(0)
+	e.cfg.Metrics.DoubtUntil.Set(0)
 	if old != nil && old != t {
 		e.log.Info("etcd is back: the new term replaces the degraded one", "old_rev", old.info.Rev, "leader_rev", t.info.Rev)
 		old.stop()
@@ -346,6 +347,7 @@ func (e *Engine) drop(t *term) {
 	if e.term.CompareAndSwap(t, nil) {
 		e.cfg.Metrics.IsLeader.Set(0)
 		e.cfg.Metrics.EtcdUnreachableSince.Set(0)
+		e.cfg.Metrics.DoubtUntil.Set(0)
 	}
 	t.stop()
 }

@@ -85,6 +85,13 @@ func (in *planInput) doubt(p *reconcilePlan) bool {
 func (t *term) noteDoubt(p *reconcilePlan) {
 	was := t.doubt
 	t.doubt = p.Doubt
+	if !was.Equal(p.Doubt) {
+		at := 0.0
+		if !p.Doubt.IsZero() {
+			at = float64(p.Doubt.UnixNano()) / 1e9
+		}
+		t.e.cfg.Metrics.DoubtUntil.Set(at)
+	}
 	switch {
 	case was.IsZero() && !p.Doubt.IsZero():
 		t.e.log.Warn("most machines fell silent at once: doubting they are gone, the leader places none of their units elsewhere until the doubt ends",

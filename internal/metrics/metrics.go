@@ -43,6 +43,10 @@ type Set struct {
 	// unreachable and degraded its term (reads from memory, writes refused);
 	// 0 while etcd answers or this daemon does not lead.
 	EtcdUnreachableSince prometheus.Gauge
+	// DoubtUntil is the Unix time until which the leader doubts that the
+	// machines it cannot hear are gone, holding their units where they are
+	// (many fell silent at once: engine/doubt.go); 0 while it does not.
+	DoubtUntil prometheus.Gauge
 	// CertExpiry is the Unix time at which a certificate of the daemon
 	// stops being valid, by cert: "machine" (its --tls-cert, as last
 	// loaded: SIGHUP reloads it) and "ca" (the first of its --tls-ca to
@@ -87,6 +91,8 @@ func New() *Set {
 	s.IsLeader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_is_leader", Help: "1 while this daemon's engine leads."})
 	s.EtcdUnreachableSince = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_etcd_unreachable_since_seconds",
 		Help: "Unix time since which the leader has found etcd unreachable (it answers reads from memory and refuses writes); 0 while etcd answers."})
+	s.DoubtUntil = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_doubt_until_seconds",
+		Help: "Unix time until which the leader doubts that the machines it cannot hear are gone (many fell silent at once) and places none of their units elsewhere; 0 while it does not."})
 	s.StateRequestDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_request_duration_seconds",
 		Help: "Time to answer GET /v1/state.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)})
 	s.StateResponseBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flotilla_state_response_bytes",
@@ -111,7 +117,7 @@ func New() *Set {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Commit, "build_date": bi.BuildDate, "goversion": bi.GoVersion}})
 	s.BuildInfo.Set(1)
 	for _, c := range []prometheus.Collector{s.BuildInfo, s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.SchedulingLatency, s.ReconcileDuration,
-		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.StateRequestDuration, s.StateResponseBytes, s.EtcdRequests, s.CertExpiry, s.DeploymentSteps,
+		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.DoubtUntil, s.StateRequestDuration, s.StateResponseBytes, s.EtcdRequests, s.CertExpiry, s.DeploymentSteps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
