@@ -94,8 +94,8 @@ func (t *term) noteDoubt(p *reconcilePlan) {
 	}
 	switch {
 	case was.IsZero() && !p.Doubt.IsZero():
-		t.e.log.Warn("most machines fell silent at once: doubting they are gone, the leader places none of their units elsewhere until the doubt ends",
-			"silent", p.Silent, "machines", p.Known, "until", p.Doubt.Format(time.RFC3339), "held", p.Held)
+		t.e.log.Warn("many machines fell silent at once: doubting they are gone, the leader places none of their units elsewhere until the doubt ends",
+			"silent", p.Silent, "machines", p.Known, "until", p.Doubt.Format(time.RFC3339))
 	case !was.IsZero() && !t.now.Before(was) && !t.doubtRanOut:
 		t.e.log.Warn("the doubt has run out: units of machines still silent are lost as their LostAfter= says",
 			"silent", p.Silent, "machines", p.Known)
