@@ -655,8 +655,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// to a new leader, thousands of streams dropped and reconnected in
 		// waves. After 30 s of silence (10 s, then 20 s unanswered) they
 		// still closed streams of agents that had fallen behind on a
-		// starved host during a million-unit start (1,667 of 5,000 agents
-		// read EOF from the leader, 30 s after they fell silent): each
+		// starved host during a million-unit start (agents read EOF from
+		// the leader 1,667 times, 30 s after they fell silent): each
 		// then dialled again through the leader's listen queue, full of
 		// others doing the same (dial timeouts, backoff up to 15 s), and
 		// machines stayed away for minutes. A dead peer now holds its
