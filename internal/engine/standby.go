@@ -41,8 +41,6 @@ import (
 type standby struct {
 	e   *Engine
 	fol *registry.Follower
-	// host reads the host's idle CPU time (readHostIdle).
-	host func() hostIdle
 
 	mu sync.Mutex
 	// ready is the last state prepared, nil if none (or taken).
@@ -76,7 +74,7 @@ type prepared struct {
 const standbyQuiet = 500 * time.Millisecond
 
 func newStandby(e *Engine, fol *registry.Follower) *standby {
-	return &standby{e: e, fol: fol, host: readHostIdle}
+	return &standby{e: e, fol: fol}
 }
 
 // run prepares the state whenever the record has settled on a new one,
@@ -87,7 +85,7 @@ func (s *standby) run(ctx context.Context) {
 	for {
 		n, loaded, changed := s.fol.Changes()
 		if loaded && !s.has(n) {
-			idle := s.host()
+			idle := readHostIdle()
 			quiet := time.NewTimer(s.quiet())
 			select {
 			case <-ctx.Done():
@@ -96,7 +94,7 @@ func (s *standby) run(ctx context.Context) {
 			case <-changed:
 				quiet.Stop()
 			case <-quiet.C:
-				if s.spare(s.fol.Units(), idle, s.host()) {
+				if s.spare(s.fol.Units(), idle, readHostIdle()) {
 					s.build()
 				}
 			}
@@ -161,12 +159,12 @@ func readHostIdle() hostIdle {
 // spare reports whether the standby may prepare a record of units now,
 // the host's idle CPU read at from and to, the record's quiet period: at
 // once if the record is small, else only if the host had spareCPU idle
-// over that period (or its idle time cannot be read). Three engines, etcd and
-// ten thousand simulated agents on a 2-CPU host: standbys preparing a
-// million units' state while the agents started their units took CPU the
-// agents' heartbeats needed, and the leader found thousands of machines
-// silent (doubt.go). A real standby's host mostly has CPU to spare; a
-// standby whose host has none loads the record when elected, as before.
+// over that period (or its idle time cannot be read). Three engines, etcd
+// and ten thousand simulated agents on a 2-CPU host: standbys prepared a
+// million units' state in the middle of the start, taking CPU from agents
+// already falling behind with their heartbeats (docs/benchmarks.md,
+// session 18). A real standby's host mostly has CPU to spare; a standby
+// whose host has none loads the record when elected, as before.
 func (s *standby) spare(units int, from, to hostIdle) bool {
 	if units < costlyUnits || !from.ok || !to.ok || !to.at.After(from.at) {
 		return true
@@ -216,7 +214,7 @@ func (s *standby) build() {
 		cpu0, ok0 := cputime.Thread()
 		p := s.e.prepare(snap)
 		// What it cost, not how long it took: niced on a busy host, a
-		// preparation of 8 CPU-s took 65 s.
+		// preparation of about 8 CPU-s took 65 s.
 		cost = p.took
 		if cpu1, ok1 := cputime.Thread(); ok0 && ok1 && cpu1 >= cpu0 {
 			cost = cpu1 - cpu0
