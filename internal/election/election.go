@@ -51,6 +51,10 @@ type Info struct {
 // lease etcd had already expired (its key is gone).
 var ErrLeaseExpired = errors.New("election: won with an expired lease")
 
+// ErrLeaseGone is returned by a renewal of a term's lease that etcd says
+// has expired (or no longer exists): the renewals came too late.
+var ErrLeaseGone = errors.New("election: the lease expired before a renewal was granted")
+
 // Term is a won election.
 type Term struct {
 	Info    Info
@@ -97,7 +101,7 @@ func (t *Term) renew(ctx context.Context, cli *clientv3.Client) {
 	for ctx.Err() == nil {
 		err := t.renewOnce(ctx, cli)
 		switch {
-		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, rpctypes.ErrLeaseNotFound):
+		case errors.Is(err, ErrLeaseGone) || errors.Is(err, rpctypes.ErrLeaseNotFound):
 			t.end(fmt.Errorf("etcd says the lease is gone: %w", err))
 			return
 		case err != nil && ctx.Err() == nil && time.Since(t.base) > time.Duration(t.validUntil.Load())+t.ttl:
@@ -132,13 +136,13 @@ func (t *Term) renewOnce(ctx context.Context, cli *clientv3.Client) error {
 	sent := time.Since(t.base)
 	resp, err := cli.KeepAliveOnce(rctx, t.session.Lease())
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return ErrLeaseExpired
+		return ErrLeaseGone
 	}
 	if err != nil {
 		return err
 	}
 	if resp.TTL <= 0 {
-		return ErrLeaseExpired
+		return ErrLeaseGone
 	}
 	until := int64(sent + time.Duration(resp.TTL)*time.Second)
 	for {
