@@ -16,8 +16,8 @@ import (
 // controller stops evicting for the same reason when a zone is wholly
 // unready. Observed: ten thousand simulated agents sharing a busy 2-CPU
 // host with their leader, two standbys and etcd fell 28 s to minutes
-// behind with their heartbeats during a million-unit start, and the leader placed
-// 272,000 units elsewhere in one pass.
+// behind with their heartbeats during a million-unit start, and the
+// leader placed 272,000 running units elsewhere in one pass.
 //
 // The doubt begins when a pass would lose units of unreachable machines
 // while at least massSilenceMin machines, and a tenth of those that have
