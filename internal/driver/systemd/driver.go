@@ -468,26 +468,50 @@ func (d *Driver) unload(ctx context.Context, op, name string, kill bool) error {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	if kill {
-		kctx, cancel := context.WithTimeout(ctx, callTimeout)
-		err := d.conn.KillUnitWithTarget(kctx, name, sddbus.All, int32(syscall.SIGKILL))
-		cancel()
-		if err != nil && !isNoProcess(err) {
-			d.log.Warn("SIGKILL a unit's processes", "unit", name, "err", err)
-		}
+		d.killAll(ctx, name, true)
 	}
 	done := make(chan error, 1)
 	go func() {
 		<-ch
 		done <- d.remove(name)
 	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", op, name, err)
+	// A kill is sent again until the stop job is done: the job may fork
+	// ExecStop= (or ExecStopPost=) after the first SIGKILL reached the
+	// unit's processes, and would then wait for it (on a loaded host,
+	// ExecStop=/bin/sleep 60 outlived a kill's 20 s).
+	var again <-chan time.Time
+	if kill {
+		tick := time.NewTicker(killAgain)
+		defer tick.Stop()
+		again = tick.C
+	}
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", op, name, err)
+			}
+			return nil
+		case <-again:
+			d.killAll(ctx, name, false) // the unit may be gone by now
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s: %w", op, name, ctx.Err())
 		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%s %s: %w", op, name, ctx.Err())
+	}
+}
+
+// killAgain is how often a kill sends SIGKILL to a unit's processes while
+// its stop job runs.
+const killAgain = 500 * time.Millisecond
+
+// killAll sends SIGKILL to every process of unit name (main, control and
+// any other in its cgroup); warn logs a failure.
+func (d *Driver) killAll(ctx context.Context, name string, warn bool) {
+	kctx, cancel := context.WithTimeout(ctx, callTimeout)
+	err := d.conn.KillUnitWithTarget(kctx, name, sddbus.All, int32(syscall.SIGKILL))
+	cancel()
+	if warn && err != nil && !isNoProcess(err) {
+		d.log.Warn("SIGKILL a unit's processes", "unit", name, "err", err)
 	}
 }
 
