@@ -563,22 +563,68 @@ func (c *Client) isClosed() bool {
 	return c.closed
 }
 
-// call makes one call to the supervisor, bounded by the RPC timeout.
+// call makes one call to the supervisor, bounded by the RPC timeout. A
+// call whose connection broke is made again on the next one (sessionLost).
 func call[T any](c *Client, op string, f func(context.Context, supervisorpb.SupervisorClient) (T, error)) (T, error) {
 	var zero T
-	c.mu.Lock()
-	closed, sess := c.closed, c.sess
-	c.mu.Unlock()
-	if closed {
-		return zero, fmt.Errorf("%s: %w", op, execdriver.ErrClosed)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
 	defer cancel()
-	r, err := f(ctx, sess.rpc)
-	if err != nil {
-		return zero, fromStatus(op, err)
+	var sess *session
+	for {
+		var err error
+		if sess, err = c.session(ctx, sess); err != nil {
+			return zero, fmt.Errorf("%s: %w", op, err)
+		}
+		r, err := f(ctx, sess.rpc)
+		if err == nil {
+			return r, nil
+		}
+		if !sessionLost(ctx, err) {
+			return zero, fromStatus(op, err)
+		}
 	}
-	return r, nil
+}
+
+// sessionLost reports whether a call failed because its connection to the
+// supervisor broke (closed, or closing as the watch loop replaces it)
+// rather than with the supervisor's answer. The supervisor's keepalive
+// ends the connection of a daemon frozen for 15 s (SIGSTOP, a stalled
+// VM): the calls the daemon makes as it wakes, on the connection it still
+// holds, failed so, and the agent took a unit's kill as done (the unit
+// ran on, unknown) or its load as failed for good (it never ran). Every
+// call is safe to make again: a load replaces, starting a running unit
+// or stopping a stopped one does nothing, and a kill or unload that finds
+// the unit gone says so (NotFound).
+func sessionLost(ctx context.Context, err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return ctx.Err() == nil
+	case codes.Canceled:
+		return ctx.Err() == nil // not the caller's context: the connection's
+	}
+	return false
+}
+
+// session returns the client's session: the current one, or, after a call
+// on failed broke (sessionLost), the next one the watch loop makes, waiting
+// for it within ctx.
+func (c *Client) session(ctx context.Context, failed *session) (*session, error) {
+	for {
+		c.mu.Lock()
+		closed, sess := c.closed, c.sess
+		c.mu.Unlock()
+		switch {
+		case closed:
+			return nil, execdriver.ErrClosed
+		case sess != failed:
+			return sess, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the connection to the supervisor broke and no new one came: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // Load makes the unit known to the supervisor, or replaces its definition
@@ -678,25 +724,28 @@ func (c *Client) waitGone(ctx context.Context, op, name string, f func(context.C
 		}
 		forget()
 	}
+	var sess, failed *session
 	for first := true; ; first = false {
 		wait := waitPoll
 		if dl, ok := ctx.Deadline(); ok {
 			wait = max(min(wait, time.Until(dl)), time.Millisecond)
 		}
-		c.mu.Lock()
-		closed, sess := c.closed, c.sess
-		c.mu.Unlock()
-		if closed {
-			return fmt.Errorf("%s %s: %w", op, name, execdriver.ErrClosed)
-		}
 		cctx, cancel := context.WithTimeout(ctx, wait+c.cfg.RPCTimeout)
+		var err error
+		if sess, err = c.session(cctx, failed); err != nil {
+			cancel()
+			return fmt.Errorf("%s %s: %w", op, name, err)
+		}
 		reply, err := f(cctx, sess.rpc, &supervisorpb.WaitRequest{Name: name, WaitMs: wait.Milliseconds()})
+		lost := err != nil && sessionLost(cctx, err)
 		cancel()
 		switch {
 		case err == nil && reply.GetDone():
 			gone()
 			return nil
 		case err == nil:
+		case lost:
+			failed = sess // again, on the next connection (call)
 		case !first && status.Code(err) == codes.NotFound:
 			gone() // since the last call
 			return nil

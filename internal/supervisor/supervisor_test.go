@@ -639,3 +639,45 @@ func TestOrphansReaped(t *testing.T) {
 		return !ok
 	})
 }
+
+// TestCallsOutliveBrokenConnection: calls made on a connection that has
+// just broken (the supervisor's keepalive ends the connection of a daemon
+// frozen for 15 s, and the daemon's first calls as it wakes go out on it)
+// are made again on the client's next connection, not failed: a failed
+// kill left its unit running unknown to the agent, a failed load left the
+// unit never run.
+func TestCallsOutliveBrokenConnection(t *testing.T) {
+	t.Parallel()
+	dir := newTestDir(t)
+	c, rec := newClient(t, dir)
+	mustLoadStart(t, c, parseUnit(t, "web.service", "[Service]\nExecStart=/bin/sleep 300\n"))
+	pid := rec.activePID(t, "web.service")
+	sup := supervisorPID(t, dir)
+
+	c.mu.Lock()
+	broken := c.sess
+	c.mu.Unlock()
+	broken.conn.Close()
+	if err := c.Load(parseUnit(t, "idle.service", "[Service]\nExecStart=/bin/sleep 300\n")); err != nil {
+		t.Errorf("Load on a connection just broken: %v, want it made again on the next", err)
+	}
+	if err := c.Start("idle.service"); err != nil {
+		t.Errorf("Start on a connection just broken: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := c.Kill(ctx, "web.service"); err != nil {
+		t.Errorf("Kill on a connection just broken: %v", err)
+	}
+	waitfor.True(t, waitTimeout, "web.service's process to be killed", func() bool { return !alive(pid) })
+	rec.activePID(t, "idle.service")
+	c.mu.Lock()
+	now := c.sess
+	c.mu.Unlock()
+	if now == broken {
+		t.Errorf("the client kept the broken connection")
+	}
+	if got := supervisorPID(t, dir); got != sup {
+		t.Errorf("supervisor pid %d, was %d: the connection broke, not the supervisor", got, sup)
+	}
+}
