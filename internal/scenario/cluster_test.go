@@ -156,6 +156,7 @@ type scenario struct {
 	nodes    []*proc
 	registry string
 	embedded bool
+	agentTTL string // the daemons' --agent-ttl when start-daemons set one
 	aliases  map[string]*proc
 
 	units     []string // launched by "start", sorted
@@ -249,7 +250,7 @@ func tail(s string, n int) string {
 func (s *scenario) writeFigures() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "scenario %s (registry %s, %s etcd; election TTL %s, agent TTL %s)\n", s.name, s.registry,
-		map[bool]string{true: "embedded", false: "external"}[s.embedded], electionTTL, agentTTL)
+		map[bool]string{true: "embedded", false: "external"}[s.embedded], electionTTL, s.ttl())
 	for _, u := range s.units {
 		f := s.smp.figures(u)
 		fmt.Fprintf(&b, "  %-18s max copies %d %v, two or more for %.2fs, longest with none %.2fs\n",
@@ -326,11 +327,35 @@ func (s *scenario) waitEtcd(within time.Duration) error {
 }
 
 // startDaemons makes and starts n daemons.
-func (s *scenario) startDaemons(n int, registry string, embedded bool, metadata string) error {
+// daemonsConfig is what start-daemons varies: each daemon is an agent;
+// the first engines of them (all when 0) are engine candidates too, the
+// rest run --no-engine; agentTTL replaces the scenarios' agent TTL.
+type daemonsConfig struct {
+	n        int
+	registry string
+	embedded bool
+	metadata string
+	engines  int
+	agentTTL string
+}
+
+// ttl is the daemons' agent TTL.
+func (s *scenario) ttl() string {
+	if s.agentTTL != "" {
+		return s.agentTTL
+	}
+	return agentTTL
+}
+
+func (s *scenario) startDaemons(dc daemonsConfig) error {
+	n, registry, embedded, metadata := dc.n, dc.registry, dc.embedded, dc.metadata
 	if !embedded && s.etcd == nil {
 		return errors.New("no etcd: start-etcd first, or start-daemons N etcd=embedded")
 	}
 	s.registry, s.embedded = registry, embedded
+	if dc.agentTTL != "" {
+		s.agentTTL = dc.agentTTL
+	}
 	var ps []*proc
 	var initial []string
 	for i := 1; i <= n; i++ {
@@ -341,11 +366,14 @@ func (s *scenario) startDaemons(n int, registry string, embedded bool, metadata 
 		ps = append(ps, p)
 		initial = append(initial, fmt.Sprintf("%s=http://%s:%d", p.name, p.ip, peerPort))
 	}
-	for _, p := range ps {
+	for i, p := range ps {
 		p.args = []string{"daemon", "--name", p.name, "--data-dir", p.dir,
 			"--api-addr", fmt.Sprintf("%s:%d", p.ip, apiPort), "--grpc-addr", fmt.Sprintf("%s:%d", p.ip, grpcPort),
-			"--public-ip", p.ip, "--registry", registry, "--agent-ttl", agentTTL, "--election-ttl", electionTTL,
+			"--public-ip", p.ip, "--registry", registry, "--agent-ttl", s.ttl(), "--election-ttl", electionTTL,
 			"--log-level", "debug", "--insecure"}
+		if dc.engines > 0 && i >= dc.engines {
+			p.args = append(p.args, "--no-engine")
+		}
 		if embedded {
 			p.args = append(p.args, "--etcd-embed", "--etcd-client-addr", fmt.Sprintf("%s:%d", p.ip, etcdPort),
 				"--etcd-peer-addr", fmt.Sprintf("%s:%d", p.ip, peerPort), "--etcd-initial-cluster", strings.Join(initial, ","))

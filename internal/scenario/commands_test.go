@@ -205,31 +205,109 @@ func (s *scenario) oneNode(a args) (*proc, error) {
 
 func (s *scenario) cmdStartDaemons(a args) (string, error) {
 	if len(a.pos) != 1 {
-		return "", errors.New("start-daemons N [registry=grpc|etcd] [etcd=external|embedded] [metadata=k=v,...]")
+		return "", errors.New("start-daemons N [registry=grpc|etcd] [etcd=external|embedded] [metadata=k=v,...] [engines=K] [agent-ttl=D]")
 	}
 	n, err := strconv.Atoi(a.pos[0])
-	if err != nil || n < 1 || n > 9 {
-		return "", fmt.Errorf("start-daemons %s: want 1 to 9 daemons", a.pos[0])
+	if err != nil || n < 1 || n > maxNodes {
+		return "", fmt.Errorf("start-daemons %s: want 1 to %d daemons", a.pos[0], maxNodes)
 	}
-	reg := a.kv["registry"]
-	if reg == "" {
-		reg = "grpc"
+	dc := daemonsConfig{n: n, registry: a.kv["registry"], metadata: a.kv["metadata"]}
+	if dc.registry == "" {
+		dc.registry = "grpc"
 	}
-	embedded := false
 	switch a.kv["etcd"] {
 	case "", "external":
 	case "embedded":
-		embedded = true
+		dc.embedded = true
 	default:
 		return "", fmt.Errorf("etcd=%s: want external or embedded", a.kv["etcd"])
 	}
-	if err := s.startDaemons(n, reg, embedded, a.kv["metadata"]); err != nil {
+	if v, ok := a.kv["engines"]; ok {
+		if dc.engines, err = strconv.Atoi(v); err != nil || dc.engines < 1 || dc.engines > n {
+			return "", fmt.Errorf("engines=%s: want 1 to %d", v, n)
+		}
+		if dc.embedded {
+			return "", errors.New("engines= needs an external etcd: an embedded member runs beside an engine")
+		}
+	}
+	if v, ok := a.kv["agent-ttl"]; ok {
+		if _, err := time.ParseDuration(v); err != nil {
+			return "", fmt.Errorf("agent-ttl=%s: %v", v, err)
+		}
+		dc.agentTTL = v
+	}
+	if err := s.startDaemons(dc); err != nil {
 		return "", err
 	}
-	if embedded {
-		return fmt.Sprintf("%d daemons up: registry %s, embedded etcd members", n, reg), nil
+	out := fmt.Sprintf("%d daemons up: registry %s, ", n, dc.registry)
+	switch {
+	case dc.embedded:
+		out += "embedded etcd members"
+	case dc.engines > 0 && dc.engines < n:
+		out += fmt.Sprintf("external etcd; n1..n%d engine candidates, n1 leads", dc.engines)
+	default:
+		out += "external etcd; n1 leads"
 	}
-	return fmt.Sprintf("%d daemons up: registry %s, external etcd; n1 leads", n, reg), nil
+	if dc.agentTTL != "" {
+		out += "; agent TTL " + dc.agentTTL
+	}
+	return out, nil
+}
+
+// maxNodes is the most daemons a scenario starts: node n has the address
+// 10.77.X.n, below etcd's (etcdHost).
+const maxNodes = 20
+
+// freezeThaw freezes (for the directive's duration, if any) or thaws the
+// nodes ps, named name in the script.
+func (s *scenario) freezeThaw(cmd, name string, ps []*proc, a args) (string, error) {
+	if cmd == "thaw" {
+		for _, p := range ps {
+			s.thaw(p)
+		}
+		return name + " thawed (SIGCONT)", nil
+	}
+	d, err := a.duration(0)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range ps {
+		if err := s.freeze(p, d); err != nil {
+			return "", err
+		}
+	}
+	which := name
+	if len(ps) == 1 {
+		which += " (" + ps[0].name + ")" // name may be an alias or "leader"
+	}
+	s.tl.faultAt(fmt.Sprintf("freeze %s %s", which, forHow(d)))
+	return name + " frozen (SIGSTOP)", nil
+}
+
+// nodeSet returns the nodes spec names: one node, or nA..nB.
+func (s *scenario) nodeSet(spec string) ([]*proc, error) {
+	m := regexp.MustCompile(`^n(\d+)\.\.n(\d+)$`).FindStringSubmatch(spec)
+	if m == nil {
+		p, err := s.node(spec)
+		if err != nil {
+			return nil, err
+		}
+		return []*proc{p}, nil
+	}
+	from, _ := strconv.Atoi(m[1])
+	to, _ := strconv.Atoi(m[2])
+	if from > to {
+		return nil, fmt.Errorf("%s: want nA..nB with A <= B", spec)
+	}
+	var ps []*proc
+	for i := from; i <= to; i++ {
+		p, err := s.node(fmt.Sprintf("n%d", i))
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
 }
 
 // unitNames expands "web@1..9" to web@.service (the template) and
@@ -503,25 +581,23 @@ func (s *scenario) cmdWaitLeader(a args) (string, error) {
 }
 
 func (s *scenario) cmdProcess(cmd string, a args) (string, error) {
+	if len(a.pos) == 0 {
+		return "", errors.New("which node?")
+	}
+	name := a.pos[0]
+	switch cmd {
+	case "freeze", "thaw":
+		ps, err := s.nodeSet(name)
+		if err != nil {
+			return "", err
+		}
+		return s.freezeThaw(cmd, name, ps, a)
+	}
 	p, err := s.oneNode(a)
 	if err != nil {
 		return "", err
 	}
-	name := a.pos[0]
 	switch cmd {
-	case "freeze":
-		d, err := a.duration(0)
-		if err != nil {
-			return "", err
-		}
-		if err := s.freeze(p, d); err != nil {
-			return "", err
-		}
-		s.tl.faultAt(fmt.Sprintf("freeze %s (%s) %s", name, p.name, forHow(d)))
-		return name + " frozen (SIGSTOP)", nil
-	case "thaw":
-		s.thaw(p)
-		return name + " thawed (SIGCONT)", nil
 	case "kill":
 		if err := p.signal(syscall.SIGKILL); err != nil {
 			return "", err
@@ -890,25 +966,46 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 		}
 		return fmt.Sprintf("%s%s kept their PIDs", units(n), scope), nil
 	case "none-on", "elsewhere":
-		p, err := s.oneNode(a)
+		if len(a.pos) == 0 {
+			return "", errors.New("which node?")
+		}
+		ps, err := s.nodeSet(a.pos[0])
+		if err != nil {
+			return "", err
+		}
+		in := map[string]bool{}
+		for _, p := range ps {
+			in[p.name] = true
+		}
+		within, err := a.within(0)
 		if err != nil {
 			return "", err
 		}
 		names := s.launched(a.kv["glob"])
-		copies := s.smp.now()
 		var bad []string
-		for _, u := range names {
-			on, off := 0, 0
-			for _, c := range copies[u] {
-				if c.node == p.name {
-					on++
-				} else {
-					off++
+		judge := func() error {
+			bad = bad[:0]
+			copies := s.smp.now()
+			for _, u := range names {
+				on, off := 0, 0
+				for _, c := range copies[u] {
+					if in[c.node] {
+						on++
+					} else {
+						off++
+					}
+				}
+				if what == "none-on" && on > 0 || what == "elsewhere" && off == 0 {
+					bad = append(bad, u)
 				}
 			}
-			if what == "none-on" && on > 0 || what == "elsewhere" && off == 0 {
-				bad = append(bad, u)
+			if len(bad) > 0 {
+				return fmt.Errorf("%d units", len(bad))
 			}
+			return nil
+		}
+		if judge() != nil && within > 0 {
+			waitfor.Poll(within, judge) // what is still bad is the output
 		}
 		scope := units(len(names))
 		if g := a.kv["glob"]; g != "" {

@@ -62,9 +62,12 @@
 //	requires CAP...              skip unless built (see Gating); no output
 //	start-etcd                   an external etcd: `flotilla daemon --etcd-embed --no-engine --no-agent`
 //	start-daemons N [registry=grpc|etcd] [etcd=external|embedded] [metadata=k=v,...]
-//	                             N daemons, each an engine candidate and an agent; with an
-//	                             external etcd n1 starts first and leads; waits until every
-//	                             machine is connected
+//	              [engines=K] [agent-ttl=D]
+//	                             N daemons (at most 20), each an engine candidate and an
+//	                             agent; with an external etcd n1 starts first and leads;
+//	                             waits until every machine is connected; engines=K: only
+//	                             n1..nK are engine candidates (the rest --no-engine);
+//	                             agent-ttl=D: their --agent-ttl instead of the default
 //	start NAME|NAME@A..B [singleton] [global] [lost-after=D] [slow-stop=D] [meta=k=v]
 //	                             submit and launch units (NAME@A..B: a template and its
 //	                             instances); singleton: Singleton=true; slow-stop=D:
@@ -78,6 +81,7 @@
 //
 //	freeze NODE [D]              SIGSTOP the daemon; SIGCONT after D in the background
 //	thaw NODE                    SIGCONT now
+//	                             (freeze and thaw also take nA..nB: those nodes at once)
 //	kill NODE                    SIGKILL the daemon (only its process)
 //	stop NODE                    SIGTERM, wait until it exits
 //	restart NODE                 SIGTERM, then start again on the same data dir
@@ -126,6 +130,8 @@
 //	check min-running N           never fewer than N units of mark-procs' glob ran at once
 //	check none-on NODE [glob=G]   no copy of a unit runs on NODE now
 //	check elsewhere NODE [glob=G] each unit has a copy on a node other than NODE now
+//	                              (both also take nA..nB: those nodes together, and
+//	                              within=D: wait until it holds, at most D)
 //	check lost-writes             stops the writer; every acknowledged write is in the state
 //	                              read back (an unacknowledged one may or may not be)
 //	check reads [etcd-gone]       every live daemon answers list-units (the CLI) and /v1/state

@@ -136,7 +136,7 @@ func needNamespaces(t *testing.T) {
 
 func runJepsen(t *testing.T, cfg jepsenConfig, seed int64) {
 	s := newScenario(t, fmt.Sprintf("jepsen-seed-%d", seed))
-	if err := s.startDaemons(3, "grpc", true, ""); err != nil {
+	if err := s.startDaemons(daemonsConfig{n: 3, registry: "grpc", embedded: true}); err != nil {
 		t.Fatalf("starting daemons: %v", err)
 	}
 	var b apiv1.Batch

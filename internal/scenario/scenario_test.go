@@ -40,7 +40,10 @@ import (
 //	               within seconds of the partition ending, however long it
 //	               lasted (etcd's peer streams outlive a partition on stale
 //	               TCP connections: internal/daemon/peerstreams.go)
-var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin", "deployments"}
+//	doubt          a tenth of the machines (ten at least) silent at once:
+//	               the leader places none of their units elsewhere for the
+//	               agent TTL, then loses them as LostAfter= says
+var built = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin", "deployments", "doubt"}
 
 var (
 	flotillaBin string
@@ -124,7 +127,7 @@ func capabilities() map[string]bool {
 }
 
 // knownCaps are the names "requires" accepts.
-var knownCaps = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin", "deployments"}
+var knownCaps = []string{"supervisor", "lost-after", "etcd-outage", "durable-moves", "record-limits", "drain", "member-rejoin", "deployments", "doubt"}
 
 // requirements reads the capabilities a scenario file requires: its
 // "requires" directives before its first other directive.
