@@ -1313,10 +1313,25 @@ func (a *Agent) do(ctx context.Context, act action, wg *sync.WaitGroup) {
 				err = d.Unload(context.WithoutCancel(ctx), act.Name)
 			}
 			if err != nil && !errors.Is(err, driver.ErrUnknownUnit) {
-				a.failed("unload failed", act.Name, err)
-			} else {
-				a.removeLogIfDestroyed(d, act.Name)
+				// The unit may still run: it stays the agent's, reported
+				// as the driver says, and is unloaded again later. Taken
+				// as gone, it ran on unknown to anyone (a second copy
+				// once the leader had placed it elsewhere).
+				a.failed("unload failed; trying again", act.Name, err)
+				a.mu.Lock()
+				if h, ok := a.haves[act.Name]; ok {
+					h.Busy = false
+					a.haves[act.Name] = h
+				}
+				if _, wanted := a.wants[act.Name]; kill && !wanted {
+					a.kill[act.Name] = true
+				}
+				a.mu.Unlock()
+				a.retryLater()
+				return
 			}
+			a.retried()
+			a.removeLogIfDestroyed(d, act.Name)
 			a.mu.Lock()
 			delete(a.haves, act.Name)
 			delete(a.statuses, act.Name)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -668,4 +669,74 @@ func TestAgentFilesByKey(t *testing.T) {
 	if got := wanted(); len(got) != 0 {
 		t.Fatalf("wanted %v after a full set naming a key it does not send, want none", got)
 	}
+}
+
+// failingUnload is a driver whose Unload fails a number of times first (its
+// connection to the supervisor broken, say).
+type failingUnload struct {
+	driver.Driver
+	mu    sync.Mutex
+	fails int
+	tries int
+}
+
+func (d *failingUnload) Unload(ctx context.Context, name string) error {
+	d.mu.Lock()
+	d.tries++
+	fail := d.tries <= d.fails
+	d.mu.Unlock()
+	if fail {
+		return errors.New("supervisor: unload " + name + ": the connection broke")
+	}
+	return d.Driver.Unload(ctx, name)
+}
+
+// TestUnloadFailedIsTriedAgain: a unit whose unload failed stays the
+// agent's (reported, as the driver says) and is unloaded again later, the
+// wait doubling while it fails; taken as gone, it ran on unknown to anyone.
+func TestUnloadFailedIsTriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, d := newTestAgent(t, time.Hour)
+		fd := &failingUnload{Driver: d, fails: 2}
+		a.SetDriver(fd)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		assign := func(units ...*agentpb.Assignment) {
+			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: &agentpb.Assignments{Full: true, Units: units}}}, a.cfg.Mono())
+			synctest.Wait()
+		}
+		assign(&agentpb.Assignment{Name: "web.service", File: unitText(false), DesiredState: "launched"})
+		if got := active(d); got["web.service"] != "active" {
+			t.Fatalf("after the assignment: %v, want web.service active", got)
+		}
+		assign() // moved elsewhere: unloaded here
+		if got := active(d); got["web.service"] != "active" {
+			t.Fatalf("after a failed unload: %v, want web.service still running (the driver failed)", got)
+		}
+		a.mu.Lock()
+		_, known := a.haves["web.service"]
+		a.mu.Unlock()
+		if !known {
+			t.Fatal("the agent forgot web.service after its unload failed")
+		}
+		time.Sleep(retryFirst) // the second try, which fails too
+		synctest.Wait()
+		if _, ok := active(d)["web.service"]; !ok {
+			t.Fatal("unloaded at the second try, which fails")
+		}
+		time.Sleep(2 * retryFirst) // the third, after twice the wait
+		synctest.Wait()
+		if got := active(d); len(got) != 0 {
+			t.Errorf("after the third try: %v, want web.service unloaded", got)
+		}
+		fd.mu.Lock()
+		tries := fd.tries
+		fd.mu.Unlock()
+		if tries != 3 {
+			t.Errorf("%d unloads, want 3", tries)
+		}
+		cancel()
+		<-done
+	})
 }

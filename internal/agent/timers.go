@@ -99,6 +99,44 @@ type reconciler struct {
 	// wg counts the running goroutine and the unloads it started in the
 	// background.
 	wg sync.WaitGroup
+	// retry is the pass due after a driver's call failed (retryLater), and
+	// retryWait the wait before the next such pass.
+	retry     *time.Timer
+	retryWait time.Duration
+}
+
+// Waits before a pass made again after a failed unload: the first, then
+// doubled while unloads keep failing, up to the last.
+const (
+	retryFirst = time.Second
+	retryMost  = 30 * time.Second
+)
+
+// retryLater has the reconciler make a pass after a wait, once: an unload
+// failed, and the pass tries it again. The wait doubles from retryFirst to
+// retryMost while unloads keep failing (retried), so a driver that keeps
+// failing is not asked in a loop.
+func (a *Agent) retryLater() {
+	r := &a.rec
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.retry != nil {
+		return // one is due
+	}
+	r.retryWait = min(max(2*r.retryWait, retryFirst), retryMost)
+	r.retry = time.AfterFunc(r.retryWait, func() {
+		r.mu.Lock()
+		r.retry = nil
+		r.mu.Unlock()
+		a.kickReconcile()
+	})
+}
+
+// retried says an unload succeeded: the next failure waits retryFirst.
+func (a *Agent) retried() {
+	a.rec.mu.Lock()
+	a.rec.retryWait = 0
+	a.rec.mu.Unlock()
 }
 
 // kickReconcile has the reconciler make a pass: at once if Run runs and no
