@@ -586,8 +586,9 @@ func (w *leaderWatch) offer(in election.Info) bool {
 func (a *Agent) session(ctx context.Context, leader election.Info, lw *leaderWatch) error {
 	a.mu.Lock()
 	a.conns.keep(append(append([]string{leader.GRPCAddr}, a.engines...), a.cfg.Servers...)...)
+	cutOff := a.cfg.Mono().Sub(a.wordLocked()) > a.lostAfterLocked(want{})
 	a.mu.Unlock()
-	conn, err := a.conns.leaderConn(leader.GRPCAddr, leader.Rev, a.cfg.Now())
+	conn, err := a.conns.leaderConn(leader.GRPCAddr, leader.Rev, a.cfg.Now(), cutOff)
 	if err != nil {
 		return err
 	}
@@ -640,7 +641,8 @@ func (a *Agent) session(ctx context.Context, leader election.Info, lw *leaderWat
 		case <-a.leaveNow:
 			err = snd.leave()
 		case <-a.resync:
-			return errors.New("units were killed for want of word from a leader; saying hello again")
+			a.conns.redial(leader.GRPCAddr)
+			return errors.New("units were killed for want of word from a leader; saying hello again, on a new connection")
 		case in, ok := <-lw.ch:
 			lw.take(in, ok)
 			if lw.current().Rev != leader.Rev {

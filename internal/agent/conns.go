@@ -40,7 +40,16 @@ type conns struct {
 	// closed is set by closeAll: no connection is made after it (a
 	// question to the engines still under way as Run ends).
 	closed bool
+	// reset is when leaderConn last had a failing leader's connection
+	// dial again at once while the agent was cut off (cutOffRedial).
+	reset time.Time
 }
+
+// cutOffRedial is how often an agent cut off from its leader (no word for
+// its TTL) has the leader's failing connection dial again at once, rather
+// than after gRPC's backoff (up to 15 s): a partition that heals is then
+// found within a few seconds. An agent that hears its leader never does.
+const cutOffRedial = 2 * time.Second
 
 // reconnectBackoff is how a kept connection whose engine went away tries
 // again: after 1 s, then longer, every 15 s at most (gRPC's default waits
@@ -84,10 +93,11 @@ func (c *conns) getLocked(addr string) (*grpc.ClientConn, error) {
 // leaderConn returns the connection to a leader at addr, elected at rev:
 // the first time it is asked for a leader's connection after rev changed,
 // one waiting out its backoff after failures (a leader at an address that
-// was dead) tries again at once. The previous leader's connection, unless
-// it is ready, is closed and that engine not asked who leads for downFor
-// (dropUnreadyLocked, ask).
-func (c *conns) leaderConn(addr string, rev int64, now time.Time) (*grpc.ClientConn, error) {
+// was dead) tries again at once; so does it every cutOffRedial while the
+// agent is cut off (no word from a leader for its TTL). The previous
+// leader's connection, unless it is ready, is closed and that engine not
+// asked who leads for downFor (dropUnreadyLocked, ask).
+func (c *conns) leaderConn(addr string, rev int64, now time.Time, cutOff bool) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.leader != addr {
@@ -104,10 +114,29 @@ func (c *conns) leaderConn(addr string, rev int64, now time.Time) (*grpc.ClientC
 	}
 	fresh := rev != c.leaderRev
 	c.leaderRev = rev
-	if fresh && cc.GetState() == connectivity.TransientFailure {
+	again := cutOff && now.Sub(c.reset) >= cutOffRedial
+	if (fresh || again) && cc.GetState() == connectivity.TransientFailure {
 		cc.ResetConnectBackoff()
+		if again {
+			c.reset = now
+		}
 	}
 	return cc, nil
+}
+
+// redial closes the connection to addr, so that the next one is made
+// afresh: a connection that carried no word from the leader for the
+// agent's TTL may be a TCP connection a partition left open, whose
+// retransmissions back off exponentially (a partition of P seconds was
+// found up to about P seconds after it healed); a new connection's first
+// packet goes out at once.
+func (c *conns) redial(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc := c.m[addr]; cc != nil {
+		cc.Close()
+		delete(c.m, addr)
+	}
 }
 
 // downFor is how long an engine other than the leader that was found
