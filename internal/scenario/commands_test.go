@@ -149,12 +149,17 @@ func (s *scenario) run(cmd string, a args) (string, error) {
 	case "wait-not-leader":
 		return s.cmdWaitNotLeader(a)
 	case "heal":
-		p, err := s.oneNode(a)
+		if len(a.pos) == 0 {
+			return "", errors.New("which node?")
+		}
+		ps, err := s.nodeSet(a.pos[0])
 		if err != nil {
 			return "", err
 		}
-		if err := s.heal(p); err != nil {
-			return "", err
+		for _, p := range ps {
+			if err := s.heal(p); err != nil {
+				return "", err
+			}
 		}
 		return a.pos[0] + " healed", nil
 	case "set-metadata":
@@ -670,15 +675,29 @@ func (s *scenario) cmdEtcd(a args) (string, error) {
 }
 
 func (s *scenario) cmdPartition(a args) (string, error) {
-	p, err := s.oneNode(a)
+	if len(a.pos) == 0 {
+		return "", errors.New("which node?")
+	}
+	ps, err := s.nodeSet(a.pos[0])
 	if err != nil {
 		return "", err
 	}
-	from := a.kv["from"]
 	d, err := a.duration(0)
 	if err != nil {
 		return "", err
 	}
+	what := ""
+	for _, p := range ps {
+		if what, err = s.partitionOne(p, a.pos[0], a.kv["from"], d); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("%s cut off from %s", a.pos[0], what), nil
+}
+
+// partitionOne cuts p (named name in the script) off from what from names
+// (all, leader, etcd or a node), and returns what that is, in words.
+func (s *scenario) partitionOne(p *proc, name, from string, d time.Duration) (string, error) {
 	var ips []string
 	all, peerOnly := false, false
 	what := ""
@@ -691,7 +710,7 @@ func (s *scenario) cmdPartition(a args) (string, error) {
 			return "", errors.New("partition from=leader: no daemon leads")
 		}
 		if l == p {
-			return "", fmt.Errorf("partition %s from=leader: %s is the leader; use from=etcd or from=all", a.pos[0], a.pos[0])
+			return "", fmt.Errorf("partition %s from=leader: %s is the leader; use from=etcd or from=all", name, p.name)
 		}
 		ips, what = []string{l.ip}, "the leader"
 	case "etcd":
@@ -717,8 +736,8 @@ func (s *scenario) cmdPartition(a args) (string, error) {
 	if err := s.partition(p, ips, all, peerOnly, d); err != nil {
 		return "", err
 	}
-	s.tl.faultAt(fmt.Sprintf("partition %s (%s) from %s %v %s", a.pos[0], p.name, from, ips, forHow(d)))
-	return fmt.Sprintf("%s cut off from %s", a.pos[0], what), nil
+	s.tl.faultAt(fmt.Sprintf("partition %s (%s) from %s %v %s", name, p.name, from, ips, forHow(d)))
+	return what, nil
 }
 
 // cmdWaitNotLeader waits until NODE no longer answers as leader: its

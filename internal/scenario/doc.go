@@ -81,7 +81,8 @@
 //
 //	freeze NODE [D]              SIGSTOP the daemon; SIGCONT after D in the background
 //	thaw NODE                    SIGCONT now
-//	                             (freeze and thaw also take nA..nB: those nodes at once)
+//	                             (freeze, thaw, partition and heal also take nA..nB:
+//	                             those nodes at once)
 //	kill NODE                    SIGKILL the daemon (only its process)
 //	stop NODE                    SIGTERM, wait until it exits
 //	restart NODE                 SIGTERM, then start again on the same data dir
