@@ -312,7 +312,7 @@ func New(cfg Config) (*Agent, error) {
 		leaveNow: make(chan struct{}), left: make(chan struct{}),
 	}
 	a.heartbeatNano.Store(int64(cfg.HeartbeatInterval))
-	a.conns = newConns(cfg.DialOptions)
+	a.conns = newConns(cfg.DialOptions, cfg.TTL)
 	return a, nil
 }
 

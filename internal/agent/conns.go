@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/keepalive"
 )
 
 // conns keeps one gRPC connection per engine address for the agent's whole
@@ -64,8 +65,26 @@ var reconnectBackoff = grpc.WithConnectParams(grpc.ConnectParams{
 	MinConnectTimeout: 5 * time.Second,
 })
 
-func newConns(opts []grpc.DialOption) *conns {
-	return &conns{opts: append(opts[:len(opts):len(opts)], reconnectBackoff), m: map[string]*grpc.ClientConn{}, down: map[string]time.Time{}}
+// deadLeaderAfter is gRPC's keepalive for the agent's connections, given
+// its TTL: a connection that has carried nothing from the leader for the
+// TTL is pinged, and closed if the ping is not answered within twice the
+// TTL (an answer needs the leader's transport, not its busy loop), so that
+// a TCP connection a partition left open is not waited on: its
+// retransmissions back off exponentially, and an agent that has no
+// singleton unit (whose fence starts the stream over on a new connection,
+// redial) found a 40 s partition healed 15 s after it did. While the
+// leader is heard, the pings are never sent: it speaks every heartbeat, a
+// quarter of the TTL at most. gRPC sends none more often than every 10 s.
+func deadLeaderAfter(ttl time.Duration) grpc.DialOption {
+	return grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ttl, Timeout: 2 * ttl})
+}
+
+func newConns(opts []grpc.DialOption, ttl time.Duration) *conns {
+	opts = append(opts[:len(opts):len(opts)], reconnectBackoff)
+	if ttl > 0 {
+		opts = append(opts, deadLeaderAfter(ttl))
+	}
+	return &conns{opts: opts, m: map[string]*grpc.ClientConn{}, down: map[string]time.Time{}}
 }
 
 // get returns the connection to addr, making it if there is none.
