@@ -148,6 +148,9 @@ type apiPoller struct {
 	silent   []string // when and why, for each poll no daemon answered
 	lastGood time.Time
 	worstGap time.Duration
+	// gapWhys are the answers other than 200 during the current run of
+	// polls without one, and worstWhys those of the longest run.
+	gapWhys, worstWhys []string
 }
 
 func pollAPI(nodes []*node) *apiPoller {
@@ -183,9 +186,13 @@ func pollAPI(nodes []*node) *apiPoller {
 			p.polls++
 			now := time.Now()
 			if ok {
-				p.lastGood = now
+				p.lastGood, p.gapWhys = now, nil
+			} else {
+				p.gapWhys = append(p.gapWhys, now.Format("15:04:05.000")+" "+strings.Join(whys, "; "))
 			}
-			p.worstGap = max(p.worstGap, now.Sub(p.lastGood))
+			if gap := now.Sub(p.lastGood); gap > p.worstGap {
+				p.worstGap, p.worstWhys = gap, slices.Clone(p.gapWhys)
+			}
 			if !answered {
 				p.silent = append(p.silent, now.Format("15:04:05.000")+" "+strings.Join(whys, "; "))
 			}
@@ -195,12 +202,12 @@ func pollAPI(nodes []*node) *apiPoller {
 	return p
 }
 
-func (p *apiPoller) end() (polls int, silent []string, worstGap time.Duration) {
+func (p *apiPoller) end() (polls int, silent []string, worstGap time.Duration, whys []string) {
 	close(p.stop)
 	<-p.done
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.polls, p.silent, p.worstGap
+	return p.polls, p.silent, p.worstGap, p.worstWhys
 }
 
 func machineVersions(nd *node) (map[string]string, string, error) {
@@ -337,13 +344,14 @@ func TestUpgradeRolling(t *testing.T) {
 			})
 			t.Logf("%s (leader %v) restarted on %s in %v", nd.name, nd.name == leader, filepath.Base(to), time.Since(begin).Round(time.Millisecond))
 		}
-		polls, silent, gap := poll.end()
+		polls, silent, gap, whys := poll.end()
 		t.Logf("API polled %d times while rolling to %s; longest time without a 200 %v", polls, version, gap.Round(time.Millisecond))
 		if len(silent) > 0 {
 			t.Errorf("%d of %d polls of the API found no daemon answering:\n%s", len(silent), polls, strings.Join(silent, "\n"))
 		}
 		if gap > electionTTL {
-			t.Errorf("the API answered no 200 for %v, longer than the election TTL %v", gap.Round(time.Millisecond), electionTTL)
+			t.Errorf("the API answered no 200 for %v, longer than the election TTL %v; the answers meanwhile:\n%s",
+				gap.Round(time.Millisecond), electionTTL, strings.Join(whys, "\n"))
 		}
 		for _, nd := range c.nodes {
 			pid, exe, children := supervisorOf(t, nd)
