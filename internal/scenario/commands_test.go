@@ -149,10 +149,7 @@ func (s *scenario) run(cmd string, a args) (string, error) {
 	case "wait-not-leader":
 		return s.cmdWaitNotLeader(a)
 	case "heal":
-		if len(a.pos) == 0 {
-			return "", errors.New("which node?")
-		}
-		ps, err := s.nodeSet(a.pos[0])
+		ps, err := s.nodesArg(a)
 		if err != nil {
 			return "", err
 		}
@@ -206,6 +203,14 @@ func (s *scenario) oneNode(a args) (*proc, error) {
 		return nil, errors.New("which node?")
 	}
 	return s.node(a.pos[0])
+}
+
+// nodesArg reads a directive's NODE or nA..nB (nodeSet).
+func (s *scenario) nodesArg(a args) ([]*proc, error) {
+	if len(a.pos) == 0 {
+		return nil, errors.New("which node?")
+	}
+	return s.nodeSet(a.pos[0])
 }
 
 func (s *scenario) cmdStartDaemons(a args) (string, error) {
@@ -586,22 +591,18 @@ func (s *scenario) cmdWaitLeader(a args) (string, error) {
 }
 
 func (s *scenario) cmdProcess(cmd string, a args) (string, error) {
-	if len(a.pos) == 0 {
-		return "", errors.New("which node?")
-	}
-	name := a.pos[0]
-	switch cmd {
-	case "freeze", "thaw":
-		ps, err := s.nodeSet(name)
+	if cmd == "freeze" || cmd == "thaw" {
+		ps, err := s.nodesArg(a)
 		if err != nil {
 			return "", err
 		}
-		return s.freezeThaw(cmd, name, ps, a)
+		return s.freezeThaw(cmd, a.pos[0], ps, a)
 	}
 	p, err := s.oneNode(a)
 	if err != nil {
 		return "", err
 	}
+	name := a.pos[0]
 	switch cmd {
 	case "kill":
 		if err := p.signal(syscall.SIGKILL); err != nil {
@@ -675,10 +676,7 @@ func (s *scenario) cmdEtcd(a args) (string, error) {
 }
 
 func (s *scenario) cmdPartition(a args) (string, error) {
-	if len(a.pos) == 0 {
-		return "", errors.New("which node?")
-	}
-	ps, err := s.nodeSet(a.pos[0])
+	ps, err := s.nodesArg(a)
 	if err != nil {
 		return "", err
 	}
@@ -985,10 +983,7 @@ func (s *scenario) cmdCheck(what string, a args) (string, error) {
 		}
 		return fmt.Sprintf("%s%s kept their PIDs", units(n), scope), nil
 	case "none-on", "elsewhere":
-		if len(a.pos) == 0 {
-			return "", errors.New("which node?")
-		}
-		ps, err := s.nodeSet(a.pos[0])
+		ps, err := s.nodesArg(a)
 		if err != nil {
 			return "", err
 		}

@@ -596,13 +596,9 @@ func call[T any](c *Client, op string, f func(context.Context, supervisorpb.Supe
 // or stopping a stopped one does nothing, and a kill or unload that finds
 // the unit gone says so (NotFound).
 func sessionLost(ctx context.Context, err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable:
-		return ctx.Err() == nil
-	case codes.Canceled:
-		return ctx.Err() == nil // not the caller's context: the connection's
-	}
-	return false
+	// Canceled with the caller's context alive: the connection's doing.
+	c := status.Code(err)
+	return (c == codes.Unavailable || c == codes.Canceled) && ctx.Err() == nil
 }
 
 // session returns the client's session: the current one, or, after a call
