@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"time"
 
 	apiv1 "github.com/flotilla/flotilla/api"
@@ -199,15 +200,15 @@ func (e *Engine) submit(ctx context.Context, w write) error {
 }
 
 // applyRound validates and commits a round of requests in as few etcd
-// transactions as the ops allow. Each request stands or falls alone in
-// validation; an etcd failure fails the whole round. Its steps:
-// validateRound decides what the round comes to, roundOps turns that into
-// etcd operations, commitRound writes them, and applyPlan makes memory
+// transactions as the ops allow, then runs after (if any) once every
+// request is answered. Each request stands or falls alone in validation;
+// an etcd failure fails the whole round. Its steps: validateRound decides
+// what the round comes to, roundOps turns that into etcd operations,
+// roundTxn into the txn the driver commits, and applyPlan makes memory
 // follow once they are durable.
-func (t *term) applyRound(round []*applyReq) {
-	var ph passPhases
+func (t *term) applyRound(round []*applyReq, after func()) {
+	ph := &passPhases{}
 	ph.start(time.Now())
-	defer ph.logSlow(t.e.log, "apply round")
 	ph.note("requests", len(round))
 	var waited time.Duration // the longest a request of the round waited for the loop
 	for _, r := range round {
@@ -217,41 +218,59 @@ func (t *term) applyRound(round []*applyReq) {
 		ph.note("waited for the loop (ms)", int(waited.Milliseconds()))
 	}
 	ph.note("unwritten", t.store.standing.count())
+	finish := func() {
+		ph.logSlow(t.e.log, "apply round")
+		if after != nil {
+			after()
+		}
+	}
 	// A range record would create a destroyed instance again on the next
 	// leader's load (records.go): before a round destroys anything, write
 	// out what ranges stand for. Other changes write their units' records,
 	// newer than any range.
-	var err error
-	if destroys(round) {
-		err = t.materialize()
-	}
-	ph.done("materialize")
-	if err != nil {
-		answerAll(round, err)
+	if !destroys(round) {
+		ph.done("materialize")
+		t.writeRound(round, ph, finish)
 		return
 	}
+	t.materialize(func(err error) {
+		ph.done("materialize")
+		if err != nil {
+			answerAll(round, err)
+			finish()
+			return
+		}
+		t.writeRound(round, ph, finish)
+	})
+}
+
+// writeRound validates the round, has its txn committed and, once it is
+// durable, applies it and drops the files no unit names any more.
+func (t *term) writeRound(round []*applyReq, ph *passPhases, finish func()) {
 	p := t.validateRound(round)
 	ph.done("validate")
 	if len(p.accepted) == 0 {
+		finish()
 		return
 	}
 	t.roundOps(p)
 	ph.done("ops")
 	ph.note("ops", len(p.ops))
-	var sf storedFiles
-	t.serveWhile(func() { sf, err = t.commitRound(p) })
-	t.store.markStored(sf)
-	ph.done("commit")
-	if err != nil {
-		answerAll(p.accepted, err)
-		return
+	tx, stored := t.roundTxn(p)
+	tx.then = func(landed int, err error) {
+		t.store.markStored(stored(landed))
+		ph.done("commit")
+		if err != nil {
+			answerAll(p.accepted, err)
+			finish()
+			return
+		}
+		t.applyPlan(p)
+		t.publishViews() // the readers waiting for the round (readViews)
+		ph.done("apply")
+		t.dropFiles(finish)
 	}
-	t.applyPlan(p)
-	t.publishViews() // the readers waiting for the round (readViews)
-	ph.done("apply")
-	if err := t.dropFiles(); err != nil {
-		t.e.log.Warn("could not delete unit files no unit names", "err", err)
-	}
+	t.emit(tx)
 }
 
 // roundPlan is what a round of requests comes to. validateRound fills the
@@ -576,27 +595,36 @@ func (t *term) entryOps(p *roundPlan, en roundEntry) {
 	}
 }
 
-// commitRound writes the round's operations. A round with nothing to write
-// confirms through etcd that this term still leads before it is
-// acknowledged, as memory alone cannot tell. It runs beside the loop,
-// which answers reads meanwhile (serveWhile): it only reads the term's
-// state, and returns the files it stored for the loop to mark.
-func (t *term) commitRound(p *roundPlan) (storedFiles, error) {
-	vf, err := t.commitVersionFiles(p)
-	if err != nil {
-		return vf, err
-	}
+// roundTxn is the txn of a round: the files of the versions it makes
+// older, the files of its records, then its ops; a round whose ops are
+// none (a request that changes nothing) confirms through etcd that this
+// term still leads before it is acknowledged, as memory alone cannot
+// tell. stored says which files it stored, by how many stages landed.
+func (t *term) roundTxn(p *roundPlan) (tx *txn, stored func(landed int) storedFiles) {
+	vf := t.versionFiles(p)
 	if len(p.ops) == 0 {
-		return vf, t.confirmNoop()
+		return &txn{stages: [][]registry.Op{vf.files}, confirm: true}, func(landed int) storedFiles {
+			if landed < 1 {
+				return storedFiles{}
+			}
+			return vf
+		}
 	}
-	sf, err := t.commitRecords(p.ops, func(yield func(*unitRec) bool) {
+	tx, records := t.recordsTxn(p.ops, func(yield func(*unitRec) bool) {
 		for _, en := range p.entries {
 			if !yield(en.next) {
 				return
 			}
 		}
 	})
-	return storedFiles{contents: append(vf.contents, sf.contents...), files: append(vf.files, sf.files...)}, err
+	tx.stages = append([][]registry.Op{vf.files}, tx.stages...)
+	return tx, func(landed int) storedFiles {
+		if landed < 1 {
+			return storedFiles{}
+		}
+		sf := records(landed - 1)
+		return storedFiles{contents: append(slices.Clip(vf.contents), sf.contents...), files: append(slices.Clip(vf.files), sf.files...)}
+	}
 }
 
 // applyPlan acknowledges a durable round and makes memory follow it.

@@ -511,14 +511,19 @@ func (t *term) deploy() time.Time {
 			steps = append(steps, st)
 		}
 	}
-	for _, st := range steps {
-		t.runStep(st, now)
-	}
+	t.runSteps(steps, now)
 	return wake
 }
 
-// runStep writes a step's changes in one round.
-func (t *term) runStep(st deployStep, now time.Time) {
+// runSteps writes the steps' changes, a round each, one after the other.
+func (t *term) runSteps(steps []deployStep, now time.Time) {
+	if len(steps) > 0 {
+		t.runStep(steps[0], now, func() { t.runSteps(steps[1:], now) })
+	}
+}
+
+// runStep writes a step's changes in one round, then runs next.
+func (t *term) runStep(st deployStep, now time.Time, next func()) {
 	tmpl := t.units[st.rec.Unit]
 	var changes []Change
 	var revertTo int
@@ -552,8 +557,15 @@ func (t *term) runStep(st deployStep, now time.Time) {
 	rec.Updated = now.UTC()
 	uw := &unitsWrite{changes: changes, by: "deployment", revertTo: revertTo, deploy: &rec, autoRevert: st.revert}
 	req := &applyReq{w: uw, res: make(chan applyRes, 1), queued: now}
-	t.applyRound([]*applyReq{req})
-	if res := <-req.res; res.err != nil {
+	t.applyRound([]*applyReq{req}, func() {
+		t.stepped(st, rec, <-req.res, now) // the round has answered
+		next()
+	})
+}
+
+// stepped notes a deployment step's round, answered with res.
+func (t *term) stepped(st deployStep, rec registry.Deployment, res applyRes, now time.Time) {
+	if res.err != nil {
 		t.e.log.Warn("a deployment step failed; retrying on the next pass", "unit", rec.Unit, "err", res.err)
 		return
 	}

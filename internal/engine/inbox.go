@@ -163,7 +163,7 @@ func (t *term) applyInputs() {
 }
 
 // serveReads answers the reads queued. It runs on the loop, between its
-// steps or while it waits for etcd (serveWhile, awaitWrite).
+// steps or while it waits for etcd (serveUntil).
 func (t *term) serveReads() {
 	for _, in := range t.inbox.takeReads() {
 		in.fn()
@@ -171,13 +171,10 @@ func (t *term) serveReads() {
 	}
 }
 
-// serveWhile runs f, a commit to etcd that only reads the term's state,
-// on a goroutine of its own, and answers reads until it returns: a commit
-// takes etcd's time (up to the transaction's timeout when etcd is slow or
-// gone), and reads keep answering from memory meanwhile.
-func (t *term) serveWhile(f func()) {
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
+// serveUntil answers reads until done is closed: the loop waits so for
+// etcd (the driver's write), and reads keep answering from memory
+// meanwhile.
+func (t *term) serveUntil(done <-chan struct{}) {
 	for {
 		select {
 		case <-done:

@@ -95,7 +95,7 @@ func TestLoopAnswersReadsWhileItCommits(t *testing.T) {
 	loopDone := make(chan struct{})
 	go func() { // the loop
 		defer close(loopDone)
-		tm.serveWhile(func() { <-etcd })
+		tm.serveUntil(etcd)
 	}()
 	select {
 	case err := <-answered:

@@ -47,6 +47,12 @@ type pass struct {
 	// again asks for another pass at once (a displaced unit, a handover
 	// ended).
 	again bool
+
+	// The changes left to write (write), the room of the list they are in
+	// (nextChanges), the size of a slice, and how many parts were applied.
+	changes     []movedUnit
+	room, slice int
+	applied     int
 }
 
 // decide turns the plan into new records: it unschedules what was lost or
@@ -233,21 +239,21 @@ func (ps *pass) allocate(pending []*scheduler.Unit) {
 	}
 }
 
-// write commits and applies the pass's changes in slices, so that agents
-// start on the first units while the rest are written, and the loop
-// answers reads in between (awaitWrite). It reports whether every slice
-// was written.
+// write has the pass's changes committed and applied in slices, so that
+// agents start on the first units while the rest are written, and the
+// loop answers reads in between (the driver's write), then runs done,
+// saying whether every slice was written.
 //
-// A part is prepared while the one before it is written: at a million
-// units the pass spent a third of its time making records and ops and
-// another third waiting for etcd, one after the other. Parts hold other
-// units (a unit whose move ended and that is placed again is in two, its
-// move's key deleted by each), and a part is written only once the one
-// before it is applied, so that its stored files are known. A part is half
-// a slice, the agents told once both halves are applied: with whole
-// slices, the ops of two (320,000 at a million units, about 75 MB) were
-// alive at once.
-func (ps *pass) write() bool {
+// A part is prepared while the one before it is written (the txn's
+// meanwhile): at a million units the pass spent a third of its time
+// making records and ops and another third waiting for etcd, one after
+// the other. Parts hold other units (a unit whose move ended and that is
+// placed again is in two, its move's key deleted by each), and a part's
+// txn is made only once the one before it is applied, so that its stored
+// files are known. A part is half a slice, the agents told once both
+// halves are applied: with whole slices, the ops of two (320,000 at a
+// million units, about 75 MB) were alive at once.
+func (ps *pass) write(done func(ok bool)) {
 	t, p := ps.t, &ps.p
 	ps.done = map[string]bool{}
 	for _, name := range p.MoveDone {
@@ -257,49 +263,70 @@ func (ps *pass) write() bool {
 	for _, l := range p.Lost {
 		ps.lostFrom[l.Name] = l.Machine
 	}
-	changes := mergeMoved(ps.moved, ps.placed)
+	ps.changes = mergeMoved(ps.moved, ps.placed)
 	for _, name := range slices.Concat(p.MoveDone, p.HandoverStop, p.HandoverDone) {
 		if _, ok := ps.moved[name]; !ok {
-			changes = append(changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted, or a handover ended)
+			ps.changes = append(ps.changes, movedUnit{name: name}) // a move forgotten without a new placement (the unit is no longer wanted, or a handover ended)
 		}
 	}
-	slice := max(placeSlice, placesPerMachine*len(t.sched.machines))
-	var (
-		written     <-chan writeResult
-		writtenPart []movedUnit
-		writtenOps  int
-		applied     int
-		room        = len(changes) // the list changes is in (nextChanges)
-	)
-	for len(changes) > 0 || written != nil {
-		var part []movedUnit
-		var ops []registry.Op
-		if len(changes) > 0 {
-			part = changes[:min(len(changes), max(slice/2, 1))]
-			changes, room = nextChanges(changes, len(part), room)
-			ops = ps.prepare(part)
-			ps.ph.done("ops")
-		}
-		if written != nil {
-			res := t.awaitWrite(written)
-			ps.ph.done("commit")
-			if err := res.err; err != nil {
-				// commit has ended the term (the next one reloads from etcd),
-				// so the tentative placements left in t.sched do not matter.
-				t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", writtenOps)
-				t.store.markStored(res.stored)
-				wakeAll(t.hold.release()) // the agents of a half applied
-				return false
+	ps.slice = max(placeSlice, placesPerMachine*len(t.sched.machines))
+	ps.room = len(ps.changes) // the list changes is in (nextChanges)
+	ps.writePart(ps.nextPart(), done)
+}
+
+// passPart is a part of a pass's changes, prepared: the units and the ops
+// that write them.
+type passPart struct {
+	units []movedUnit
+	ops   []registry.Op
+}
+
+// nextPart prepares the next part of the changes (nil: none is left).
+func (ps *pass) nextPart() *passPart {
+	if len(ps.changes) == 0 {
+		return nil
+	}
+	units := ps.changes[:min(len(ps.changes), max(ps.slice/2, 1))]
+	ps.changes, ps.room = nextChanges(ps.changes, len(units), ps.room)
+	ops := ps.prepare(units)
+	ps.ph.done("ops")
+	return &passPart{units: units, ops: ops}
+}
+
+// writePart has part committed, preparing the next meanwhile, and once it
+// is durable applies it and goes on with the next; done once none is left
+// or a write failed.
+func (ps *pass) writePart(part *passPart, done func(ok bool)) {
+	if part == nil {
+		done(true)
+		return
+	}
+	t := ps.t
+	tx, stored := t.recordsTxn(part.ops, func(yield func(*unitRec) bool) {
+		for _, mu := range part.units {
+			if mu.rec != nil && !yield(mu.rec) {
+				return
 			}
-			applied++
-			ps.apply(writtenPart, res.stored, applied%2 == 0 || part == nil)
-			written = nil
 		}
-		if part != nil {
-			written, writtenPart, writtenOps = ps.commit(part, ops), part, len(ops)
+	})
+	var next *passPart
+	tx.meanwhile = func() { next = ps.nextPart() }
+	tx.then = func(landed int, err error) {
+		ps.ph.done("commit")
+		if err != nil {
+			// commit has ended the term (the next one reloads from etcd),
+			// so the tentative placements left in t.sched do not matter.
+			t.e.log.Warn("reconcile: could not write schedule", "err", err, "ops", len(part.ops))
+			t.store.markStored(stored(landed))
+			wakeAll(t.hold.release()) // the agents of a half applied
+			done(false)
+			return
 		}
+		ps.applied++
+		ps.apply(part.units, stored(landed), ps.applied%2 == 0 || next == nil)
+		ps.writePart(next, done)
 	}
-	return true
+	t.emit(tx)
 }
 
 // prepare makes a slice's records and the ops that write them.
@@ -346,40 +373,6 @@ func (ps *pass) prepare(part []movedUnit) []registry.Op {
 		}
 	}
 	return ops
-}
-
-// awaitWrite waits for a slice's write, answering reads meanwhile.
-func (t *term) awaitWrite(written <-chan writeResult) writeResult {
-	for {
-		select {
-		case res := <-written:
-			return res
-		case <-t.inbox.readWake:
-			t.serveReads()
-		}
-	}
-}
-
-// writeResult is the outcome of a slice's write.
-type writeResult struct {
-	stored storedFiles
-	err    error
-}
-
-// commit writes a prepared slice, in the background.
-func (ps *pass) commit(part []movedUnit, ops []registry.Op) <-chan writeResult {
-	done := make(chan writeResult, 1)
-	go func() {
-		sf, err := ps.t.commitRecords(ops, func(yield func(*unitRec) bool) {
-			for _, mu := range part {
-				if mu.rec != nil && !yield(mu.rec) {
-					return
-				}
-			}
-		})
-		done <- writeResult{stored: sf, err: err}
-	}()
-	return done
 }
 
 // apply applies a written part; the agents concerned are told once a whole
@@ -432,15 +425,27 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 // however many units, records.go), forgets machines gone, and publishes
 // what the scheduler now counts. It reports whether the ranges were
 // deleted.
-func (ps *pass) finish() bool {
+func (ps *pass) finish(done func(ok bool)) {
 	t, ph := ps.t, ps.ph
 	ph.note("unwritten", t.store.standing.count())
-	defer ph.done("finish")
-	if err := t.dropRanges(); err != nil {
-		t.e.log.Warn("reconcile: could not delete finished range records", "err", err)
-		return false
-	}
-	ph.done("ranges")
+	t.dropRanges(func(err error) {
+		if err != nil {
+			t.e.log.Warn("reconcile: could not delete finished range records", "err", err)
+			ph.done("finish")
+			done(false)
+			return
+		}
+		ph.done("ranges")
+		ps.forgetGone()
+		ph.done("finish")
+		done(true)
+	})
+}
+
+// forgetGone forgets the machines gone, and publishes what the scheduler
+// now counts.
+func (ps *pass) forgetGone() {
+	t := ps.t
 	for _, id := range ps.p.Gone {
 		if m := t.machines[id]; m != nil && m.conn == nil && len(m.units) == 0 {
 			delete(t.machines, id)
@@ -454,5 +459,4 @@ func (ps *pass) finish() bool {
 	t.shares = t.sched.Shares()
 	t.shrinkUnplaced()
 	t.moves.hold(ps.held)
-	return true
 }

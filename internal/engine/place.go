@@ -35,24 +35,21 @@ const maxLostLogged = 20
 // machines in a term's one check of them all (planInput).
 const recheckChunk = 1 << 14
 
-// reconcile runs one pass: it syncs machines and global units under the
-// lock, takes the plan's input (without it: the loop is the only writer)
-// and decides with
-// planReconcile (plan.go), allocates the units to place (pass.decide), and
-// commits and applies the outcome (pass.write, pass.finish). It runs on the
-// loop goroutine. It returns when the next pass should run by time alone
-// (zero: not before the next tick).
-func (t *term) reconcile() (recheck time.Time) {
+// reconcile runs one pass: it syncs machines and global units, takes the
+// plan's input and decides with planReconcile (plan.go), allocates the
+// units to place (pass.decide), and has the outcome committed and applied
+// (pass.write, pass.finish). It runs on the loop goroutine, and runs done,
+// once the pass's last txn is done, with when the next pass should run by
+// time alone (zero: not before the next tick).
+func (t *term) reconcile(done func(recheck time.Time)) {
 	now := t.now
-	t.pace.now = false // this is the pass asked for
-	var ph passPhases
+	ph := &passPhases{}
 	ph.start(time.Now()) // phases measure the work: the system's clock
-	defer func() {
-		ended := time.Now()
-		t.pace.passed(ph.began, ended)
-		t.e.cfg.Metrics.ReconcileDuration.Observe(ended.Sub(ph.began).Seconds())
+	end := func(recheck time.Time) {
+		t.e.cfg.Metrics.ReconcileDuration.Observe(time.Since(ph.began).Seconds())
 		ph.logSlow(t.e.log, "reconcile pass")
-	}()
+		done(recheck)
+	}
 	t.applyInputs()
 	ph.done("inbox")
 	t.hold.start()
@@ -63,20 +60,29 @@ func (t *term) reconcile() (recheck time.Time) {
 	wakeAll(t.hold.release())
 	ph.done("full")
 
-	ps := &pass{t: t, now: now, ph: &ph}
+	ps := &pass{t: t, now: now, ph: ph}
 	ps.p = planReconcile(t.planInput(now, drifted))
 	t.noteDoubt(&ps.p)
 	t.placeDirty = false
 	ps.decide()
 	ph.done("plan")
 	ph.note("placed", len(ps.moved)+len(ps.placed))
-	if !ps.write() || !ps.finish() {
-		return time.Time{}
-	}
-	if ps.again || t.recheck != nil || t.followersMoved {
-		t.pokeNow()
-	}
-	return ps.p.Recheck
+	ps.write(func(ok bool) {
+		if !ok {
+			end(time.Time{})
+			return
+		}
+		ps.finish(func(ok bool) {
+			if !ok {
+				end(time.Time{})
+				return
+			}
+			if ps.again || t.recheck != nil || t.followersMoved {
+				t.pokeNow()
+			}
+			end(ps.p.Recheck)
+		})
+	})
 }
 
 // stopOldCopy has machine from stop unit name's copy that a handover kept

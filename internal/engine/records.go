@@ -171,14 +171,12 @@ func (st *unitStore) refFile(old, rec *unitRec) {
 	}
 }
 
-// commitRecords commits ops that write the records of recs: first, in a
-// commit of its own, every file they name that etcd does not hold yet. It
-// may run beside the loop (a pass's write of a slice): it only reads, and
-// returns the files it stored for the loop to mark (markStored), also when
-// the records' commit failed.
-func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) bool)) (storedFiles, error) {
-	var files []registry.Op
-	var contents []string
+// recordsTxn is a txn writing ops, the records of recs, after (its first
+// stage) every file they name that etcd does not hold yet. stored says
+// which files it stored, by how many of its stages landed, for the loop
+// to mark (markStored), also when the records' stage failed.
+func (t *term) recordsTxn(ops []registry.Op, recs func(yield func(*unitRec) bool)) (tx *txn, stored func(landed int) storedFiles) {
+	var sf storedFiles
 	seen := map[string]bool{}
 	last := "" // the content of the record before: most often the same
 	for r := range recs {
@@ -188,15 +186,16 @@ func (t *term) commitRecords(ops []registry.Op, recs func(yield func(*unitRec) b
 		last = r.content
 		seen[r.content] = true
 		if f := t.store.files[r.content]; f == nil || !f.stored {
-			files = append(files, registry.PutFile(t.keys, r.file.Raw))
-			contents = append(contents, r.content)
+			sf.files = append(sf.files, registry.PutFile(t.keys, r.file.Raw))
+			sf.contents = append(sf.contents, r.content)
 		}
 	}
-	if err := t.commit(files); err != nil {
-		return storedFiles{}, err
+	return &txn{stages: [][]registry.Op{sf.files, ops}}, func(landed int) storedFiles {
+		if landed < 1 {
+			return storedFiles{}
+		}
+		return sf
 	}
-	sf := storedFiles{contents: contents, files: files}
-	return sf, t.commit(ops)
 }
 
 // storedFiles are files a commit stored: their contents, and the ops that
@@ -221,9 +220,9 @@ func (st *unitStore) markStored(sf storedFiles) {
 	}
 }
 
-// dropFiles deletes the stored files no unit names any more. It runs on
-// the loop, after the records naming them are gone.
-func (t *term) dropFiles() error {
+// dropFiles deletes the stored files no unit names any more, then runs
+// done. It runs on the loop, after the records naming them are gone.
+func (t *term) dropFiles(done func()) {
 	var ops []registry.Op
 	var gone []string
 	for c, f := range t.store.files {
@@ -235,32 +234,44 @@ func (t *term) dropFiles() error {
 		}
 	}
 	if len(gone) == 0 {
-		return nil
+		done()
+		return
 	}
-	if err := t.commit(ops); err != nil {
-		return err
-	}
-	for _, c := range gone {
-		if f := t.store.files[c]; f != nil && f.refs <= 0 {
-			delete(t.store.files, c)
-			delete(t.store.rawContent, f.text)
+	t.emit(&txn{stages: [][]registry.Op{ops}, then: func(_ int, err error) {
+		if err != nil {
+			t.e.log.Warn("could not delete unit files no unit names", "err", err)
+			done()
+			return
 		}
-	}
-	return nil
+		for _, c := range gone {
+			if f := t.store.files[c]; f != nil && f.refs <= 0 {
+				delete(t.store.files, c)
+				delete(t.store.rawContent, f.text)
+			}
+		}
+		done()
+	}})
 }
 
 // materialize writes the record of every unit a range record stands for,
-// then deletes the ranges. It runs on the loop goroutine.
-func (t *term) materialize() error {
+// a slice a txn, then deletes the ranges, and runs done with the outcome.
+// It runs on the loop goroutine.
+func (t *term) materialize(done func(error)) {
 	if len(t.store.ranges) == 0 {
-		return nil
+		done(nil)
+		return
 	}
 	var names []string
 	for _, pr := range t.store.ranges {
 		names = slices.AppendSeq(names, pr.names(pr.template()))
 	}
 	slices.Sort(names)
-	for len(names) > 0 {
+	var next func()
+	next = func() {
+		if len(names) == 0 {
+			t.dropRanges(done)
+			return
+		}
 		part := names[:min(len(names), placeSlice)]
 		names = names[len(part):]
 		var ops []registry.Op
@@ -269,43 +280,53 @@ func (t *term) materialize() error {
 				ops = t.putRecord(ops, name, r)
 			}
 		}
-		sf, err := t.commitRecords(ops, func(yield func(*unitRec) bool) {
+		tx, stored := t.recordsTxn(ops, func(yield func(*unitRec) bool) {
 			for _, name := range part {
 				if !yield(t.units[name]) {
 					return
 				}
 			}
 		})
-		t.store.markStored(sf)
-		if err != nil {
-			return err
+		tx.then = func(landed int, err error) {
+			t.store.markStored(stored(landed))
+			if err != nil {
+				done(err)
+				return
+			}
+			for _, name := range part {
+				t.store.written(name)
+			}
+			next()
 		}
-		for _, name := range part {
-			t.store.written(name)
-		}
+		t.emit(tx)
 	}
-	return t.dropRanges()
+	next()
 }
 
 // dropRanges deletes the range records whose units all have their
-// records.
-func (t *term) dropRanges() error {
+// records, and runs done with the outcome.
+func (t *term) dropRanges(done func(error)) {
 	var ops []registry.Op
-	var done []string
+	var dropped []string
 	for key, pr := range t.store.ranges {
 		if pr.left <= 0 {
 			ops = append(ops, registry.DeleteRange(key))
-			done = append(done, key)
+			dropped = append(dropped, key)
 		}
 	}
-	if err := t.commit(ops); err != nil {
-		return err
+	if len(ops) == 0 {
+		done(nil)
+		return
 	}
-	for _, key := range done {
-		t.store.standing.remove(t.store.ranges[key])
-		delete(t.store.ranges, key)
-	}
-	return nil
+	t.emit(&txn{stages: [][]registry.Op{ops}, then: func(_ int, err error) {
+		if err == nil {
+			for _, key := range dropped {
+				t.store.standing.remove(t.store.ranges[key])
+				delete(t.store.ranges, key)
+			}
+		}
+		done(err)
+	}})
 }
 
 // loadRanges applies the range records of a snapshot over its units: a

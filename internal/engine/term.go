@@ -353,7 +353,10 @@ type term struct {
 
 	reqs chan *applyReq
 	kick chan struct{}
-	pace passPacing // pace.go: the loop's
+	// outbox holds the txns the core asks for, not yet performed
+	// (driver.go).
+	outbox []*txn
+	pace   passPacing // pace.go: the loop's
 	// inbox holds the agents' reports not yet applied (inbox.go).
 	inbox *inboxes
 	// hold gathers senders to wake after a slice of placements (stream.go).
@@ -688,128 +691,6 @@ func (t *term) poke() {
 	case t.kick <- struct{}{}:
 	default:
 	}
-}
-
-// loop is the only goroutine that changes units and the schedule.
-func (t *term) loop() {
-	tick := time.NewTicker(t.e.cfg.HeartbeatInterval)
-	defer tick.Stop()
-	// recheck fires when the last pass said something would change by
-	// time alone (a unit's LostAfter= ending), so it happens then, not up
-	// to a heartbeat interval later.
-	recheck := time.NewTimer(time.Hour)
-	defer recheck.Stop()
-	paced := time.NewTimer(time.Hour) // a pass an input asked for, waiting (pace.go)
-	paced.Stop()
-	defer paced.Stop()
-	for {
-		if checkInvariants {
-			t.checkTerm() // after the load, and after each step
-		}
-		var round []*applyReq
-		select {
-		case <-recheck.C:
-		case <-t.ctx.Done():
-			t.failPending()
-			return
-		case r := <-t.reqs:
-			round = append(round, r)
-		case <-t.kick:
-			if d := t.pace.wait(time.Now()); d > 0 {
-				paced.Reset(d)
-				continue
-			}
-		case <-paced.C:
-		case <-tick.C:
-		case <-t.inbox.wake:
-			// Agents' reports and other inputs: applied, without a pass
-			// unless one of them asks for one (poke).
-			t.now = t.e.cfg.Now()
-			t.applyInputs()
-			continue
-		case <-t.inbox.readWake:
-			t.serveReads()
-			continue
-		}
-		// Every request waiting joins the round, and goes before the next
-		// pass whatever woke the loop: select picks at random among what
-		// is ready, and a pass that pokes the next (the term's check of
-		// its placements, a chunk a pass) would otherwise make a request
-		// wait for a second pass half the time.
-	queued:
-		for {
-			select {
-			case r := <-t.reqs:
-				round = append(round, r)
-			default:
-				break queued
-			}
-		}
-		// The iteration's time: every decision below takes it (t.now).
-		t.now = t.e.cfg.Now()
-		if t.refuseDegraded(round) {
-			continue
-		}
-		if len(round) > 0 {
-			t.applyRound(round)
-		}
-		if t.leaseValid() {
-			paced.Stop() // this pass is the one it waits for
-			at := t.reconcile()
-			if dat := t.deploy(); !dat.IsZero() && (at.IsZero() || dat.Before(at)) {
-				at = dat
-			}
-			if !at.IsZero() {
-				// The timer is armed from the clock as it is now, after
-				// the pass: at is a time, not a delay.
-				recheck.Reset(max(at.Sub(t.e.cfg.Now()), 0) + time.Millisecond)
-			}
-		}
-		t.publishViewsIfChanged()
-	}
-}
-
-func (t *term) failPending() {
-	for {
-		select {
-		case r := <-t.reqs:
-			r.res <- applyRes{err: ErrNotLeader}
-		default:
-			return
-		}
-	}
-}
-
-// commit writes ops fenced on the term. A fenced write ends the term.
-func (t *term) commit(ops []registry.Op) error {
-	if len(ops) == 0 {
-		return nil
-	}
-	// Each transaction has its own timeout (registry.CommitterConfig): a
-	// large batch to a far etcd takes as long as it takes, an unreachable
-	// etcd fails it within the timeout.
-	err := t.committer.Commit(t.commitCtx, ops)
-	if errors.Is(err, registry.ErrFenced) {
-		t.cancel(err)
-		return ErrNotLeader
-	}
-	if err != nil && t.ctx.Err() != nil {
-		return ErrNotLeader
-	}
-	if err != nil && t.etcdLost(err) {
-		return t.unreachableErr(true) // degraded: memory is kept, only read
-	}
-	if err != nil {
-		// The outcome is unknown: a transaction that timed out may have
-		// landed, and a write split over several may have landed in part
-		// (registry.ErrPartial). Memory must not disagree with etcd, so the
-		// term ends and the next one (this engine or another) starts from
-		// what etcd holds. Agents keep their units meanwhile.
-		t.e.log.Error("an etcd write failed; ending the term to reload from etcd", "err", err)
-		t.cancel(err)
-		return fmt.Errorf("%w: %w (the change may or may not have been written; the leader reloads the cluster from etcd, retry)", ErrUnavailable, err)
-	}
-	return nil
 }
 
 // assignment is what an agent is told about a unit.

@@ -278,21 +278,15 @@ func (t *term) versionOps(p *roundPlan) {
 	}
 }
 
-// commitVersionFiles stores the files of the versions a round makes older,
-// before the logs naming them (transactions of one commit land in any
-// order).
-func (t *term) commitVersionFiles(p *roundPlan) (storedFiles, error) {
-	if len(p.versions.files) == 0 {
-		return storedFiles{}, nil
-	}
-	if err := t.commit(p.versions.files); err != nil {
-		return storedFiles{}, err
-	}
+// versionFiles are the files of the versions a round makes older, which
+// its txn stores before the logs naming them (transactions of one commit
+// land in any order).
+func (t *term) versionFiles(p *roundPlan) storedFiles {
 	sf := storedFiles{files: p.versions.files}
 	for _, op := range p.versions.files {
 		sf.contents = append(sf.contents, strings.TrimPrefix(op.Key, t.keys.Files()))
 	}
-	return sf, nil
+	return sf
 }
 
 // applyVersions makes memory follow a durable round. It runs on the loop.

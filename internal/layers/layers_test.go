@@ -1,7 +1,11 @@
 package layers
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -122,4 +126,87 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// The engine's core stays readable: no function of its (not tests) is
+// longer than maxEngineFunc lines, the issue's bar for a function one
+// reads whole.
+const maxEngineFunc = 100
+
+// engineFuncs calls f with each function of the engine's sources (not its
+// tests).
+func engineFuncs(t *testing.T, f func(fset *token.FileSet, file string, fn *ast.FuncDecl)) {
+	t.Helper()
+	files, err := filepath.Glob("../engine/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("engine sources: %v (%d files)", err, len(files))
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range src.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Body != nil {
+				f(fset, filepath.Base(name), fn)
+			}
+		}
+	}
+}
+
+func TestEngineFunctionsShort(t *testing.T) {
+	engineFuncs(t, func(fset *token.FileSet, file string, fn *ast.FuncDecl) {
+		from, to := fset.Position(fn.Pos()), fset.Position(fn.End())
+		if n := to.Line - from.Line + 1; n > maxEngineFunc {
+			t.Errorf("%s:%d: %s is %d lines long; split it (at most %d)", file, from.Line, fn.Name.Name, n, maxEngineFunc)
+		}
+	})
+}
+
+// The engine's core never writes to etcd itself: it queues txns that the
+// driver commits (engine/driver.go). Only these functions call the
+// committer: the driver's, the etcd registry's senders of assignments
+// (the agents' messages delivered through etcd), and the migration of the
+// data's schema before a term loads.
+var etcdWriters = map[string]bool{
+	"driver.go:commitStages":         true,
+	"driver.go:commit":               true,
+	"driver.go:write":                true,
+	"degraded.go:confirmNoop":        true,
+	"etcdagents.go:writeAssignments": true,
+	"schema.go:takeSchema":           true,
+}
+
+func TestOnlyTheDriverWritesEtcd(t *testing.T) {
+	found := 0
+	engineFuncs(t, func(fset *token.FileSet, file string, fn *ast.FuncDecl) {
+		where := file + ":" + fn.Name.Name
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			switch sel.Sel.Name {
+			case "Commit", "Confirm", "commit", "confirmNoop", "commitStages":
+			default:
+				return true
+			}
+			found++
+			if !etcdWriters[where] {
+				t.Errorf("%s: %s calls %s: the core queues a txn (emit) for the driver instead", fset.Position(call.Pos()), where, sel.Sel.Name)
+			}
+			return true
+		})
+	})
+	if found == 0 {
+		t.Error("no call of the committer found: the test no longer sees the engine")
+	}
 }
