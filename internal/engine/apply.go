@@ -249,6 +249,9 @@ func (t *term) applyRound(round []*applyReq, after func()) {
 func (t *term) writeRound(round []*applyReq, ph *passPhases, finish func()) {
 	p := t.validateRound(round)
 	ph.done("validate")
+	for _, a := range p.answered {
+		a.req.res <- applyRes{err: a.err}
+	}
 	if len(p.accepted) == 0 {
 		finish()
 		return
@@ -278,6 +281,7 @@ func (t *term) writeRound(round []*applyReq, ph *passPhases, finish func()) {
 // until applyPlan.
 type roundPlan struct {
 	accepted []*applyReq
+	answered []answer // the requests answered by validation alone
 	recs     map[string]*unitRec           // the round's units after it; a nil value: destroyed
 	machines map[string]map[string]*string // machines' overrides after the round
 	drain    map[string]int                // machine -> its drain's parallel (0: not draining)
@@ -350,17 +354,24 @@ func (t *term) validateRound(round []*applyReq) *roundPlan {
 			err = t.validateDeployCtl(p, w)
 		case *planWrite:
 			if err = t.plan(w); err == nil {
-				req.res <- applyRes{} // answered: a plan is never committed
+				p.answered = append(p.answered, answer{req: req}) // a plan is never committed
 				continue
 			}
 		}
 		if err != nil {
-			req.res <- applyRes{err: err}
+			p.answered = append(p.answered, answer{req: req, err: err})
 			continue
 		}
 		p.accepted = append(p.accepted, req)
 	}
 	return p
+}
+
+// answer is a request's answer known before any write: its rejection, or
+// a plan's.
+type answer struct {
+	req *applyReq
+	err error
 }
 
 // validateMachineWrite validates a change of a machine's metadata or drain.

@@ -67,7 +67,7 @@ type PlanResult struct {
 	Counts map[string]int
 }
 
-// planWrite asks for a plan of a write; it is answered in validateRound and
+// planWrite asks for a plan of a write; validateRound answers it, and it is
 // never committed.
 type planWrite struct {
 	uw  unitsWrite
