@@ -26,7 +26,7 @@ import (
 // whole.
 //
 // A million of them are among the leader's largest memory: 80 bytes each
-// (a size class of Go's allocator; 112 before): the name is su's, the
+// (a size class of Go's allocator): the name is su's, the
 // desired state a byte, and the two times a unit waits for (placed, then
 // active) one field.
 type unitRec struct {
