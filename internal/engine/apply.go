@@ -281,7 +281,7 @@ func (t *term) writeRound(round []*applyReq, ph *passPhases, finish func()) {
 // until applyPlan.
 type roundPlan struct {
 	accepted []*applyReq
-	answered []answer // the requests answered by validation alone
+	answered []answer                      // the requests answered by validation alone
 	recs     map[string]*unitRec           // the round's units after it; a nil value: destroyed
 	machines map[string]map[string]*string // machines' overrides after the round
 	drain    map[string]int                // machine -> its drain's parallel (0: not draining)

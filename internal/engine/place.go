@@ -291,7 +291,7 @@ func (t *term) syncMachines(now time.Time) (drifted []string) {
 					drifted = append(drifted, id)
 				} else {
 					for _, e := range m.units {
-						t.sched.Place(t.units[e.name].su, id)
+						t.sched.Place(e.su, id)
 					}
 					t.globalsDirty = true
 					// Back after the scheduler dropped it, and changed

@@ -405,7 +405,7 @@ func (t *term) checkLists() {
 	for id, m := range t.machines {
 		for i, e := range m.units {
 			r := t.units[e.name]
-			if r == nil || r.machine != id || int(r.slot) != i || r.file.Fleet.Global {
+			if r == nil || r.machine != id || int(r.slot) != i || r.file.Fleet.Global || e.su != r.su {
 				panic(fmt.Sprintf("engine: %s is at %d in the list of machine %s; its record says %+v", e.name, i, id, r))
 			}
 			if _, ok := m.others[e.name]; ok {

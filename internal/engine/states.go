@@ -58,6 +58,28 @@ func (t *term) stateOf(m *machineRec, name string) (storedStatus, bool) {
 	return st, ok
 }
 
+// slotsOf returns the loop's scratch map of m's units by name to their
+// place in m.units (the units listed on m, as listed finds them); the
+// caller clears it.
+func (t *term) slotsOf(m *machineRec) map[string]int32 {
+	if t.slotScratch == nil {
+		t.slotScratch = make(map[string]int32, len(m.units))
+	}
+	for i, e := range m.units {
+		t.slotScratch[e.name] = int32(i)
+	}
+	return t.slotScratch
+}
+
+// stateIn is stateOf for a caller holding m's slots (slotsOf).
+func stateIn(m *machineRec, slots map[string]int32, name string) (storedStatus, bool) {
+	if i, ok := slots[name]; ok {
+		return m.units[i].st, m.units[i].st.ok()
+	}
+	st, ok := m.others[name]
+	return st, ok
+}
+
 // statusOf is stateOf, expanded.
 func (t *term) statusOf(m *machineRec, name string) (agentStatus, bool) {
 	st, ok := t.stateOf(m, name)

@@ -231,7 +231,10 @@ type decisionState struct {
 	// states are made in (attachScratch).
 	machineScratch map[string]planMachine
 	scratchStates  []agentStatus
-	globals        map[string]struct{} // global units (wanted or not)
+	// slotScratch is the loop's map of a machine's units to their places
+	// in its list (slotsOf), empty between uses.
+	slotScratch map[string]int32
+	globals     map[string]struct{} // global units (wanted or not)
 	// globalsDirty asks the loop to recompute where global units run.
 	globalsDirty bool
 	// overrides are the metadata changes made through the API, per machine
@@ -794,6 +797,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 			m.addUnit(name, rec)
 		} else if rec != old {
 			rec.slot = old.slot
+			m.units[rec.slot].su = rec.su
 		}
 		if old == nil || old.machine != rec.machine || old.desired() != rec.desired() || old.file.Hash != rec.file.Hash {
 			m.push(name, rec)
@@ -877,7 +881,11 @@ type unitList []machineUnit
 // while st.codes is zero).
 type machineUnit struct {
 	name string
-	st   storedStatus
+	// su is the unit as the scheduler has it, the record's (kept with it
+	// by setUnitFrom): a machine coming back to a new leader gives the
+	// scheduler its units from here, not through a map of every unit.
+	su *scheduler.Unit
+	st storedStatus
 }
 
 // unitNames returns the names of the units scheduled on m.
@@ -893,7 +901,7 @@ func (m *machineRec) unitNames() []string {
 // the state its agent reported of it here before, if any.
 func (m *machineRec) addUnit(name string, rec *unitRec) {
 	rec.slot = int32(len(m.units))
-	e := machineUnit{name: name}
+	e := machineUnit{name: name, su: rec.su}
 	if st, ok := m.others[name]; ok {
 		e.st = st
 		delete(m.others, name)
