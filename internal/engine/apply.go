@@ -323,8 +323,8 @@ func (p *roundPlan) lookup(t *term) func(local map[string]*unitRec, name string)
 }
 
 // validateRound validates each request of the round against memory and the
-// round's earlier requests, answering those refused. It only reads the
-// term's state.
+// round's earlier requests; the answers of those refused (and of plans) are
+// the plan's answered. It only reads the term's state.
 func (t *term) validateRound(round []*applyReq) *roundPlan {
 	p := &roundPlan{
 		recs:     map[string]*unitRec{},

@@ -106,7 +106,11 @@ func (t *term) loop() {
 				break queued
 			}
 		}
-		if at := t.iterate(round); !at.IsZero() {
+		at, passed := t.iterate(round)
+		if passed {
+			paced.Stop() // the pass it waited for has run
+		}
+		if !at.IsZero() {
 			// The timer is armed from the clock as it is now, after the
 			// pass: at is a time, not a delay.
 			recheck.Reset(max(at.Sub(t.e.cfg.Now()), 0) + time.Millisecond)
@@ -117,17 +121,19 @@ func (t *term) loop() {
 // iterate steps the core through one iteration with the time it began:
 // the round of requests, then, while the lease is valid, a pass and the
 // deployments' steps. Each step's txns are performed before the next
-// step. It returns when the next pass should run by time alone.
-func (t *term) iterate(round []*applyReq) (recheck time.Time) {
+// step. It returns when the next pass should run by time alone, and
+// whether a pass ran.
+func (t *term) iterate(round []*applyReq) (recheck time.Time, passed bool) {
 	t.now = t.e.cfg.Now()
 	if t.refuseDegraded(round) {
-		return time.Time{}
+		return time.Time{}, false
 	}
 	if len(round) > 0 {
 		t.applyRound(round, nil)
 		t.perform()
 	}
 	if t.leaseValid() {
+		passed = true
 		t.pace.now = false // this is the pass asked for
 		began := time.Now()
 		t.reconcile(func(at time.Time) { recheck = at })
@@ -139,7 +145,7 @@ func (t *term) iterate(round []*applyReq) (recheck time.Time) {
 		t.perform()
 	}
 	t.publishViewsIfChanged()
-	return recheck
+	return recheck, passed
 }
 
 // perform commits the txns the core queued, in order, stepping the core

@@ -423,8 +423,8 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 // finish deletes the range records that stand for no unit any more (their
 // units placed by this pass, or changed since; the others stay, one key for
 // however many units, records.go), forgets machines gone, and publishes
-// what the scheduler now counts. It reports whether the ranges were
-// deleted.
+// what the scheduler now counts; then runs done, saying whether the
+// ranges were deleted.
 func (ps *pass) finish(done func(ok bool)) {
 	t, ph := ps.t, ps.ph
 	ph.note("unwritten", t.store.standing.count())
