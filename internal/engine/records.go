@@ -238,9 +238,9 @@ func (t *term) dropFiles(done func()) {
 		return
 	}
 	t.emit(&txn{stages: [][]registry.Op{ops}, then: func(_ int, err error) {
+		defer done()
 		if err != nil {
 			t.e.log.Warn("could not delete unit files no unit names", "err", err)
-			done()
 			return
 		}
 		for _, c := range gone {
@@ -249,7 +249,6 @@ func (t *term) dropFiles(done func()) {
 				delete(t.store.rawContent, f.text)
 			}
 		}
-		done()
 	}})
 }
 

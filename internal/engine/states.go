@@ -80,6 +80,15 @@ func stateIn(m *machineRec, slots map[string]int32, name string) (storedStatus, 
 	return st, ok
 }
 
+// putStateIn is putState for a caller holding m's slots (slotsOf).
+func putStateIn(m *machineRec, slots map[string]int32, s agentStatus) {
+	if i, ok := slots[s.Name]; ok {
+		m.units[i].st = store(s)
+		return
+	}
+	m.others[s.Name] = store(s)
+}
+
 // statusOf is stateOf, expanded.
 func (t *term) statusOf(m *machineRec, name string) (agentStatus, bool) {
 	st, ok := t.stateOf(m, name)

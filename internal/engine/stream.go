@@ -517,11 +517,7 @@ func (t *term) attachLocked(pm *agentpb.Machine, units []*agentpb.UnitStatus, co
 	}
 	clearStates(m)
 	for _, st := range sts {
-		if i, ok := slots[st.Name]; ok {
-			m.units[i].st = store(st)
-		} else {
-			m.others[st.Name] = store(st)
-		}
+		putStateIn(m, slots, st)
 	}
 	// The loop sends the full desired set (scheduled and global units) as
 	// soon as it runs: deciding which global units fit needs the scheduler.
