@@ -671,7 +671,7 @@ func (t *term) applyPlan(p *roundPlan) {
 	for _, en := range p.entries {
 		name, rec := en.name, en.next
 		if cur := en.cur; cur != nil && cur.machine != "" && (rec == nil || rec.machine == "") {
-			t.sched.Unplace(name)
+			t.sched.UnplaceUnit(cur.su)
 		}
 		if movesFirst(en.cur, rec) {
 			t.moves.begin(name, en.cur.machine, t.now)
@@ -925,7 +925,7 @@ func (t *term) validate(local map[string]*unitRec, lookup func(map[string]*unitR
 				ErrConflict, c.Name, unit.ShortHash(cur.file.Hash))
 		}
 		su := scheduler.NewUnit(c.File)
-		su.Name = c.Name
+		su.Name, su.ID = c.Name, cur.su.ID
 		next = cur.with(func(r *unitRec) {
 			r.file = c.File
 			if r.content != "" {

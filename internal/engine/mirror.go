@@ -127,7 +127,7 @@ func (s *mirror) checkPlaced(t *term) error {
 		if _, ok := s.machines[want]; !ok {
 			want = ""
 		}
-		if at, _ := s.Where(name); at != want {
+		if at, _ := s.WhereUnit(r.su); at != want {
 			return fmt.Errorf("engine: %s is placed on %q in the scheduler, its record says %q", name, at, r.machine)
 		}
 		load[want]++

@@ -124,8 +124,9 @@ func (ps *pass) current(name string) *unitRec {
 }
 
 func (ps *pass) unschedule(name, reason string) {
-	ps.moved[name] = ps.t.units[name].with(func(r *unitRec) { r.machine, r.reason = "", reason })
-	ps.t.sched.Unplace(name)
+	cur := ps.t.units[name]
+	ps.moved[name] = cur.with(func(r *unitRec) { r.machine, r.reason = "", reason })
+	ps.t.sched.UnplaceUnit(cur.su)
 }
 
 // unscheduleLost unschedules the units of lost machines. The first units

@@ -376,6 +376,7 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 				}
 				rec = t.newRec(name, f)
 				t.store.refFile(nil, rec)
+				t.ids.number(rec)
 				t.units[name] = rec
 			}
 			rec.setDesired(ds)

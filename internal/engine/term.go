@@ -221,6 +221,7 @@ func (t *term) reachable(m *machineRec, now time.Time) bool {
 // value of its own, made before the term it serves.
 type decisionState struct {
 	units    map[string]*unitRec
+	ids      unitIDs // the units' numbers for the scheduler
 	machines map[string]*machineRec
 	unplaced map[string]struct{} // wanted units without a machine
 	// unplacedRoom is the most t.unplaced held since it was made, as
@@ -299,7 +300,7 @@ type decisionState struct {
 
 // newDecisionState returns an empty decision state.
 func newDecisionState() *decisionState {
-	return &decisionState{
+	ds := &decisionState{
 		units:      map[string]*unitRec{},
 		machines:   map[string]*machineRec{},
 		unplaced:   map[string]struct{}{},
@@ -316,7 +317,42 @@ func newDecisionState() *decisionState {
 		singletons: newDurations(),
 		lostAfters: newDurations(),
 	}
+	ds.sched.SetIDs(ds.unitID)
+	return ds
 }
+
+// unitID returns the scheduler's number of the unit of that name
+// (scheduler.Cluster.SetIDs).
+func (ds *decisionState) unitID(name string) (int32, bool) {
+	if r := ds.units[name]; r != nil {
+		return r.su.ID, true
+	}
+	return 0, false
+}
+
+// unitIDs numbers the units of t.units for the scheduler, which keeps
+// where each unit is placed in a slice indexed by its number rather than
+// in a map by name (scheduler.Unit.ID). A unit is numbered as it enters
+// t.units (number), keeps its number through every record it has there
+// (a new file's scheduler unit takes it over: keepID), and gives it back
+// as it leaves, for another unit to take.
+type unitIDs struct {
+	last int32
+	free []int32
+}
+
+// number gives rec's scheduler unit, about to enter t.units, a number.
+func (n *unitIDs) number(rec *unitRec) {
+	if k := len(n.free); k > 0 {
+		rec.su.ID, n.free = n.free[k-1], n.free[:k-1]
+		return
+	}
+	n.last++
+	rec.su.ID = n.last
+}
+
+// release takes back the number of a unit leaving t.units.
+func (n *unitIDs) release(rec *unitRec) { n.free = append(n.free, rec.su.ID) }
 
 // term is the leader's state for one election term.
 type term struct {
@@ -562,6 +598,7 @@ func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
 			rec.machine = machine
 		}
 		t.store.refFile(nil, rec)
+		t.ids.number(rec)
 		t.units[r.Name] = rec
 		t.noteLostAfter(r.Name, rec)
 	}
@@ -765,6 +802,9 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 		}
 	}
 	if rec == nil {
+		if old != nil {
+			t.ids.release(old)
+		}
 		delete(t.hist, name)
 		delete(t.units, name)
 		delete(t.unplaced, name)
@@ -779,6 +819,7 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	}
 	if old == nil {
 		t.namesStale.Store(true)
+		t.ids.number(rec)
 	}
 	t.units[name] = rec
 	if rec.file.Fleet.Global {

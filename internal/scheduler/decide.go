@@ -43,7 +43,7 @@ func (c *Cluster) Decide(u *Unit) Decision {
 	if u.Fleet.Global {
 		return Decision{Reason: "global unit: it runs on every machine GlobalMachines lists"}
 	}
-	if pl := c.where[u.Name]; pl != nil {
+	if pl := c.placementOf(u); pl != nil {
 		c.remove(pl)
 		defer c.add(pl.u, pl.m)
 	}
@@ -121,7 +121,7 @@ func (c *Cluster) replacedOn(u *Unit, cands []*machine) []*machine {
 	}
 	var out []*machine
 	for _, x := range u.Fleet.Replaces {
-		pl := c.where[x]
+		pl := c.byName(x)
 		if pl == nil || x == u.Name || pl.u.Fleet.Global || (cands != nil && pl.m.mark != c.epoch) || slices.Contains(out, pl.m) {
 			continue
 		}
@@ -146,7 +146,7 @@ func (c *Cluster) replacedEachOther(u *Unit) string {
 // that replaces u, other than u's own, or nil.
 func (c *Cluster) circularPartner(u *Unit) *placement {
 	for _, x := range u.Fleet.Replaces {
-		if pl := c.where[x]; pl != nil && x != u.Name && slices.Contains(pl.u.Fleet.Replaces, u.Name) {
+		if pl := c.byName(x); pl != nil && x != u.Name && slices.Contains(pl.u.Fleet.Replaces, u.Name) {
 			return pl
 		}
 	}
@@ -201,7 +201,7 @@ func (c *Cluster) candidates(e *eval) (cands []*machine, metaSubset bool, why st
 		c.epoch++
 		for i, peer := range f.MachineOf {
 			var on []*machine
-			if pl := c.where[peer]; pl != nil {
+			if pl := c.byName(peer); pl != nil {
 				on = append(on, pl.m)
 			}
 			for m := range c.global[peer] {
@@ -277,7 +277,7 @@ func machineOfApart(c *Cluster, names []string) string {
 
 // placedOn returns the machines the named unit runs on, sorted.
 func placedOn(c *Cluster, name string) []string {
-	if pl := c.where[name]; pl != nil {
+	if pl := c.byName(name); pl != nil {
 		return []string{pl.m.ID}
 	}
 	return c.globalMachines(name)

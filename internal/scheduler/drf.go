@@ -116,7 +116,7 @@ func (c *Cluster) Allocate(pending []*Unit) []Decision {
 		if d.Machine != "" {
 			for _, name := range d.Displaced {
 				var dq *roleQueue
-				if pl := c.where[name]; pl != nil {
+				if pl := c.byName(name); pl != nil {
 					dq = queues[pl.prep.role]
 				}
 				c.Unplace(name)

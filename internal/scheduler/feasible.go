@@ -130,7 +130,7 @@ type eval struct {
 func (c *Cluster) newEval(u *Unit, pr *prep, self *placement) *eval {
 	e := &c.ev
 	reverse := e.reverse[:0]
-	*e = eval{c: c, u: u, pr: pr, placed: c.where[u.Name] != nil || c.global[u.Name] != nil}
+	*e = eval{c: c, u: u, pr: pr, placed: c.placementOf(u) != nil || c.global[u.Name] != nil}
 	if self != nil {
 		for _, p := range c.matches[self] {
 			if p.refs > 0 {

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/flotilla/flotilla/internal/unit"
@@ -45,7 +46,43 @@ func mk(t testing.TB, name string, opts ...string) *Unit {
 	if err != nil {
 		t.Fatalf("unit.Parse(%q) = %v", name, err)
 	}
-	return NewUnit(f)
+	u := NewUnit(f)
+	u.ID = testIDs.of(name)
+	return u
+}
+
+// testIDs numbers the units tests make (mk), as an owner would, for
+// Clusters told to use IDs (numbered).
+var testIDs = idRegistry{ids: map[string]int32{}}
+
+type idRegistry struct {
+	mu  sync.Mutex
+	ids map[string]int32
+}
+
+// of returns name's ID, numbering it if new.
+func (r *idRegistry) of(name string) int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.ids[name]
+	if !ok {
+		id = int32(len(r.ids) + 1)
+		r.ids[name] = id
+	}
+	return id
+}
+
+func (r *idRegistry) lookup(name string) (int32, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.ids[name]
+	return id, ok
+}
+
+// numbered returns c set to use the IDs units made by mk carry.
+func numbered(c *Cluster) *Cluster {
+	c.SetIDs(testIDs.lookup)
+	return c
 }
 
 // at is a unit placed on a machine, for building clusters.

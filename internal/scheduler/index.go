@@ -286,7 +286,9 @@ func (ps *patterns) register(c *Cluster, glob string) *pattern {
 		}
 	}
 	for _, pl := range c.where {
-		count(pl)
+		if pl != nil {
+			count(pl)
+		}
 	}
 	for _, inst := range c.global {
 		for _, pl := range inst {

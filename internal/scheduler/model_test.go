@@ -239,7 +239,7 @@ func checkInvariants(t *testing.T, c *Cluster) {
 			r := roles[pl.u.Role()]
 			r.used, r.count = r.used.add(pl.u.Needs), r.count+1
 			roles[pl.u.Role()] = r
-			if pl.u.Fleet.Global != (c.global[name][m] == pl) || !pl.u.Fleet.Global != (c.where[name] == pl) || c.on(m, name) != pl {
+			if pl.u.Fleet.Global != (c.global[name][m] == pl) || !pl.u.Fleet.Global != (c.byName(name) == pl) || !pl.u.Fleet.Global != (c.placementOf(pl.u) == pl) || c.on(m, name) != pl {
 				t.Fatalf("placement %s on %s missing from the where/global maps", name, m.ID)
 			}
 		}
@@ -259,15 +259,18 @@ func checkInvariants(t *testing.T, c *Cluster) {
 		return c.machines[pl.m.ID] == pl.m && int(pl.idx) < len(pl.m.placed) && pl.m.placed[pl.idx] == pl
 	}
 	inMaps := 0
-	for name, pl := range c.where {
-		if pl.u.Name != name || pl.u.Fleet.Global || !isListed(pl) {
-			t.Fatalf("where[%s] = %s on %s, not listed there", name, pl.u.Name, pl.m.ID)
+	for id, pl := range c.where {
+		if pl == nil {
+			continue
+		}
+		if int(c.idOf(pl.u)) != id || pl.u.Fleet.Global || !isListed(pl) {
+			t.Fatalf("where[%d] = %s on %s, not listed there", id, pl.u.Name, pl.m.ID)
 		}
 		inMaps++
 	}
 	for name, inst := range c.global {
-		if len(inst) == 0 || c.where[name] != nil {
-			t.Fatalf("global[%s] has %d instances; where has it: %v", name, len(inst), c.where[name] != nil)
+		if len(inst) == 0 || c.byName(name) != nil {
+			t.Fatalf("global[%s] has %d instances; where has it: %v", name, len(inst), c.byName(name) != nil)
 		}
 		for m, pl := range inst {
 			if pl.u.Name != name || pl.m != m || !pl.u.Fleet.Global || !isListed(pl) {
@@ -398,6 +401,9 @@ func TestAgainstModel(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			c := NewCluster()
+			if seed%4 >= 2 {
+				numbered(c) // the owner's IDs, as the engine's
+			}
 			if seed%2 == 1 {
 				_ = c.SetOptions(Options{Strategy: Binpack, Roles: map[string]RolePolicy{"batch": {Quota: Resources{CPUPercent: 800, MemoryBytes: 6 * gib}}}})
 			}
@@ -507,6 +513,9 @@ func TestPlacedLists(t *testing.T) {
 	for seed := range uint64(10) {
 		rng := rand.New(rand.NewPCG(seed, 11))
 		c := NewCluster()
+		if seed%2 == 1 {
+			numbered(c)
+		}
 		model := map[string]map[string]bool{} // unit -> machine IDs
 		global := map[string]bool{}           // how each unit is placed
 		for step := range 500 {
@@ -569,5 +578,45 @@ func TestPlacedLists(t *testing.T) {
 func TestPlacementSize(t *testing.T) {
 	if n := unsafe.Sizeof(placement{}); n > 32 {
 		t.Errorf("a placement is %d bytes; want at most 32", n)
+	}
+}
+
+// TestOwnersIDs: a Cluster told to use its owner's IDs finds units by
+// number, names through the owner (MachineOf=, Unplace), and takes back
+// the placement of a unit whose number the owner gave to another.
+func TestOwnersIDs(t *testing.T) {
+	ids := map[string]int32{}
+	c := NewCluster()
+	c.SetIDs(func(name string) (int32, bool) { id, ok := ids[name]; return id, ok })
+	for _, id := range []string{"m1", "m2"} {
+		c.SetMachine(Machine{ID: id})
+	}
+	unitOf := func(name string, id int32, opts ...string) *Unit {
+		u := mk(t, name, opts...)
+		u.ID, ids[name] = id, id
+		return u
+	}
+	a := unitOf("a.service", 1)
+	c.Place(a, "m1")
+	follower := unitOf("f.service", 2, "MachineOf=a.service")
+	if d := c.Decide(follower); d.Machine != "m1" {
+		t.Fatalf("Decide(f, MachineOf=a) = %+v, want m1", d)
+	}
+	// The owner forgets a and gives its number to b, a still placed.
+	delete(ids, "a.service")
+	if m, ok := c.Where("a.service"); ok {
+		t.Errorf("Where(a) = %s once the owner forgot it, want none", m)
+	}
+	b := unitOf("b.service", 1)
+	if m, ok := c.WhereUnit(b); ok {
+		t.Errorf("WhereUnit(b) = %s before b was placed (a had its number), want none", m)
+	}
+	c.Place(b, "m2")
+	if c.Load("m1") != 0 || c.Load("m2") != 1 {
+		t.Errorf("loads m1 %d m2 %d after b took a's number, want 0 and 1", c.Load("m1"), c.Load("m2"))
+	}
+	c.UnplaceUnit(b)
+	if _, ok := c.Where("b.service"); ok || c.Load("m2") != 0 {
+		t.Errorf("b still placed after UnplaceUnit (load m2 %d)", c.Load("m2"))
 	}
 }

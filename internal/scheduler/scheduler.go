@@ -67,9 +67,16 @@ type Machine struct {
 // changed once given to a Cluster; give a new one to Place instead.
 type Unit struct {
 	Name string
+	// ID is the unit's number in a Cluster whose owner numbers its units
+	// (SetIDs): unique among the units the owner holds, the same in every
+	// Unit of one name, small (the Cluster keeps a slice indexed by it) and
+	// not 0. A Cluster without IDs numbers units itself, by name, and
+	// ignores it.
+	ID int32
 	// Spec is what the unit's file says of its placement, shared by the
 	// units of one file (every instance of a template that shares one):
-	// a unit is its name and a pointer, 24 bytes, a million times.
+	// a unit is its name, its number and a pointer, 32 bytes, a million
+	// times.
 	*Spec
 }
 
@@ -222,7 +229,14 @@ type Cluster struct {
 	total    Resources              // sum of known capacities, for shares
 	minCap   Resources              // smallest known capacity per dimension, for binpack's bound
 
-	where     map[string]*placement              // non-global units
+	// where holds the placement of each placed unit that is not global
+	// at its number (id): a slice, where a map by name was 50 bytes and a
+	// hashed lookup a unit, the largest part of a million-unit scheduler.
+	where []*placement
+	// resolve numbers units by name for the owner's IDs (SetIDs); without
+	// it the Cluster numbers them itself in names.
+	resolve   func(name string) (int32, bool)
+	names     map[string]int32
 	slab      []placement                        // placements not handed out yet (newPlacement)
 	global    map[string]map[*machine]*placement // global units' instances
 	replacers map[string]map[*placement]struct{} // replaced name -> placed units replacing it
@@ -249,7 +263,7 @@ func NewCluster() *Cluster {
 		machines:  map[string]*machine{},
 		drivers:   map[unit.DriverSet]int{},
 		meta:      map[string]map[string]map[*machine]struct{}{},
-		where:     map[string]*placement{},
+		names:     map[string]int32{},
 		global:    map[string]map[*machine]*placement{},
 		replacers: map[string]map[*placement]struct{}{},
 		matches:   map[*placement][]*pattern{},
@@ -260,6 +274,64 @@ func NewCluster() *Cluster {
 	c.spread.less = spreadLess
 	c.binpack.less = binpackLess
 	return c
+}
+
+// SetIDs tells the Cluster that its owner numbers units: every Unit given
+// to it carries its ID (Unit.ID), and id returns the ID of the unit of
+// that name, if the owner holds one. The owner frees an ID only once the
+// Cluster no longer places its unit. The Cluster then keeps no map of
+// units by name; units named by others (MachineOf=, Replaces=, Unplace)
+// are found through id. It must be called before any unit is placed.
+func (c *Cluster) SetIDs(id func(name string) (int32, bool)) {
+	if len(c.names) > 0 || c.where != nil {
+		panic("scheduler: SetIDs after units were placed")
+	}
+	c.resolve, c.names = id, nil
+}
+
+// idOf returns u's number.
+func (c *Cluster) idOf(u *Unit) int32 {
+	if c.resolve != nil {
+		if u.ID <= 0 {
+			panic(fmt.Sprintf("scheduler: unit %s has no ID (%d)", u.Name, u.ID))
+		}
+		return u.ID
+	}
+	id, ok := c.names[u.Name]
+	if !ok {
+		id = int32(len(c.names))
+		c.names[u.Name] = id
+	}
+	return id
+}
+
+// at returns the placement of the unit numbered id, named name (a unit
+// that is not global), or nil.
+func (c *Cluster) at(id int32, name string) *placement {
+	if int(id) < len(c.where) {
+		if pl := c.where[id]; pl != nil && pl.u.Name == name {
+			return pl
+		}
+	}
+	return nil
+}
+
+// placementOf returns where u is placed if it is not global, or nil.
+func (c *Cluster) placementOf(u *Unit) *placement { return c.at(c.idOf(u), u.Name) }
+
+// byName returns where the named unit is placed if it is not global, or nil.
+func (c *Cluster) byName(name string) *placement {
+	var id int32
+	var ok bool
+	if c.resolve != nil {
+		id, ok = c.resolve(name)
+	} else {
+		id, ok = c.names[name]
+	}
+	if !ok {
+		return nil
+	}
+	return c.at(id, name)
 }
 
 // SetOptions replaces the cluster's options. Placed units stay where they
@@ -361,7 +433,7 @@ func (c *Cluster) HasMachine(id string) bool { _, ok := c.machines[id]; return o
 // units fit, Fits whether they still do. Placing on a machine the cluster
 // does not have only forgets where a non-global unit was.
 func (c *Cluster) Place(u *Unit, id string) {
-	if pl := c.where[u.Name]; pl != nil {
+	if pl := c.placementOf(u); pl != nil {
 		c.remove(pl)
 	}
 	ms := c.machines[id]
@@ -383,7 +455,7 @@ func (c *Cluster) Place(u *Unit, id string) {
 // size while the agents waited. It does nothing once units are placed.
 func (c *Cluster) Reserve(n int) {
 	if len(c.where) == 0 && n > 0 {
-		c.where = make(map[string]*placement, n)
+		c.where = make([]*placement, 0, n+1)
 	}
 }
 
@@ -405,12 +477,24 @@ func (c *Cluster) newPlacement() *placement {
 // Unplace forgets where the named unit runs (every machine, for a global
 // unit).
 func (c *Cluster) Unplace(name string) {
-	if pl := c.where[name]; pl != nil {
+	if pl := c.byName(name); pl != nil {
 		c.remove(pl)
 	}
 	for _, id := range c.globalMachines(name) {
 		c.remove(c.global[name][c.machines[id]])
 	}
+}
+
+// UnplaceUnit is Unplace for a caller holding the unit: no lookup by name
+// when it is not global.
+func (c *Cluster) UnplaceUnit(u *Unit) {
+	if !u.Fleet.Global {
+		if pl := c.placementOf(u); pl != nil {
+			c.remove(pl)
+		}
+		return
+	}
+	c.Unplace(u.Name)
 }
 
 // UnplaceFrom forgets that the named unit runs on machine id; its other
@@ -427,7 +511,7 @@ func (c *Cluster) UnplaceFrom(name, id string) {
 // either as a unit that is not global (where) or as a global one, never
 // both (Place).
 func (c *Cluster) on(m *machine, name string) *placement {
-	if pl := c.where[name]; pl != nil {
+	if pl := c.byName(name); pl != nil {
 		if pl.m == m {
 			return pl
 		}
@@ -441,7 +525,15 @@ func byName(a, b *placement) int { return strings.Compare(a.u.Name, b.u.Name) }
 
 // Where returns the machine a unit that is not global is placed on.
 func (c *Cluster) Where(name string) (string, bool) {
-	if pl := c.where[name]; pl != nil {
+	if pl := c.byName(name); pl != nil {
+		return pl.m.ID, true
+	}
+	return "", false
+}
+
+// WhereUnit is Where for a caller holding the unit: no lookup by name.
+func (c *Cluster) WhereUnit(u *Unit) (string, bool) {
+	if pl := c.placementOf(u); pl != nil {
 		return pl.m.ID, true
 	}
 	return "", false
@@ -481,6 +573,19 @@ func (c *Cluster) Used(id string) Resources {
 
 // add places u on ms, keeping every aggregate and index.
 func (c *Cluster) add(u *Unit, ms *machine) {
+	var id int32
+	if !u.Fleet.Global {
+		id = c.idOf(u)
+		if int(id) >= len(c.where) {
+			c.where = slices.Grow(c.where, int(id)+1-len(c.where))[:int(id)+1]
+		}
+		if old := c.where[id]; old != nil {
+			// The owner freed the number of a unit still placed (Place
+			// found none of this name): that unit is gone, and so is
+			// its placement.
+			c.remove(old)
+		}
+	}
 	pr := c.prepare(u)
 	for _, p := range pr.forward {
 		p.refs++
@@ -516,7 +621,7 @@ func (c *Cluster) add(u *Unit, ms *machine) {
 		inst[ms] = pl
 		return
 	}
-	c.where[u.Name] = pl
+	c.where[id] = pl
 	for _, name := range u.Fleet.Replaces {
 		set := c.replacers[name]
 		if set == nil {
@@ -562,7 +667,7 @@ func (c *Cluster) remove(pl *placement) {
 			delete(c.global, u.Name)
 		}
 	} else {
-		delete(c.where, u.Name)
+		c.where[c.idOf(u)] = nil
 		for _, name := range u.Fleet.Replaces {
 			set := c.replacers[name]
 			delete(set, pl)

@@ -225,6 +225,19 @@ func BenchmarkBuild100kUnits(b *testing.B) {
 	}
 }
 
+// numberedUnits returns n instances of one plain template numbered as the
+// engine numbers units (Cluster.SetIDs), and their IDs by name.
+func numberedUnits(n int) ([]*Unit, func(string) (int32, bool)) {
+	spec := &Spec{Fleet: &unit.Fleet{}}
+	us := make([]*Unit, n)
+	byName := make(map[string]int32, n)
+	for i := range us {
+		us[i] = &Unit{Name: fmt.Sprintf("bench@%07d.service", i), ID: int32(i + 1), Spec: spec}
+		byName[us[i].Name] = us[i].ID
+	}
+	return us, func(name string) (int32, bool) { id, ok := byName[name]; return id, ok }
+}
+
 // BenchmarkAllocateSpread10kMachines is flotilla bench's start of a
 // million units, a tenth of it: 100,000 instances of one plain template,
 // in name order, spread over 10,000 machines that declare no capacity.
@@ -233,11 +246,8 @@ func BenchmarkAllocateSpread10kMachines(b *testing.B) {
 	for i := range 10_000 {
 		c.SetMachine(Machine{ID: fmt.Sprintf("sim-%05d", i)})
 	}
-	spec := &Spec{Fleet: &unit.Fleet{}}
-	pending := make([]*Unit, 100_000)
-	for i := range pending {
-		pending[i] = &Unit{Name: fmt.Sprintf("bench@%07d.service", i), Spec: spec}
-	}
+	pending, ids := numberedUnits(100_000)
+	c.SetIDs(ids)
 	b.ReportAllocs()
 	for b.Loop() {
 		ds := c.Allocate(pending)
@@ -257,11 +267,7 @@ func BenchmarkAllocateSpread10kMachines(b *testing.B) {
 // the placements hold per unit (the units themselves are made before):
 // at flotilla bench's million units this is the leader's largest item.
 func BenchmarkPlace100kUnitsHeap(b *testing.B) {
-	spec := &Spec{Fleet: &unit.Fleet{}}
-	us := make([]*Unit, 100_000)
-	for i := range us {
-		us[i] = &Unit{Name: fmt.Sprintf("bench@%07d.service", i), Spec: spec}
-	}
+	us, byName := numberedUnits(100_000)
 	ids := make([]string, 1000)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("sim-%04d", i)
@@ -276,6 +282,7 @@ func BenchmarkPlace100kUnitsHeap(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		c := NewCluster()
+		c.SetIDs(byName)
 		for _, id := range ids {
 			c.SetMachine(Machine{ID: id})
 		}
