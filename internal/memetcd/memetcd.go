@@ -204,11 +204,22 @@ func (s *Store) Put(key, value string) int64 {
 func (s *Store) Client(ctx context.Context, name string) *Client {
 	c := &conn{s: s, name: name}
 	cli := clientv3.NewCtxClient(ctx)
-	cli.KV = clientv3.NewKVFromKVClient(kvClient{c}, cli)
+	cli.KV = protoKV{KV: clientv3.NewKVFromKVClient(kvClient{c}, cli), raw: kvClient{c}}
 	cli.Lease = clientv3.NewLeaseFromLeaseClient(leaseClient{c}, cli, 5*time.Second)
 	cli.Watcher = &watcher{c: c}
 	return &Client{Client: cli, c: c}
 }
+
+// protoKV is a client's KV that also gives etcd's own KV client, for
+// callers that send etcd's protobuf requests on a client's connection (a
+// client of the store has none): registry.Committer.
+type protoKV struct {
+	clientv3.KV
+	raw pb.KVClient
+}
+
+// KVClient returns etcd's KV client of the store.
+func (k protoKV) KVClient() pb.KVClient { return k.raw }
 
 // Start returns a new store and a client of it named "test", both closed
 // when the test ends (after what the test's later cleanups stop). Inside a

@@ -20,7 +20,11 @@ func TestPack(t *testing.T) {
 		for range 1 + rng.IntN(6) {
 			var ops []Op
 			for range 1 + rng.IntN(3*c.maxOps) {
-				ops = append(ops, Op{Key: fmt.Sprintf("k%d", rng.IntN(200)), Value: strings.Repeat("v", rng.IntN(100))})
+				o := Op{Key: fmt.Sprintf("k%d", rng.IntN(200)), Value: strings.Repeat("v", rng.IntN(100))}
+				if rng.IntN(5) == 0 {
+					o = Op{Key: o.Key, Delete: true}
+				}
+				ops = append(ops, o)
 			}
 			pending = append(pending, &commitReq{ops: ops})
 		}
@@ -45,14 +49,20 @@ func TestPack(t *testing.T) {
 		}
 		txns := map[*commitReq]int{}
 		for _, p := range plans {
-			ops := p.etcdOps()
+			ops := p.requestOps()
 			if len(ops) != p.n || p.n == 0 || p.n > c.maxOps {
 				t.Fatalf("iter %d: a transaction of %d ops (n %d, max %d)", iter, len(ops), p.n, c.maxOps)
 			}
 			size := 0
 			for _, run := range p.runs {
 				size += opsSize(run)
-				got = append(got, run...)
+			}
+			for _, o := range ops { // what etcd is sent, as the requests' ops
+				if put := o.GetRequestPut(); put != nil {
+					got = append(got, Op{Key: string(put.Key), Value: string(put.Value)})
+				} else {
+					got = append(got, Op{Key: string(o.GetRequestDeleteRange().Key), Delete: true})
+				}
 			}
 			if p.n > 1 && size > c.maxBytes {
 				t.Fatalf("iter %d: a transaction of %d bytes (max %d)", iter, size, c.maxBytes)
