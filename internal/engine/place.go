@@ -235,7 +235,7 @@ func (t *term) planMachines(in *planInput, now time.Time) {
 func (t *term) planChecks(in *planInput, drifted []string, now time.Time) {
 	for _, id := range drifted {
 		for _, e := range t.machines[id].units {
-			in.Check[e.name] = id
+			in.Check[e.name()] = id
 		}
 	}
 	if !t.rechecked && now.Sub(t.start) > t.e.cfg.AgentTTL+t.e.cfg.HeartbeatInterval {
@@ -403,7 +403,7 @@ func (t *term) sendFull() {
 		m.conn.full = true
 		m.conn.pending = make(map[string]*unitRec, len(m.units)+len(m.globals))
 		for _, e := range m.units {
-			m.conn.pending[e.name] = t.units[e.name]
+			m.conn.pending[e.name()] = t.units[e.name()]
 		}
 		for name := range m.globals {
 			m.conn.pending[name] = t.units[name]

@@ -109,6 +109,11 @@ func TestUnitRecSize(t *testing.T) {
 	if size := unsafe.Sizeof(unitRec{}); size > 80 {
 		t.Errorf("unitRec is %d bytes; want at most 80", size)
 	}
+	// Each placed unit is in its machine's list too: its scheduler unit
+	// (which has its name) and its state there.
+	if size := unsafe.Sizeof(machineUnit{}); size > 40 {
+		t.Errorf("machineUnit is %d bytes; want at most 40", size)
+	}
 }
 
 // TestNextChanges: a pass's remaining changes keep their order and

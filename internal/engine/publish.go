@@ -404,12 +404,12 @@ func (t *term) checkLists() {
 	listed := 0
 	for id, m := range t.machines {
 		for i, e := range m.units {
-			r := t.units[e.name]
+			r := t.units[e.name()]
 			if r == nil || r.machine != id || int(r.slot) != i || r.file.Fleet.Global || e.su != r.su {
-				panic(fmt.Sprintf("engine: %s is at %d in the list of machine %s; its record says %+v", e.name, i, id, r))
+				panic(fmt.Sprintf("engine: %s is at %d in the list of machine %s; its record says %+v", e.name(), i, id, r))
 			}
-			if _, ok := m.others[e.name]; ok {
-				panic(fmt.Sprintf("engine: %s has a state on machine %s both in its list and among the others", e.name, id))
+			if _, ok := m.others[e.name()]; ok {
+				panic(fmt.Sprintf("engine: %s has a state on machine %s both in its list and among the others", e.name(), id))
 			}
 		}
 		listed += len(m.units)

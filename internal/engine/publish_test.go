@@ -403,7 +403,7 @@ func TestSnapshotViewsFollowChanges(t *testing.T) {
 			var sts []*agentpb.UnitStatus
 			for _, n := range tm.machines[id].units {
 				if r.IntN(2) == 0 {
-					sts = append(sts, &agentpb.UnitStatus{Name: n.name, Hash: rec.file.Hash, Load: "loaded", Active: actives[r.IntN(len(actives))], Sub: "y"})
+					sts = append(sts, &agentpb.UnitStatus{Name: n.name(), Hash: rec.file.Hash, Load: "loaded", Active: actives[r.IntN(len(actives))], Sub: "y"})
 				}
 			}
 			tm.attachLocked(&agentpb.Machine{Id: id, Ip: "10.0.0.1"}, sts, tm.newConn(id, time.Now()), time.Now())

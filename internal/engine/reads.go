@@ -152,8 +152,8 @@ func (t *term) machineViews() []apiv1.Machine {
 		if v := &out[len(out)-1]; v.Draining {
 			v.Moving = moving[id]
 			for _, e := range m.units {
-				if t.moves.held[e.name] {
-					v.Staying = append(v.Staying, apiv1.UnitReason{Name: e.name, Reason: t.units[e.name].reason})
+				if t.moves.held[e.name()] {
+					v.Staying = append(v.Staying, apiv1.UnitReason{Name: e.name(), Reason: t.units[e.name()].reason})
 				}
 			}
 			sort.Slice(v.Staying, func(i, j int) bool { return v.Staying[i].Name < v.Staying[j].Name })

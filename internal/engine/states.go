@@ -66,7 +66,7 @@ func (t *term) slotsOf(m *machineRec) map[string]int32 {
 		t.slotScratch = make(map[string]int32, len(m.units))
 	}
 	for i, e := range m.units {
-		t.slotScratch[e.name] = int32(i)
+		t.slotScratch[e.name()] = int32(i)
 	}
 	return t.slotScratch
 }
@@ -126,7 +126,7 @@ func (t *term) dropState(m *machineRec, name string) (agentStatus, bool) {
 func eachState(m *machineRec, f func(name string, st storedStatus)) {
 	for _, e := range m.units {
 		if e.st.ok() {
-			f(e.name, e.st)
+			f(e.name(), e.st)
 		}
 	}
 	for name, st := range m.others {

@@ -921,7 +921,6 @@ type unitList []machineUnit
 // machineUnit is a unit in a machine's list and its state there (none
 // while st.codes is zero).
 type machineUnit struct {
-	name string
 	// su is the unit as the scheduler has it, the record's (kept with it
 	// by setUnitFrom): a machine coming back to a new leader gives the
 	// scheduler its units from here, not through a map of every unit.
@@ -929,11 +928,15 @@ type machineUnit struct {
 	st storedStatus
 }
 
+// name is the unit's name (its scheduler unit's: a field of its own was
+// 16 bytes a unit more).
+func (e *machineUnit) name() string { return e.su.Name }
+
 // unitNames returns the names of the units scheduled on m.
 func (m *machineRec) unitNames() []string {
 	names := make([]string, len(m.units))
 	for i, e := range m.units {
-		names[i] = e.name
+		names[i] = e.name()
 	}
 	return names
 }
@@ -942,7 +945,7 @@ func (m *machineRec) unitNames() []string {
 // the state its agent reported of it here before, if any.
 func (m *machineRec) addUnit(name string, rec *unitRec) {
 	rec.slot = int32(len(m.units))
-	e := machineUnit{name: name, su: rec.su}
+	e := machineUnit{su: rec.su}
 	if st, ok := m.others[name]; ok {
 		e.st = st
 		delete(m.others, name)
@@ -955,16 +958,16 @@ func (m *machineRec) addUnit(name string, rec *unitRec) {
 // one moved into its place has its slot set).
 func (m *machineRec) removeUnit(units map[string]*unitRec, cur *unitRec) {
 	s, i := m.units, int(cur.slot)
-	if i >= len(s) || s[i].name != cur.name() {
+	if i >= len(s) || s[i].name() != cur.name() {
 		panic("engine: unit " + cur.name() + " is not at its place in its machine's list")
 	}
 	if s[i].st.ok() {
-		m.others[s[i].name] = s[i].st
+		m.others[s[i].name()] = s[i].st
 	}
 	last := len(s) - 1
 	if i != last {
 		s[i] = s[last]
-		units[s[i].name].slot = int32(i)
+		units[s[i].name()].slot = int32(i)
 	}
 	s[last] = machineUnit{}
 	s = s[:last]
