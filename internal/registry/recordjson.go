@@ -94,3 +94,43 @@ func plainString(s string, i int) (string, int, bool) {
 	}
 	return "", 0, false
 }
+
+// appendRecord appends r's JSON as encoding/json writes it (TestRecordJSON
+// compares them), in one pass and without reflection: PutUnit runs once a
+// unit placed, a million times at a start, and json.Marshal and the copy
+// of its result into a string were three allocations a record.
+func appendRecord(b []byte, r Record) []byte {
+	b = append(b, '{')
+	for i, f := range [...]struct {
+		key, v    string
+		omitEmpty bool
+	}{{`"name":`, r.Name, true}, {`"file":`, r.File, true}, {`"content":`, r.Content, true},
+		{`"desiredState":`, r.DesiredState, false}, {`"machine":`, r.Machine, true}} {
+		if f.omitEmpty && f.v == "" {
+			continue
+		}
+		if i > 0 && len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, f.key...)
+		b = appendJSONString(b, f.v)
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string as encoding/json writes it:
+// strings of printable ASCII that need no escape (names, keys, states,
+// hashes: nearly all) are copied as they are; any other is left to
+// encoding/json, whose escapes (HTML characters, U+2028, invalid UTF-8)
+// are the ones readers have always seen.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

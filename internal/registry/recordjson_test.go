@@ -27,6 +27,9 @@ func TestRecordJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if hand := appendRecord(nil, r); string(hand) != string(got) {
+			t.Fatalf("appendRecord(%+v) = %s, encoding/json: %s", r, hand, got)
+		}
 		var back, jback Record
 		if err := unmarshalRecord(got, &back); err != nil {
 			t.Fatal(err)
@@ -51,6 +54,7 @@ func TestRecordJSON(t *testing.T) {
 func BenchmarkRecordJSON(b *testing.B) {
 	r := Record{Content: "0123456789abcdef0123456789abcdef", DesiredState: "launched", Machine: "m00042"}
 	val, _ := json.Marshal(r)
+	r.Name = "bench@0000042.service"
 	b.Run("unmarshal/json", func(b *testing.B) {
 		for b.Loop() {
 			var x Record
@@ -61,6 +65,22 @@ func BenchmarkRecordJSON(b *testing.B) {
 		for b.Loop() {
 			var x Record
 			unmarshalRecord(val, &x)
+		}
+	})
+	// PutUnit's encoding, as it was (encoding/json, then a string) and is.
+	b.Run("marshal/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			x := r
+			x.Name = ""
+			v, _ := json.Marshal(x)
+			_ = Op{Key: Keys{}.Unit(r.Name), Value: string(v)}
+		}
+	})
+	b.Run("marshal/hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			PutUnit(Keys{}, r)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -288,9 +289,9 @@ func (snap *Snapshot) addRange(keys Keys, r RangeRecord) {
 // PutUnit is the op that stores a unit record (File or Content, not both).
 func PutUnit(keys Keys, r Record) Op {
 	name := r.Name
-	r.Name = ""             // the key's
-	b, _ := json.Marshal(r) // a Record of strings always marshals
-	return Op{Key: keys.Unit(name), Value: string(b)}
+	r.Name = "" // the key's
+	b := appendRecord(make([]byte, 0, 32+len(r.File)+len(r.Content)+len(r.DesiredState)+len(r.Machine)), r)
+	return Op{Key: keys.Unit(name), Value: unsafe.String(unsafe.SliceData(b), len(b))} // b is never written again
 }
 
 // DeleteUnit is the op that removes a unit record.
