@@ -222,6 +222,9 @@ func (ps *pass) placeHandovers() {
 func (ps *pass) allocate(pending []*scheduler.Unit) {
 	t := ps.t
 	ds := t.sched.Allocate(pending)
+	// Most are placed: a million at a start, a list grown to that size
+	// was twice it allocated.
+	ps.placed = slices.Grow(ps.placed, len(pending))
 	for i := range ds {
 		d, name := &ds[i], pending[i].Name
 		rec, inMoved := ps.moved[name]
