@@ -42,7 +42,11 @@ func (st storedStatus) ok() bool { return st.codes != unique.Handle[statusCodes]
 // listed returns unit name's entry in m's list, nil unless it is
 // scheduled there.
 func (t *term) listed(m *machineRec, name string) *machineUnit {
-	r := t.units[name]
+	return listedRec(m, t.units[name])
+}
+
+// listedRec is listed for a caller holding the unit's record r (nil: none).
+func listedRec(m *machineRec, r *unitRec) *machineUnit {
 	if r == nil || r.machine != m.info.ID || r.file.Fleet.Global {
 		return nil
 	}

@@ -104,23 +104,40 @@ type agentStatus struct {
 // on the loop.
 func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	t.changed()
-	if r := t.units[s.Name]; r != nil {
+	// The unit's record is looked up once: each lookup by name in a map of
+	// a million units is a cache miss or two, and a report of each unit's
+	// state came with five.
+	r := t.units[s.Name]
+	if r != nil {
 		s.Name = r.name() // one copy of each name
 	}
 	s.Machine = m.info.ID
-	prev, ok := t.statusOf(m, s.Name)
+	e := listedRec(m, r) // its entry in m's list, if scheduled there
+	var prev agentStatus
+	var ok bool
+	if e != nil {
+		if ok = e.st.ok(); ok {
+			prev = e.st.status(m.info.ID, s.Name)
+		}
+	} else if st, found := m.others[s.Name]; found {
+		prev, ok = st.status(m.info.ID, s.Name), true
+	}
 	if ok && prev.Active == s.Active {
 		s.Observed = prev.Observed
 	} else {
 		s.Observed = now
 	}
-	t.putState(m, s)
+	if e != nil {
+		e.st = store(s)
+	} else {
+		m.others[s.Name] = store(s)
+	}
 	t.drained(m.info.ID, s.Name, s.Running())
 	if _, ok := t.moves.handovers[s.Name]; ok && s.Active == "active" {
 		t.poke() // a handover's new copy may be active: its old copy stops
 	}
 	if s.Active == "active" && (!ok || prev.Active != "active") {
-		if r := t.units[s.Name]; r != nil && r.at != 0 && r.atPlaced && r.machine == m.info.ID {
+		if r != nil && r.at != 0 && r.atPlaced && r.machine == m.info.ID {
 			t.e.cfg.Metrics.SchedulingLatency.WithLabelValues("active").Observe(now.Sub(unixNano(r.at)).Seconds())
 			r.at = 0 // a timing field only the loop reads: safe to clear in place
 		}
@@ -130,7 +147,7 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	}
 	if s.Health == "unhealthy" && (!ok || prev.Health != s.Health) {
 		what := "unhealthy on " + m.info.ID
-		if r := t.units[s.Name]; r != nil && r.file != nil && r.file.Check != nil && r.file.Check.OnUnhealthy == "restart" {
+		if r != nil && r.file != nil && r.file.Check != nil && r.file.Check.OnUnhealthy == "restart" {
 			what += "; restarted there (OnUnhealthy=restart)"
 		}
 		t.history(s.Name, what)
