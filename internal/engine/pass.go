@@ -336,20 +336,20 @@ func (ps *pass) writePart(part *passPart, done func(ok bool)) {
 // prepare makes a slice's records and the ops that write them.
 func (ps *pass) prepare(part []movedUnit) []registry.Op {
 	t := ps.t
-	for i, mu := range part {
-		if mu.rec == nil && mu.machine != "" {
-			part[i].rec = ps.placedRec(t.units[mu.name], mu.machine, "")
-		}
-	}
 	// One op per key, from the outcome: a unit moved off a machine and
 	// placed again in the same pass is one put (etcd refuses a key twice
 	// in a transaction).
 	ops := make([]registry.Op, 0, len(part)) // about one a unit
-	for _, mu := range part {
-		name, nr, cur := mu.name, mu.rec, t.units[mu.name]
+	for i := range part {
+		mu := &part[i]
+		cur := t.units[mu.name]
 		if cur == nil {
 			continue
 		}
+		if mu.rec == nil && mu.machine != "" {
+			mu.rec = ps.placedRec(cur, mu.machine, "")
+		}
+		name, nr := mu.name, mu.rec
 		if from, ok := ps.newMoves[name]; ok {
 			ops = append(ops, registry.PutMove(t.keys, name, from))
 		} else if from, ok := ps.newHandovers[name]; ok {
@@ -387,8 +387,8 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 	t.store.markStored(stored)
 	t.applyInputs() // what came during the slice's write
 	for _, mu := range part {
-		name := mu.name
-		if nr, cur := mu.rec, t.units[name]; nr != nil && cur != nil && nr.machine != cur.machine {
+		name, cur := mu.name, t.units[mu.name]
+		if nr := mu.rec; nr != nil && cur != nil && nr.machine != cur.machine {
 			t.store.written(name)
 		}
 		if from, ok := ps.newMoves[name]; ok {
@@ -402,7 +402,8 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 		} else if from, ok := ps.handedOver[name]; ok {
 			t.stopOldCopy(name, from, true)
 		}
-		rec, cur := mu.rec, t.units[name]
+		// cur is still the record: the moves above change none.
+		rec := mu.rec
 		if rec == nil || cur == nil || cur.desired() != rec.desired() {
 			continue
 		}
@@ -413,7 +414,7 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 		case ps.done[name] || strings.HasPrefix(cur.reason, "stopping on "):
 			t.history(name, "placed on "+rec.machine+" once its old copy stopped")
 		}
-		t.setUnit(name, rec)
+		t.setUnitFrom(name, cur, rec)
 	}
 	t.shrinkUnplaced()
 	var woken map[*agentConn]struct{}
