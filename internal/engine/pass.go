@@ -89,9 +89,10 @@ func (ps *pass) decide() {
 		ps.hold(name, why, false)
 	}
 	var pending []*scheduler.Unit
+	var recs []*unitRec // pending's records, as found here
 	for _, name := range p.Place {
 		if rec := ps.current(name); rec != nil && rec.wanted() && !rec.file.Fleet.Global {
-			pending = append(pending, rec.su)
+			pending, recs = append(pending, rec.su), append(recs, rec)
 		}
 	}
 	p.Place = nil // p lives on through the pass; a million names need not
@@ -112,7 +113,7 @@ func (ps *pass) decide() {
 		ps.handedOver[name] = t.moves.handovers[name].From
 		ps.again = true // an instance waiting for its turn may move now
 	}
-	ps.allocate(pending)
+	ps.allocate(pending, recs)
 }
 
 // current is a unit's record as the pass has it so far.
@@ -218,8 +219,9 @@ func (ps *pass) placeHandovers() {
 	}
 }
 
-// allocate places the pending units (in name order).
-func (ps *pass) allocate(pending []*scheduler.Unit) {
+// allocate places the pending units (in name order), whose records were
+// recs when the pass listed them.
+func (ps *pass) allocate(pending []*scheduler.Unit, recs []*unitRec) {
 	t := ps.t
 	ds := t.sched.Allocate(pending)
 	// Most are placed: a million at a start, a list grown to that size
@@ -227,9 +229,9 @@ func (ps *pass) allocate(pending []*scheduler.Unit) {
 	ps.placed = slices.Grow(ps.placed, len(pending))
 	for i := range ds {
 		d, name := &ds[i], pending[i].Name
-		rec, inMoved := ps.moved[name]
+		rec, inMoved := ps.moved[name] // moved since (displaced), or before
 		if !inMoved {
-			rec = t.units[name]
+			rec = recs[i]
 		}
 		switch {
 		case inMoved:
