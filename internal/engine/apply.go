@@ -298,8 +298,8 @@ type roundPlan struct {
 	ops       []registry.Op
 	entries   []roundEntry    // the round's units, read once, applied in this order
 	newRanges []*pendingRange // range records the round writes
-	// newUnits and newUnplaced size the maps they join.
-	newUnits, newUnplaced int
+	// newUnits sizes the map they join.
+	newUnits int
 }
 
 func answerAll(reqs []*applyReq, err error) {
@@ -577,9 +577,6 @@ func (t *term) entryOps(p *roundPlan, en roundEntry) {
 	if cur == nil && next != nil {
 		p.newUnits++
 	}
-	if next != nil && next.wanted() && next.machine == "" && !next.file.Fleet.Global {
-		p.newUnplaced++
-	}
 	if en.pr == nil {
 		switch {
 		case next == nil && cur == nil:
@@ -666,7 +663,6 @@ func (t *term) applyPlan(p *roundPlan) {
 		t.changed()
 	}
 	t.units = grown(t.units, p.newUnits)
-	t.unplaced = grown(t.unplaced, p.newUnplaced)
 	t.hold.start() // a stop of a million units: a message an agent, not a unit
 	for _, en := range p.entries {
 		name, rec := en.name, en.next

@@ -418,7 +418,6 @@ func (ps *pass) apply(part []movedUnit, stored storedFiles, wake bool) {
 		}
 		t.setUnitFrom(name, cur, rec)
 	}
-	t.shrinkUnplaced()
 	var woken map[*agentConn]struct{}
 	if wake {
 		woken = t.hold.release()
@@ -464,6 +463,5 @@ func (ps *pass) forgetGone() {
 		}
 	}
 	t.shares = t.sched.Shares()
-	t.shrinkUnplaced()
 	t.moves.hold(ps.held)
 }

@@ -107,24 +107,6 @@ func (t *term) statusOn(name, machine string) (agentStatus, bool) {
 	return agentStatus{}, false
 }
 
-// shrinkUnplaced makes t.unplaced again once it holds under a quarter of
-// what it once held. A map keeps the room it once grew to: the million
-// units of a start left it empty but 60 MB large, and the pass that
-// places them empties it a slice at a time while the rest of the heap
-// grows. Each copy costs a quarter of the deletes since the last, so the
-// copies cost a third of the deletes in all. It runs on the loop.
-func (t *term) shrinkUnplaced() {
-	t.unplacedRoom = max(t.unplacedRoom, len(t.unplaced))
-	if t.unplacedRoom < 1024 || len(t.unplaced) >= t.unplacedRoom/4 {
-		return
-	}
-	m := make(map[string]struct{}, len(t.unplaced))
-	for name := range t.unplaced {
-		m[name] = struct{}{}
-	}
-	t.unplaced, t.unplacedRoom = m, len(m)
-}
-
 // planInput gathers what the pass decides from. It runs on the loop
 // goroutine; it takes what the loop's own
 // fields ask to check (followersMoved, a chunk of recheck), which only the
@@ -183,7 +165,8 @@ func (t *term) planInput(now time.Time, drifted []string) planInput {
 		// Something placement depends on changed: try the backlog again.
 		// Otherwise it would be decided the same way at a cost of up to
 		// every machine per unit.
-		in.Backlog = slices.AppendSeq(make([]string, 0, len(t.unplaced)), maps.Keys(t.unplaced))
+		in.Backlog = make([]string, 0, t.unplaced.len())
+		t.unplaced.each(func(id int32) { in.Backlog = append(in.Backlog, t.recs[id].name()) })
 	}
 	return in
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"maps"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -14,40 +14,29 @@ import (
 	"github.com/flotilla/flotilla/internal/unit"
 )
 
-// TestShrinkUnplaced: the unplaced set is made again, smaller, once it
-// holds under a quarter of what it held (a start of a million units left
-// it empty but 60 MB large), and keeps every unit it holds.
-func TestShrinkUnplaced(t *testing.T) {
-	tm := &term{decisionState: &decisionState{unplaced: map[string]struct{}{}}}
-	for i := range 10000 {
-		tm.unplaced[fmt.Sprint(i)] = struct{}{}
-	}
-	ptr := func() uintptr { return reflect.ValueOf(tm.unplaced).Pointer() }
-	before := ptr()
-	tm.shrinkUnplaced()
-	for i := range 7600 {
-		delete(tm.unplaced, fmt.Sprint(i))
-		if i == 7400 {
-			tm.shrinkUnplaced() // 2,599 left: over a quarter
-			if ptr() != before {
-				t.Fatalf("made again holding %d of 10,000", len(tm.unplaced))
-			}
+// TestIDSet: a set of unit numbers holds what was added and not removed,
+// counts it, and lists it in increasing order.
+func TestIDSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var s idSet
+	model := map[int32]bool{}
+	for range 20000 {
+		id := int32(rng.IntN(3000))
+		if rng.IntN(3) == 0 {
+			s.remove(id)
+			delete(model, id)
+		} else {
+			s.add(id)
+			model[id] = true
+		}
+		if probe := int32(rng.IntN(3100)); s.has(probe) != model[probe] {
+			t.Fatalf("has(%d) = %v, want %v", probe, s.has(probe), model[probe])
 		}
 	}
-	tm.shrinkUnplaced() // 2,400 left
-	if ptr() == before {
-		t.Fatalf("not made again holding %d of 10,000", len(tm.unplaced))
-	}
-	if len(tm.unplaced) != 2400 {
-		t.Fatalf("holds %d units; want 2,400", len(tm.unplaced))
-	}
-	for i := 7600; i < 10000; i++ {
-		if _, ok := tm.unplaced[fmt.Sprint(i)]; !ok {
-			t.Fatalf("lost unit %d", i)
-		}
-	}
-	if tm.unplacedRoom != 2400 {
-		t.Fatalf("room %d after the copy; want 2,400", tm.unplacedRoom)
+	var got []int32
+	s.each(func(id int32) { got = append(got, id) })
+	if want := slices.Sorted(maps.Keys(model)); !slices.Equal(got, want) || s.len() != len(want) {
+		t.Fatalf("each lists %d numbers (len %d), want %d", len(got), s.len(), len(want))
 	}
 }
 

@@ -251,7 +251,7 @@ func (t *term) buildSnapshot() (*state.Snapshot, buildCost) {
 		wrong    any // what checkViews found
 	)
 	if c.onLoop(t, func() {
-		unplaced = len(t.unplaced)
+		unplaced = t.unplaced.len()
 		if verifyViews && !all {
 			defer func() { wrong = recover() }()
 			t.checkViews(s)
@@ -401,8 +401,9 @@ func (t *term) checkViews(s *state.Snapshot) {
 }
 
 // checkLists panics unless each machine's list holds exactly the units
-// whose records place them there (not global), each at its slot. It runs
-// on the loop.
+// whose records place them there (not global), each at its slot, each
+// record is held by its number, and the unplaced are the wanted units
+// without a machine. It runs on the loop.
 func (t *term) checkLists() {
 	listed := 0
 	for id, m := range t.machines {
@@ -417,11 +418,24 @@ func (t *term) checkLists() {
 		}
 		listed += len(m.units)
 	}
-	placed := 0
-	for _, r := range t.units {
+	placed, unplaced := 0, 0
+	for name, r := range t.units {
 		if r.machine != "" && !r.file.Fleet.Global {
 			placed++
 		}
+		if id := r.su.ID; id <= 0 || int(id) >= len(t.recs) || t.recs[id] != r {
+			panic(fmt.Sprintf("engine: %s is numbered %d, where the records by number hold another", name, id))
+		}
+		want := r.wanted() && r.machine == "" && !r.file.Fleet.Global
+		if t.unplaced.has(r.su.ID) != want && !r.file.Fleet.Global {
+			panic(fmt.Sprintf("engine: %s (number %d) unplaced %v, its record says %v", name, r.su.ID, !want, want))
+		}
+		if want {
+			unplaced++
+		}
+	}
+	if unplaced != t.unplaced.len() {
+		panic(fmt.Sprintf("engine: %d units are unplaced, the set holds %d", unplaced, t.unplaced.len()))
 	}
 	if listed != placed {
 		panic(fmt.Sprintf("engine: machines list %d units, %d are placed", listed, placed))

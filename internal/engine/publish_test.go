@@ -37,15 +37,14 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &term{
-		e:         &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), Registry: registry.ModeGRPC}},
-		ctx:       ctx,
-		cancel:    cancel,
-		committer: registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
-		deg:       newDegradation(),
-		events:    newEventLog(0, nil), // its goroutine outlives the test: the term never ends
-		inbox:     newInboxes(),
-		decisionState: &decisionState{units: map[string]*unitRec{}, machines: map[string]*machineRec{},
-			unplaced: map[string]struct{}{}},
+		e:             &Engine{cfg: Config{Now: time.Now, Metrics: metrics.New(), Registry: registry.ModeGRPC}},
+		ctx:           ctx,
+		cancel:        cancel,
+		committer:     registry.NewCommitter(nil, clientv3.Cmp{}, registry.CommitterConfig{}),
+		deg:           newDegradation(),
+		events:        newEventLog(0, nil), // its goroutine outlives the test: the term never ends
+		inbox:         newInboxes(),
+		decisionState: &decisionState{units: map[string]*unitRec{}, machines: map[string]*machineRec{}},
 	}
 	loopDone := make(chan struct{})
 	go func() {
@@ -70,7 +69,7 @@ func publishTerm(tb testing.TB, n, machines int) *term {
 		name := fmt.Sprintf("bench@%d.service", i)
 		id := fmt.Sprintf("m%05d", i%machines)
 		r := newTestRec(name, f, unit.Launched, id)
-		t.units[name] = r
+		t.keep(name, nil, r)
 		m := t.machines[id]
 		m.addUnit(name, r)
 		t.putState(m, agentStatus{Applied: f.Hash, Observed: time.Now(), Status: unit.Status{Name: name, Hash: f.Hash,

@@ -376,8 +376,7 @@ func (t *term) loadRanges(snap *registry.Snapshot) {
 				}
 				rec = t.newRec(name, f)
 				t.store.refFile(nil, rec)
-				t.ids.number(rec)
-				t.units[name] = rec
+				t.keep(name, nil, rec)
 			}
 			rec.setDesired(ds)
 			if !rec.wanted() {

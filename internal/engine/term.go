@@ -240,10 +240,10 @@ type decisionState struct {
 	units    map[string]*unitRec
 	ids      unitIDs // the units' numbers for the scheduler
 	machines map[string]*machineRec
-	unplaced map[string]struct{} // wanted units without a machine
-	// unplacedRoom is the most t.unplaced held since it was made, as
-	// far as shrinkUnplaced saw.
-	unplacedRoom int
+	// recs holds the records of t.units by their units' numbers (ids);
+	// unplaced the numbers of the wanted units without a machine.
+	recs     []*unitRec
+	unplaced idSet
 	// machineScratch is the loop's: the map each pass's planInput describes
 	// the machines in (planScratch); and scratchStates the slice a Hello's
 	// states are made in (attachScratch).
@@ -320,7 +320,6 @@ func newDecisionState() *decisionState {
 	ds := &decisionState{
 		units:      map[string]*unitRec{},
 		machines:   map[string]*machineRec{},
-		unplaced:   map[string]struct{}{},
 		globals:    map[string]struct{}{},
 		sched:      newMirror(),
 		followers:  map[string]struct{}{},
@@ -337,39 +336,6 @@ func newDecisionState() *decisionState {
 	ds.sched.SetIDs(ds.unitID)
 	return ds
 }
-
-// unitID returns the scheduler's number of the unit of that name
-// (scheduler.Cluster.SetIDs).
-func (ds *decisionState) unitID(name string) (int32, bool) {
-	if r := ds.units[name]; r != nil {
-		return r.su.ID, true
-	}
-	return 0, false
-}
-
-// unitIDs numbers the units of t.units for the scheduler, which keeps
-// where each unit is placed in a slice indexed by its number rather than
-// in a map by name (scheduler.Unit.ID). A unit is numbered as it enters
-// t.units (number), keeps its number through every record it has there
-// (a new file's scheduler unit takes it over: keepID), and gives it back
-// as it leaves, for another unit to take.
-type unitIDs struct {
-	last int32
-	free []int32
-}
-
-// number gives rec's scheduler unit, about to enter t.units, a number.
-func (n *unitIDs) number(rec *unitRec) {
-	if k := len(n.free); k > 0 {
-		rec.su.ID, n.free = n.free[k-1], n.free[:k-1]
-		return
-	}
-	n.last++
-	rec.su.ID = n.last
-}
-
-// release takes back the number of a unit leaving t.units.
-func (n *unitIDs) release(rec *unitRec) { n.free = append(n.free, rec.su.ID) }
 
 // term is the leader's state for one election term.
 type term struct {
@@ -615,8 +581,7 @@ func (t *term) loadRecords(snap *registry.Snapshot, ph *passPhases) {
 			rec.machine = machine
 		}
 		t.store.refFile(nil, rec)
-		t.ids.number(rec)
-		t.units[r.Name] = rec
+		t.keep(r.Name, nil, rec)
 		t.noteLostAfter(r.Name, rec)
 	}
 	ph.done("records")
@@ -642,7 +607,7 @@ func (t *term) indexUnits(snap *registry.Snapshot, ph *passPhases) int {
 			t.machine(rec.machine).addUnit(name, rec)
 			placed++
 		case rec.wanted():
-			t.unplaced[name] = struct{}{}
+			t.unplaced.add(rec.su.ID)
 		}
 	}
 	t.sched.Reserve(placed)
@@ -660,7 +625,7 @@ func (t *term) loadMoves(moves map[string]string) {
 			t.moves.handOver(name, from) // the old copy runs until the new one is active
 		case !handedOver && r.machine == "":
 			t.moves.begin(name, from, t.now)
-			t.units[name] = r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" })
+			t.keep(name, r, r.with(func(r *unitRec) { r.reason = "stopping on " + from + " before it moves" }))
 		}
 		// A move of a unit since destroyed or placed is stale; the next
 		// pass of a move completing deletes its key.
@@ -820,11 +785,9 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	}
 	if rec == nil {
 		if old != nil {
-			t.ids.release(old)
+			t.forget(name, old)
 		}
 		delete(t.hist, name)
-		delete(t.units, name)
-		delete(t.unplaced, name)
 		delete(t.globals, name)
 		if h, ok := t.moves.forget(name); ok {
 			if m := t.machines[h.From]; m != nil && h.From != old.machine {
@@ -836,18 +799,17 @@ func (t *term) setUnitFrom(name string, old, rec *unitRec) {
 	}
 	if old == nil {
 		t.namesStale.Store(true)
-		t.ids.number(rec)
 	}
-	t.units[name] = rec
+	t.keep(name, old, rec)
 	if rec.file.Fleet.Global {
 		t.globals[name] = struct{}{}
 		t.globalsDirty = true
 		return
 	}
 	if rec.wanted() && rec.machine == "" {
-		t.unplaced[name] = struct{}{}
+		t.unplaced.add(rec.su.ID)
 	} else {
-		delete(t.unplaced, name)
+		t.unplaced.remove(rec.su.ID)
 	}
 	if rec.machine != "" {
 		m := t.machine(rec.machine)
