@@ -1021,3 +1021,27 @@ func (s *enginesHeardStream) RecvMsg(m any) error {
 	}
 	return err
 }
+
+// TestEnginePlanNewUnit: a plan of a unit the leader does not hold yet
+// (no number for the scheduler) says where it would start, and changes
+// nothing.
+func TestEnginePlanNewUnit(t *testing.T) { inBubble(t, testEnginePlanNewUnit) }
+
+func testEnginePlanNewUnit(t *testing.T) {
+	cli := newEtcd(t)
+	e := startEngine(t, cli, "grpc", "e1")
+	startAgent(t, cli, "grpc", "m1")
+	waitMachines(t, e.Engine, 1)
+	ctx := context.Background()
+	web := parse(t, "web.service", simple)
+	p, err := e.Plan(ctx, []engine.Change{{Name: "web.service", File: web, DesiredState: unit.Launched}}, engine.ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Units) != 1 || p.Units[0].Action != engine.PlanStart || p.Units[0].Target != "m1" {
+		t.Fatalf("Plan(new web.service) = %+v, want a start on m1", p.Units)
+	}
+	if _, err := e.Unit("web.service"); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("Unit(web.service) after a plan = %v, want ErrNotFound", err)
+	}
+}

@@ -597,6 +597,13 @@ func TestOwnersIDs(t *testing.T) {
 		return u
 	}
 	a := unitOf("a.service", 1)
+	// A unit the owner does not hold yet (a plan's new unit) has no
+	// number: it can be decided, not placed.
+	fresh := mk(t, "new.service")
+	fresh.ID = 0
+	if d := c.Decide(fresh); d.Machine == "" {
+		t.Fatalf("Decide(an unnumbered unit) = %+v, want a machine", d)
+	}
 	c.Place(a, "m1")
 	follower := unitOf("f.service", 2, "MachineOf=a.service")
 	if d := c.Decide(follower); d.Machine != "m1" {

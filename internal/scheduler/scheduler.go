@@ -289,7 +289,8 @@ func (c *Cluster) SetIDs(id func(name string) (int32, bool)) {
 	c.resolve, c.names = id, nil
 }
 
-// idOf returns u's number.
+// idOf returns u's number. Placing a unit the owner has not numbered is
+// the owner's error.
 func (c *Cluster) idOf(u *Unit) int32 {
 	if c.resolve != nil {
 		if u.ID <= 0 {
@@ -316,8 +317,15 @@ func (c *Cluster) at(id int32, name string) *placement {
 	return nil
 }
 
-// placementOf returns where u is placed if it is not global, or nil.
-func (c *Cluster) placementOf(u *Unit) *placement { return c.at(c.idOf(u), u.Name) }
+// placementOf returns where u is placed if it is not global, or nil. A
+// unit the owner has not numbered (one it asks about before it holds it:
+// a plan's new unit) is placed nowhere.
+func (c *Cluster) placementOf(u *Unit) *placement {
+	if c.resolve != nil && u.ID <= 0 {
+		return nil
+	}
+	return c.at(c.idOf(u), u.Name)
+}
 
 // byName returns where the named unit is placed if it is not global, or nil.
 func (c *Cluster) byName(name string) *placement {
