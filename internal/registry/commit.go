@@ -43,7 +43,7 @@ func (o Op) size() int { return len(o.Key) + len(o.Value) + 16 }
 // away, a few round trips.
 type Committer struct {
 	kv         pb.KVClient // the client's connection (txn)
-	fence      clientv3.Cmp
+	fence      *pb.Compare // made once: clientv3.Cmp's getters may write
 	maxOps     int
 	maxBytes   int
 	reqs       chan *commitReq
@@ -95,7 +95,7 @@ func NewCommitter(cli *clientv3.Client, fence clientv3.Cmp, cfg CommitterConfig)
 	if cfg.TxnTimeout <= 0 {
 		cfg.TxnTimeout = 10 * time.Second
 	}
-	return &Committer{kv: kvClientOf(cli), fence: fence, maxOps: cfg.MaxOps, maxBytes: cfg.MaxBytes, observe: cfg.Observe, inFlight: cfg.InFlight, txnTimeout: cfg.TxnTimeout, reqs: make(chan *commitReq, 1024)}
+	return &Committer{kv: kvClientOf(cli), fence: fence.GetCompare(), maxOps: cfg.MaxOps, maxBytes: cfg.MaxBytes, observe: cfg.Observe, inFlight: cfg.InFlight, txnTimeout: cfg.TxnTimeout, reqs: make(chan *commitReq, 1024)}
 }
 
 // kvClientOf returns etcd's KV client on cli's gRPC connection or, for a
@@ -148,7 +148,7 @@ func (c *Committer) Commit(ctx context.Context, ops []Op) error {
 // would confirm a fence the others have already deleted
 // (TestConfirmNeedsQuorum).
 func (c *Committer) Confirm(ctx context.Context) error {
-	get := &pb.RangeRequest{Key: c.fence.KeyBytes(), CountOnly: true}
+	get := &pb.RangeRequest{Key: c.fence.Key, CountOnly: true}
 	return c.txn(ctx, []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: get}}})
 }
 
@@ -373,7 +373,7 @@ func (c *Committer) txn(ctx context.Context, ops []*pb.RequestOp) error {
 	// interceptors (authentication, retry of requests never sent) and the
 	// call options its Txn would use; only clientv3's Op is left out
 	// (requestOps).
-	resp, err := c.kv.Txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{c.fence.GetCompare()}, Success: ops},
+	resp, err := c.kv.Txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{c.fence}, Success: ops},
 		grpc.WaitForReady(true), grpc.MaxCallSendMsgSize(math.MaxInt32), grpc.MaxCallRecvMsgSize(math.MaxInt32))
 	if err != nil {
 		err = clientv3.ContextError(ctx, err)
