@@ -21,7 +21,7 @@ func (ds *decisionState) unitID(name string) (int32, bool) {
 // where each unit is placed in a slice indexed by its number rather than
 // in a map by name (scheduler.Unit.ID). A unit is numbered as it enters
 // t.units (number), keeps its number through every record it has there
-// (a new file's scheduler unit takes it over: keepID), and gives it back
+// (a new file's scheduler unit takes it over: keep), and gives it back
 // as it leaves, for another unit to take.
 type unitIDs struct {
 	last int32

@@ -386,7 +386,7 @@ func (t *term) sendFull() {
 		m.conn.full = true
 		m.conn.pending = make(map[string]*unitRec, len(m.units)+len(m.globals))
 		for _, e := range m.units {
-			m.conn.pending[e.name()] = t.units[e.name()]
+			m.conn.pending[e.name()] = t.recs[e.su.ID]
 		}
 		for name := range m.globals {
 			m.conn.pending[name] = t.units[name]

@@ -55,7 +55,13 @@ func listedRec(m *machineRec, r *unitRec) *machineUnit {
 
 // stateOf returns unit name's state as m's agent reported it.
 func (t *term) stateOf(m *machineRec, name string) (storedStatus, bool) {
-	if e := t.listed(m, name); e != nil {
+	return stateAt(m, t.listed(m, name), name)
+}
+
+// stateAt is stateOf for a caller holding the unit's entry in m's list (e;
+// nil when it is not listed there).
+func stateAt(m *machineRec, e *machineUnit, name string) (storedStatus, bool) {
+	if e != nil {
 		return e.st, e.st.ok()
 	}
 	st, ok := m.others[name]
@@ -104,7 +110,12 @@ func (t *term) statusOf(m *machineRec, name string) (agentStatus, bool) {
 
 // putState stores s as m's agent's state of unit s.Name.
 func (t *term) putState(m *machineRec, s agentStatus) {
-	if e := t.listed(m, s.Name); e != nil {
+	putStateAt(m, t.listed(m, s.Name), s)
+}
+
+// putStateAt is putState for a caller holding the unit's entry (stateAt).
+func putStateAt(m *machineRec, e *machineUnit, s agentStatus) {
+	if e != nil {
 		e.st = store(s)
 		return
 	}

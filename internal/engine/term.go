@@ -114,24 +114,16 @@ func (t *term) observe(m *machineRec, s agentStatus, now time.Time) {
 	s.Machine = m.info.ID
 	e := listedRec(m, r) // its entry in m's list, if scheduled there
 	var prev agentStatus
-	var ok bool
-	if e != nil {
-		if ok = e.st.ok(); ok {
-			prev = e.st.status(m.info.ID, s.Name)
-		}
-	} else if st, found := m.others[s.Name]; found {
-		prev, ok = st.status(m.info.ID, s.Name), true
+	st, ok := stateAt(m, e, s.Name)
+	if ok {
+		prev = st.status(m.info.ID, s.Name)
 	}
 	if ok && prev.Active == s.Active {
 		s.Observed = prev.Observed
 	} else {
 		s.Observed = now
 	}
-	if e != nil {
-		e.st = store(s)
-	} else {
-		m.others[s.Name] = store(s)
-	}
+	putStateAt(m, e, s)
 	t.drained(m.info.ID, s.Name, s.Running())
 	if _, ok := t.moves.handovers[s.Name]; ok && s.Active == "active" {
 		t.poke() // a handover's new copy may be active: its old copy stops
