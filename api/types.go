@@ -94,6 +94,10 @@ type Machine struct {
 	Version  string            `json:"version,omitempty"`  // its daemon's release and short commit, e.g. 0.2.0+abc1234
 	Protocol int               `json:"protocol,omitempty"` // the agent protocol its daemon speaks (1: one that does not say)
 	Units    int               `json:"units"`              // units scheduled to it
+	// ConnectedAt is when the machine's agent opened its stream to the
+	// leader (the leader's clock): after a change of leader, the latest of
+	// them is when the last agent came back.
+	ConnectedAt time.Time `json:"connectedAt,omitzero"`
 	// Capacity is what the machine offers to units; Free is what placed
 	// units leave of it (0 in a dimension: not limited).
 	Capacity Resources `json:"capacity"` // what it offers

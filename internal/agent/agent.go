@@ -703,6 +703,13 @@ func (a *Agent) hello(rev int64) *agentpb.Hello {
 	}, FilesByHash: true}
 	h.Units = a.statusesLocked(maps.Keys(a.haves), len(a.haves))
 	sort.Slice(h.Units, func(i, j int) bool { return h.Units[i].Name < h.Units[j].Name })
+	// The desired set held from the last leader, summed up: a leader
+	// with the same set says so instead of sending it again.
+	var d agentpb.WantsDigest
+	for name, w := range a.wants {
+		d.Add(name, w.Hash, string(w.State), w.Global)
+	}
+	h.WantsCount, h.WantsDigest = d.Count, d.Sum
 	a.dirty, a.removed = emptied(a.dirty), emptied(a.removed)
 	return h
 }
@@ -855,8 +862,10 @@ func (a *Agent) received(msg *agentpb.EngineMessage, sent monotime.Time) {
 			a.log.Info("leader reached again; units it assigns here run again", "killed", len(a.fenced))
 		}
 		clear(a.fenced)
-		a.wants = emptiedFor(a.wants, len(as.Units))
-		a.files = emptiedFor(a.files, len(as.Units))
+		if !as.Unchanged { // else the set is the one held: as lists changes to it
+			a.wants = emptiedFor(a.wants, len(as.Units))
+			a.files = emptiedFor(a.files, len(as.Units))
+		}
 	}
 	a.takeTexts(as)
 	for _, name := range as.Removed {

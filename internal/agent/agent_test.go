@@ -324,6 +324,64 @@ func TestAgentAppliesDeltas(t *testing.T) {
 	})
 }
 
+// TestAgentKeepsUnchangedSet: the agent's Hello sums up the set it holds
+// (the leader's own sum of the same set matches it), and a full set the
+// leader says is unchanged keeps that set, its units running as they
+// were, with what it lists applied as changes.
+func TestAgentKeepsUnchangedSet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, d := newTestAgent(t, time.Hour)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		send := func(as *agentpb.Assignments) {
+			a.received(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Assignments{Assignments: as}}, a.cfg.Mono())
+			synctest.Wait()
+		}
+		as := func(name, state string, global bool) *agentpb.Assignment {
+			return &agentpb.Assignment{Name: name, File: unitText(global), DesiredState: state, Global: global}
+		}
+		if h := a.hello(1); h.WantsCount != 0 || h.WantsDigest != 0 {
+			t.Fatalf("a Hello holding no set sums up %d units (%x); want none", h.WantsCount, h.WantsDigest)
+		}
+		send(&agentpb.Assignments{Full: true, Units: []*agentpb.Assignment{as("a.service", "launched", false), as("b.service", "loaded", false),
+			as("g.service", "launched", true), as("off.service", "inactive", false)}})
+		pids := map[string]int{}
+		for _, s := range d.States() {
+			pids[s.Name] = s.PID
+		}
+		var want agentpb.WantsDigest // as the leader sums up the set it assigned
+		for _, u := range []struct {
+			name, state string
+			global      bool
+		}{{"a.service", "launched", false}, {"b.service", "loaded", false}, {"g.service", "launched", true}} {
+			f, err := unit.ParseStored(u.name, unitText(u.global))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want.Add(u.name, f.Hash, u.state, u.global)
+		}
+		if h := a.hello(2); !want.Same(h) {
+			t.Fatalf("the Hello sums up %d units (%x); the set assigned is %d (%x)", h.WantsCount, h.WantsDigest, want.Count, want.Sum)
+		}
+		send(&agentpb.Assignments{Full: true, Unchanged: true, Removed: []string{"b.service"}, Units: []*agentpb.Assignment{as("c.service", "launched", false)}})
+		if got, want := fmt.Sprint(active(d)), "map[a.service:active c.service:active g.service:active]"; got != want {
+			t.Fatalf("after an unchanged set and its changes: units = %s, want %s", got, want)
+		}
+		for _, s := range d.States() {
+			if p, ok := pids[s.Name]; ok && s.PID != p {
+				t.Errorf("%s: pid %d, was %d: restarted by an unchanged set", s.Name, s.PID, p)
+			}
+		}
+		send(&agentpb.Assignments{Full: true})
+		if got := active(d); len(got) != 0 {
+			t.Fatalf("after an empty full set: units = %v, want none", got)
+		}
+		cancel()
+		<-done
+	})
+}
+
 // TestAgentUsesTheLeadersShorterTTL: a singleton unit's default LostAfter=
 // is the shorter of the agent's TTL and the leader's, so the agent never
 // keeps one the leader has moved.

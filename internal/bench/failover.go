@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sort"
 	"time"
 
+	"github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
 )
 
@@ -26,10 +28,20 @@ type FailoverReport struct {
 	StandbySeconds float64 `json:"standby_seconds"`
 	StandbyReady   bool    `json:"standby_ready"`
 	// LeaderSeconds, AgentsSeconds and ActiveSeconds are from the kill
-	// (nil: not reached within the timeout).
-	LeaderSeconds *float64 `json:"leader_seconds"`
-	AgentsSeconds *float64 `json:"agents_seconds"`
-	ActiveSeconds *float64 `json:"active_seconds"`
+	// (nil: not reached within the timeout). AgentsSeconds is when the
+	// last agent opened its stream to the new leader, as the leader lists
+	// it (GET /v1/machines "connectedAt"), not when the bench's poll saw
+	// it (up to a second and a poll later; AgentsSeenSeconds), and
+	// Agents the spread of those times over every agent.
+	LeaderSeconds     *float64     `json:"leader_seconds"`
+	AgentsSeconds     *float64     `json:"agents_seconds"`
+	AgentsSeenSeconds *float64     `json:"agents_seen_seconds,omitempty"`
+	Agents            *Percentiles `json:"agents_back_seconds,omitempty"`
+	ActiveSeconds     *float64     `json:"active_seconds"`
+	// FullSets counts the full sets the new leader gave the agents as they
+	// came back, by how (flotilla_agent_full_sets_total): "unchanged" to
+	// an agent that held the set already, "whole" otherwise.
+	FullSets map[string]int64 `json:"full_sets,omitempty"`
 	// Completed says all three were reached.
 	Completed bool `json:"completed"`
 	// Restarted is how many units were started from the kill until a
@@ -120,8 +132,12 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 			if ms, err := api.Machines(ctx); err == nil {
 				prog.status("agents reconnected: %s/%s", thousands(int64(len(ms.Machines))), thousands(int64(c.cfg.Agents)))
 				if len(ms.Machines) >= c.cfg.Agents {
-					r.AgentsSeconds = since()
-					prog.phase("every agent reconnected after %.3f s", *r.AgentsSeconds)
+					r.AgentsSeenSeconds = since()
+					r.Agents, r.AgentsSeconds = agentsBack(ms.Machines, t0, *r.LeaderSeconds, *r.AgentsSeenSeconds)
+					if r.FullSets, err = scrapeCounter(ctx, hc, c.tls.scheme()+"://"+c.leaderAPI, "flotilla_agent_full_sets_total", "sent"); err != nil {
+						prog.phase("the new leader's count of full sets: %v", err)
+					}
+					prog.phase("every agent reconnected after %.3f s (half of them after %.3f s, 90%% after %.3f s; seen after %.3f s)", *r.AgentsSeconds, r.Agents.P50, r.Agents.P90, *r.AgentsSeenSeconds)
 				}
 			}
 		default:
@@ -162,6 +178,27 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 		return nil, err
 	}
 	return r, nil
+}
+
+// agentsBack returns when the agents opened their streams to the new
+// leader, in seconds from t0 (the kill), by the times the leader lists, and
+// the last of them. A machine the leader lists without a time (a leader
+// older than connectedAt) counts as back when the poll saw it, seen; none
+// counts as back before leader, when the bench found the new leader
+// serving (a poll's time too: an agent may reach the leader first, and the
+// etcd registry's leader takes its machines in from etcd as it loads).
+func agentsBack(ms []api.Machine, t0 time.Time, leader, seen float64) (*Percentiles, *float64) {
+	back := make([]float64, 0, len(ms))
+	for _, m := range ms {
+		s := seen
+		if !m.ConnectedAt.IsZero() {
+			s = round3(max(m.ConnectedAt.Sub(t0).Seconds(), leader))
+		}
+		back = append(back, s)
+	}
+	sort.Float64s(back)
+	p := summarize(back)
+	return &p, &p.Max
 }
 
 func victimAPI(c *cluster, p *process) string {

@@ -112,3 +112,34 @@ func scrapeEtcd(ctx context.Context, hc *http.Client, url string) (EtcdRequests,
 	}
 	return ParseEtcdRequests(resp.Body)
 }
+
+// scrapeCounter reads the counter metric of the daemon whose API is at url
+// (scheme://host:port), by the value of its label.
+func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label string) (map[string]int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics: GET %s: %s", req.URL, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s's metrics: %w", url, err)
+	}
+	out := map[string]int64{}
+	for _, m := range fams[metric].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() != "" {
+				out[l.GetValue()] += int64(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return out, nil
+}

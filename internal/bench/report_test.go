@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/api"
 )
 
 func TestPercentile(t *testing.T) {
@@ -314,5 +316,26 @@ func TestFmtBytes(t *testing.T) {
 		if got := fmtBytes(n); got != want {
 			t.Errorf("fmtBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestAgentsBack: the agents' times back are the leader's connectedAt
+// from the kill, none before the new leader was found serving, and the
+// poll's time for a machine listed without one.
+func TestAgentsBack(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := []api.Machine{
+		{ID: "a", ConnectedAt: t0.Add(6 * time.Second)},
+		{ID: "b", ConnectedAt: t0.Add(3 * time.Second)}, // before the bench saw the leader
+		{ID: "c"}, // an older leader's listing
+		{ID: "d", ConnectedAt: t0.Add(8500 * time.Millisecond)},
+	}
+	p, last := agentsBack(ms, t0, 5, 9.25)
+	if want := (Percentiles{P50: 6, P90: 9.25, P99: 9.25, Max: 9.25}); *p != want || *last != 9.25 {
+		t.Errorf("agentsBack = %+v, last %v; want %+v, last 9.25", *p, *last, want)
+	}
+	ms[2].ConnectedAt = t0.Add(7 * time.Second)
+	if p, last = agentsBack(ms, t0, 5, 9.25); p.P50 != 6 || *last != 8.5 {
+		t.Errorf("agentsBack = %+v, last %v; want p50 6, last 8.5", *p, *last)
 	}
 }

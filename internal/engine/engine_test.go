@@ -933,6 +933,73 @@ func testEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 	}
 }
 
+// TestEngineNewLeaderSendsNoSet: an agent that comes to a new leader
+// holding the set the leader would send it is told the set is unchanged
+// (its Hello's sum matches the leader's, each summed on its side), not
+// sent it again; its units keep running.
+func TestEngineNewLeaderSendsNoSet(t *testing.T) { inBubble(t, testEngineNewLeaderSendsNoSet) }
+
+func testEngineNewLeaderSendsNoSet(t *testing.T) {
+	cli := newEtcd(t)
+	e1 := startEngine(t, cli, "grpc", "e1")
+	waitLeader(t, e1)
+	e2 := startEngine(t, cli, "grpc", "e2")
+	heard := &enginesHeard{}
+	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: agentTTL, Logger: testLogger(t),
+		DialOptions: dialOptions(t, grpc.WithStreamInterceptor(heard.intercept)), Mono: mono(t),
+		Leaders: func(ctx context.Context) <-chan election.Info {
+			return election.Observe(ctx, cli, registry.Keys{}.Election())
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
+	a.SetDriver(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitMachines(t, e1.Engine, 1)
+	changes := launch(t, 2, "web")
+	changes = append(changes, engine.Change{Name: "db.service", File: parse(t, "db.service", simple), DesiredState: unit.Loaded})
+	if err := e1.Apply(context.Background(), changes); err != nil {
+		t.Fatal(err)
+	}
+	running := func() error {
+		states := map[string]string{}
+		for _, s := range d.States() {
+			states[s.Name] = s.Active
+		}
+		if got := fmt.Sprint(states); got != "map[db.service:inactive web00.service:active web01.service:active]" {
+			return errors.New(got)
+		}
+		return nil
+	}
+	waitfor.Until(t, 10*time.Second, "the units loaded and started", running)
+	pids := map[string]int{}
+	for _, s := range d.States() {
+		pids[s.Name] = s.PID
+	}
+	before := len(heard.fullSets())
+	e1.stop() // resigns; e2 leads
+	waitLeader(t, e2)
+	waitfor.Until(t, 15*time.Second, "the agent at e2", func() error {
+		if len(heard.fullSets()) == before {
+			return errors.New("no full set from e2 yet")
+		}
+		return nil
+	})
+	if sets := heard.fullSets(); !sets[before].Unchanged || len(sets[before].Units) != 0 {
+		t.Fatalf("the new leader's full set: unchanged %v, %d units; want it told unchanged, no unit sent", sets[before].Unchanged, len(sets[before].Units))
+	}
+	waitfor.Until(t, 15*time.Second, "the units as they were under e2", running)
+	for _, s := range d.States() {
+		if s.PID != pids[s.Name] {
+			t.Errorf("%s: pid %d, was %d: restarted", s.Name, s.PID, pids[s.Name])
+		}
+	}
+}
+
 // startSSDUnit launches db.service, which needs disk=ssd, waits until it
 // runs on a (the one ssd machine), and returns a probe of whether an agent
 // runs it.
@@ -994,6 +1061,14 @@ func testEngineMachineBackChanged(t *testing.T) {
 // most engines a message on its streams named.
 type enginesHeard struct {
 	most atomic.Int64
+	mu   sync.Mutex
+	full []*agentpb.Assignments // the full sets received, in order
+}
+
+func (h *enginesHeard) fullSets() []*agentpb.Assignments {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.full)
 }
 
 func (h *enginesHeard) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -1012,6 +1087,11 @@ type enginesHeardStream struct {
 func (s *enginesHeardStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if msg, ok := m.(*agentpb.EngineMessage); ok && err == nil {
+		if as := msg.GetAssignments(); as.GetFull() {
+			s.h.mu.Lock()
+			s.h.full = append(s.h.full, as)
+			s.h.mu.Unlock()
+		}
 		for n := int64(len(msg.Engines)); ; {
 			cur := s.h.most.Load()
 			if n <= cur || s.h.most.CompareAndSwap(cur, n) {

@@ -9,6 +9,8 @@ import (
 	"github.com/flotilla/flotilla/internal/health"
 	"github.com/flotilla/flotilla/internal/registry"
 	"github.com/flotilla/flotilla/internal/scheduler"
+	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
 // The loop keeps t.sched equal to the committed schedule (see the
@@ -384,17 +386,17 @@ func (t *term) sendFull() {
 		m.needFull = false
 		m.conn.mu.Lock()
 		m.conn.full = true
-		m.conn.pending = make(map[string]*unitRec, len(m.units)+len(m.globals))
-		for _, e := range m.units {
-			m.conn.pending[e.name()] = t.recs[e.su.ID]
-		}
-		for name := range m.globals {
-			m.conn.pending[name] = t.units[name]
-		}
-		for name, h := range t.moves.handovers {
-			if r := t.units[name]; h.From == m.info.ID && !h.Stopping && r != nil && r.machine != h.From {
-				m.conn.pending[name] = r // its old copy runs here until the new one is active
-			}
+		if t.fullUnchanged(m) {
+			// The agent holds this set already (a new leader's, most
+			// often): it is told so, not sent it again.
+			m.conn.unchanged = true
+			clear(m.conn.pending)
+			t.e.cfg.Metrics.FullSets.WithLabelValues("unchanged").Inc()
+		} else {
+			t.e.cfg.Metrics.FullSets.WithLabelValues("whole").Inc()
+			m.conn.unchanged = false
+			m.conn.pending = make(map[string]*unitRec, len(m.units)+len(m.globals))
+			t.eachFull(m, func(name string, r *unitRec) { m.conn.pending[name] = r })
 		}
 		// What the agent reported having that no longer exists was
 		// destroyed (while it was away, or before this leader).
@@ -410,6 +412,44 @@ func (t *term) sendFull() {
 		m.conn.mu.Unlock()
 		signalConn(m.conn)
 	}
+}
+
+// eachFull calls fn with each unit of machine m's full desired set: the
+// units scheduled there, the global ones, and those whose old copy runs
+// there until the new one is active elsewhere (handovers). It runs on the
+// loop.
+func (t *term) eachFull(m *machineRec, fn func(name string, r *unitRec)) {
+	for _, e := range m.units {
+		fn(e.name(), t.recs[e.su.ID])
+	}
+	for name := range m.globals {
+		fn(name, t.units[name])
+	}
+	for name, h := range t.moves.handovers {
+		if r := t.units[name]; h.From == m.info.ID && !h.Stopping && r != nil && r.machine != h.From {
+			fn(name, r)
+		}
+	}
+}
+
+// fullUnchanged reports whether machine m's full desired set is the one its
+// agent's Hello summed up: the units the agent keeps (loaded or launched),
+// by name, file hash, desired state and global flag. It runs on the loop.
+func (t *term) fullUnchanged(m *machineRec) bool {
+	h := m.conn.hello
+	if h.GetWantsCount() == 0 {
+		return false
+	}
+	var d agentpb.WantsDigest
+	t.eachFull(m, func(name string, r *unitRec) {
+		if r == nil {
+			return // not listed in a full set
+		}
+		if ds := r.desired(); ds == unit.Loaded || ds == unit.Launched {
+			d.Add(name, r.file.Hash, string(ds), r.file.Fleet.Global)
+		}
+	})
+	return d.Same(h)
 }
 
 func setOf(ids []string) map[string]struct{} {

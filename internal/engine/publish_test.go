@@ -505,3 +505,38 @@ func TestStatesFollowTheirUnits(t *testing.T) {
 		t.Fatalf("bench@2 destroyed: its state %q, stray's %q, %d states; want active, active, 4", got, active("stray.service"), count())
 	}
 }
+
+// TestMachinesArriving: a new term holds its background builds while the
+// machines it loaded come back: until every one has a stream, or none came
+// for arrivalQuiet, or the reconnect grace is over.
+func TestMachinesArriving(t *testing.T) {
+	start := time.Unix(1000, 0)
+	tm := &term{loadedMachines: 2, startWall: start, reconnect: time.Minute}
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	for _, c := range []struct {
+		why     string
+		streams int64
+		last    time.Duration // since start; 0: none came
+		now     time.Duration
+		want    bool
+	}{
+		{"at the start", 0, 0, 0, true},
+		{"none came for arrivalQuiet", 0, 0, arrivalQuiet, false},
+		{"one came a moment ago", 1, arrivalQuiet, arrivalQuiet + time.Second, true},
+		{"none came since for arrivalQuiet", 1, arrivalQuiet, 2 * arrivalQuiet, false},
+		{"every one back", 2, time.Second, time.Second, false},
+		{"the grace over", 1, time.Minute, time.Minute, false},
+	} {
+		tm.streams.Store(c.streams)
+		tm.lastAttach.Store(0)
+		if c.last > 0 {
+			tm.lastAttach.Store(at(c.last).UnixNano())
+		}
+		if got := tm.machinesArriving(at(c.now)); got != c.want {
+			t.Errorf("%s: arriving %v, want %v", c.why, got, c.want)
+		}
+	}
+	if (&term{startWall: start, reconnect: time.Minute}).machinesArriving(start) {
+		t.Error("a term that loaded no machine holding units waits for machines")
+	}
+}

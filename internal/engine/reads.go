@@ -144,7 +144,7 @@ func (t *term) machineViews() []apiv1.Machine {
 		if md == nil {
 			md = map[string]string{}
 		}
-		out = append(out, apiv1.Machine{ID: id, IP: m.info.IP, Metadata: md, Leader: id == t.info.Machine,
+		out = append(out, apiv1.Machine{ID: id, IP: m.info.IP, Metadata: md, Leader: id == t.info.Machine, ConnectedAt: m.conn.since,
 			APIAddr: m.info.APIAddr, Version: m.info.Version, Protocol: m.info.Protocol, Units: len(m.units) + len(m.globals),
 			Capacity: apiv1.Resources{CPUPercent: m.info.CPUPercent, MemoryBytes: m.info.MemoryBytes},
 			Free:     apiv1.Resources{CPUPercent: free(m.info.CPUPercent, m.used.CPUPercent), MemoryBytes: free(m.info.MemoryBytes, m.used.MemoryBytes)},

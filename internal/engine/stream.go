@@ -27,6 +27,9 @@ import (
 // a million units stopped at once held for the making of a million.
 type agentConn struct {
 	machine string
+	// since is when the stream was opened (the Hello's arrival, the
+	// engine's clock): set once, before the connection is shared.
+	since time.Time
 	// heardNano and sentNano are when the agent was last heard and last
 	// sent anything (Unix nanoseconds of the engine's clock): heartbeats
 	// take no lock.
@@ -53,6 +56,11 @@ type agentConn struct {
 	// content key (take).
 	byHash bool
 	texts  map[string]string
+	// hello is the agent's Hello, for the sum of the desired set it holds
+	// (sendFull), set before the loop sees the stream; unchanged, under mu,
+	// says the full set to send is that one (take).
+	hello     *agentpb.Hello
+	unchanged bool
 }
 
 // maxSentFiles bounds the file texts an agent keeps by key for a stream:
@@ -173,6 +181,11 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 	if c.full {
 		as.AgentTtlMs = c.agentTTL.Milliseconds()
 	}
+	if c.full && c.unchanged {
+		// The agent keeps the set it has: what is pending are changes to
+		// it, removals named.
+		as.Unchanged, c.unchanged = true, false
+	}
 	if c.full || len(c.texts) >= maxSentFiles {
 		as.FilesReset = !c.full && c.byHash
 		c.texts = nil
@@ -184,7 +197,7 @@ func (c *agentConn) take(rev int64) *agentpb.EngineMessage {
 	}
 	for name, r := range c.pending {
 		if r == nil {
-			if !c.full {
+			if !c.full || as.Unchanged {
 				as.Removed = append(as.Removed, name)
 			}
 			continue
@@ -270,6 +283,7 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	conn.byHash = hello.FilesByHash // before its sender starts, below
 	t.streams.Add(1)
 	defer t.streams.Add(-1)
+	t.lastAttach.Store(time.Now().UnixNano())
 	e.cfg.Metrics.AgentStreams.Inc()
 	defer e.cfg.Metrics.AgentStreams.Dec()
 	log := e.log.With("agent", conn.machine, "leader_rev", t.info.Rev)
@@ -436,6 +450,7 @@ var errLeft = errors.New("the machine left the cluster")
 func (t *term) attach(h *agentpb.Hello) (*agentConn, error) {
 	at := t.e.cfg.Now()
 	conn := t.newConn(h.Machine.Id, at)
+	conn.hello = &agentpb.Hello{WantsCount: h.WantsCount, WantsDigest: h.WantsDigest} // not the states: garbage once taken
 	res := make(chan error, 1)
 	t.inbox.put(&attachInput{pm: h.Machine, units: h.Units, conn: conn, at: at, check: true, res: res})
 	select {
@@ -452,6 +467,7 @@ func (t *term) attach(h *agentpb.Hello) (*agentConn, error) {
 // newConn makes the stream of machine id's agent, heard at.
 func (t *term) newConn(id string, at time.Time) *agentConn {
 	conn := newAgentConn(id)
+	conn.since = at
 	conn.hold = &t.hold
 	conn.agentTTL = t.e.cfg.AgentTTL
 	conn.heardNano.Store(at.UnixNano())

@@ -112,3 +112,61 @@ func BenchmarkTakeFull(b *testing.B) {
 		})
 	}
 }
+
+// TestFullSetUnchanged: an agent whose Hello sums up the very set the
+// leader would send (a new leader's agents, most often) is told its set is
+// unchanged, not sent it; one whose sum differs, or that gave none, gets
+// the set whole; removals after an unchanged set are named.
+func TestFullSetUnchanged(t *testing.T) {
+	tm := publishTerm(t, 4, 1)
+	m := tm.machines["m00000"]
+	sum := func(launched ...string) *agentpb.Hello {
+		var d agentpb.WantsDigest
+		for _, name := range launched {
+			r := tm.units[name]
+			d.Add(name, r.file.Hash, string(unit.Launched), false)
+		}
+		return &agentpb.Hello{WantsCount: d.Count, WantsDigest: d.Sum}
+	}
+	all := []string{"bench@0.service", "bench@1.service", "bench@2.service", "bench@3.service"}
+	full := func(h *agentpb.Hello) *agentpb.Assignments {
+		t.Helper()
+		m.conn.hello, m.needFull = h, true
+		tm.sendFull()
+		return m.conn.take(1).GetAssignments()
+	}
+	if as := full(sum(all...)); !as.Full || !as.Unchanged || len(as.Units) != 0 || len(as.Removed) != 0 {
+		t.Fatalf("the agent holds the set: sent full %v unchanged %v, %d units, removed %v; want it told unchanged, nothing listed",
+			as.Full, as.Unchanged, len(as.Units), as.Removed)
+	}
+	for _, c := range []struct {
+		why   string
+		hello *agentpb.Hello
+	}{
+		{"one unit short", sum(all[:3]...)},
+		{"no sum (an older agent, or one just started)", &agentpb.Hello{}},
+		{"another count, the same sum", &agentpb.Hello{WantsCount: 5, WantsDigest: sum(all...).WantsDigest}},
+	} {
+		if as := full(c.hello); !as.Full || as.Unchanged || len(as.Units) != 4 {
+			t.Errorf("%s: sent full %v unchanged %v, %d units; want the set whole", c.why, as.Full, as.Unchanged, len(as.Units))
+		}
+	}
+	// A unit the agent runs is to be only loaded now: the sums differ.
+	r := tm.units["bench@2.service"]
+	tm.keep("bench@2.service", r, r.with(func(r *unitRec) { r.want = wantOf(unit.Loaded) }))
+	if as := full(sum(all...)); as.Unchanged || len(as.Units) != 4 {
+		t.Errorf("a desired state changed: unchanged %v, %d units; want the set whole", as.Unchanged, len(as.Units))
+	}
+	tm.keep("bench@2.service", tm.units["bench@2.service"], r)
+	m.conn.hello, m.needFull = sum(all...), true
+	tm.sendFull()
+	m.conn.mu.Lock()
+	m.conn.pending["bench@3.service"] = nil // gone after the set was decided
+	m.conn.mu.Unlock()
+	if as := m.conn.take(1).GetAssignments(); !as.Unchanged || !slices.Equal(as.Removed, []string{"bench@3.service"}) {
+		t.Errorf("a removal after an unchanged set: unchanged %v, removed %v; want it named", as.Unchanged, as.Removed)
+	}
+	if as := m.conn.take(1).GetAssignments(); as != nil {
+		t.Errorf("the next message %v, want none", as)
+	}
+}

@@ -335,6 +335,8 @@ type term struct {
 	el    *election.Term
 	info  election.Info
 	start time.Time // when the term began to serve, its load done
+	// startWall is the same by the wall clock (for pacing: the publisher).
+	startWall time.Time
 	// now is the loop's clock: the time of the iteration it is in (of the
 	// load, before the loop starts). Every decision takes the time from
 	// here, never from the system's clock; only the loop sets it, from
@@ -378,6 +380,12 @@ type term struct {
 	// streams counts the agents' open streams: with the decision state's
 	// shortestLostAfter it sets the heartbeat interval (heartbeat.go).
 	streams atomic.Int64
+	// lastAttach is when an agent's stream was last taken (Unix
+	// nanoseconds, the wall clock) and loadedMachines how many machines
+	// the term loaded holding units: the publisher holds its background
+	// builds while they come back (machinesArriving).
+	lastAttach     atomic.Int64
+	loadedMachines int
 	// engines are the engine candidates' gRPC addresses (discovery.go).
 	engines atomic.Pointer[engineList]
 
@@ -491,8 +499,14 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 	// million reported their states.
 	t.rechecked = placedAtLoad == 0
 	t.start = e.cfg.Now()
+	t.startWall = time.Now()
 	t.now = t.start
 	t.reconnect = reconnectGrace(len(t.machines))
+	for _, m := range t.machines {
+		if len(m.units)+len(m.globals) > 0 {
+			t.loadedMachines++
+		}
+	}
 	t.publishViews()
 	t.startLoops()
 	return t, nil

@@ -27,6 +27,10 @@ type Set struct {
 	MachinesUp prometheus.Gauge
 	// AgentStreams counts open agent gRPC streams on this engine.
 	AgentStreams prometheus.Gauge
+	// FullSets counts the full desired sets the leader gave agents as
+	// their streams opened: sent whole (sent=whole), or, to an agent that
+	// holds the set already, said to be unchanged (sent=unchanged).
+	FullSets *prometheus.CounterVec
 	// SchedulingLatency observes, per phase, a unit's time from the request
 	// that made it wanted to its placement ("placed"), and from placement to
 	// its machine reporting it active ("active").
@@ -80,6 +84,8 @@ func New() *Set {
 	s.Unplaced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_units_unplaced", Help: "Wanted units no machine can take (each has a reason in /v1/state)."})
 	s.MachinesUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_machines_up", Help: "Machines whose agents the leader hears from."})
 	s.AgentStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "flotilla_agent_streams", Help: "Open agent gRPC streams on this engine."})
+	s.FullSets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flotilla_agent_full_sets_total",
+		Help: "Full desired sets the leader gave agents as their streams opened: sent whole (sent=whole), or said to be the set the agent holds (sent=unchanged)."}, []string{"sent"})
 	s.SchedulingLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flotilla_scheduling_latency_seconds",
 		Help:    "Time from the request that made a unit wanted to its placement (phase=placed), and from placement to active (phase=active).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"phase"})
@@ -105,6 +111,7 @@ func New() *Set {
 		Help: "What the leader's deployments did: instances replaced (action=replace), canaries made (canary) and destroyed (destroy), and deployments ended (succeeded, failed, aborted)."}, []string{"action"})
 	s.touch = []func(){
 		func() { s.DeploymentSteps.WithLabelValues("") },
+		func() { s.FullSets.WithLabelValues("") },
 		func() { s.Units.WithLabelValues("", "", "") },
 		func() { s.SchedulingLatency.WithLabelValues("") },
 		func() { s.EtcdRequestDuration.WithLabelValues("") },
@@ -116,7 +123,7 @@ func New() *Set {
 		Help:        "Always 1; the labels say which build of Flotilla this daemon runs.",
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Commit, "build_date": bi.BuildDate, "goversion": bi.GoVersion}})
 	s.BuildInfo.Set(1)
-	for _, c := range []prometheus.Collector{s.BuildInfo, s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.SchedulingLatency, s.ReconcileDuration,
+	for _, c := range []prometheus.Collector{s.BuildInfo, s.Units, s.Unplaced, s.MachinesUp, s.AgentStreams, s.FullSets, s.SchedulingLatency, s.ReconcileDuration,
 		s.EtcdRequestDuration, s.LeaderChanges, s.IsLeader, s.EtcdUnreachableSince, s.DoubtUntil, s.StateRequestDuration, s.StateResponseBytes, s.EtcdRequests, s.CertExpiry, s.DeploymentSteps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)

@@ -569,7 +569,15 @@ type Hello struct {
 	// files_by_hash says the agent takes assignments that name their file by
 	// a key (Assignment.file_key, Assignments.files); a leader sends older
 	// agents every file whole.
-	FilesByHash   bool `protobuf:"varint,4,opt,name=files_by_hash,json=filesByHash,proto3" json:"files_by_hash,omitempty"`
+	FilesByHash bool `protobuf:"varint,4,opt,name=files_by_hash,json=filesByHash,proto3" json:"files_by_hash,omitempty"`
+	// wants_count and wants_digest sum up the desired set the agent holds
+	// from its last leader (WantsDigest: every unit it is to keep loaded or
+	// launched, by name, file hash, desired state and global flag); none when
+	// it holds none (wants_count 0). A leader whose full set for the machine
+	// sums up the same sends Assignments.unchanged in place of the set: at a
+	// failover, 10,000 agents are sent what they have already.
+	WantsCount    uint32 `protobuf:"varint,5,opt,name=wants_count,json=wantsCount,proto3" json:"wants_count,omitempty"`
+	WantsDigest   uint64 `protobuf:"fixed64,6,opt,name=wants_digest,json=wantsDigest,proto3" json:"wants_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -630,6 +638,20 @@ func (x *Hello) GetFilesByHash() bool {
 		return x.FilesByHash
 	}
 	return false
+}
+
+func (x *Hello) GetWantsCount() uint32 {
+	if x != nil {
+		return x.WantsCount
+	}
+	return 0
+}
+
+func (x *Hello) GetWantsDigest() uint64 {
+	if x != nil {
+		return x.WantsDigest
+	}
+	return 0
 }
 
 // StatusUpdate carries changed unit states; removed names units the driver
@@ -971,8 +993,13 @@ type Assignments struct {
 	// thousand instances gets their file once. A full set (full=true) or
 	// files_reset starts the table again, before this message's files are
 	// taken.
-	Files         map[string]string `protobuf:"bytes,7,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	FilesReset    bool              `protobuf:"varint,8,opt,name=files_reset,json=filesReset,proto3" json:"files_reset,omitempty"`
+	Files      map[string]string `protobuf:"bytes,7,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	FilesReset bool              `protobuf:"varint,8,opt,name=files_reset,json=filesReset,proto3" json:"files_reset,omitempty"`
+	// unchanged, with full, says the full set is the one the agent's Hello
+	// summed up (wants_count, wants_digest): the agent keeps it, and units
+	// and removed are changes to it, as in a delta. Sent only to an agent
+	// whose Hello gave a digest.
+	Unchanged     bool `protobuf:"varint,9,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1063,6 +1090,13 @@ func (x *Assignments) GetFilesReset() bool {
 	return false
 }
 
+func (x *Assignments) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -1112,13 +1146,16 @@ const file_agent_proto_rawDesc = "" +
 	"\theartbeat\x18\x03 \x01(\v2\x1c.flotilla.agent.v1.HeartbeatH\x00R\theartbeat\x120\n" +
 	"\x05leave\x18\x04 \x01(\v2\x18.flotilla.agent.v1.LeaveH\x00R\x05leaveB\x05\n" +
 	"\x03msg\"\a\n" +
-	"\x05Leave\"\xb5\x01\n" +
+	"\x05Leave\"\xf9\x01\n" +
 	"\x05Hello\x124\n" +
 	"\amachine\x18\x01 \x01(\v2\x1a.flotilla.agent.v1.MachineR\amachine\x123\n" +
 	"\x05units\x18\x02 \x03(\v2\x1d.flotilla.agent.v1.UnitStatusR\x05units\x12\x1d\n" +
 	"\n" +
 	"leader_rev\x18\x03 \x01(\x03R\tleaderRev\x12\"\n" +
-	"\rfiles_by_hash\x18\x04 \x01(\bR\vfilesByHash\"]\n" +
+	"\rfiles_by_hash\x18\x04 \x01(\bR\vfilesByHash\x12\x1f\n" +
+	"\vwants_count\x18\x05 \x01(\rR\n" +
+	"wantsCount\x12!\n" +
+	"\fwants_digest\x18\x06 \x01(\x06R\vwantsDigest\"]\n" +
 	"\fStatusUpdate\x123\n" +
 	"\x05units\x18\x01 \x03(\v2\x1d.flotilla.agent.v1.UnitStatusR\x05units\x12\x18\n" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\"(\n" +
@@ -1138,7 +1175,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x04file\x18\x03 \x01(\tR\x04file\x12#\n" +
 	"\rdesired_state\x18\x04 \x01(\tR\fdesiredState\x12\x16\n" +
 	"\x06global\x18\x05 \x01(\bR\x06global\x12\x19\n" +
-	"\bfile_key\x18\x06 \x01(\tR\afileKey\"\xeb\x02\n" +
+	"\bfile_key\x18\x06 \x01(\tR\afileKey\"\x89\x03\n" +
 	"\vAssignments\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x123\n" +
 	"\x05units\x18\x02 \x03(\v2\x1d.flotilla.agent.v1.AssignmentR\x05units\x12\x18\n" +
@@ -1150,7 +1187,8 @@ const file_agent_proto_rawDesc = "" +
 	"\tdestroyed\x18\x06 \x03(\tR\tdestroyed\x12?\n" +
 	"\x05files\x18\a \x03(\v2).flotilla.agent.v1.Assignments.FilesEntryR\x05files\x12\x1f\n" +
 	"\vfiles_reset\x18\b \x01(\bR\n" +
-	"filesReset\x1a8\n" +
+	"filesReset\x12\x1c\n" +
+	"\tunchanged\x18\t \x01(\bR\tunchanged\x1a8\n" +
 	"\n" +
 	"FilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
