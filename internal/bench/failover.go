@@ -38,8 +38,8 @@ type FailoverReport struct {
 	AgentsSeenSeconds *float64     `json:"agents_seen_seconds,omitempty"`
 	Agents            *Percentiles `json:"agents_back_seconds,omitempty"`
 	ActiveSeconds     *float64     `json:"active_seconds"`
-	// FullSets counts the full sets the new leader gave the agents as they
-	// came back, by how (flotilla_agent_full_sets_total): "unchanged" to
+	// FullSets counts the full sets the new leader gave the agents from
+	// its election until a second after every unit was active, by how (flotilla_agent_full_sets_total): "unchanged" to
 	// an agent that held the set already, "whole" otherwise.
 	FullSets map[string]int64 `json:"full_sets,omitempty"`
 	// Completed says all three were reached.
@@ -134,9 +134,6 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 				if len(ms.Machines) >= c.cfg.Agents {
 					r.AgentsSeenSeconds = since()
 					r.Agents, r.AgentsSeconds = agentsBack(ms.Machines, t0, *r.LeaderSeconds, *r.AgentsSeenSeconds)
-					if r.FullSets, err = scrapeCounter(ctx, hc, c.tls.scheme()+"://"+c.leaderAPI, "flotilla_agent_full_sets_total", "sent"); err != nil {
-						prog.phase("the new leader's count of full sets: %v", err)
-					}
 					prog.phase("every agent reconnected after %.3f s (half of them after %.3f s, 90%% after %.3f s; seen after %.3f s)", *r.AgentsSeconds, r.Agents.P50, r.Agents.P90, *r.AgentsSeenSeconds)
 				}
 			}
@@ -174,6 +171,9 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 		return nil, err
 	}
 	r.Restarted = after - before
+	if r.FullSets, err = scrapeCounter(ctx, hc, c.tls.scheme()+"://"+c.leaderAPI, "flotilla_agent_full_sets_total", "sent"); err != nil {
+		prog.phase("the new leader's count of full sets: %v", err)
+	}
 	if err := c.profileStopOf(ctx, survivors, "failover"); err != nil {
 		return nil, err
 	}
