@@ -458,6 +458,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		if lw.current().Rev != cur.Rev {
 			continue // a new leader: go to it at once
 		}
+		if a.conns.dropFailed(cur.GRPCAddr) {
+			// The leader could not be reached: most likely it died, and
+			// the leader source names the next one as it is elected.
+			// Until then it is dialled again after the longest wait, at
+			// random within it, not in waves.
+			backoff = maxRetryDelay(a.heartbeat())
+		}
 		retry := time.NewTimer(retryDelay(backoff))
 		lw.wait(ctx, retry.C) // or a new leader may have been elected
 		retry.Stop()

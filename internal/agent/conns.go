@@ -143,6 +143,26 @@ func (c *conns) leaderConn(addr string, rev int64, now time.Time, cutOff bool) (
 	return cc, nil
 }
 
+// dropFailed closes the connection to the leader at addr if it failed
+// (TRANSIENT_FAILURE: its engine refused it or could not be reached), and
+// tells whether it did: gRPC would dial it again in the background, after
+// 1 s, 2.6 s and 5.2 s, whatever the agent does, and those redials of a
+// dead leader's address by 10,000 agents came at once, 5 s after it died:
+// when the engines' election (a 5 s lease) makes a new leader, which the
+// agents then had to reach through them. The agent's next session dials
+// afresh, when it chooses (Run).
+func (c *conns) dropFailed(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc := c.m[addr]
+	if cc == nil || cc.GetState() != connectivity.TransientFailure {
+		return false
+	}
+	cc.Close()
+	delete(c.m, addr)
+	return true
+}
+
 // redial closes the connection to addr, so that the next one is made
 // afresh: a connection that carried no word from the leader for the
 // agent's TTL may be a TCP connection a partition left open, whose

@@ -325,3 +325,27 @@ func (e *mutedEngine) Connect(s agentpb.Engine_ConnectServer) error {
 	<-s.Context().Done()
 	return nil
 }
+
+// TestFailedLeaderRedialledAtRandom: an agent whose leader died dials its
+// address again only as it retries, once within each longest wait
+// (maxRetryDelay), at random: gRPC's own redials of the failed connection
+// (after 1, 2.6 and 5.2 s) came at the same moments from every agent, the
+// last of them as a new leader was elected.
+func TestFailedLeaderRedialledAtRandom(t *testing.T) {
+	old := &silentEngine{}
+	oldAddr, kill := stoppableEngine(t, old, "")
+	dc := &dialCounter{}
+	// A heartbeat of 20 s: the longest wait between two streams is 10 s.
+	a, _ := newTestAgentWith(t, Config{Machine: Machine{ID: "m1"}, Leaders: leaderIs(election.Info{Machine: "e1", GRPCAddr: oldAddr, Rev: 7}),
+		TTL: 80 * time.Second, HeartbeatInterval: 20 * time.Second, DialOptions: dc.options()})
+	defer running(t, a)()
+	waitfor.True(t, 10*time.Second, "a stream to the leader", func() bool { return old.streams.Load() > 0 })
+	kill()
+	waitfor.True(t, 5*time.Second, "a dial of the dead leader", func() bool { return dc.count(oldAddr) >= 2 })
+	before := dc.count(oldAddr)
+	// gRPC's redials would dial it at least twice more within 4 s (after
+	// 1 s and 2.6 s); the agent's next try is 5 to 10 s away.
+	waitfor.Never(t, 4*time.Second, "the agent dialled the dead leader again within 4 s", func() bool {
+		return dc.count(oldAddr) > before
+	})
+}
