@@ -36,8 +36,9 @@
 //
 // One bidirectional stream per agent (proto/agentpb):
 //
-//	agent  -> leader  Hello{machine, every unit's status, leader_rev}
+//	agent  -> leader  Hello{machine, every unit's status, leader_rev, wants_count, wants_digest}
 //	leader -> agent   Assignments{full: true, units}      the machine's whole desired set
+//	                  or Assignments{full, unchanged}     "the set you summed up": nothing listed
 //	leader -> agent   Assignments{units, removed}         deltas, as decisions commit
 //	agent  -> leader  StatusUpdate{units, removed}        as unit states change
 //	both directions   Heartbeat                           when idle, every heartbeat interval (heartbeat.go)
@@ -48,6 +49,17 @@
 // leader gives it, and the instances' assignments name the key
 // (stream.go's sendByKey): a machine of a thousand instances gets one copy
 // of their file, where older agents get it whole in every assignment.
+//
+// The Hello sums up the desired set the agent holds from its last leader
+// (agentpb.WantsDigest: how many units, and the sum of a hash of each one's
+// name, file hash, desired state and global flag). A leader whose full set
+// for the machine sums up the same (place.go's fullUnchanged) sends
+// Assignments{full, unchanged} with no units: after a change of leader the
+// agents hold the very sets the new leader would send, and 10,000 of them
+// were a million assignments built, sent and decoded again. Anything
+// listed with unchanged is a change to the set, as in a delta. A sum that
+// differs (or none: an older agent, or a daemon just started) gets the set
+// whole; flotilla_agent_full_sets_total{sent} counts both.
 //
 // The leader refuses a Hello naming another term (leader_rev), and ends every
 // stream when its term ends; the agent then looks the leader up again.
