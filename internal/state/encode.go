@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	apiv1 "github.com/flotilla/flotilla/api"
@@ -167,6 +168,11 @@ func appendMachine(b []byte, m *apiv1.Machine) []byte {
 	}
 	b = append(b, `,"units":`...)
 	b = strconv.AppendInt(b, int64(m.Units), 10)
+	if !m.ConnectedAt.IsZero() { // as time.Time's MarshalJSON
+		b = append(b, `,"connectedAt":"`...)
+		b = m.ConnectedAt.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
 	b = append(b, `,"capacity":`...)
 	b = appendResources(b, m.Capacity)
 	b = append(b, `,"free":`...)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"testing"
+	"time"
 	"unsafe"
 
 	apiv1 "github.com/flotilla/flotilla/api"
@@ -23,6 +24,10 @@ func sample(units, machines int) *Snapshot {
 			Capacity: apiv1.Resources{CPUPercent: 400, MemoryBytes: 8 << 30}, Free: apiv1.Resources{CPUPercent: 100}})
 		if i%2 == 0 { // half of them upgraded
 			s.Machines[i].Version, s.Machines[i].Protocol = "0.2.0+abc1234", 2
+		}
+		if i%3 != 2 { // a connectedAt, in UTC and with an offset (none: a machine patched while away)
+			zone := map[bool]*time.Location{true: time.UTC, false: time.FixedZone("x", 5*3600+1800)}[i%3 == 0]
+			s.Machines[i].ConnectedAt = time.Date(2026, 11, 29, 6, 1, 2, i*1000, zone)
 		}
 	}
 	states := []string{"active", "failed", "inactive", ""}
