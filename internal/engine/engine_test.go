@@ -885,23 +885,12 @@ func testEngineAgentFindsLeaderWithoutEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	heard := &enginesHeard{}
-	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: agentTTL, Logger: testLogger(t),
-		DialOptions: dialOptions(t, grpc.WithStreamInterceptor(heard.intercept)), Mono: mono(t),
-		Leaders: func(ctx context.Context) <-chan election.Info {
-			ch := make(chan election.Info, 1)
-			ch <- first
-			go func() { <-ctx.Done(); close(ch) }()
-			return ch
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
-	a.SetDriver(d)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	d := runHeardAgent(t, heard, func(ctx context.Context) <-chan election.Info {
+		ch := make(chan election.Info, 1)
+		ch <- first
+		go func() { <-ctx.Done(); close(ch) }()
+		return ch
+	})
 	waitMachines(t, e1.Engine, 1)
 	if err := e1.Apply(context.Background(), launch(t, 2, "web")); err != nil {
 		t.Fatal(err)
@@ -945,20 +934,9 @@ func testEngineNewLeaderSendsNoSet(t *testing.T) {
 	waitLeader(t, e1)
 	e2 := startEngine(t, cli, "grpc", "e2")
 	heard := &enginesHeard{}
-	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: agentTTL, Logger: testLogger(t),
-		DialOptions: dialOptions(t, grpc.WithStreamInterceptor(heard.intercept)), Mono: mono(t),
-		Leaders: func(ctx context.Context) <-chan election.Info {
-			return election.Observe(ctx, cli, registry.Keys{}.Election())
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
-	a.SetDriver(d)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	d := runHeardAgent(t, heard, func(ctx context.Context) <-chan election.Info {
+		return election.Observe(ctx, cli, registry.Keys{}.Election())
+	})
 	waitMachines(t, e1.Engine, 1)
 	changes := launch(t, 2, "web")
 	changes = append(changes, engine.Change{Name: "db.service", File: parse(t, "db.service", simple), DesiredState: unit.Loaded})
@@ -1055,6 +1033,25 @@ func testEngineMachineBackChanged(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// runHeardAgent runs, until the test ends, machine m1's agent with the sim
+// driver, learning the leader from leaders, its streams' messages seen by
+// heard, and returns its driver.
+func runHeardAgent(t *testing.T, heard *enginesHeard, leaders func(context.Context) <-chan election.Info) *sim.Driver {
+	t.Helper()
+	a, err := agent.New(agent.Config{Machine: agent.Machine{ID: "m1", IP: "127.0.0.1"}, TTL: agentTTL, Logger: testLogger(t),
+		DialOptions: dialOptions(t, grpc.WithStreamInterceptor(heard.intercept)), Mono: mono(t), Leaders: leaders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := sim.New(sim.Config{Machine: "m1", Notify: a.Notify})
+	a.SetDriver(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return d
 }
 
 // enginesHeard is a gRPC stream interceptor for an agent that records the
