@@ -39,8 +39,9 @@ type FailoverReport struct {
 	Agents            *Percentiles `json:"agents_back_seconds,omitempty"`
 	ActiveSeconds     *float64     `json:"active_seconds"`
 	// FullSets counts the full sets the new leader gave the agents from
-	// its election until a second after every unit was active, by how (flotilla_agent_full_sets_total): "unchanged" to
-	// an agent that held the set already, "whole" otherwise.
+	// its election until a second after every unit was active, by how
+	// (flotilla_agent_full_sets_total): "unchanged" to an agent that held
+	// the set already, "whole" otherwise.
 	FullSets map[string]int64 `json:"full_sets,omitempty"`
 	// Completed says all three were reached.
 	Completed bool `json:"completed"`

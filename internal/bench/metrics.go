@@ -98,24 +98,17 @@ func ParseEtcdRequests(r io.Reader) (EtcdRequests, error) {
 // scrapeEtcd reads the request counts of the etcd serving clients at url
 // (scheme://host:port).
 func scrapeEtcd(ctx context.Context, hc *http.Client, url string) (EtcdRequests, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	resp, err := getMetrics(ctx, hc, url)
 	if err != nil {
-		return EtcdRequests{}, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return EtcdRequests{}, fmt.Errorf("etcd metrics: %w", err)
+		return EtcdRequests{}, fmt.Errorf("etcd %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return EtcdRequests{}, fmt.Errorf("etcd metrics: GET %s: %s", req.URL, resp.Status)
-	}
 	return ParseEtcdRequests(resp.Body)
 }
 
-// scrapeCounter reads the counter metric of the daemon whose API is at url
-// (scheme://host:port), by the value of its label.
-func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label string) (map[string]int64, error) {
+// getMetrics GETs the /metrics of the server at url (scheme://host:port);
+// the caller closes the answer's body.
+func getMetrics(ctx context.Context, hc *http.Client, url string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -124,10 +117,21 @@ func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label stri
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
 		return nil, fmt.Errorf("metrics: GET %s: %s", req.URL, resp.Status)
 	}
+	return resp, nil
+}
+
+// scrapeCounter reads the counter metric of the daemon whose API is at url
+// (scheme://host:port), by the value of its label.
+func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label string) (map[string]int64, error) {
+	resp, err := getMetrics(ctx, hc, url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {

@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -60,5 +63,29 @@ func TestEtcdRequestsSub(t *testing.T) {
 	want := EtcdRequests{Range: 9, Put: 7, Txn: 5, Delete: 3, Lease: 1, Watch: 0, Other: 4}
 	if got := a.Sub(b); got != want {
 		t.Errorf("Sub = %+v, want %+v", got, want)
+	}
+}
+
+// TestScrapeCounter: a counter is read by its label's values; a series
+// without the label is left out, and a server that does not answer 200 is
+// an error naming it.
+func TestScrapeCounter(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, "# TYPE flotilla_agent_full_sets_total counter\n"+
+			"flotilla_agent_full_sets_total{sent=\"unchanged\"} 9998\n"+
+			"flotilla_agent_full_sets_total{sent=\"whole\"} 2\n"+
+			"flotilla_agent_full_sets_total{sent=\"\"} 0\n")
+	}))
+	defer srv.Close()
+	got, err := scrapeCounter(t.Context(), srv.Client(), srv.URL, "flotilla_agent_full_sets_total", "sent")
+	if err != nil || len(got) != 2 || got["unchanged"] != 9998 || got["whole"] != 2 {
+		t.Fatalf("scrapeCounter = %v, %v; want unchanged 9998, whole 2", got, err)
+	}
+	if _, err := scrapeCounter(t.Context(), srv.Client(), srv.URL+"/nothing", "x", "y"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("a 404: err %v, want one naming it", err)
 	}
 }
