@@ -70,6 +70,12 @@ type Tokens struct {
 	byHash map[string]Token
 	loaded bool
 	gone   map[string]chan struct{} // by token ID: closed when it is revoked (Gone)
+	// looked holds, while follow reads every token (loading), the etcd
+	// revision at which each token lookup found in etcd was last
+	// written: the read may be older than the lookup, and a token made
+	// since it is kept, not taken for revoked (follow).
+	loading bool
+	looked  map[string]int64
 }
 
 // NewTokens returns the token store of the cluster whose keys start with
@@ -107,6 +113,9 @@ func (s *Tokens) Run(ctx context.Context) {
 }
 
 func (s *Tokens) follow(ctx context.Context) error {
+	s.mu.Lock()
+	s.loading, s.looked = true, map[string]int64{}
+	s.mu.Unlock()
 	resp, err := s.cli.Get(ctx, s.tokensKey(), clientv3.WithPrefix())
 	if err != nil {
 		return err
@@ -119,7 +128,19 @@ func (s *Tokens) follow(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
+	// A token looked up meanwhile, written after this read, is no
+	// revoked one: the watch, from the read's revision on, tells its
+	// fate. Dropped, its Gone was closed, and the streams it had just
+	// opened ended.
+	for h, rev := range s.looked {
+		if _, ok := m[h]; !ok && rev > resp.Header.Revision {
+			if t, ok := s.byHash[h]; ok {
+				m[h] = t
+			}
+		}
+	}
 	s.byHash, s.loaded = m, true
+	s.loading, s.looked = false, nil
 	s.closeGone()
 	s.mu.Unlock()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -211,6 +232,9 @@ func (s *Tokens) lookup(ctx context.Context, secret string) (Token, error) {
 	}
 	s.mu.Lock()
 	s.byHash[h] = t // until the watch says otherwise: Gone knows it
+	if s.loading {
+		s.looked[h] = resp.Kvs[0].ModRevision
+	}
 	s.mu.Unlock()
 	return t, nil
 }
