@@ -125,7 +125,8 @@ func getMetrics(ctx context.Context, hc *http.Client, url string) (*http.Respons
 }
 
 // scrapeCounter reads the counter metric of the daemon whose API is at url
-// (scheme://host:port), by the value of its label.
+// (scheme://host:port), by the value of its label; with no label, the
+// counter's sum is under "".
 func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label string) (map[string]int64, error) {
 	resp, err := getMetrics(ctx, hc, url)
 	if err != nil {
@@ -139,11 +140,17 @@ func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label stri
 	}
 	out := map[string]int64{}
 	for _, m := range fams[metric].GetMetric() {
+		if label == "" {
+			out[""] += int64(m.GetCounter().GetValue())
+		}
 		for _, l := range m.GetLabel() {
-			if l.GetName() == label && l.GetValue() != "" {
+			if label != "" && l.GetName() == label && l.GetValue() != "" {
 				out[l.GetValue()] += int64(m.GetCounter().GetValue())
 			}
 		}
 	}
 	return out, nil
 }
+
+// leaderChangesMetric counts the terms a daemon saw begin.
+const leaderChangesMetric = "flotilla_leader_changes_total"

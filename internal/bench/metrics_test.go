@@ -78,12 +78,20 @@ func TestScrapeCounter(t *testing.T) {
 		io.WriteString(w, "# TYPE flotilla_agent_full_sets_total counter\n"+
 			"flotilla_agent_full_sets_total{sent=\"unchanged\"} 9998\n"+
 			"flotilla_agent_full_sets_total{sent=\"whole\"} 2\n"+
-			"flotilla_agent_full_sets_total{sent=\"\"} 0\n")
+			"flotilla_agent_full_sets_total{sent=\"\"} 0\n"+
+			"# TYPE flotilla_leader_changes_total counter\n"+
+			"flotilla_leader_changes_total 3\n")
 	}))
 	defer srv.Close()
 	got, err := scrapeCounter(t.Context(), srv.Client(), srv.URL, "flotilla_agent_full_sets_total", "sent")
 	if err != nil || len(got) != 2 || got["unchanged"] != 9998 || got["whole"] != 2 {
 		t.Fatalf("scrapeCounter = %v, %v; want unchanged 9998, whole 2", got, err)
+	}
+	if got, err := scrapeCounter(t.Context(), srv.Client(), srv.URL, leaderChangesMetric, ""); err != nil || len(got) != 1 || got[""] != 3 {
+		t.Errorf("scrapeCounter of a counter without labels = %v, %v; want 3 under \"\"", got, err)
+	}
+	if got, err := scrapeCounter(t.Context(), srv.Client(), srv.URL, "flotilla_agent_full_sets_total", ""); err != nil || got[""] != 10000 {
+		t.Errorf("scrapeCounter with no label = %v, %v; want the sum, 10000", got, err)
 	}
 	if _, err := scrapeCounter(t.Context(), srv.Client(), srv.URL+"/nothing", "x", "y"); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("a 404: err %v, want one naming it", err)

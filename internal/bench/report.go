@@ -65,6 +65,11 @@ type Report struct {
 	OtherCPUSeconds float64 `json:"other_cpu_seconds"`
 	// HostCPUs is the number of CPUs of the host.
 	HostCPUs int `json:"host_cpus"`
+	// LeaderChanges counts the new terms the leader's daemon saw from the
+	// start request until every unit was active (or the run gave up): 0
+	// unless the leader lost its term mid-run, and then the figures
+	// include a new term's load (the engines' logs are printed).
+	LeaderChanges int64 `json:"leader_changes"`
 	// Peak resident memory over each process's life (VmHWM): the largest
 	// engine, the agent processes summed, the etcd process.
 	EnginePeakRSSBytes int64 `json:"engine_peak_rss_bytes"`
@@ -274,6 +279,9 @@ func (r *Report) WriteText(w io.Writer) {
 		e.Range, e.Put, e.Txn, e.Delete, e.Lease, e.Watch, e.Other, float64(e.Total())/float64(max(r.Units, 1)))
 	fmt.Fprintf(w, "CPU seconds    engine %.2f  agents %.2f  etcd %.2f  bench %.2f  (other processes %.2f, of %d CPUs)\n",
 		r.EngineCPUSeconds, r.AgentCPUSeconds, r.EtcdCPUSeconds, r.BenchCPUSeconds, r.OtherCPUSeconds, r.HostCPUs)
+	if r.LeaderChanges > 0 {
+		fmt.Fprintf(w, "LEADER CHANGED %d %s during the run: the figures include a new term's load\n", r.LeaderChanges, plural(int(r.LeaderChanges), "time", "times"))
+	}
 	fmt.Fprintf(w, "peak memory    engine %s  agents %s  etcd %s\n",
 		fmtBytes(r.EnginePeakRSSBytes), fmtBytes(r.AgentPeakRSSBytes), fmtBytes(r.EtcdPeakRSSBytes))
 	if r.EtcdDBBytes > 0 {

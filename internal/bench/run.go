@@ -366,6 +366,10 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	if err != nil {
 		return nil, err
 	}
+	termsBefore, err := scrapeCounter(ctx, hc, base, leaderChangesMetric, "")
+	if err != nil {
+		return nil, err
+	}
 	var pollers *statePollers
 	if cfg.StatePollers > 0 {
 		pollers = startStatePollers(ctx, cfg.StatePollers, base+cfg.StatePath, cfg.StateConditional, c.tls)
@@ -416,6 +420,10 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 	if err != nil {
 		return nil, err
 	}
+	termsAfter, err := scrapeCounter(ctx, hc, base, leaderChangesMetric, "")
+	if err != nil {
+		return nil, err
+	}
 
 	r := &Report{
 		Registry: registry, Engines: cfg.Engines, Agents: cfg.Agents, AgentProcesses: len(c.agents),
@@ -428,6 +436,13 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 		EtcdCPUSeconds:   round3((statsAfter.etcdCPU - statsBefore.etcdCPU).Seconds()),
 		BenchCPUSeconds:  round3((statsAfter.benchCPU - statsBefore.benchCPU).Seconds()),
 		HostCPUs:         runtime.NumCPU(),
+		LeaderChanges:    termsAfter[""] - termsBefore[""],
+	}
+	if r.LeaderChanges > 0 {
+		prog.phase("the leader's term changed %d times during the run: these figures include a new term's load", r.LeaderChanges)
+		for _, p := range c.engines {
+			prog.phase("the end of %s's log (warnings and errors):\n%s", p.name, p.tail(40))
+		}
 	}
 	ours := (statsAfter.engineCPU + statsAfter.agentCPU + statsAfter.etcdCPU + statsAfter.benchCPU) -
 		(statsBefore.engineCPU + statsBefore.agentCPU + statsBefore.etcdCPU + statsBefore.benchCPU)
