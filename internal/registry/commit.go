@@ -42,7 +42,7 @@ func (o Op) size() int { return len(o.Key) + len(o.Value) + 16 }
 // Thousands of changes thus cost tens of transactions and, with etcd far
 // away, a few round trips.
 type Committer struct {
-	kv         pb.KVClient // the client's connection (txn)
+	kv         txnSender   // the client's connection (txn)
 	fence      *pb.Compare // made once: clientv3.Cmp's getters may write
 	maxOps     int
 	maxBytes   int
@@ -98,21 +98,21 @@ func NewCommitter(cli *clientv3.Client, fence clientv3.Cmp, cfg CommitterConfig)
 	return &Committer{kv: kvClientOf(cli), fence: fence.GetCompare(), maxOps: cfg.MaxOps, maxBytes: cfg.MaxBytes, observe: cfg.Observe, inFlight: cfg.InFlight, txnTimeout: cfg.TxnTimeout, reqs: make(chan *commitReq, 1024)}
 }
 
-// kvClientOf returns etcd's KV client on cli's gRPC connection or, for a
-// client without one (an in-process etcd behind clientv3.NewCtxClient,
-// internal/memetcd), the one its KV gives. nil for no client (a test's
-// core that never commits).
-func kvClientOf(cli *clientv3.Client) pb.KVClient {
+// kvClientOf returns the transaction sender on cli's gRPC connection or,
+// for a client without one (an in-process etcd behind
+// clientv3.NewCtxClient, internal/memetcd), through the KV client its KV
+// gives. None (ok false) for no client (a test's core that never commits).
+func kvClientOf(cli *clientv3.Client) txnSender {
 	if cli == nil {
-		return nil
+		return txnSender{}
 	}
 	if conn := cli.ActiveConnection(); conn != nil {
-		return pb.NewKVClient(conn)
+		return txnSender{conn: conn, codec: newTxnOutcomeCodec()}
 	}
 	if kv, ok := cli.KV.(interface{ KVClient() pb.KVClient }); ok {
-		return kv.KVClient()
+		return txnSender{kv: kv.KVClient()}
 	}
-	return nil
+	return txnSender{}
 }
 
 // Commit writes ops and returns once they are durable in etcd (nil), or
@@ -363,7 +363,7 @@ func (r *commitReq) finish(err error) {
 }
 
 func (c *Committer) txn(ctx context.Context, ops []*pb.RequestOp) error {
-	if c.kv == nil {
+	if !c.kv.ok() {
 		return errors.New("registry: etcd write: the etcd client has no connection to write on")
 	}
 	start := time.Now()
@@ -373,7 +373,7 @@ func (c *Committer) txn(ctx context.Context, ops []*pb.RequestOp) error {
 	// interceptors (authentication, retry of requests never sent) and the
 	// call options its Txn would use; only clientv3's Op is left out
 	// (requestOps).
-	resp, err := c.kv.Txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{c.fence}, Success: ops},
+	resp, err := c.kv.txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{c.fence}, Success: ops},
 		grpc.WaitForReady(true), grpc.MaxCallSendMsgSize(math.MaxInt32), grpc.MaxCallRecvMsgSize(math.MaxInt32))
 	if err != nil {
 		err = clientv3.ContextError(ctx, err)
@@ -384,12 +384,12 @@ func (c *Committer) txn(ctx context.Context, ops []*pb.RequestOp) error {
 	if err != nil {
 		return fmt.Errorf("registry: etcd write: %w", err)
 	}
-	if !resp.Succeeded {
+	if !resp.succeeded {
 		return ErrFenced
 	}
 	for {
 		cur := c.rev.Load()
-		if resp.Header.Revision <= cur || c.rev.CompareAndSwap(cur, resp.Header.Revision) {
+		if resp.revision <= cur || c.rev.CompareAndSwap(cur, resp.revision) {
 			break
 		}
 	}
