@@ -2,6 +2,7 @@ package state
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -72,7 +73,9 @@ func appendUnits(b []byte, units []Unit, base *Snapshot) ([]byte, []uint32) {
 		old, oldAt = base.Units, base.unitAt
 	}
 	p := 0 // units[i]'s place in old, or where it would be
+	start := len(b)
 	for i := 0; i < len(units); {
+		b = room(b, unitRoom, start, i, len(units))
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -99,7 +102,7 @@ func appendUnits(b []byte, units []Unit, base *Snapshot) ([]byte, []uint32) {
 		for k := i0; k < i; k++ {
 			at[k] = oldAt[p0+k-i0] + shift
 		}
-		b = append(b, base.json[from:to]...)
+		b = append(room(b, to-from, start, i0, len(units)), base.json[from:to]...)
 	}
 	at[len(units)] = uint32(len(b))
 	if len(b) > math.MaxUint32 {
@@ -288,3 +291,29 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// unitRoom is the room appendUnits makes before encoding a unit: more than
+// nearly any unit takes (one that takes more grows b as append does).
+const unitRoom = 2048
+
+// room returns b with room for n more bytes. Where it must grow b, done of
+// total units having been written from b[start:], it grows b to what the
+// units left are likely to take (as many bytes each as the ones written
+// took, or unitGuess before any, and a sixteenth more), not by doubling: an answer is megabytes (hundreds of
+// them at a million units), and each doubling copies it all again. Pollers
+// read a new state every tenth of a second during a start, and each grew
+// its buffer this way a few times over when its units grew (states and
+// machines filled in) past the last answer's size.
+func room(b []byte, n, start, done, total int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	left, each := total-done, unitGuess
+	if done > 0 {
+		each = (len(b) - start) / done
+	}
+	return slices.Grow(b, n+each*left+each*left/16)
+}
+
+// unitGuess is about what a unit takes encoded, before any is.
+const unitGuess = 256

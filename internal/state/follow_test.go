@@ -132,17 +132,18 @@ func TestFollowHoldsNoChain(t *testing.T) {
 
 // BenchmarkFollow is the encoding of a state of 100,000 units on 1,000
 // machines after one already encoded, with 1% of the units changed since,
-// against encoding it afresh.
+// against encoding it afresh, and after one of half as many units (as
+// during a start, when the units and their states are coming).
 func BenchmarkFollow(b *testing.B) {
 	r := rand.New(rand.NewPCG(7, 8))
 	prev := sample(100_000, 1000)
 	prev.JSON()
 	s := next(r, prev, 1000, 0, 0)
-	for _, base := range []*Snapshot{prev, nil} {
-		name := "after-encoded"
-		if base == nil {
-			name = "afresh"
-		}
+	half := &Snapshot{Generation: prev.Generation, Revision: prev.Revision, Leader: prev.Leader, Machines: prev.Machines, Units: prev.Units[:50_000]}
+	half.JSON()
+	names := map[*Snapshot]string{prev: "after-encoded", nil: "afresh", half: "after-half"}
+	for _, base := range []*Snapshot{prev, nil, half} {
+		name := names[base]
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				c := &Snapshot{Generation: s.Generation, Revision: s.Revision, Leader: s.Leader, Machines: s.Machines, Units: s.Units}
@@ -151,5 +152,33 @@ func BenchmarkFollow(b *testing.B) {
 				b.SetBytes(int64(len(c.json)))
 			}
 		})
+	}
+}
+
+// TestFollowSizesItsBuffer: an encoding that follows another takes about
+// the room it needs, whatever the one it follows held: a few units under
+// many machines (a start's first state) once gave each later encoding
+// thousands of times its size, and a state whose units grew since had its
+// buffer doubled and copied over and over.
+func TestFollowSizesItsBuffer(t *testing.T) {
+	whole := sample(20_000, 1000)
+	for _, tc := range []struct {
+		name string
+		base *Snapshot
+	}{
+		{"afresh", nil},
+		{"after a few units", &Snapshot{Generation: 1, Leader: whole.Leader, Machines: whole.Machines, Units: whole.Units[:5]}},
+		{"after half", &Snapshot{Generation: 1, Leader: whole.Leader, Machines: whole.Machines, Units: whole.Units[:10_000]}},
+		{"after all", &Snapshot{Generation: 1, Leader: whole.Leader, Machines: whole.Machines, Units: whole.Units}},
+	} {
+		if tc.base != nil {
+			tc.base.JSON()
+		}
+		s := &Snapshot{Generation: 2, Leader: whole.Leader, Machines: whole.Machines, Units: whole.Units}
+		s.Follow(tc.base)
+		b := s.JSON()
+		if c := cap(b); c > len(b)+len(b)/4 {
+			t.Errorf("%s: %d bytes encoded in a buffer of %d", tc.name, len(b), c)
+		}
 	}
 }

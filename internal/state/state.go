@@ -120,9 +120,15 @@ func (s *Snapshot) JSON() []byte {
 		encoded(s, false)
 		d, _ := cputime.Of(func() {
 			base := s.base.Load()
-			size := 256*len(s.Units) + 1024
-			if base != nil {
-				size = len(base.json) + len(base.json)/16 + 1024
+			// Afresh, room for the first units: appendUnits then grows
+			// b to what they took a unit, for the rest.
+			size := unitGuess*min(len(s.Units), 1024) + 1024
+			if n := len(base.unitsAt()) - 1; n > 0 {
+				// base's head (its machines, mostly the same) and as
+				// many bytes a unit as base's units took, and a
+				// sixteenth more: appendUnits grows b if that is short.
+				head, each := int(base.unitAt[0]), int(base.unitAt[n]-base.unitAt[0])/n
+				size = head + each*len(s.Units) + each*len(s.Units)/16 + 1024
 			}
 			st := s.view(nil, len(s.Units), "")
 			b := appendHead(make([]byte, 0, size), &st)
@@ -134,6 +140,15 @@ func (s *Snapshot) JSON() []byte {
 		s.base.Store(nil)
 	})
 	return s.json
+}
+
+// unitsAt is where each unit of s begins in its encoding, and where the
+// last ends; nil for a nil s, or one not encoded yet.
+func (s *Snapshot) unitsAt() []uint32 {
+	if s == nil {
+		return nil
+	}
+	return s.unitAt
 }
 
 // Follow tells s the snapshot published before it, prev: if prev is
