@@ -27,6 +27,10 @@ type FailoverReport struct {
 	// registry prepare nothing: they are not waited for.
 	StandbySeconds float64 `json:"standby_seconds"`
 	StandbyReady   bool    `json:"standby_ready"`
+	// LeaderMovedBeforeKill says the engine leading at the kill was not
+	// the one the run began with: a term had ended on its own (the
+	// engines' logs are printed).
+	LeaderMovedBeforeKill bool `json:"leader_moved_before_kill,omitempty"`
 	// LeaderSeconds, AgentsSeconds and ActiveSeconds are from the kill
 	// (nil: not reached within the timeout). AgentsSeconds is when the
 	// last agent opened its stream to the new leader, as the leader lists
@@ -51,6 +55,28 @@ type FailoverReport struct {
 	Error     string `json:"error,omitempty"`
 }
 
+// leading returns the engine leading now, the one to kill. A leader that
+// is not the one the run began with lost its term on its own (the figures
+// of the run and of the failover then say little about a failover): it is
+// said, and noted in r.
+func leading(ctx context.Context, c *cluster, r *FailoverReport, prog *progress) (*process, error) {
+	if api, err := c.findLeader(ctx); err == nil && api != c.leaderAPI {
+		prog.phase("failover: the leader is no longer the engine at %s but the one at %s: a term ended on its own before the kill", c.leaderAPI, api)
+		for _, p := range c.engines {
+			if !p.killed {
+				prog.phase("the end of %s's log (warnings and errors):\n%s", p.name, p.tail(40))
+			}
+		}
+		c.leaderAPI, r.LeaderMovedBeforeKill = api, true
+	}
+	for i, a := range c.engineAPI {
+		if a == c.leaderAPI && !c.engines[i].killed {
+			return c.engines[i], nil
+		}
+	}
+	return nil, fmt.Errorf("failover: no running engine serves %s, the leader's API", c.leaderAPI)
+}
+
 // measureFailover kills the leading engine and measures the new leader's
 // way to a whole cluster. It leaves c.leaderAPI naming the new leader.
 func measureFailover(ctx context.Context, c *cluster, prog *progress) (*FailoverReport, error) {
@@ -65,19 +91,18 @@ func measureFailover(ctx context.Context, c *cluster, prog *progress) (*Failover
 	if err != nil {
 		return nil, err
 	}
-	var victim *process
-	for i, a := range c.engineAPI {
-		if a == c.leaderAPI && !c.engines[i].killed {
-			victim = c.engines[i]
-		}
+	victim, err := leading(ctx, c, r, prog)
+	if err != nil {
+		return nil, err
 	}
-	if victim == nil {
-		return nil, fmt.Errorf("failover: no running engine serves %s, the leader's API", c.leaderAPI)
-	}
-	r.Killed = victim.name
 	waited := time.Now()
 	r.StandbyReady = waitStandbys(ctx, c, victim, prog)
 	r.StandbySeconds = round3(time.Since(waited).Seconds())
+	// The term may have ended on its own while the standbys prepared.
+	if victim, err = leading(ctx, c, r, prog); err != nil {
+		return nil, err
+	}
+	r.Killed = victim.name
 	// With --profile, the surviving engines and the agents' processes are
 	// profiled from the kill until the cluster is whole again (files
 	// <registry>-failover-...).

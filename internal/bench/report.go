@@ -318,6 +318,9 @@ func (r *Report) WriteText(w io.Writer) {
 		if !f.StandbyReady {
 			ready = fmt.Sprintf("the standbys had not prepared after %.1f s", f.StandbySeconds)
 		}
+		if f.LeaderMovedBeforeKill {
+			ready += "; THE LEADER HAD CHANGED BEFORE THE KILL: a term ended on its own"
+		}
 		fmt.Fprintf(w, "failover       %s killed (%s): a new leader serving after %s, every agent reconnected after %s, every unit active in its state after %s; %d units started meanwhile",
 			f.Killed, ready, secs(f.LeaderSeconds), secs(f.AgentsSeconds), secs(f.ActiveSeconds), f.Restarted)
 		if f.Error != "" {
