@@ -66,3 +66,40 @@ func TestTermOutlivesItsSessionKeepAlive(t *testing.T) {
 		t.Fatalf("Done not closed %v after the lease was revoked", 2*granted)
 	}
 }
+
+// TestTermRenewsThroughSlowAnswers: renewals whose answers take longer
+// than a third of the TTL to come back (a far etcd, or a leader whose
+// goroutines wait for a CPU) keep the term valid: each is waited for, and
+// the next ones go out meanwhile.
+func TestTermRenewsThroughSlowAnswers(t *testing.T) {
+	srv := etcdtest.Start(t)
+	proxy := srv.Proxy(t)
+	cli := proxy.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const ttl = 3 * time.Second
+	a, err := Campaign(ctx, cli, "/t/slow/", ttl, Info{Machine: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Resign(context.Background())
+	// 700 ms each way: an answer comes 1.4 s after its request, more than
+	// the third of the TTL (1 s) the renewals are sent apart.
+	proxy.Delay(700 * time.Millisecond)
+	time.Sleep(ttl) // the renewals sent before the delay are answered
+	deadline := time.Now().Add(2 * ttl)
+	invalid := 0
+	for time.Now().Before(deadline) {
+		select {
+		case <-a.Done():
+			t.Fatalf("the term ended: %v", a.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if !a.Valid(time.Now()) {
+			invalid++
+		}
+	}
+	if invalid > 0 {
+		t.Errorf("Valid was false %d times in %v of answers 1.4 s late, with a TTL of %v", invalid, 2*ttl, ttl)
+	}
+}

@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"bytes"
 	"net"
 	"strings"
 	"sync"
@@ -16,7 +17,8 @@ import (
 // new ones are accepted, but no byte passes in either direction, so
 // requests hang until their deadlines. Restore lets what waited through.
 // etcd itself keeps running meanwhile: leases of clients behind the proxy
-// expire on time.
+// expire on time. Delay makes every byte take longer each way instead, as
+// a far etcd or a client whose goroutines wait for a CPU would see.
 type Proxy struct {
 	// Endpoint is the proxy's client URL.
 	Endpoint string
@@ -27,7 +29,23 @@ type Proxy struct {
 	open   chan struct{} // closed while traffic passes
 	conns  map[net.Conn]struct{}
 	closed bool
+	delay  time.Duration
 	wg     sync.WaitGroup
+}
+
+// Delay holds each byte d (each way) before passing it on, from now on;
+// 0 passes them at once. Bytes are not held behind each other: a chunk
+// read at T is written at T+d.
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
+}
+
+func (p *Proxy) delayOf() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.delay
 }
 
 // Proxy starts a proxy in front of s, closed when the test ends.
@@ -141,21 +159,41 @@ func (p *Proxy) serve() {
 	}
 }
 
-// pipe copies src to dst, holding each chunk while the proxy is cut.
+// pipe copies src to dst, holding each chunk while the proxy is cut, and
+// until the delay has passed since it was read.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer dst.Close()
 	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			<-p.gate()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+	type chunk struct {
+		at time.Time
+		b  []byte
+	}
+	chunks, done := make(chan chunk, 64), make(chan struct{})
+	defer close(done)
+	go func() {
+		defer close(chunks)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				select {
+				case chunks <- chunk{time.Now(), bytes.Clone(buf[:n])}:
+				case <-done:
+					return
+				}
+			}
+			if err != nil {
+				return // EOF or a broken connection: close both sides
 			}
 		}
-		if err != nil {
-			return // EOF or a broken connection: close both sides
+	}()
+	for c := range chunks {
+		if d := p.delayOf(); d > 0 {
+			time.Sleep(time.Until(c.at.Add(d)))
+		}
+		<-p.gate()
+		if _, err := dst.Write(c.b); err != nil {
+			return
 		}
 	}
 }
