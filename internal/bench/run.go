@@ -439,7 +439,7 @@ func runOne(ctx context.Context, cfg *Config, registry string, prog *progress) (
 		LeaderChanges:    termsAfter[""] - termsBefore[""],
 	}
 	if r.LeaderChanges > 0 {
-		prog.phase("the leader's term changed %d times during the run: these figures include a new term's load", r.LeaderChanges)
+		prog.phase("the leader's term changed %d %s during the run: these figures include a new term's load", r.LeaderChanges, plural(int(r.LeaderChanges), "time", "times"))
 		for _, p := range c.engines {
 			prog.phase("the end of %s's log (warnings and errors):\n%s", p.name, p.tail(40))
 		}

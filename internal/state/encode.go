@@ -299,11 +299,12 @@ const unitRoom = 2048
 // room returns b with room for n more bytes. Where it must grow b, done of
 // total units having been written from b[start:], it grows b to what the
 // units left are likely to take (as many bytes each as the ones written
-// took, or unitGuess before any, and a sixteenth more), not by doubling: an answer is megabytes (hundreds of
-// them at a million units), and each doubling copies it all again. Pollers
-// read a new state every tenth of a second during a start, and each grew
-// its buffer this way a few times over when its units grew (states and
-// machines filled in) past the last answer's size.
+// took, or unitGuess before any, and a sixteenth more), not by doubling:
+// an answer is megabytes (hundreds of them at a million units), and each
+// doubling copies it all again. Pollers read a new state every tenth of a
+// second during a start, and each grew its buffer a few times over when
+// its units grew (states and machines filled in) past the last answer's
+// size.
 func room(b []byte, n, start, done, total int) []byte {
 	if cap(b)-len(b) >= n {
 		return b
