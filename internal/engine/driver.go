@@ -19,7 +19,8 @@ import (
 //     the write is durable.
 //   - messages to agents, queued on each machine's connection (the
 //     connection's pending set, stream.go: a unit's latest assignment
-//     wins), which its sender sends once woken (wakeHold);
+//     wins), which the term's senders send once it is readied (wakeHold,
+//     senders.go);
 //   - answers to requests, on each request's buffered reply channel;
 //   - views and snapshots for readers, published by pointer (views.go,
 //     publish.go).

@@ -20,8 +20,9 @@ import (
 )
 
 // agentConn is one agent's stream. Assignments for it are queued in
-// pending and sent by its sender goroutine, so the loop never blocks on a
-// slow agent: a unit changed twice before the agent read it is sent once.
+// pending and sent by the term's senders (sendPool; in the etcd registry
+// mode, by the machine's writer), so the loop never blocks on a slow
+// agent: a unit changed twice before the agent read it is sent once.
 // What is queued is the unit's record (records are never changed once
 // published): the sender makes the assignment, off the term's lock, which
 // a million units stopped at once held for the making of a million.
@@ -61,6 +62,14 @@ type agentConn struct {
 	// says the full set to send is that one (take).
 	hello     *agentpb.Hello
 	unchanged bool
+	// pool serves the stream's sends (nil: its writer takes wake); its
+	// place there is sendState, under the pool's lock.
+	pool      *sendPool
+	sendState sendState
+	// out is the stream's sending end while its handler runs, under
+	// sendMu, which a send holds.
+	sendMu sync.Mutex
+	out    *streamOut
 }
 
 // maxSentFiles bounds the file texts an agent keeps by key for a stream:
@@ -148,6 +157,10 @@ func (c *agentConn) queueDestroyed(name string) {
 }
 
 func signalConn(c *agentConn) {
+	if c.pool != nil {
+		c.pool.ready(c)
+		return
+	}
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -280,7 +293,7 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	}
 	defer t.detach(conn)
-	conn.byHash = hello.FilesByHash // before its sender starts, below
+	conn.byHash = hello.FilesByHash // before its sends are served, below
 	t.streams.Add(1)
 	defer t.streams.Add(-1)
 	t.lastAttach.Store(time.Now().UnixNano())
@@ -289,13 +302,13 @@ func (e *Engine) Connect(stream agentpb.Engine_ConnectServer) error {
 	log := e.log.With("agent", conn.machine, "leader_rev", t.info.Rev)
 	log.Debug("agent connected", "units", len(hello.Units))
 
-	// The stream is written on this goroutine and read on one other: a
-	// leader holds thousands of streams, and each goroutine is a stack.
-	// The reader ends once this handler returns (the stream's context
-	// ends with it), if not before.
+	// The stream is read on a goroutine of its own and written by the
+	// term's senders; this one waits for its end. The reader ends once
+	// this handler returns (the stream's context ends with it), if not
+	// before.
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- t.recvLoop(stream, conn) }()
-	err = t.send(stream, conn, recvErr)
+	err = t.wait(stream, conn, recvErr)
 	switch {
 	case errors.Is(err, errLeft):
 		log.Info("machine left the cluster; its units are placed elsewhere")
@@ -370,65 +383,107 @@ func (e *Engine) helloAllowed(ctx context.Context, m *agentpb.Machine) error {
 	return nil
 }
 
-// send sends an agent its assignments and, when idle, heartbeats, each
-// stamped with the leader's monotonic send time: the agent times its
-// singleton units' deadline from it. Nothing is sent while the term's lease
-// is not known to be held (a deposed leader must not renew anyone's
-// deadline) or while the agent has been silent for muteAfter (a frozen
-// agent would read the queued messages late; the leader's count of the
-// machine's cut-off time starts from the last message it sent).
-// It returns when the stream is replaced or the term ends (nil), when a
-// send fails, or with the reader's error once the reader ends (recvErr).
-func (t *term) send(stream agentpb.Engine_ConnectServer, c *agentConn, recvErr <-chan error) error {
-	interval := t.heartbeat()
-	hb := time.NewTicker(interval)
-	defer hb.Stop()
-	var enginesSent uint64
-	emit := func(msg *agentpb.EngineMessage) error {
-		withEngines(msg, &t.engines, &enginesSent)
-		now := t.e.cfg.Now()
-		msg.SentMonoNano = int64(t.e.cfg.Mono())
-		// Every message tells the interval; a shorter one counts once
-		// sent, a longer one once the agent can have read it (muteAfterFor
-		// takes the longer of the two meanwhile).
-		interval = t.heartbeat()
-		msg.HeartbeatMs = max(interval.Milliseconds(), 1)
-		if told := time.Duration(c.toldHeartbeat.Load()); interval > told || told == 0 {
-			c.toldHeartbeat.Store(int64(interval))
-		}
-		c.sentNano.Store(now.UnixNano())
-		err := stream.Send(msg)
-		c.toldHeartbeat.Store(int64(interval))
-		return err
+// streamOut is a stream's sending end, which its handler gives the
+// term's senders: its interval between heartbeats and the timer that
+// readies it for the next, and where a failed send is told.
+type streamOut struct {
+	stream      agentpb.Engine_ConnectServer
+	interval    time.Duration
+	enginesSent uint64
+	hb          *time.Timer
+	hbDue       atomic.Bool
+	failed      chan error
+	ended       bool
+}
+
+// wait gives the stream's sends to the term's senders and waits until it
+// is replaced or the term ends (nil), a send fails, or the reader ends
+// (recvErr, with its error). No send is under way or begins once it
+// returns.
+func (t *term) wait(stream agentpb.Engine_ConnectServer, c *agentConn, recvErr <-chan error) error {
+	o := &streamOut{stream: stream, interval: t.heartbeat(), failed: make(chan error, 1)}
+	o.hb = time.AfterFunc(o.interval, func() {
+		o.hbDue.Store(true)
+		signalConn(c)
+	})
+	c.sendMu.Lock()
+	c.out = o
+	c.sendMu.Unlock()
+	signalConn(c) // whatever was queued before
+	var err error
+	select {
+	case <-c.done:
+	case err = <-o.failed:
+	case err = <-recvErr:
+	case <-t.ctx.Done():
+	case <-stream.Context().Done():
+		err = stream.Context().Err()
 	}
-	for {
-		if t.maySpeak(c) {
-			if msg := c.take(t.info.Rev); msg != nil {
-				if err := emit(msg); err != nil {
-					return err
-				}
-				hb.Reset(interval)
-			}
-		}
-		select {
-		case <-c.wake:
-		case <-hb.C:
-			if t.maySpeak(c) {
-				if err := emit(&agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{UnixNano: t.e.cfg.Now().UnixNano()}}}); err != nil {
-					return err
-				}
-				hb.Reset(interval)
-			}
-		case <-c.done:
-			return nil
-		case err := <-recvErr:
-			return err
-		case <-t.ctx.Done():
-			return nil
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		}
+	c.sendMu.Lock()
+	o.ended = true
+	c.out = nil
+	c.sendMu.Unlock()
+	o.hb.Stop()
+	return err
+}
+
+// serveStream sends the agent on c its assignments, or a heartbeat when
+// one is due and nothing else is to be sent, each stamped with the
+// leader's monotonic send time: the agent times its singleton units'
+// deadline from it. Nothing is sent while the term's lease is not known
+// to be held (a deposed leader must not renew anyone's deadline) or while
+// the agent has been silent for muteAfter (a frozen agent would read the
+// queued messages late; the leader's count of the machine's cut-off time
+// starts from the last message it sent). The term's senders call it
+// (sendPool), never twice at once for one stream.
+func (t *term) serveStream(c *agentConn) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	o := c.out
+	if o == nil || o.ended {
+		return // not yet handed over, or ended: the handler readies it
 	}
+	if !t.maySpeak(c) {
+		if o.hbDue.Swap(false) {
+			o.hb.Reset(o.interval)
+		}
+		return
+	}
+	msg := c.take(t.info.Rev)
+	if msg == nil {
+		if !o.hbDue.Swap(false) {
+			return
+		}
+		msg = &agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{UnixNano: t.e.cfg.Now().UnixNano()}}}
+	}
+	if err := t.sendOn(c, o, msg); err != nil {
+		o.ended = true
+		o.failed <- err
+		return
+	}
+	o.hbDue.Store(false)
+	o.hb.Reset(o.interval)
+}
+
+// sendOn sends msg on o's stream with the leader's send time and heartbeat
+// interval, and the engines' addresses when they changed since the stream
+// was last told. Callers hold c.sendMu.
+func (t *term) sendOn(c *agentConn, o *streamOut, msg *agentpb.EngineMessage) error {
+	withEngines(msg, &t.engines, &o.enginesSent)
+	now := t.e.cfg.Now()
+	msg.SentMonoNano = int64(t.e.cfg.Mono())
+	// Every message tells the interval; a shorter one counts once sent, a
+	// longer one once the agent can have read it (muteAfterFor takes the
+	// longer of the two meanwhile).
+	o.interval = t.heartbeat()
+	msg.HeartbeatMs = max(o.interval.Milliseconds(), 1)
+	if told := time.Duration(c.toldHeartbeat.Load()); o.interval > told || told == 0 {
+		c.toldHeartbeat.Store(int64(o.interval))
+	}
+	c.sentNano.Store(now.UnixNano())
+	err := o.stream.Send(msg)
+	c.toldHeartbeat.Store(int64(o.interval))
+	return err
 }
 
 // maySpeak reports whether the leader may send c anything now: its lease
@@ -450,6 +505,7 @@ var errLeft = errors.New("the machine left the cluster")
 func (t *term) attach(h *agentpb.Hello) (*agentConn, error) {
 	at := t.e.cfg.Now()
 	conn := t.newConn(h.Machine.Id, at)
+	conn.pool = t.senders
 	conn.hello = &agentpb.Hello{WantsCount: h.WantsCount, WantsDigest: h.WantsDigest} // not the states: garbage once taken
 	res := make(chan error, 1)
 	t.inbox.put(&attachInput{pm: h.Machine, units: h.Units, conn: conn, at: at, check: true, res: res})

@@ -377,6 +377,8 @@ type term struct {
 	inbox *inboxes
 	// hold gathers senders to wake after a slice of placements (stream.go).
 	hold wakeHold
+	// senders send the agents' streams their messages (senders.go).
+	senders *sendPool
 	// streams counts the agents' open streams: with the decision state's
 	// shortestLostAfter it sets the heartbeat interval (heartbeat.go).
 	streams atomic.Int64
@@ -432,6 +434,7 @@ func newTerm(parent context.Context, e *Engine, el *election.Term, fol *registry
 		inbox:         newInboxes(),
 	}
 	t.commitCtx, t.stopCommit = context.WithCancel(ctx)
+	t.senders = newSendPool(t.serveStream, sendWorkers(), maxSendWorkers, ctx.Done())
 	// The load takes as long as the cluster's size needs: a million units
 	// on a busy host took more than the 30 s it was once bounded by, so
 	// the engine won, timed out loading, resigned and won again without
