@@ -70,6 +70,37 @@ func TestTracker(t *testing.T) {
 	}
 }
 
+// TestTrackerStartPeriod: failures within the start period do not count
+// until a run passes; from then, or once it is over, they do.
+func TestTrackerStartPeriod(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	type obs struct {
+		pass bool
+		sec  int
+		want string
+	}
+	for _, tt := range []struct {
+		name string
+		runs []obs
+	}{
+		{"failures in the period do not count, after it they do",
+			[]obs{{false, 0, Unknown}, {false, 10, Unknown}, {false, 29, Unknown}, {false, 30, Unknown}, {false, 40, Unknown}, {false, 50, Unhealthy}}},
+		{"a pass in the period ends it",
+			[]obs{{false, 0, Unknown}, {true, 5, Healthy}, {false, 10, Healthy}, {false, 15, Healthy}, {false, 20, Unhealthy}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTracker(0, 3)
+			tr.StartPeriod(at(30))
+			for i, o := range tt.runs {
+				if got, _ := tr.Observe(o.pass, at(o.sec)); got != o.want {
+					t.Fatalf("run %d (pass=%v at %ds): %s, want %s", i, o.pass, o.sec, got, o.want)
+				}
+			}
+		})
+	}
+}
+
 func run(t *testing.T, p Probe, timeout time.Duration) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -259,6 +290,58 @@ func TestRunner(t *testing.T) {
 	default:
 		t.Fatal("Stop returned before the runner's goroutine ended")
 	}
+}
+
+// TestRunnerStartPeriod: a unit whose checks fail while it comes up is not
+// unhealthy within StartPeriod= (with UnhealthyAfter=1 it would be at the
+// first run), turns healthy at its first pass, and unhealthy at the first
+// failure after. Resumed, a unit still unknown keeps what is left of its
+// period, counted from when it became active.
+func TestRunnerStartPeriod(t *testing.T) {
+	flag := filepath.Join(t.TempDir(), "ok")
+	c := &unit.Check{Exec: []unit.Command{{Argv: []string{"/usr/bin/test", "-f", flag}}},
+		Interval: 20 * time.Millisecond, Timeout: 10 * time.Second, UnhealthyAfter: 1, StartPeriod: time.Minute, OnUnhealthy: "none"}
+	probes, err := Probes(c, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var states []string
+	record := func(state string, _ error) {
+		mu.Lock()
+		states = append(states, state)
+		mu.Unlock()
+	}
+	reported := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(states, " ")
+	}
+	r := Start(c, probes, nil, false, record)
+	time.Sleep(300 * time.Millisecond) // about 15 failed runs
+	if got := reported(); got != "" {
+		t.Fatalf("reported %q within the start period, want nothing", got)
+	}
+	os.WriteFile(flag, nil, 0o644)
+	waitfor.True(t, 10*time.Second, "healthy", func() bool { return reported() == Healthy })
+	os.Remove(flag)
+	waitfor.True(t, 10*time.Second, "unhealthy", func() bool { return reported() == Healthy+" "+Unhealthy })
+	r.Stop()
+
+	// Resumed still unknown: within the period (active 10 s ago) failures
+	// do not count; past it (active 2 minutes ago) the first one does.
+	mu.Lock()
+	states = nil
+	mu.Unlock()
+	r = Resume(c, probes, nil, Unknown, time.Now().Add(-10*time.Second), record)
+	time.Sleep(300 * time.Millisecond)
+	r.Stop()
+	if got := reported(); got != "" {
+		t.Fatalf("resumed within the start period: reported %q, want nothing", got)
+	}
+	r = Resume(c, probes, nil, Unknown, time.Now().Add(-2*time.Minute), record)
+	defer r.Stop()
+	waitfor.True(t, 10*time.Second, "unhealthy once past the period", func() bool { return reported() == Unhealthy })
 }
 
 // TestRunnerAfterRestart: a runner of a unit restarted for being unhealthy

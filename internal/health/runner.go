@@ -41,11 +41,14 @@ type Runner struct {
 // turn it unhealthy again (a restart is once per turn), and its first run
 // comes an Interval after the start (give or take a slot), to give it time
 // to come up.
+//
+// Failures within c.StartPeriod of Start do not count until a run passes
+// (Tracker.StartPeriod): the unit became active then.
 func Start(c *unit.Check, probes []Probe, now func() time.Time, restarted bool, report Report) *Runner {
 	if restarted {
-		return start(c, probes, now, Unhealthy, c.Interval, report)
+		return start(c, probes, now, Unhealthy, c.Interval, time.Time{}, report)
 	}
-	return start(c, probes, now, Unknown, 0, report)
+	return start(c, probes, now, Unknown, 0, time.Time{}, report)
 }
 
 // Resume is Start for checks that ran in another runner until now (of a
@@ -53,19 +56,24 @@ func Start(c *unit.Check, probes []Probe, now func() time.Time, restarted bool, 
 // tracked health begins at state (Unknown, Healthy or Unhealthy; another
 // is Unknown), so that it is not reported again, and the first run comes
 // after a random part of c.Interval, as the second run after a Start.
-func Resume(c *unit.Check, probes []Probe, now func() time.Time, state string, report Report) *Runner {
+// activeSince is when the unit became active: a unit still Unknown within
+// c.StartPeriod of it is still coming up (a pass ended the period for one
+// Healthy or Unhealthy).
+func Resume(c *unit.Check, probes []Probe, now func() time.Time, state string, activeSince time.Time, report Report) *Runner {
 	switch state {
 	case Healthy, Unhealthy:
 	default:
 		state = Unknown
 	}
-	return start(c, probes, now, state, -1, report)
+	return start(c, probes, now, state, -1, activeSince, report)
 }
 
 // start runs probes first after first (at once when 0, a random part of
 // the interval when negative), then as Start says, tracking the health
-// from state.
-func start(c *unit.Check, probes []Probe, now func() time.Time, state string, first time.Duration, report Report) *Runner {
+// from state, with the start period counted from activeSince (zero: now)
+// while state is Unknown (a unit that passed is past it; one restarted
+// for being unhealthy stays Unhealthy through failures anyway).
+func start(c *unit.Check, probes []Probe, now func() time.Time, state string, first time.Duration, activeSince time.Time, report Report) *Runner {
 	if now == nil {
 		now = time.Now
 	}
@@ -73,6 +81,12 @@ func start(c *unit.Check, probes []Probe, now func() time.Time, state string, fi
 	r := &Runner{cancel: cancel, done: make(chan struct{})}
 	t := NewTracker(c.HealthyAfter, c.UnhealthyAfter)
 	t.state = state
+	if c.StartPeriod > 0 && state == Unknown {
+		if activeSince.IsZero() {
+			activeSince = now()
+		}
+		t.StartPeriod(activeSince.Add(c.StartPeriod))
+	}
 	go r.loop(ctx, c, probes, t, now, first, report)
 	return r
 }

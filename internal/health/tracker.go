@@ -28,6 +28,10 @@ type Tracker struct {
 	passingSince time.Time // the first pass of the current streak; zero while failing
 	passing      bool
 	fails        int // failed runs in a row
+	// graceUntil ends the start period: failures before it do not count
+	// until a run has passed (passed).
+	graceUntil time.Time
+	passed     bool
 }
 
 // NewTracker returns a tracker in state Unknown: a unit becomes healthy once
@@ -36,6 +40,11 @@ type Tracker struct {
 func NewTracker(healthyAfter time.Duration, unhealthyAfter int) *Tracker {
 	return &Tracker{healthyAfter: max(healthyAfter, 0), unhealthyAfter: max(unhealthyAfter, 1), state: Unknown}
 }
+
+// StartPeriod has failures that end before until not count, until a run
+// passes: a unit given time to come up (Docker's --start-period). A pass
+// within it counts as ever, and ends it.
+func (t *Tracker) StartPeriod(until time.Time) { t.graceUntil = until }
 
 // State is the current health.
 func (t *Tracker) State() string { return t.state }
@@ -47,6 +56,7 @@ func (t *Tracker) State() string { return t.state }
 func (t *Tracker) Observe(passed bool, at time.Time) (state string, changed bool) {
 	prev := t.state
 	if passed {
+		t.passed = true
 		t.fails = 0
 		if !t.passing {
 			t.passing, t.passingSince = true, at
@@ -56,6 +66,9 @@ func (t *Tracker) Observe(passed bool, at time.Time) (state string, changed bool
 		}
 	} else {
 		t.passing, t.passingSince = false, time.Time{}
+		if !t.passed && at.Before(t.graceUntil) {
+			return t.state, false // still coming up
+		}
 		t.fails++
 		if t.fails >= t.unhealthyAfter {
 			t.state = Unhealthy

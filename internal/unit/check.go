@@ -14,8 +14,10 @@ import (
 //
 // A unit counts healthy once its checks have passed for HealthyAfter
 // (at the first pass when zero), and unhealthy once UnhealthyAfter runs in
-// a row have failed; OnUnhealthy says what the agent then does. A unit
-// without [X-Check] is healthy while it is active.
+// a row have failed; OnUnhealthy says what the agent then does. Failures
+// within StartPeriod of the unit becoming active do not count until a run
+// has passed (Docker's --start-period). A unit without [X-Check] is
+// healthy while it is active.
 type Check struct {
 	// Exec are commands run beside the unit, in its environment, as its
 	// user, in its working directory: exit status 0 passes.
@@ -29,6 +31,7 @@ type Check struct {
 	Timeout        time.Duration // each probe's bound; default DefaultCheckTimeout, at most Interval
 	HealthyAfter   time.Duration // how long checks must pass; default 0 (the first pass)
 	UnhealthyAfter int           // failed runs in a row; default DefaultUnhealthyAfter
+	StartPeriod    time.Duration // failures before it do not count until a pass; default 0
 	OnUnhealthy    string        // "none" (default) or "restart"
 }
 
@@ -43,7 +46,7 @@ const (
 )
 
 // checkOptions are the options of [X-Check].
-var checkOptions = []string{"Exec", "HTTP", "HealthyAfter", "Interval", "OnUnhealthy", "TCP", "Timeout", "UnhealthyAfter"}
+var checkOptions = []string{"Exec", "HTTP", "HealthyAfter", "Interval", "OnUnhealthy", "StartPeriod", "TCP", "Timeout", "UnhealthyAfter"}
 
 // checkOption applies an option of [X-Check]. Values are expanded as
 // [Service]'s are (a template keeps %i until Instantiate), so that each
@@ -124,6 +127,10 @@ func (p *parser) checkOption(o option) error {
 		}
 	case "HealthyAfter":
 		if c.HealthyAfter, err = duration(); err != nil {
+			return err
+		}
+	case "StartPeriod":
+		if c.StartPeriod, err = duration(); err != nil {
 			return err
 		}
 	case "UnhealthyAfter":

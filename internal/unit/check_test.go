@@ -16,6 +16,7 @@ Interval=2s
 Timeout=500ms
 HealthyAfter=10s
 UnhealthyAfter=5
+StartPeriod=1min 30s
 OnUnhealthy=restart
 `)
 	want := &Check{
@@ -23,7 +24,7 @@ OnUnhealthy=restart
 		HTTP:     []string{"http://127.0.0.1:8080/health"},
 		TCP:      []string{"127.0.0.1:8080", "[::1]:8080"},
 		Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, HealthyAfter: 10 * time.Second,
-		UnhealthyAfter: 5, OnUnhealthy: "restart",
+		UnhealthyAfter: 5, StartPeriod: 90 * time.Second, OnUnhealthy: "restart",
 	}
 	if !reflect.DeepEqual(f.Check, want) {
 		t.Errorf("Check = %+v\nwant %+v", f.Check, want)
@@ -82,6 +83,8 @@ func TestParseCheckErrors(t *testing.T) {
 		{"web.service", "[X-Check]\nTCP=h:1\nInterval=1s\nTimeout=2s\n", []string{"Timeout", "longer than Interval=1s"}},
 		{"web.service", "[X-Check]\nTCP=h:1\nTimeout=infinity\n", []string{"finite"}},
 		{"web.service", "[X-Check]\nTCP=h:1\nUnhealthyAfter=0\n", []string{"UnhealthyAfter", "1 to 1000"}},
+		{"web.service", "[X-Check]\nTCP=h:1\nStartPeriod=infinity\n", []string{"StartPeriod", "finite"}},
+		{"web.service", "[X-Check]\nTCP=h:1\nStartPeriod=soon\n", []string{"StartPeriod"}},
 		{"web.service", "[X-Check]\nTCP=h:1\nOnUnhealthy=reboot\n", []string{"want none or restart"}},
 		{"web.service", "[X-Check]\nTCP=h:1\nIntervl=1s\n", []string{"did you mean Interval="}},
 		{"web.socket", "[Socket]\nListenStream=80\n[X-Check]\nTCP=h:1\n", []string{"a .socket unit has no [X-Check] section"}},

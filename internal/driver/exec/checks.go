@@ -95,7 +95,7 @@ func (s *supervisor) syncChecks() {
 		run.runner = health.Start(c, probes, nil, true, report)
 	case s.healthFrom != "":
 		run.state = s.healthFrom
-		run.runner = health.Resume(c, probes, nil, s.healthFrom, report)
+		run.runner = health.Resume(c, probes, nil, s.healthFrom, s.status.Since, report)
 	default:
 		run.state = health.Unknown
 		run.runner = health.Start(c, probes, nil, false, report)
