@@ -51,10 +51,19 @@ func TestTracker(t *testing.T) {
 			[]obs{P(0, Unknown), P(15, Healthy), F(20, Unhealthy), P(30, Unhealthy), P(40, Unhealthy), P(45, Healthy)}},
 		{"UnhealthyAfter=1 turns at the first failure", 0, 1,
 			[]obs{P(0, Healthy), F(10, Unhealthy), P(20, Healthy)}},
+		// StartPeriod= ends at 30 s: failures before do not count until a
+		// run passes; from then, or once it is over, they do.
+		{"start period: failures in it do not count, after it they do", 0, 3,
+			[]obs{F(0, Unknown), F(10, Unknown), F(29, Unknown), F(30, Unknown), F(40, Unknown), F(50, Unhealthy)}},
+		{"start period: a pass in it ends it", 0, 3,
+			[]obs{F(0, Unknown), P(5, Healthy), F(10, Healthy), F(15, Healthy), F(20, Unhealthy)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tr := NewTracker(tt.healthyAfter, tt.unhealthyAfter)
+			if strings.HasPrefix(tt.name, "start period") { // the cases below
+				tr.StartPeriod(at(30))
+			}
 			if tr.State() != Unknown {
 				t.Fatalf("new tracker: %s, want %s", tr.State(), Unknown)
 			}
@@ -65,37 +74,6 @@ func TestTracker(t *testing.T) {
 					t.Fatalf("run %d (pass=%v at %ds): %s changed=%v, want %s changed=%v", i, o.pass, o.sec, got, changed, o.want, o.want != prev)
 				}
 				prev = got
-			}
-		})
-	}
-}
-
-// TestTrackerStartPeriod: failures within the start period do not count
-// until a run passes; from then, or once it is over, they do.
-func TestTrackerStartPeriod(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	type obs struct {
-		pass bool
-		sec  int
-		want string
-	}
-	for _, tt := range []struct {
-		name string
-		runs []obs
-	}{
-		{"failures in the period do not count, after it they do",
-			[]obs{{false, 0, Unknown}, {false, 10, Unknown}, {false, 29, Unknown}, {false, 30, Unknown}, {false, 40, Unknown}, {false, 50, Unhealthy}}},
-		{"a pass in the period ends it",
-			[]obs{{false, 0, Unknown}, {true, 5, Healthy}, {false, 10, Healthy}, {false, 15, Healthy}, {false, 20, Unhealthy}}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(0, 3)
-			tr.StartPeriod(at(30))
-			for i, o := range tt.runs {
-				if got, _ := tr.Observe(o.pass, at(o.sec)); got != o.want {
-					t.Fatalf("run %d (pass=%v at %ds): %s, want %s", i, o.pass, o.sec, got, o.want)
-				}
 			}
 		})
 	}
