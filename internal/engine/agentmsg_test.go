@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,13 +33,7 @@ func testAgentMessageLimits(t *testing.T) {
 	_, rev0 := e.IsLeader()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var addr string
-	for in := range election.Observe(ctx, cli, registry.Keys{}.Election()) {
-		if in.GRPCAddr != "" {
-			addr = in.GRPCAddr
-			break
-		}
-	}
+	addr := leaderGRPCAddr(ctx, cli)
 	conn, err := grpc.NewClient(addr, dialOptions(t)...)
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +97,17 @@ func testAgentMessageLimits(t *testing.T) {
 		}
 		return fmt.Errorf("machines %v", ms)
 	})
+}
+
+// leaderGRPCAddr returns the agents' address of the leader, once one
+// says it ("" if ctx ends first).
+func leaderGRPCAddr(ctx context.Context, cli *clientv3.Client) string {
+	for in := range election.Observe(ctx, cli, registry.Keys{}.Election()) {
+		if in.GRPCAddr != "" {
+			return in.GRPCAddr
+		}
+	}
+	return ""
 }
 
 // refused sends msgs on a new stream to the leader and returns how the

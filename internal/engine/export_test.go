@@ -20,3 +20,7 @@ func (e *Engine) LoadedFrom() string {
 	}
 	return ""
 }
+
+// SendWorkers is how many goroutines a term starts to send the agents'
+// streams their messages (senders.go) before any is stuck.
+func SendWorkers() int { return sendWorkers() }
