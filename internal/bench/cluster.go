@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/freeport"
 	"github.com/flotilla/flotilla/internal/profiling"
 )
 
@@ -99,7 +100,7 @@ func (c *cluster) proxy(target string) (string, error) {
 // and every agent connected. On error the caller still closes c.
 func (c *cluster) start(ctx context.Context) error {
 	cfg := c.cfg
-	addrs, err := freeAddrs(3 + 2*cfg.Engines)
+	addrs, err := freeport.Addrs(3 + 2*cfg.Engines)
 	if err != nil {
 		return err
 	}

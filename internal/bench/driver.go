@@ -20,6 +20,7 @@ import (
 
 	apiv1 "github.com/flotilla/flotilla/api"
 	"github.com/flotilla/flotilla/client"
+	"github.com/flotilla/flotilla/internal/freeport"
 	"github.com/flotilla/flotilla/internal/limits"
 )
 
@@ -292,7 +293,7 @@ func runDriver(ctx context.Context, cfg *DriverConfig, prog *progress) (*DriverR
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	addrs, err := freeAddrs(4)
+	addrs, err := freeport.Addrs(4)
 	if err != nil {
 		return nil, err
 	}

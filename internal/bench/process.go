@@ -3,8 +3,6 @@ package bench
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -99,52 +97,4 @@ func (p *process) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return "  " + strings.ReplaceAll(string(bytes.Join(lines, []byte("\n"))), "\n", "\n  ")
-}
-
-// freeAddrs returns n distinct free TCP addresses on 127.0.0.1 for the
-// daemons to listen on. They are free when returned, and taken below the
-// kernel's ephemeral port range when it can be read: a port from the range
-// (what listening on port 0 gives) was sometimes taken, between here and a
-// daemon's start, as the local port of another process's outgoing
-// connection (the etcd client of an engine started just before), and the
-// daemon failed to start. Another process can still take one by name.
-func freeAddrs(n int) ([]string, error) {
-	lns := make([]net.Listener, 0, n)
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	lo, ok := ephemeralLow()
-	addrs := make([]string, 0, n)
-	for tries := 0; len(addrs) < n; tries++ {
-		addr := "127.0.0.1:0"
-		if ok && tries < 100*n {
-			addr = fmt.Sprintf("127.0.0.1:%d", minFixedPort+rand.IntN(lo-minFixedPort))
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			if addr != "127.0.0.1:0" {
-				continue // taken: try another
-			}
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, nil
-}
-
-// minFixedPort is the lowest port freeAddrs picks: above the well-known
-// and most registered services' ports.
-const minFixedPort = 20000
-
-// ephemeralLow returns the lowest port of the kernel's ephemeral range,
-// when there is room below it above minFixedPort.
-func ephemeralLow() (int, bool) {
-	r, err := sysctlInts("net.ipv4.ip_local_port_range")
-	if err != nil || len(r) != 2 || r[0] <= minFixedPort+1000 {
-		return 0, false
-	}
-	return r[0], true
 }

@@ -4,7 +4,6 @@ package etcdtest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/flotilla/flotilla/internal/freeport"
 )
 
 // Server is a running embedded etcd.
@@ -150,13 +151,13 @@ func startCluster(t testing.TB, n int) ([]*Server, error) {
 	return out, nil
 }
 
-// freeAddr returns a loopback address no one listens on now.
+// freeAddr returns a loopback address no one listens on now, never one
+// given before in this process (freeport).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeport.Addrs(1)
 	if err != nil {
 		t.Fatalf("etcdtest: free port: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs[0]
 }

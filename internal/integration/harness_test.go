@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/freeport"
 	"github.com/flotilla/flotilla/internal/supervisor/supervisortest"
 	"github.com/flotilla/flotilla/internal/waitfor"
 )
@@ -78,14 +78,15 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// freeAddr returns a loopback address for a daemon to listen on, never
+// one given before in this process (freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeport.Addrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs[0]
 }
 
 // start runs the node's daemon process.
