@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/freeport"
 )
 
 // DevConfig configures `flotilla dev`: one process holding a single-member
@@ -53,12 +55,11 @@ func Dev(ctx context.Context, dc DevConfig) error {
 		if st.Name == "" {
 			st.Name = "dev"
 		}
-		if st.EtcdClient, err = freeLoopbackAddr(); err != nil {
+		addrs, err := freeport.Addrs(2) // two calls of port 0 can give one port twice
+		if err != nil {
 			return err
 		}
-		if st.EtcdPeer, err = freeLoopbackAddr(); err != nil {
-			return err
-		}
+		st.EtcdClient, st.EtcdPeer = addrs[0], addrs[1]
 		b, _ := json.MarshalIndent(st, "", "  ")
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			return err
@@ -88,14 +89,4 @@ func Dev(ctx context.Context, dc DevConfig) error {
 		cfg.ElectionTTL = 2 * time.Second
 	}
 	return Run(ctx, cfg)
-}
-
-// freeLoopbackAddr returns a loopback address with a port free right now.
-func freeLoopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

@@ -1,6 +1,7 @@
-// Package freeport finds loopback TCP addresses for the daemons a
-// benchmark or a test starts as processes of their own, which must be
-// told their addresses before they listen.
+// Package freeport finds loopback TCP addresses for servers that must be
+// told their addresses before they listen: the daemons a benchmark or a
+// test starts as processes of their own, and the etcd `flotilla dev`
+// embeds (its ports are kept for its next runs).
 //
 // An address is free when returned; it can be taken before its daemon
 // listens. Two ways that happened are closed here. A port from the
