@@ -19,9 +19,9 @@ const gatherDelay = 5 * time.Millisecond
 //
 // The two are timers of their own. A change used to bring the heartbeat's
 // timer forward, from seconds away to gatherDelay, and the runtime finds a
-// timer moved earlier by walking every timer of the process (a P's timers
-// are a heap; a moved one is put back in its place by a walk of them all
-// once the earliest moved one is due): a host of 5,000 simulated agents a
+// timer moved earlier by walking every timer of its P (a P's timers are a
+// heap; a moved one is put back in its place by a walk of them all once
+// the earliest moved one is due): a host of 5,000 simulated agents a
 // process paid a walk at every burst of changes, 6-7% of its CPU at a
 // million units. A timer that fired is added afresh when set, and a timer
 // moved later costs a walk only when that later time comes: the gather
@@ -41,7 +41,10 @@ type sender struct {
 	soon    bool        // gather is set and has not run
 	sending bool        // a timer's run is under way
 	flushed bool        // a change came while it was
-	stopped bool
+	// beatWaits: the heartbeat's run came while the gather's ran, which
+	// sends it if it has nothing else to send.
+	beatWaits bool
+	stopped   bool
 }
 
 // newSender starts sending on stream; errc gets a Send's error.
@@ -84,9 +87,14 @@ func (s *sender) send(gathered bool) {
 		s.soon = false
 	}
 	if s.stopped || s.sending {
-		// The other timer's run is under way: it resets the heartbeat's
-		// when it ends, and it gathers again for changes it did not take.
-		s.flushed = s.flushed || gathered
+		// The other timer's run is under way: it gathers again for
+		// changes it did not take, and a heartbeat's time that came
+		// meanwhile is not lost (beatWaits).
+		if gathered {
+			s.flushed = true
+		} else {
+			s.beatWaits = true
+		}
 		s.mu.Unlock()
 		return
 	}
@@ -113,9 +121,13 @@ func (s *sender) send(gathered bool) {
 		}
 	case s.stopped:
 	default:
-		if msg != nil {
+		switch {
+		case msg != nil: // any message is the heartbeat
 			s.beat.Reset(s.a.heartbeat())
+		case s.beatWaits: // its time came and nothing went: at once
+			s.beat.Reset(0)
 		}
+		s.beatWaits = false
 		if s.flushed && !s.soon {
 			s.flushed = false
 			s.gatherLocked()

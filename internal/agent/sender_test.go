@@ -96,3 +96,28 @@ func TestSenderGathersChangesAndBeatsWhenIdle(t *testing.T) {
 		t.Fatalf("%d messages, want 4", n)
 	}
 }
+
+// The heartbeat's time that comes while a gather's run is under way is
+// not lost when that run finds nothing to send (the heartbeat's run took
+// the changes before): the heartbeat goes at once.
+func TestSenderKeepsABeatThatCameDuringAGather(t *testing.T) {
+	a, _ := newTestAgent(t, time.Hour)
+	a.heartbeatNano.Store(int64(time.Hour)) // the timer itself never fires here
+	st := &sentStream{}
+	s := newSender(a, st, make(chan error, 1))
+	defer s.stop()
+	s.mu.Lock()
+	s.sending = true // a gather's run is under way...
+	s.mu.Unlock()
+	s.send(false) // ...when the heartbeat's timer fires
+	s.mu.Lock()
+	s.sending = false
+	s.mu.Unlock()
+	s.send(true) // the gather's run, with nothing to send
+	for end := time.Now().Add(5 * time.Second); len(st.sent()) == 0 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if m := st.sent(); len(m) != 1 || m[0].update {
+		t.Fatalf("sent %v, want one heartbeat", m)
+	}
+}
