@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flotilla/flotilla/internal/unit"
+	"github.com/flotilla/flotilla/internal/waitfor"
 	"github.com/flotilla/flotilla/proto/agentpb"
 )
 
@@ -114,9 +115,7 @@ func TestSenderKeepsABeatThatCameDuringAGather(t *testing.T) {
 	s.sending = false
 	s.mu.Unlock()
 	s.send(true) // the gather's run, with nothing to send
-	for end := time.Now().Add(5 * time.Second); len(st.sent()) == 0 && time.Now().Before(end); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.True(t, 5*time.Second, "a message", func() bool { return len(st.sent()) > 0 })
 	if m := st.sent(); len(m) != 1 || m[0].update {
 		t.Fatalf("sent %v, want one heartbeat", m)
 	}

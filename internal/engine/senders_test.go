@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
 // A stream readied while a worker serves it is served again after, never
@@ -50,16 +52,14 @@ func TestSendPoolServesEachStreamAloneAndAgain(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if !waitFor(5*time.Second, func() bool {
+	waitfor.True(t, 5*time.Second, "every stream served after its last ready", func() bool {
 		for i := range conns {
 			if last[i].Load() != readies {
 				return false
 			}
 		}
 		return true
-	}) {
-		t.Fatal("a stream readied after its last serve began was not served again")
-	}
+	})
 	if twice.Load() {
 		t.Fatal("two workers served one stream at once")
 	}
@@ -88,9 +88,7 @@ func TestSendPoolServesAgainWhatWasReadiedDuringAServe(t *testing.T) {
 	<-in
 	signalConn(c)
 	close(resume)
-	if !waitFor(5*time.Second, func() bool { return serves.Load() == 2 }) {
-		t.Fatalf("served %d times, want 2: the ready during the first serve was lost", serves.Load())
-	}
+	waitfor.True(t, 5*time.Second, "a second serve for the ready during the first", func() bool { return serves.Load() == 2 })
 }
 
 // A worker stuck in a send (an agent that stopped reading) holds back no
@@ -129,25 +127,9 @@ func TestSendPoolGrowsPastAStuckSend(t *testing.T) {
 		t.Fatal("a stream readied again waited behind a stuck send")
 	}
 	close(freed)
-	if !waitFor(5*time.Second, func() bool { return workers() == 1 }) {
-		t.Fatalf("%d workers once nothing waits, want the base's 1", workers())
-	}
+	waitfor.True(t, 5*time.Second, "the base's 1 worker once nothing waits", func() bool { return workers() == 1 })
 	close(done)
-	if !waitFor(5*time.Second, func() bool { return workers() == 0 }) {
-		t.Fatalf("%d workers after the pool stopped", workers())
-	}
+	waitfor.True(t, 5*time.Second, "no worker after the pool stopped", func() bool { return workers() == 0 })
 	signalConn(other) // no worker starts, nothing is served
-	time.Sleep(20 * time.Millisecond)
-	if workers() != 0 || len(otherServed) != 0 {
-		t.Fatal("a stopped pool served a stream")
-	}
-}
-
-func waitFor(d time.Duration, ok func() bool) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if ok() {
-			return true
-		}
-	}
-	return ok()
+	waitfor.Never(t, 20*time.Millisecond, "a stopped pool serving a stream", func() bool { return workers() != 0 || len(otherServed) != 0 })
 }

@@ -393,7 +393,6 @@ type streamOut struct {
 	hb          *time.Timer
 	hbDue       atomic.Bool
 	failed      chan error
-	ended       bool
 }
 
 // wait gives the stream's sends to the term's senders and waits until it
@@ -420,7 +419,6 @@ func (t *term) wait(stream agentpb.Engine_ConnectServer, c *agentConn, recvErr <
 		err = stream.Context().Err()
 	}
 	c.sendMu.Lock()
-	o.ended = true
 	c.out = nil
 	c.sendMu.Unlock()
 	o.hb.Stop()
@@ -440,8 +438,8 @@ func (t *term) serveStream(c *agentConn) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	o := c.out
-	if o == nil || o.ended {
-		return // not yet handed over, or ended: the handler readies it
+	if o == nil {
+		return // not yet handed over (the handler readies it), or ended
 	}
 	if !t.maySpeak(c) {
 		if o.hbDue.Swap(false) {
@@ -457,7 +455,7 @@ func (t *term) serveStream(c *agentConn) {
 		msg = &agentpb.EngineMessage{Msg: &agentpb.EngineMessage_Heartbeat{Heartbeat: &agentpb.Heartbeat{UnixNano: t.e.cfg.Now().UnixNano()}}}
 	}
 	if err := t.sendOn(c, o, msg); err != nil {
-		o.ended = true
+		c.out = nil // no more sends: the handler ends the stream
 		o.failed <- err
 		return
 	}
