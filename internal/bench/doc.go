@@ -22,9 +22,11 @@
 //     of every process (/proc), starts the --state-pollers, and sends one
 //     POST /v1/batch to the leader creating the N units with desired state
 //     launched: the start request. Its sending time is t0.
-//  5. It waits until the leader reports every unit active, counting active
-//     units in the leader's /v1/state (a count, cheap for the engine) with
-//     pauses that grow with the cost of a poll, then reads
+//  5. It waits until the leader reports every unit active, reading the
+//     leader's count of units become active where it placed them (the
+//     count of flotilla_scheduling_latency_seconds{phase="active"} in its
+//     /metrics; when that stalls, the count of active units in its
+//     /v1/state) with pauses that grow with the cost of a poll, then reads
 //     /v1/unit-states once: each unit's observedAt is when the leader
 //     learnt that it was active, by the leader's clock, which is this
 //     host's clock. A unit's start latency is observedAt − t0.

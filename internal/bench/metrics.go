@@ -154,3 +154,33 @@ func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label stri
 
 // leaderChangesMetric counts the terms a daemon saw begin.
 const leaderChangesMetric = "flotilla_leader_changes_total"
+
+// activatedMetric is the histogram a leader observes a unit into when it
+// first sees it active on the machine it placed it on (phase="active"):
+// its count is how many of the units it placed became active, kept as
+// they do, where a count of the active units in its state
+// (/v1/state?state=active) needs the state built again.
+const activatedMetric = "flotilla_scheduling_latency_seconds"
+
+// scrapeActivated returns the count of activatedMetric{phase="active"} of
+// the daemon whose API is at url (scheme://host:port).
+func scrapeActivated(ctx context.Context, hc *http.Client, url string) (int64, error) {
+	resp, err := getMetrics(ctx, hc, url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s's metrics: %w", url, err)
+	}
+	for _, m := range fams[activatedMetric].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "phase" && l.GetValue() == "active" {
+				return int64(m.GetHistogram().GetSampleCount()), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%s's metrics have no %s{phase=\"active\"}", url, activatedMetric)
+}

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/flotilla/flotilla/internal/metrics"
 )
 
 // An excerpt of an embedded etcd's /metrics.
@@ -95,5 +97,33 @@ func TestScrapeCounter(t *testing.T) {
 	}
 	if _, err := scrapeCounter(t.Context(), srv.Client(), srv.URL+"/nothing", "x", "y"); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("a 404: err %v, want one naming it", err)
+	}
+}
+
+// TestScrapeActivated reads the leader's own metrics, as a daemon serves
+// them: the count of units it saw become active where it placed them, not
+// those it placed; metrics without the histogram are an error.
+func TestScrapeActivated(t *testing.T) {
+	set := metrics.New()
+	for range 3 {
+		set.SchedulingLatency.WithLabelValues("active").Observe(0.5)
+	}
+	for range 5 {
+		set.SchedulingLatency.WithLabelValues("placed").Observe(0.1)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", set.Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	if got, err := scrapeActivated(t.Context(), srv.Client(), srv.URL); err != nil || got != 3 {
+		t.Errorf("scrapeActivated = %d, %v; want 3", got, err)
+	}
+
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "# TYPE flotilla_leader_changes_total counter\nflotilla_leader_changes_total 3\n")
+	}))
+	defer bare.Close()
+	if _, err := scrapeActivated(t.Context(), bare.Client(), bare.URL); err == nil || !strings.Contains(err.Error(), activatedMetric) {
+		t.Errorf("metrics without the histogram: err %v, want one naming it", err)
 	}
 }
