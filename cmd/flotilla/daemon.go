@@ -58,7 +58,7 @@ func (f *daemonFlags) register(cmd *cobra.Command, full bool) {
 	}), "metadata", "machine metadata, k=v,k2=v2")
 	fs.StringVar(&f.cfg.PublicIP, "public-ip", "127.0.0.1", "the machine's IP, shown by list-machines")
 	fs.DurationVar(&f.cfg.AgentTTL, "agent-ttl", machine.DefaultTTL, "default [X-Fleet] LostAfter=: how long a machine may go unheard before its units are started elsewhere (singleton units are killed on it first)")
-	fs.DurationVar(&f.cfg.ElectionTTL, "election-ttl", 0, "engine leader lease TTL, whole seconds (default 5s; 2s for dev); must be under half the agent TTL")
+	fs.DurationVar(&f.cfg.ElectionTTL, "election-ttl", 0, "engine leader lease TTL, whole seconds (default 4s; 2s for dev); must be under half the agent TTL")
 	fs.Var(parsed(func(v string) error {
 		if err := f.level.UnmarshalText([]byte(v)); err != nil {
 			return errors.New("want debug, info, warn or error")

@@ -148,8 +148,8 @@ func (c *conns) leaderConn(addr string, rev int64, now time.Time, cutOff bool) (
 // tells whether it did: gRPC would dial it again in the background, after
 // 1 s, 2.6 s and 5.2 s, whatever the agent does, and those redials of a
 // dead leader's address by 10,000 agents came at once, 5 s after it died:
-// when the engines' election (a 5 s lease) makes a new leader, which the
-// agents then had to reach through them. The agent's next session dials
+// when the engines' election (then a 5 s lease) made a new leader, which
+// the agents then had to reach through them. The agent's next session dials
 // afresh, when it chooses (Run).
 func (c *conns) dropFailed(addr string) bool {
 	c.mu.Lock()

@@ -23,7 +23,7 @@ import (
 // naming the limit, nothing reaches etcd, and the leader's term goes on.
 func TestLimits(t *testing.T) {
 	var cli *clientv3.Client
-	// An election TTL of 5 s, the daemon's default: with the tests' 1 s, a
+	// An election TTL of 5 s, above the daemon's default: with the tests' 1 s, a
 	// CI machine busy with other packages let the lease lapse while the
 	// large refused bodies were read, and the same-term check below failed
 	// for a reason no request caused.

@@ -123,8 +123,9 @@ const (
 	MaxLatency      = 10 * time.Second
 )
 
-// engineElectionTTL is the engines' election TTL (the daemon's default).
-const engineElectionTTL = 5 * time.Second
+// engineElectionTTL is the engines' election TTL (the daemon's default,
+// engine.DefaultElectionTTL).
+const engineElectionTTL = 4 * time.Second
 
 // ErrNotAllActive is returned by Run, after every report is printed, when
 // some run did not see every unit active: the timeout passed, or the start

@@ -42,7 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Agents: 1, Units: 1, Timeout: -time.Second}, "--timeout"},
 		{Config{Agents: 1, Units: 1, AgentsPerProcess: -1}, "--agents-per-process"},
 		{Config{Agents: 1, Units: 1, SimStartDelay: -1}, "--sim-start-delay"},
-		{Config{Agents: 1, Units: 1, AgentTTL: 10 * time.Second}, "--agent-ttl 10s: want more than 10s"},
+		{Config{Agents: 1, Units: 1, AgentTTL: 8 * time.Second}, "--agent-ttl 8s: want more than 8s"},
 		{Config{Agents: 1, Units: 1, EngineEnv: []string{"GOGC"}}, `--engine-env "GOGC": want KEY=VALUE`},
 		{Config{Agents: 1, Units: 1, EngineEnv: []string{"=50"}}, `--engine-env "=50"`},
 	} {

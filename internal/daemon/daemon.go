@@ -137,7 +137,7 @@ type Config struct {
 	StopUnitsOnExit bool
 	// AgentTTL: see engine.Config.AgentTTL (default 20s).
 	AgentTTL time.Duration
-	// ElectionTTL: see engine.Config.ElectionTTL (default 5s).
+	// ElectionTTL: see engine.Config.ElectionTTL (default 4s).
 	ElectionTTL time.Duration
 	// MaxTxnOps bounds one etcd transaction (default 128, etcd's default
 	// --max-txn-ops; at least 1, at most MaxTxnOpsLimit). An embedded member

@@ -37,8 +37,15 @@ type Config struct {
 	ElectionClient *clientv3.Client
 	// Keys is the cluster's key layout; zero means registry.DefaultPrefix.
 	Keys registry.Keys
-	// ElectionTTL is the leader lease TTL (whole seconds; default 5s, min 1s):
-	// a dead leader is replaced within about this long.
+	// ElectionTTL is the leader lease TTL (whole seconds; default 4s, min 1s):
+	// a dead leader is replaced within about this long. The lease is
+	// renewed every third of it, so it expires between two thirds of the
+	// TTL and the TTL after the leader's last renewal, and etcd revokes an
+	// expired lease within another half second: a new leader serves 2.7 to
+	// 4.5 s after its predecessor died, against 3.3 to 5.5 s with 5 s,
+	// which missed the 5 s a failover at a million units is to take
+	// (docs/benchmarks.md, session 25). Taking the prepared state costs a
+	// new leader milliseconds; the lease is all the rest.
 	ElectionTTL time.Duration
 	// AgentTTL is how long a machine may go unheard before its units are
 	// moved (default 20s). It must exceed 2×ElectionTTL so that a leader
@@ -94,7 +101,7 @@ func (c *Config) validate() error {
 		c.ElectionClient = c.Client
 	}
 	if c.ElectionTTL == 0 {
-		c.ElectionTTL = 5 * time.Second
+		c.ElectionTTL = DefaultElectionTTL
 	}
 	if c.ElectionTTL < time.Second {
 		return fmt.Errorf("engine: election TTL %v is below etcd's 1s lease granularity", c.ElectionTTL)
@@ -137,6 +144,9 @@ func (c *Config) validate() error {
 // every lease by its election timeout (another second) before the dead
 // engine's lease can expire; then agents need a moment to reconnect.
 const FailoverMargin = 3 * time.Second
+
+// DefaultElectionTTL is ElectionTTL's default.
+const DefaultElectionTTL = 4 * time.Second
 
 // MinAgentTTL is the shortest agent TTL that keeps a leader failover inside
 // it for an election TTL: twice the TTL (a lease may be renewed just before
