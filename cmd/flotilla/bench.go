@@ -57,7 +57,7 @@ stderr; reports to stdout. See docs/benchmarks.md.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.BoolVar(&cfg.Scaling, "scaling", false, "run 20,000, 100,000, 400,000 and 1,000,000 units, each on a fresh cluster with an agent per 100 units (200 to 10,000), then print each rate as a share of the first (the linearity figure)")
+	fs.BoolVar(&cfg.Scaling, "scaling", false, "run 20,000, 100,000, 400,000 and 1,000,000 units, each on a fresh cluster with an agent per 100 units (200 to 10,000; sizes up to 100,000 three times, their median rate counting), then print each rate as a share of the first (the linearity figure)")
 	fs.IntSliceVar(&cfg.ScalingUnits, "scaling-units", nil, "the sizes --scaling runs, in units, comma-separated (implies --scaling; default 20000,100000,400000,1000000)")
 	fs.IntVar(&cfg.Agents, "agents", 100, "simulated agents (machines), 1 to 10000")
 	fs.IntVar(&cfg.Units, "units", 3000, "units to start, 1 to 1000000")

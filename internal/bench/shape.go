@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -117,14 +118,33 @@ func scalingAgents(units int) int {
 	return min(max((units+UnitsPerAgent-1)/UnitsPerAgent, 1), MaxAgents)
 }
 
+// scalingRuns is how many times --scaling runs a size of units: three
+// up to repeatUnder units, once above. A run of 20,000 units takes well
+// under a second, and its rate moved by a tenth from one run to the next
+// on a quiet host, which moved every share as much (docs/benchmarks.md,
+// session 25); the median of three is the size's rate. Larger runs take
+// long enough to be steadier, and too long to repeat by default.
+func scalingRuns(units int) int {
+	if units <= repeatUnder {
+		return 3
+	}
+	return 1
+}
+
+// repeatUnder is the largest size of units --scaling runs three times.
+const repeatUnder = 100_000
+
 // ScalingStep is one size of a --scaling run.
 type ScalingStep struct {
-	Units            int     `json:"units"`
-	Agents           int     `json:"agents"`
-	AgentsPerProcess int     `json:"agents_per_process"`
-	AgentGOMAXPROCS  int     `json:"agent_gomaxprocs"`
-	AllActive        bool    `json:"all_active"`
-	UnitsPerSecond   float64 `json:"units_per_second"`
+	Units            int  `json:"units"`
+	Agents           int  `json:"agents"`
+	AgentsPerProcess int  `json:"agents_per_process"`
+	AgentGOMAXPROCS  int  `json:"agent_gomaxprocs"`
+	AllActive        bool `json:"all_active"`
+	// UnitsPerSecond is the median of Rates, the rates of the size's
+	// runs (scalingRuns).
+	UnitsPerSecond float64   `json:"units_per_second"`
+	Rates          []float64 `json:"rates"`
 	// Share is the step's rate as a share of the first step's: 1 is
 	// linear, below 1 the cost of a unit grows with the cluster.
 	Share float64 `json:"share"`
@@ -138,9 +158,9 @@ type ScalingReport struct {
 }
 
 // runScaling runs each size of cfg.ScalingUnits (default ScalingUnits),
-// on scalingAgents agents, with the rest of cfg and a fresh cluster each,
-// printing each run's report as it ends, then the rates as shares of the
-// first.
+// scalingRuns times, on scalingAgents agents, with the rest of cfg and a
+// fresh cluster each run, printing each run's report as it ends, then the
+// sizes' median rates as shares of the first's.
 func runScaling(ctx context.Context, cfg Config, run func(context.Context, Config) ([]*Report, error)) error {
 	byRegistry := map[string]*ScalingReport{}
 	var order []string
@@ -151,15 +171,29 @@ func runScaling(ctx context.Context, cfg Config, run func(context.Context, Confi
 		if err := c.chooseShape(); err != nil {
 			return err
 		}
-		rs, err := run(ctx, c)
-		if err != nil && err != ErrNotAllActive {
-			// The sizes measured so far are still worth their table.
-			for _, reg := range order {
-				printScaling(cfg.Out, byRegistry[reg], cfg.JSON)
+		var (
+			first  []*Report // the size's first run's reports, one a registry
+			rates  = map[string][]float64{}
+			active = map[string]bool{} // in every run
+		)
+		for i := range scalingRuns(units) {
+			rs, err := run(ctx, c)
+			if err != nil && err != ErrNotAllActive {
+				// The sizes measured so far are still worth their table.
+				for _, reg := range order {
+					printScaling(cfg.Out, byRegistry[reg], cfg.JSON)
+				}
+				return err
 			}
-			return err
+			if i == 0 {
+				first = rs
+			}
+			for _, r := range rs {
+				rates[r.Registry] = append(rates[r.Registry], r.UnitsPerSecond)
+				active[r.Registry] = r.AllActive && (i == 0 || active[r.Registry])
+			}
 		}
-		for _, r := range rs {
+		for _, r := range first {
 			sr := byRegistry[r.Registry]
 			if sr == nil {
 				sr = &ScalingReport{Registry: r.Registry}
@@ -167,14 +201,14 @@ func runScaling(ctx context.Context, cfg Config, run func(context.Context, Confi
 				order = append(order, r.Registry)
 			}
 			st := ScalingStep{Units: r.Units, Agents: r.Agents, AgentsPerProcess: r.AgentsPerProcess, AgentGOMAXPROCS: r.AgentGOMAXPROCS,
-				AllActive: r.AllActive, UnitsPerSecond: r.UnitsPerSecond}
+				AllActive: active[r.Registry], UnitsPerSecond: median(rates[r.Registry]), Rates: rates[r.Registry]}
 			if len(sr.Steps) > 0 && sr.Steps[0].UnitsPerSecond > 0 {
 				st.Share = st.UnitsPerSecond / sr.Steps[0].UnitsPerSecond
 			} else if len(sr.Steps) == 0 {
 				st.Share = 1
 			}
 			sr.Steps = append(sr.Steps, st)
-			notAll = notAll || !r.AllActive
+			notAll = notAll || !st.AllActive
 		}
 	}
 	for _, reg := range order {
@@ -188,20 +222,33 @@ func runScaling(ctx context.Context, cfg Config, run func(context.Context, Confi
 	return nil
 }
 
+// median returns the median of xs (the mean of the middle two of an even
+// count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
 func printScaling(w io.Writer, r *ScalingReport, asJSON bool) error {
 	if asJSON {
 		return printJSONLine(w, r)
 	}
-	fmt.Fprintf(w, "scaling (%s): each size's rate as a share of the first\n", r.Registry)
+	fmt.Fprintf(w, "scaling (%s): each size's rate (the median of its runs) as a share of the first's\n", r.Registry)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "UNITS\tAGENTS\tPER PROCESS\tGOMAXPROCS\tUNITS/S\tSHARE\t")
+	fmt.Fprintln(tw, "UNITS\tAGENTS\tPER PROCESS\tGOMAXPROCS\tRUNS\tUNITS/S\tSHARE\t")
 	for _, s := range r.Steps {
 		rate := thousands(int64(math.Round(s.UnitsPerSecond)))
 		if !s.AllActive {
 			rate += " (not all active)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.0f%%\t\n", thousands(int64(s.Units)), thousands(int64(s.Agents)),
-			thousands(int64(s.AgentsPerProcess)), s.AgentGOMAXPROCS, rate, 100*s.Share)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.0f%%\t\n", thousands(int64(s.Units)), thousands(int64(s.Agents)),
+			thousands(int64(s.AgentsPerProcess)), s.AgentGOMAXPROCS, len(s.Rates), rate, 100*s.Share)
 	}
 	return tw.Flush()
 }
