@@ -69,15 +69,17 @@ func benchAgentsCommand() *cobra.Command {
 	fs.StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	fs.StringVar(&cfg.StartsFile, "starts-file", "", "keep this file holding how many units the simulated machines have started, ever (flotilla bench judges restarts by it)")
 	// The collector lets the heap grow by GOGC percent of what is live
-	// (and of the stacks) before it collects: at 100, Go's default, a
-	// process's peak is about twice its live heap. At 50, the two
-	// processes of 5,000 simulated agents that hold a million units
-	// (flotilla bench --agents 10000 --units 1000000
-	// --agents-per-process 5000) peaked at 1,814 MiB in all instead of
-	// 2,194 at 100, for 1.5 more CPU-seconds of their 25 in the run
-	// (docs/benchmarks.md, session 7). Only this helper is tuned: the
-	// engines and etcd run with Go's default.
-	fs.IntVar(&gcPercent, "gc-percent", 50, "the collector's GOGC for this process (the GOGC environment variable, if set, wins)")
+	// (and of the stacks) before it collects: the lower the percent, the
+	// more often it runs for what a process allocates. This process
+	// stands in for thousands of agents, each of which runs in its own
+	// daemon with a small heap, where gctune keeps Go's default, 100: so
+	// does this one. At 50 (sessions 7-24, for memory) each simulated
+	// agent paid about twice a real one's collections, and the agents'
+	// processes of a million-unit start used 17.8-18.0 CPU-s against
+	// 15.8-16.0 at 100, for 1,645-1,677 MiB in all against 1,787
+	// (docs/benchmarks.md, session 25). The engines and etcd run as a
+	// user's would.
+	fs.IntVar(&gcPercent, "gc-percent", 100, "the collector's GOGC for this process (the GOGC environment variable, if set, wins)")
 	fs.StringVar(&profile, "profile-dir", "", "keep CPU and heap profiles in this directory over the window SIGUSR1 (start) and SIGUSR2 (stop) mark (flotilla bench --profile)")
 	return cmd
 }
