@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,9 +238,12 @@ func TestBenchScaling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of processes twice")
 	}
-	lines := runBenchLines(t, 3, "--scaling", "--scaling-units", "200,400", "--json", "--timeout", "60s")
-	var rates []float64
-	for i, units := range []int{200, 400} {
+	// Each size up to 100,000 units runs three times: six reports, then
+	// the scaling line.
+	lines := runBenchLines(t, 7, "--scaling", "--scaling-units", "200,400", "--json", "--timeout", "60s")
+	rates := map[int][]float64{}
+	for i := range 6 {
+		units := []int{200, 400}[i/3]
 		var r bench.Report
 		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
 			t.Fatalf("line %d: %v\n%s", i+1, err, lines[i])
@@ -250,18 +254,22 @@ func TestBenchScaling(t *testing.T) {
 		if r.AgentsPerProcess < 1 || r.AgentGOMAXPROCS < 1 || strings.Join(r.ShapeChosen, ",") != "agents_per_process,agent_gomaxprocs" {
 			t.Errorf("size %d: shape %d agents per process, GOMAXPROCS %d, chosen %v; want both chosen", units, r.AgentsPerProcess, r.AgentGOMAXPROCS, r.ShapeChosen)
 		}
-		rates = append(rates, r.UnitsPerSecond)
+		rates[units] = append(rates[units], r.UnitsPerSecond)
 	}
 	var sr bench.ScalingReport
-	if err := json.Unmarshal([]byte(lines[2]), &sr); err != nil {
-		t.Fatalf("scaling line: %v\n%s", err, lines[2])
+	if err := json.Unmarshal([]byte(lines[6]), &sr); err != nil {
+		t.Fatalf("scaling line: %v\n%s", err, lines[6])
 	}
 	if sr.Registry != "grpc" || len(sr.Steps) != 2 {
-		t.Fatalf("scaling line: %s", lines[2])
+		t.Fatalf("scaling line: %s", lines[6])
 	}
+	median := func(xs []float64) float64 { return slices.Sorted(slices.Values(xs))[len(xs)/2] }
 	for i, s := range sr.Steps {
-		if want := rates[i] / rates[0]; s.Units != []int{200, 400}[i] || !s.AllActive || math.Abs(s.Share-want) > 1e-9 || s.AgentsPerProcess < 1 {
-			t.Errorf("scaling step %d: %+v; want share %v", i, s, want)
+		units := []int{200, 400}[i]
+		want := median(rates[units]) / median(rates[200])
+		if s.Units != units || !s.AllActive || !slices.Equal(s.Rates, rates[units]) || s.UnitsPerSecond != median(rates[units]) ||
+			math.Abs(s.Share-want) > 1e-9 || s.AgentsPerProcess < 1 {
+			t.Errorf("scaling step %d: %+v; want the rates %v, their median, share %v", i, s, rates[units], want)
 		}
 	}
 }
