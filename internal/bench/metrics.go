@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -128,15 +129,9 @@ func getMetrics(ctx context.Context, hc *http.Client, url string) (*http.Respons
 // (scheme://host:port), by the value of its label; with no label, the
 // counter's sum is under "".
 func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label string) (map[string]int64, error) {
-	resp, err := getMetrics(ctx, hc, url)
+	fams, err := scrapeFamilies(ctx, hc, url)
 	if err != nil {
 		return nil, err
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse %s's metrics: %w", url, err)
 	}
 	out := map[string]int64{}
 	for _, m := range fams[metric].GetMetric() {
@@ -152,6 +147,22 @@ func scrapeCounter(ctx context.Context, hc *http.Client, url, metric, label stri
 	return out, nil
 }
 
+// scrapeFamilies reads the metric families the daemon whose API is at url
+// (scheme://host:port) serves.
+func scrapeFamilies(ctx context.Context, hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {
+	resp, err := getMetrics(ctx, hc, url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s's metrics: %w", url, err)
+	}
+	return fams, nil
+}
+
 // leaderChangesMetric counts the terms a daemon saw begin.
 const leaderChangesMetric = "flotilla_leader_changes_total"
 
@@ -165,15 +176,9 @@ const activatedMetric = "flotilla_scheduling_latency_seconds"
 // scrapeActivated returns the count of activatedMetric{phase="active"} of
 // the daemon whose API is at url (scheme://host:port).
 func scrapeActivated(ctx context.Context, hc *http.Client, url string) (int64, error) {
-	resp, err := getMetrics(ctx, hc, url)
+	fams, err := scrapeFamilies(ctx, hc, url)
 	if err != nil {
 		return 0, err
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s's metrics: %w", url, err)
 	}
 	for _, m := range fams[activatedMetric].GetMetric() {
 		for _, l := range m.GetLabel() {

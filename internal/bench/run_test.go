@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla/flotilla/internal/engine"
 	"github.com/flotilla/flotilla/internal/waitfor"
 )
 
@@ -156,5 +157,14 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	err := Run(context.Background(), Config{Agents: 0, Units: 10})
 	if err == nil || !strings.Contains(err.Error(), "--agents 0") {
 		t.Errorf("Run with --agents 0 = %v, want an error naming --agents", err)
+	}
+}
+
+// TestElectionTTLIsTheDaemons: the bench cannot import the engine (it is
+// served, not used), so it keeps the engines' election TTL as a constant
+// of its own, which must be the daemon's default its engines run with.
+func TestElectionTTLIsTheDaemons(t *testing.T) {
+	if engineElectionTTL != engine.DefaultElectionTTL {
+		t.Errorf("engineElectionTTL %v, the daemon's default %v", engineElectionTTL, engine.DefaultElectionTTL)
 	}
 }
